@@ -1,0 +1,1 @@
+"""Backends: each computes the same attention and states what it holds in memory."""

@@ -1,0 +1,99 @@
+"""The five stages of attention, each a small pure function.
+
+    project → score → scale+mask → normalize → aggregate
+    x ─────→ q,k,v ─→ scores ───→ masked_scores ─→ weights ─→ out
+
+Letters: B batch, H query heads, Hkv kv heads, G = H/Hkv, Tq queries, Tk keys, D q/k head dim,
+Dv value head dim, C model width.
+
+Grouped heads: query heads g·G … (g+1)·G − 1 read kv head g (repeat_interleave order, as
+FlashAttention and transformers' repeat_kv). K and V are never copied per query head: q is
+viewed as [B, Hkv, G·Tq, D] so one batched matmul serves the whole group.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, n_heads: int) -> torch.Tensor:
+    """x [B, T, C] through a linear map, split into heads -> [B, n_heads, T, D]."""
+    B, T, _ = x.shape
+    y = torch.nn.functional.linear(x, weight, bias)  # (B, T, n_heads·D)
+    return y.view(B, T, n_heads, -1).transpose(1, 2)  # (B, n_heads, T, D)
+
+
+def score(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """q [B, H, Tq, D] · k [B, Hkv, Tk, D] -> scores [B, H, Tq, Tk] (unscaled dot products)."""
+    B, H, Tq, D = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    qg = q.reshape(B, Hkv, (H // Hkv) * Tq, D)  # (B, Hkv, G·Tq, D)
+    s = torch.matmul(qg, k.transpose(-1, -2))  # (B, Hkv, G·Tq, Tk)
+    return s.view(B, H, Tq, Tk)  # (B, H, Tq, Tk)
+
+
+def default_scale(D: int) -> float:
+    """1/√D (Vaswani et al. 2017, §3.2.1): keeps unit-variance logits at unit variance."""
+    return 1.0 / math.sqrt(D)
+
+
+def scale_and_mask(
+    scores: torch.Tensor, scale: float, keep: torch.Tensor | None, softcap: float | None = None
+) -> torch.Tensor:
+    """scores·scale, optionally soft-capped (cap·tanh(s/cap), Gemma-2), then -inf where keep is False.
+
+    The mask is applied with masked_fill, never by adding a large negative: sums of fp16/bf16
+    sentinels overflow (huggingface/transformers PR #17306, PR #27114).
+    """
+    s = scores * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if keep is not None:
+        s = s.masked_fill(~keep, NEG_INF)
+    return s
+
+
+def normalize(masked_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over keys, computed in fp32, safe for rows that may attend to nothing.
+
+    Returns (weights in the input dtype [.., Tq, Tk], lse fp32 [.., Tq]). A row whose scores are all
+    -inf gets weights 0 and lse -inf, and finite gradients (the _safe_softmax of pytorch PRs
+    #131060/#131863): the row max is replaced by 0 before exponentiating, so exp(-inf - 0) = 0
+    instead of exp(-inf + inf) = NaN.
+    """
+    s = masked_scores.float()
+    m = s.amax(dim=-1, keepdim=True).detach()  # (.., Tq, 1)
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    e = torch.exp(s - m)
+    z = e.sum(dim=-1, keepdim=True)  # (.., Tq, 1)
+    weights = e / torch.where(z > 0, z, torch.ones_like(z))
+    lse = torch.where(z > 0, torch.log(z) + m, torch.full_like(z, NEG_INF)).squeeze(-1)
+    return weights.to(masked_scores.dtype), lse
+
+
+def aggregate(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """weights [B, H, Tq, Tk] · v [B, Hkv, Tk, Dv] -> out [B, H, Tq, Dv].
+
+    A non-finite value must not reach a row whose weight on it is 0 (0·NaN = NaN in a matmul:
+    pytorch #101967). Values are made finite for the matmul; rows that do give weight to a
+    NaN/±inf value get it back as IEEE arithmetic would.
+    """
+    B, H, Tq, Tk = weights.shape
+    Hkv, Dv = v.shape[1], v.shape[3]
+    w = weights.reshape(B, Hkv, (H // Hkv) * Tq, Tk)  # (B, Hkv, G·Tq, Tk)
+    finite = torch.isfinite(v)
+    if bool(finite.all()):
+        return torch.matmul(w, v).view(B, H, Tq, Dv)  # (B, H, Tq, Dv)
+    out = torch.matmul(w, torch.where(finite, v, torch.zeros_like(v)))  # (B, Hkv, G·Tq, Dv)
+    seen = (w != 0).to(v.dtype)
+    hit_nan = torch.matmul(seen, torch.isnan(v).to(v.dtype)) > 0
+    hit_pos = torch.matmul(seen, torch.isposinf(v).to(v.dtype)) > 0
+    hit_neg = torch.matmul(seen, torch.isneginf(v).to(v.dtype)) > 0
+    out = torch.where(hit_pos, torch.full_like(out, float("inf")), out)
+    out = torch.where(hit_neg, torch.full_like(out, NEG_INF), out)
+    out = torch.where(hit_nan | (hit_pos & hit_neg), torch.full_like(out, float("nan")), out)
+    return out.view(B, H, Tq, Dv)  # (B, H, Tq, Dv)
