@@ -46,8 +46,9 @@ class RowStats(Probe):
     def update(self, block: WeightBlock) -> None:
         if not self.wants(block):
             return
-        w = block.weights.float()  # (B, H, bq, kspan)
-        s = block.masked_scores.float()
+        dt = torch.promote_types(block.weights.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
+        w = block.weights.to(dt)  # (B, H, bq, kspan)
+        s = block.masked_scores.to(dt)
         B, H = w.shape[:2]
         keep = block.keep_full(B, H)
         n_vis = keep.sum(-1)  # (B, H, bq)
@@ -100,7 +101,8 @@ class KeyMass(Probe):
             return
         sel = self.keys[..., block.kv0 : block.kv1].to(block.weights.device)
         sel = sel[:, None, None, :] if sel.dim() == 2 else sel  # (B?, 1, 1, kspan)
-        self._parts.append((block.weights.float() * sel).sum(-1).detach())
+        w = block.weights.to(torch.promote_types(block.weights.dtype, torch.float32))
+        self._parts.append((w * sel).sum(-1).detach())
 
     @property
     def mass(self) -> torch.Tensor:

@@ -58,14 +58,14 @@ def scale_and_mask(
 
 
 def normalize(masked_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax over keys, computed in fp32, safe for rows that may attend to nothing.
+    """Softmax over keys, computed in fp32 (fp64 for fp64 inputs), safe for rows that may attend to nothing.
 
-    Returns (weights in the input dtype [.., Tq, Tk], lse fp32 [.., Tq]). A row whose scores are all
+    Returns (weights in the input dtype [.., Tq, Tk], lse fp32/fp64 [.., Tq]). A row whose scores are all
     -inf gets weights 0 and lse -inf, and finite gradients (the _safe_softmax of pytorch PRs
     #131060/#131863): the row max is replaced by 0 before exponentiating, so exp(-inf - 0) = 0
     instead of exp(-inf + inf) = NaN.
     """
-    s = masked_scores.float()
+    s = masked_scores.to(torch.promote_types(masked_scores.dtype, torch.float32))
     m = s.amax(dim=-1, keepdim=True).detach()  # (.., Tq, 1)
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     e = torch.exp(s - m)

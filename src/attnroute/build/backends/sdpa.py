@@ -36,7 +36,7 @@ def _is_plain_causal(req: Request) -> bool:
     return isinstance(m, Predicated) and m.name == "causal" and (Tq == Tk or m.align == "top_left")
 
 
-def _sanitize_masked(req: Request, keep: torch.Tensor | None):
+def _sanitize_masked(req: Request):
     """Zero non-finite k/v at keys no query may see: SDPA's matmul would turn 0·NaN into NaN
     (pytorch #101967). A non-finite k/v at a key only some rows see cannot be kept out of the
     others by a fused kernel, so that case is refused."""
@@ -45,6 +45,7 @@ def _sanitize_masked(req: Request, keep: torch.Tensor | None):
     if not bool(bad.any()):
         return k, v
     B, H, Hkv, Tq, Tk, D, Dv = req.dims
+    keep = req.keep_rows(0, Tq)  # materialized only when there is garbage to place
     if keep is None:
         return k, v  # every key is visible: NaN in, NaN out, as in the reference
     G = H // Hkv
@@ -66,10 +67,10 @@ def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
     B, H, Hkv, Tq, Tk, D, Dv = req.dims
     gqa = H != Hkv
     if _is_plain_causal(req):
-        k, v = _sanitize_masked(req, None)
+        k, v = _sanitize_masked(req)
         out = F.scaled_dot_product_attention(req.q, k, v, is_causal=True, scale=req.scale, enable_gqa=gqa)
         return out, (Trace("sdpa", out=out, notes=["is_causal fast path"]) if req.want_trace else None)
     keep = req.keep_rows(0, Tq)
-    k, v = _sanitize_masked(req, keep)
+    k, v = _sanitize_masked(req)
     out = F.scaled_dot_product_attention(req.q, k, v, attn_mask=keep, scale=req.scale, enable_gqa=gqa)
     return out, (Trace("sdpa", out=out, notes=["explicit bool mask"]) if req.want_trace else None)

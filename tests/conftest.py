@@ -1,0 +1,12 @@
+import os
+
+import torch
+from hypothesis import HealthCheck, settings
+
+# Deterministic, bounded property tests: CI has 2 cores and a 20-minute budget for everything.
+settings.register_profile(
+    "ci", max_examples=int(os.environ.get("ATTNROUTE_EXAMPLES", "25")), deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("ci")
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
