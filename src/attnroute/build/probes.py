@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .stages import first_masked_column
 from .trace import WeightBlock
 
 
@@ -16,6 +17,7 @@ class Probe:
     """Base: subclasses implement update(block)."""
 
     layer: int | None = None  # when set, only blocks of this layer are read
+    needs_lse: bool = False  # set True to receive block.lse (costs the backend one more pass)
 
     def update(self, block: WeightBlock) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -28,12 +30,13 @@ class RowStats(Probe):
     """Per query row: entropy, max weight, argmax key, visible-key count, and mass on the first key,
     the previous key and a local band.
 
-    Entropy in one pass from the scores and the log-sum-exp (no log of weights, so no log 0):
-        H = lse − Σ_j p_j s_j,  p_j = exp(s_j − lse)
-    which equals log Σe^{s−m} + m − Σe^{s−m}·s / Σe^{s−m}. A row that sees nothing has entropy 0,
-    max weight 0 and argmax −1.
+    Entropy in one pass from scores and log-sum-exp: H = lse − Σ_j p_j s_j = log Σe^{s−m} + m −
+    Σe^{s−m}·s / Σe^{s−m} (see row_entropy). A row that sees nothing has entropy 0, max weight 0
+    and argmax −1.
 
-    ``band``: keys with |query position − key position| < band count as local.
+    ``band``: keys with |query position − key position| < band count as local. The previous-token
+    and band masses read only the diagonals they need, so the cost per block is two passes over
+    the weights (max, and the dot product Σ p·s) plus O(bq·band).
     """
 
     FIELDS = ("entropy", "max_weight", "argmax", "n_visible", "first_mass", "prev_mass", "band_mass")
@@ -46,28 +49,24 @@ class RowStats(Probe):
     def update(self, block: WeightBlock) -> None:
         if not self.wants(block):
             return
-        dt = torch.promote_types(block.weights.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
+        dt = torch.promote_types(block.weights.dtype, torch.float32)
         w = block.weights.to(dt)  # (B, H, bq, kspan)
-        s = block.masked_scores.to(dt)
-        B, H = w.shape[:2]
-        keep = block.keep_full(B, H)
-        n_vis = keep.sum(-1)  # (B, H, bq)
-        seen = torch.isfinite(block.lse)
-        ps = (w * torch.where(torch.isneginf(s), torch.zeros_like(s), s)).sum(-1)
-        entropy = torch.where(seen, block.lse - ps, torch.zeros_like(ps))
+        B, H, bq, _ = w.shape
+        keep = block.keep
+        n_vis = (keep.sum(-1) if keep is not None else torch.full((1, 1, 1), block.kv1 - block.kv0)).expand(B, H, bq)
+        seen = w.sum(-1) > 0 if keep is None else keep.any(-1).expand(B, H, bq)
         max_w, arg = w.max(-1)
-        arg = torch.where(seen, arg + block.kv0, torch.full_like(arg, -1))
-        offset = block.q_positions(w.device)[:, None] - block.kv_positions(w.device)[None, :]  # (bq, kspan)
-        self._put("entropy", block, entropy.clamp_min(0.0))
+        self._put("entropy", block, torch.where(seen, row_entropy(w, block, max_w), 0.0).clamp_min(0.0))
         self._put("max_weight", block, max_w)
-        self._put("argmax", block, arg)
+        self._put("argmax", block, torch.where(seen, arg + block.kv0, torch.full_like(arg, -1)))
         self._put("n_visible", block, n_vis)
-        self._put("first_mass", block, (w * (block.kv_positions(w.device) == 0)).sum(-1))
-        self._put("prev_mass", block, (w * (offset == 1)).sum(-1))
-        self._put("band_mass", block, (w * (offset.abs() < self.band)).sum(-1))
+        self._put("first_mass", block, w[..., 0] if block.kv0 == 0 else w.new_zeros(B, H, bq))
+        self._put("prev_mass", block, diagonal_mass(w, block, offsets=[1]))
+        self._put("band_mass", block, diagonal_mass(w, block, offsets=range(-self.band + 1, self.band)))
 
     def _put(self, name: str, block: WeightBlock, value: torch.Tensor) -> None:
-        self._rows[name].append((block.q0, value.detach()))
+        # contiguous copy: a view (w[..., 0]) would keep the whole block of weights alive
+        self._rows[name].append((block.q0, value.detach().contiguous().clone()))
 
     def get(self, name: str) -> torch.Tensor:
         """The statistic for every row, [B, H, Tq] (rows of successive calls concatenated along Tq)."""
@@ -85,6 +84,39 @@ class RowStats(Probe):
         """Entropy divided by log(visible keys); rows with fewer than 2 visible keys give 0."""
         n = self.get("n_visible").float()
         return torch.where(n > 1, self.get("entropy") / torch.log(n.clamp_min(2)), torch.zeros_like(n))
+
+
+def row_entropy(w: torch.Tensor, block: WeightBlock, max_w: torch.Tensor) -> torch.Tensor:
+    """H = lse − Σ_j p_j s_j per row, [B, H, bq].
+
+    lse comes for free from the largest weight: p_max = exp(s_max − lse) gives lse = s_max − log p_max
+    (p_max ≥ 1/n, so the log is well conditioned). Masked scores are -inf with weight 0; only the
+    columns some row cannot see are cleaned before the dot product. When an intervention edited
+    the weights they are no longer softmax(s), and −Σ p log p is used directly.
+    """
+    if block.weights_edited or block.masked_scores is None:
+        return -torch.special.xlogy(w, w).sum(-1)
+    s = block.masked_scores.to(w.dtype)
+    lse = block.lse if block.lse is not None else s.amax(-1) - torch.log(max_w)
+    keep = block.keep
+    c0 = s.shape[-1] if keep is None else first_masked_column(keep)
+    ws = torch.linalg.vecdot(w[..., :c0], s[..., :c0])  # (B, H, bq)
+    if c0 < s.shape[-1]:
+        ws = ws + torch.linalg.vecdot(w[..., c0:], s[..., c0:].masked_fill(~keep[..., c0:], 0.0))
+    return lse - ws
+
+
+def diagonal_mass(w: torch.Tensor, block: WeightBlock, offsets) -> torch.Tensor:
+    """Σ over the given offsets (query position − key position) of each row's weight: [B, H, bq]."""
+    B, H, bq, kspan = w.shape
+    qpos = block.q_positions(w.device)  # (bq,)
+    total = w.new_zeros(B, H, bq)
+    for off in offsets:
+        col = qpos - off - block.kv0  # (bq,) column of key position q_pos − off
+        ok = (col >= 0) & (col < kspan)
+        picked = w.gather(-1, col.clamp(0, kspan - 1).view(1, 1, bq, 1).expand(B, H, bq, 1)).squeeze(-1)
+        total += picked * ok
+    return total
 
 
 class KeyMass(Probe):

@@ -42,37 +42,65 @@ def default_scale(D: int) -> float:
 
 
 def scale_and_mask(
-    scores: torch.Tensor, scale: float, keep: torch.Tensor | None, softcap: float | None = None
+    scores: torch.Tensor, scale: float, keep: torch.Tensor | None, softcap: float | None = None,
+    inplace: bool = False,
 ) -> torch.Tensor:
     """scores·scale, optionally soft-capped (cap·tanh(s/cap), Gemma-2), then -inf where keep is False.
 
     The mask is applied with masked_fill, never by adding a large negative: sums of fp16/bf16
-    sentinels overflow (huggingface/transformers PR #17306, PR #27114).
+    sentinels overflow (huggingface/transformers PR #17306, PR #27114). ``inplace`` reuses the
+    scores' memory when the caller no longer needs them (saves two passes over [.., Tq, Tk]).
     """
-    s = scores * scale
+    if scale == 1.0:
+        s = scores
+    else:
+        s = scores.mul_(scale) if inplace else scores * scale
     if softcap:
         s = softcap * torch.tanh(s / softcap)
-    if keep is not None:
-        s = s.masked_fill(~keep, NEG_INF)
+    if keep is None:
+        return s
+    if not inplace:
+        return s.masked_fill(~keep, NEG_INF)
+    # Columns every row may see need no fill: for a causal block that is all but the diagonal tile.
+    c0 = first_masked_column(keep)
+    if c0 < s.shape[-1]:
+        s[..., c0:].masked_fill_(~keep[..., c0:], NEG_INF)
     return s
 
 
-def normalize(masked_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def first_masked_column(keep: torch.Tensor) -> int:
+    """Index of the first key column that some row may not see (len if none)."""
+    partial = ~keep.all(dim=-2).all(dim=0).all(dim=0)  # (Tk,)
+    idx = torch.nonzero(partial).flatten()
+    return int(idx[0]) if idx.numel() else keep.shape[-1]
+
+
+def normalize(masked_scores: torch.Tensor, with_lse: bool = True, keep: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Softmax over keys, computed in fp32 (fp64 for fp64 inputs), safe for rows that may attend to nothing.
 
-    Returns (weights in the input dtype [.., Tq, Tk], lse fp32/fp64 [.., Tq]). A row whose scores are all
-    -inf gets weights 0 and lse -inf, and finite gradients (the _safe_softmax of pytorch PRs
-    #131060/#131863): the row max is replaced by 0 before exponentiating, so exp(-inf - 0) = 0
-    instead of exp(-inf + inf) = NaN.
+    Returns (weights in the input dtype [.., Tq, Tk], lse [.., Tq] or None). A row whose scores are
+    all -inf gets weights 0 and lse -inf, and finite gradients: torch's fused softmax gives NaN
+    there, so those rows are overwritten (what torch's _safe_softmax does, pytorch PR #131060). Their
+    gradient is finite because every score of such a row was masked_fill'ed, which passes back 0.
+    ``keep`` (the mask these scores were masked with) finds the empty rows without a pass over s.
     """
     s = masked_scores.to(torch.promote_types(masked_scores.dtype, torch.float32))
-    m = s.amax(dim=-1, keepdim=True).detach()  # (.., Tq, 1)
-    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-    e = torch.exp(s - m)
-    z = e.sum(dim=-1, keepdim=True)  # (.., Tq, 1)
-    weights = e / torch.where(z > 0, z, torch.ones_like(z))
-    lse = torch.where(z > 0, torch.log(z) + m, torch.full_like(z, NEG_INF)).squeeze(-1)
+    weights = torch.softmax(s, dim=-1)
+    if keep is not None:
+        empty = ~keep.any(dim=-1, keepdim=True)  # (b?, h?, Tq, 1): rows that see nothing
+    else:
+        empty = torch.isneginf(s.amax(dim=-1, keepdim=True))  # (.., Tq, 1)
+    if bool(empty.any()):
+        weights = weights.masked_fill(empty, 0.0)
+    lse = torch.logsumexp(s, dim=-1) if with_lse else None  # -inf for empty rows
     return weights.to(masked_scores.dtype), lse
+
+
+def all_finite(*tensors: torch.Tensor) -> bool:
+    """True when every entry is finite. One reduction per tensor instead of a bool copy: a finite sum
+    proves it; an inf/NaN sum (garbage, or a harmless overflow) sends the caller to the exact path."""
+    return all(t.numel() == 0 or bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all()) for t in tensors)
 
 
 def aggregate(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -85,9 +113,9 @@ def aggregate(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     B, H, Tq, Tk = weights.shape
     Hkv, Dv = v.shape[1], v.shape[3]
     w = weights.reshape(B, Hkv, (H // Hkv) * Tq, Tk)  # (B, Hkv, G·Tq, Tk)
-    finite = torch.isfinite(v)
-    if bool(finite.all()):
+    if all_finite(v):
         return torch.matmul(w, v).view(B, H, Tq, Dv)  # (B, H, Tq, Dv)
+    finite = torch.isfinite(v)
     out = torch.matmul(w, torch.where(finite, v, torch.zeros_like(v)))  # (B, Hkv, G·Tq, Dv)
     seen = (w != 0).to(v.dtype)
     hit_nan = torch.matmul(seen, torch.isnan(v).to(v.dtype)) > 0

@@ -26,7 +26,8 @@ class WeightBlock:
     layer: int | None = None
     masked_scores: torch.Tensor | None = None  # (B, H, bq, kspan), fp32 or input dtype
     weights: torch.Tensor | None = None  # (B, H, bq, kspan)
-    lse: torch.Tensor | None = None  # (B, H, bq), fp32, -inf for rows that see nothing
+    weights_edited: bool = False  # an intervention changed the weights: they are not softmax(masked_scores)
+    lse: torch.Tensor | None = None  # (B, H, bq), -inf for rows that see nothing; only for probes with needs_lse
 
     def q_positions(self, device=None) -> torch.Tensor:
         """Absolute positions of this block's queries, [bq]."""

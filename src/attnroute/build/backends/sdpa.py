@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..masks import Predicated
+from ..stages import all_finite
 from ..trace import Trace
 from .common import Request, UnsupportedRequest
 
@@ -41,9 +42,9 @@ def _sanitize_masked(req: Request):
     (pytorch #101967). A non-finite k/v at a key only some rows see cannot be kept out of the
     others by a fused kernel, so that case is refused."""
     k, v = req.k, req.v
-    bad = ~(torch.isfinite(k).all(-1) & torch.isfinite(v).all(-1))  # (B, Hkv, Tk)
-    if not bool(bad.any()):
+    if all_finite(k, v):
         return k, v
+    bad = ~(torch.isfinite(k).all(-1) & torch.isfinite(v).all(-1))  # (B, Hkv, Tk)
     B, H, Hkv, Tq, Tk, D, Dv = req.dims
     keep = req.keep_rows(0, Tq)  # materialized only when there is garbage to place
     if keep is None:

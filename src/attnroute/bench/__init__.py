@@ -1,0 +1,1 @@
+"""Benchmarks run by `attnroute bench`: figures, never pass/fail."""

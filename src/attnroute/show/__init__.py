@@ -1,0 +1,1 @@
+"""show/: terminal tables, matplotlib figures and the self-contained HTML report."""

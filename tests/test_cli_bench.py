@@ -1,0 +1,20 @@
+"""`attnroute bench` runs end to end and writes its figures (a smoke run: numbers, not timings)."""
+
+import json
+
+from attnroute.cli import main
+
+
+def test_bench_quick_writes_every_figure(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    impls = {(r["T"], r["impl"]) for r in result["backends"]}
+    assert impls == {(T, i) for T in (256, 512) for i in ("sdpa", "blocked", "blocked+probes", "eager")}
+    for r in result["backends"]:
+        assert r["seconds"] > 0
+        if r["impl"] == "sdpa":
+            assert r["time_vs_sdpa"] == 1.0
+    assert all(0 < r["relative_error"] < 2 for r in result["probsparse"])
+    assert result["generation"]["same_tokens"] is True
+    assert "attention backends" in capsys.readouterr().out
