@@ -21,8 +21,13 @@ class CliError(Exception):
 
 
 def _bench(args) -> int:
+    if args.from_json:
+        from .show.terminal import bench_markdown
+
+        print(bench_markdown(json.loads(Path(args.from_json).read_text())))
+        return 0
     from .bench import engine
-    from .show.terminal import bench_tables
+    from .show.terminal import bench_markdown, bench_tables
 
     sizes = (256, 512) if args.quick else tuple(args.sizes)
     ps = (256, 512) if args.quick else (1024, 4096)
@@ -30,6 +35,8 @@ def _bench(args) -> int:
         result = engine.run(sizes, ps, new_tokens=32 if args.quick else 512, progress=lambda m: status.update(m))
     for table in bench_tables(result):
         Console().print(table)
+    if args.markdown:
+        print(bench_markdown(result))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2))
@@ -44,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096, 8192], help="sequence lengths Tq = Tk")
     b.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run")
     b.add_argument("--json", help="write the figures here")
+    b.add_argument("--markdown", action="store_true", help="also print the tables as markdown")
+    b.add_argument("--from-json", help="print the markdown tables of an earlier run and exit")
     b.set_defaults(fn=_bench)
     return p
 
