@@ -6,6 +6,12 @@ how a real model routes a text, cost what routing takes, and show it.
 
 from .build import *  # noqa: F401,F403  (the public surface is pinned by tests/test_namespace.py)
 
+from . import read as _read_package  # noqa: F401  (bind the package first, so `read` below is the function)
+from .read.adapter import routed as read_routed
+from .read.headtable import HeadTable
+from .read.heads import read
+from .read.models import load as load_model
+
 __version__ = "0.1.0"
 
 __all__ = sorted(
@@ -19,6 +25,7 @@ __all__ = sorted(
         "sinusoidal sinusoidal_shift LearnedPositions SinusoidalPositions RoPE apply_rope rope_frequencies "
         "interleaved_to_half_split half_split_to_interleaved "
         "MultiHeadAttention FeedForward Block TinyConfig TinyTransformer KVCache "
-        "probsparse_attend probsparse_sizes TOLERANCE assert_close_to_reference"
+        "probsparse_attend probsparse_sizes TOLERANCE assert_close_to_reference "
+        "read read_routed HeadTable load_model"
     ).split()
 )

@@ -44,6 +44,57 @@ def _bench(args) -> int:
     return 0
 
 
+def _read_text(args) -> str | None:
+    if args.text is not None and args.file:
+        raise CliError("give the text with --text or --file, not both")
+    if args.file:
+        path = Path(args.file)
+        if not path.is_file():
+            raise CliError(f"--file {args.file}: no such file")
+        try:
+            return path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise CliError(f"--file {args.file}: not UTF-8 text") from None
+    return args.text
+
+
+def _heads(args) -> int:
+    from .read.heads import ReadError, read
+    from .read.models import ModelLoadError
+    from .show.terminal import headtable_tables
+
+    text = _read_text(args)
+    if text is not None and not text.strip():
+        raise CliError("the text is empty: give a non-empty --text or --file, or neither for the built-in text")
+    if args.max_tokens is not None and args.max_tokens < 2:
+        raise CliError(f"--max-tokens must be at least 2, got {args.max_tokens}")
+    try:
+        with read_progress() as progress:
+            table = read(args.model, text, max_tokens=args.max_tokens, seeds=(args.seed, args.seed + 1, args.seed + 2),
+                         ablation=not args.no_ablation, progress=progress)
+    except (ModelLoadError, ReadError) as e:
+        raise CliError(str(e)) from None
+    if table.meta.get("tokens_cut"):
+        console.print(f"[yellow]note:[/yellow] the text was cut to its first {table.meta['text_tokens']} tokens "
+                      f"({table.meta['tokens_cut']} dropped; --max-tokens or the model's context)")
+    for t in headtable_tables(table):
+        Console().print(t)
+    if args.json:
+        table.to_json(args.json)
+        console.print(f"wrote {args.json}")
+    if args.csv:
+        table.to_csv(args.csv)
+        console.print(f"wrote {args.csv}")
+    return 0
+
+
+def read_progress():
+    """Rich progress bars for loading and the per-layer sweeps."""
+    from .show.terminal import ReadProgress
+
+    return ReadProgress(console)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnroute", description="Transformer attention as routing.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -54,6 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--markdown", action="store_true", help="also print the tables as markdown")
     b.add_argument("--from-json", help="print the markdown tables of an earlier run and exit")
     b.set_defaults(fn=_bench)
+
+    h = sub.add_parser("heads", help="per-head routing statistics, roles and ablation effects of a real model")
+    h.add_argument("--model", default="smollm2", help="smollm2 (default), minilm, a model directory or a .gguf file")
+    h.add_argument("--text", help="the text to read (default: a built-in paragraph)")
+    h.add_argument("--file", help="read the text from this UTF-8 file")
+    h.add_argument("--max-tokens", type=int, help="cut the text to this many tokens (default: the model's context)")
+    h.add_argument("--seed", type=int, default=0, help="first probe seed (three are used)")
+    h.add_argument("--json", help="write the HeadTable as JSON")
+    h.add_argument("--csv", help="write the HeadTable as CSV")
+    h.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep and gradient estimate")
+    h.set_defaults(fn=_heads)
     return p
 
 

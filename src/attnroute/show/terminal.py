@@ -59,3 +59,73 @@ def bench_markdown(result: dict) -> str:
               f"| greedy | {g['cached_seconds']:.2f} s | {g['recompute_seconds']:.2f} s | {g['speedup']:.1f}× | "
               f"{g['same_tokens']} |"]
     return "\n".join(lines)
+
+
+ROLE_COLUMNS = {"induction": "induction", "previous-token": "prev_token", "duplicate": "duplicate",
+                "sink/delimiter": "sink_mass", "local": "local", "broad": "entropy_norm", "mixed": "max_weight"}
+
+
+def headtable_tables(table) -> list[Table]:
+    """Top heads per role, then weight versus effect."""
+    t = Table(title=f"{table.model}: {table.layers} layers × {table.heads} heads, "
+                    f"{table.meta.get('text_tokens')} text tokens")
+    for col in ("role", "heads", "top heads (layer.head: score)"):
+        t.add_column(col)
+    for role, col in ROLE_COLUMNS.items():
+        heads = table.with_role(role)
+        ranked = sorted(heads, key=lambda lh: -float(table[col][lh]))[:5]
+        t.add_row(role, str(len(heads)), ", ".join(f"L{l}.H{h}: {table[col][l, h]:.2f}" for l, h in ranked))
+    out = [t]
+    if "grad_vs_ablation" in table.meta:
+        e = Table(title="weight versus effect: top heads by zero-ablation Δ")
+        for col in ("head", "role", "sink mass", "norm-weighted sink", "grad estimate", "Δ zero", "Δ mean",
+                    "Δ uniform"):
+            e.add_column(col, justify="right")
+        for l, h, _ in table.top("ablation_delta", 8):
+            e.add_row(f"L{l}.H{h}", table.roles[l][h], *(f"{table[c][l, h]:.3f}" for c in (
+                "sink_mass", "norm_mass", "grad_attr", "ablation_delta", "ablation_mean", "ablation_uniform")))
+        a = table.meta["grad_vs_ablation"]
+        k = a["k"]
+        e.caption = (f"gradient estimate vs exact zero-ablation: Spearman {a['spearman']:.2f}, "
+                     f"top-{k} overlap {a['top%d_overlap' % k]}/{k}")
+        out.append(e)
+    return out
+
+
+def headtable_html(table) -> str:
+    from html import escape
+
+    rows = "".join(
+        f"<tr><td>{escape(role)}</td><td>{len(table.with_role(role))}</td><td>"
+        + escape(", ".join(f"L{l}.H{h}" for l, h in table.with_role(role)[:8])) + "</td></tr>"
+        for role in ROLE_COLUMNS)
+    return (f"<table><caption>{escape(table.model)}: {table.layers} × {table.heads} heads</caption>"
+            f"<tr><th>role</th><th>heads</th><th>examples</th></tr>{rows}</table>")
+
+
+class ReadProgress:
+    """Progress bars for `attnroute heads`: loading, text layers, ablation layers per mode."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                 TimeElapsedColumn(), console=console, transient=True)
+        self.tasks = {}
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def __call__(self, kind, payload=None):
+        if kind in ("load", "warn"):
+            self.progress.console.print(f"{'loading' if kind == 'load' else 'note'}: {payload}")
+            return
+        key = kind if kind != "ablate" else f"ablate {payload[0]}"
+        if key not in self.tasks:
+            desc = {"layer": "text statistics (layers)"}.get(kind, f"ablation sweep, {payload[0] if kind == 'ablate' else ''}")
+            self.tasks[key] = self.progress.add_task(desc, total=None)
+        self.progress.advance(self.tasks[key])

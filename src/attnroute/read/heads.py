@@ -1,0 +1,215 @@
+"""attnroute.read(model, text) -> HeadTable: where every head routes, its role, and its effect.
+
+Three passes, each through attnroute's engine inside `routed(...)`:
+
+1. the text, blocked backend with probes: entropy, max weight, argmax offsets, sink, punctuation,
+   local-band and norm-weighted sink mass per row, averaged over rows that see ≥ 2 keys
+   (memory linear in length: no [T, T] matrix is kept);
+2. repeated random tokens (stimuli.py), one batch per probe seed: previous-token, duplicate and
+   induction scores, and the loss on the first versus the second repeat;
+3. (unless ablation=False) the effect batch: the exact ablation sweep (zero, mean, uniform) and the
+   one-backward gradient estimate (effects.py).
+"""
+
+from __future__ import annotations
+
+import string
+import time
+
+import numpy as np
+import torch
+
+from . import effects, roles
+from .adapter import routed
+from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable
+from .models import LoadedModel, load
+from .probes import Diagonals, KeySetMass, NormMass, PerLayer, row_stats_probe, value_norms
+from .stimuli import Repeated, encode_text, repeated_random_tokens, special_ids
+
+DEFAULT_TEXT = (
+    "The quick brown fox jumps over the lazy dog. Alice gave Bob the book, and Bob gave the book back "
+    "to Alice. Mary and John went to the store; John bought milk, and Mary bought bread. "
+    "The quick brown fox jumps over the lazy dog again, because the dog was still lazy."
+)
+
+
+class ReadError(ValueError):
+    """Bad input to read(): one line, says what to do."""
+
+
+def read(model, inputs: str | None = None, *, max_tokens: int | None = None, seeds=(0, 1, 2), ablation: bool = True,
+         effect_batch: int = 8, effect_len: int = 40, modes=effects.MODES, progress=None) -> HeadTable:
+    """Read a model's routing on a text. ``model``: a LoadedModel, or 'smollm2' / 'minilm' / a path."""
+    say = progress or (lambda *a: None)
+    loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
+    text = DEFAULT_TEXT if inputs is None else inputs
+    if not text or not text.strip():
+        raise ReadError("the text is empty: give a text with --text or --file (or leave both out for the built-in one)")
+    limit = max_tokens or loaded.max_positions or None
+    ids, cut = encode_text(loaded.tokenizer, text, limit)
+    meta = {"text_tokens": int(ids.shape[1]), "tokens_cut": cut, "max_tokens": limit, "timings_s": {}}
+    if cut:
+        say("warn", f"the text has {ids.shape[1] + cut} tokens; kept the first {ids.shape[1]} (cut {cut})")
+
+    t0 = time.perf_counter()
+    cols, offsets = text_statistics(loaded, ids, say)
+    meta["timings_s"]["text"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    per_seed = [repeated_scores(loaded, repeated_random_tokens(loaded.tokenizer, seed=s, causal=loaded.causal))
+                for s in seeds]
+    for name in ("prev_token", "duplicate", "induction"):
+        cols[name] = np.mean([p[name] for p in per_seed], axis=0)
+    stim = repeated_random_tokens(loaded.tokenizer, seed=seeds[0], causal=loaded.causal)
+    meta["stimulus"] = stim.describe() + f"; scores averaged over seeds {list(seeds)}"
+    if loaded.causal:
+        meta["induction_loss"] = induction_loss(loaded, stim)
+    meta["timings_s"]["repeated"] = time.perf_counter() - t0
+
+    L, H = loaded.n_layers, loaded.n_heads
+    for c in COLUMNS:
+        cols.setdefault(c, np.full((L, H), np.nan))
+    head_roles, stability = label_heads(cols, per_seed)
+    cols["role_stability"] = stability
+    if ablation:
+        t0 = time.perf_counter()
+        meta.update(effect_columns(loaded, cols, ids, effect_batch, effect_len, seeds[0], modes, say))
+        meta["timings_s"]["effects"] = time.perf_counter() - t0
+    meta["role_thresholds"] = roles.THRESHOLDS
+    return HeadTable(loaded.name, L, H, cols, head_roles, offsets, meta)
+
+
+# ------------------------------------------------------------------------------------ pass 1: text
+
+
+def key_sets(tokenizer, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sink keys, punctuation keys), bool [B, T]: sinks are the first position and special tokens
+    (BOS, [CLS], [SEP]); punctuation is any token that decodes to punctuation only."""
+    specials = special_ids(tokenizer)
+    flat = ids.flatten().tolist()
+    is_special = torch.tensor([t in specials for t in flat]).view(ids.shape)
+    sink = is_special.clone()
+    sink[:, 0] = True
+    punct_chars = set(string.punctuation)
+    words = tokenizer.convert_ids_to_tokens(flat)
+    is_punct = torch.tensor([bool(w.strip("Ġ▁ ")) and set(w.strip("Ġ▁ ")) <= punct_chars for w in words]).view(ids.shape)
+    return sink, is_punct & ~sink
+
+
+@torch.no_grad()
+def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say) -> tuple[dict, np.ndarray]:
+    sink_keys, punct_keys = key_sets(loaded.tokenizer, ids)
+    rows = row_stats_probe(band=4)
+    sink, punct = PerLayer(lambda: KeySetMass(sink_keys)), PerLayer(lambda: KeySetMass(punct_keys))
+    norm = PerLayer(lambda: NormMass(sink_keys))
+
+    def set_value_norms(layer, module, q, k, v):
+        proj = loaded.out_projections[layer]
+        if proj is not None:
+            if layer not in norm.by_layer:
+                norm.by_layer[layer] = NormMass(sink_keys)
+            norm.by_layer[layer].fnorm = value_norms(v, proj.weight, loaded.n_heads)
+        say("layer", layer)
+
+    probes = [rows, sink, punct] + ([norm] if all(p is not None for p in loaded.out_projections) else [])
+    with routed(loaded, probes=probes, impl="blocked", before_attend=[set_value_norms]):
+        loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    L, H = loaded.n_layers, loaded.n_heads
+    cols = {c: np.zeros((L, H)) for c in ("entropy", "entropy_norm", "max_weight", "sink_mass", "punct_mass", "local",
+                                          "norm_mass")}
+    offsets = np.zeros((L, H, len(OFFSET_BUCKETS)))
+    for layer in range(L):
+        r = rows[layer]
+        valid = (r.n_visible >= 2).float()  # (B, H, T): rows with a choice to make
+        mean = lambda x: ((x.float() * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)).numpy()  # noqa: E731
+        cols["entropy"][layer], cols["entropy_norm"][layer] = mean(r.entropy), mean(r.entropy_norm())
+        cols["max_weight"][layer], cols["local"][layer] = mean(r.max_weight), mean(r.band_mass)
+        cols["sink_mass"][layer], cols["punct_mass"][layer] = mean(sink[layer].rows()), mean(punct[layer].rows())
+        cols["norm_mass"][layer] = mean(norm[layer].share()) if layer in norm.by_layer else np.nan
+        offsets[layer] = offset_histogram(r.argmax, ids.shape[1], valid)
+    return cols, offsets
+
+
+def offset_histogram(argmax: torch.Tensor, T: int, valid: torch.Tensor) -> np.ndarray:
+    """Fraction of rows per OFFSET_BUCKETS bucket of (query position − argmax key), [H, buckets]."""
+    qpos = torch.arange(argmax.shape[-1]) + (T - argmax.shape[-1])
+    off = qpos - argmax  # (B, H, Tq)
+    buckets = [argmax == 0, (off == 0) & (argmax != 0), off == 1, (off >= 2) & (off <= 4), (off >= 5) & (off <= 16),
+               off >= 17, off < 0]
+    taken = torch.zeros_like(off, dtype=torch.bool)
+    out = []
+    for b in buckets:  # first match wins ("first" before "self" etc.)
+        b = b & ~taken
+        taken |= b
+        out.append(((b.float() * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)).numpy())
+    return np.stack(out, axis=-1)
+
+
+# ------------------------------------------------------------------------------------ pass 2: repeats
+
+
+@torch.no_grad()
+def repeated_scores(loaded: LoadedModel, stim: Repeated) -> dict:
+    """prev_token, duplicate, induction [L, H] on one repeated-random-token batch."""
+    S, P = stim.S, stim.prefix
+    diag = PerLayer(lambda: Diagonals([1, S, S - 1]))
+    with routed(loaded, probes=[diag], impl="eager"):
+        loaded.model(input_ids=stim.input_ids, attention_mask=stim.attention_mask)
+    first = torch.arange(P + 1, P + 2 * S)  # every row with a previous token inside the repeats
+    second = stim.second_rows()
+    out = {k: np.zeros((loaded.n_layers, loaded.n_heads)) for k in ("prev_token", "duplicate", "induction")}
+    for layer in range(loaded.n_layers):
+        d = diag[layer]
+        out["prev_token"][layer] = d.rows(1)[:, :, first].mean((0, 2)).numpy()
+        out["duplicate"][layer] = d.rows(S)[:, :, second].mean((0, 2)).numpy()
+        out["induction"][layer] = d.rows(S - 1)[:, :, second].mean((0, 2)).numpy()
+    return out
+
+
+@torch.no_grad()
+def induction_loss(loaded: LoadedModel, stim: Repeated) -> dict:
+    """Mean next-token loss predicting the first repeat's tokens versus the second's."""
+    with routed(loaded, impl="sdpa"):
+        logits = loaded.model(input_ids=stim.input_ids, attention_mask=stim.attention_mask).logits.float()
+    ce = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), stim.input_ids[:, 1:], reduction="none")
+    S, P = stim.S, stim.prefix
+    # target position t is predicted by row t−1
+    first = ce[:, P : P + S - 1]  # targets P+1 … P+S−1 (token P is unpredictable)
+    second = ce[:, P + S - 1 : P + 2 * S - 1]  # targets P+S … P+2S−1
+    return {"first_repeat": float(first.mean()), "second_repeat": float(second.mean()), "S": S}
+
+
+def label_heads(cols: dict, per_seed: list[dict]):
+    L, H = cols["entropy"].shape
+    names, stability = [], np.zeros((L, H))
+    for layer in range(L):
+        row = []
+        for h in range(H):
+            stats = {k: float(cols[k][layer, h]) for k in ("induction", "prev_token", "duplicate", "sink_mass",
+                                                             "punct_mass", "local", "entropy_norm")}
+            role = roles.label(stats)
+            seed_roles = [roles.label({**stats, **{k: float(p[k][layer, h]) for k in p}}) for p in per_seed]
+            stability[layer, h] = np.mean([r == role for r in seed_roles])
+            row.append(role)
+        names.append(row)
+    return names, stability
+
+
+# ------------------------------------------------------------------------------------ pass 3: effects
+
+
+def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, say) -> dict:
+    if loaded.causal:
+        stim = repeated_random_tokens(loaded.tokenizer, S=S, batch=batch_size, seed=seed, causal=True)
+        batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
+        described = stim.describe() + "; effect = Δ mean next-token loss"
+    else:
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        described = "the text; effect = 1 − cosine of the mean-pooled sentence embedding"
+    deltas = effects.exact_sweep(loaded, batch, modes=modes, progress=lambda m, l: say("ablate", (m, l)))
+    cols["ablation_delta"] = deltas.get("zero", cols["ablation_delta"])
+    cols["ablation_mean"] = deltas.get("mean", cols["ablation_mean"])
+    cols["ablation_uniform"] = deltas.get("uniform", cols["ablation_uniform"])
+    cols["grad_attr"] = effects.gradient_estimate(loaded, batch)
+    agree = effects.rank_agreement(cols["grad_attr"], cols["ablation_delta"])
+    return {"effect_batch": described, "grad_vs_ablation": agree}

@@ -1,0 +1,75 @@
+"""HeadTable: per-(layer, head) statistics, roles and effects, [L, H] each, with export."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+# JSON/CSV columns, in order (the CLI contract adds layer, head and role)
+COLUMNS = ("entropy", "entropy_norm", "max_weight", "sink_mass", "punct_mass", "prev_token", "duplicate",
+           "induction", "local", "norm_mass", "grad_attr", "ablation_delta", "ablation_mean",
+           "ablation_uniform", "role_stability")
+OFFSET_BUCKETS = ("first", "self", "prev", "2-4", "5-16", "17+", "future")
+
+
+@dataclass
+class HeadTable:
+    model: str
+    layers: int
+    heads: int
+    columns: dict  # name -> np.ndarray [L, H] (NaN where not computed)
+    roles: list  # [L][H] role names
+    argmax_offsets: np.ndarray  # [L, H, len(OFFSET_BUCKETS)] fractions of rows
+    meta: dict = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def rows(self) -> list[dict]:
+        out = []
+        for layer in range(self.layers):
+            for head in range(self.heads):
+                row = {"layer": layer, "head": head}
+                for c in COLUMNS:
+                    v = float(self.columns[c][layer, head])
+                    row[c] = None if np.isnan(v) else round(v, 6)
+                row["role"] = self.roles[layer][head]
+                row["argmax_offsets"] = {b: round(float(x), 4) for b, x in
+                                         zip(OFFSET_BUCKETS, self.argmax_offsets[layer, head])}
+                out.append(row)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "layers": self.layers, "heads": self.heads, "meta": self.meta,
+                "rows": self.rows()}
+
+    def to_json(self, path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    def to_csv(self, path) -> None:
+        rows = self.rows()
+        with open(path, "w", newline="") as f:
+            fields = ["layer", "head", *COLUMNS, "role"] + [f"argmax_{b}" for b in OFFSET_BUCKETS]
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            for r in rows:
+                offs = r.pop("argmax_offsets")
+                w.writerow({**r, **{f"argmax_{b}": v for b, v in offs.items()}})
+
+    def top(self, column: str, k: int = 5, largest: bool = True) -> list[tuple[int, int, float]]:
+        values = self.columns[column]
+        flat = np.nan_to_num(values.ravel(), nan=-np.inf if largest else np.inf)
+        order = np.argsort(-flat if largest else flat)[:k]
+        return [(int(i // self.heads), int(i % self.heads), float(values.ravel()[i])) for i in order]
+
+    def with_role(self, role: str) -> list[tuple[int, int]]:
+        return [(l, h) for l in range(self.layers) for h in range(self.heads) if self.roles[l][h] == role]
+
+    def _repr_html_(self) -> str:  # notebooks: a compact table of the top heads per role
+        from ..show.terminal import headtable_html
+
+        return headtable_html(self)

