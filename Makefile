@@ -23,7 +23,7 @@ test: venv
 	$(BIN)/python -m pytest -q
 
 bench: venv
-	$(BIN)/attnroute bench --json benchmarks/results/engine.json
+	$(BIN)/attnroute bench --out benchmarks/results
 
 clean:
 	rm -rf $(VENV)

@@ -6,8 +6,8 @@ from attnroute.cli import main
 
 
 def test_bench_quick_writes_every_figure(tmp_path, capsys):
-    out = tmp_path / "bench.json"
-    assert main(["bench", "--quick", "--json", str(out)]) == 0
+    out = tmp_path / "engine.json"
+    assert main(["bench", "--quick", "--suite", "engine", "--out", str(tmp_path)]) == 0
     result = json.loads(out.read_text())
     impls = {(r["T"], r["impl"]) for r in result["backends"]}
     assert impls == {(T, i) for T in (256, 512) for i in ("sdpa", "blocked", "blocked+probes", "eager")}

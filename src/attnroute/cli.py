@@ -21,27 +21,41 @@ class CliError(Exception):
 
 
 def _bench(args) -> int:
+    from .show.terminal import bench_markdown, bench_tables, read_bench_markdown
+
     if args.from_json:
-        from .show.terminal import bench_markdown
-
-        print(bench_markdown(json.loads(Path(args.from_json).read_text())))
+        data = json.loads(Path(args.from_json).read_text())
+        print(read_bench_markdown(data) if "effects" in data else bench_markdown(data))
         return 0
-    from .bench import engine
-    from .show.terminal import bench_markdown, bench_tables
+    out_dir = Path(args.out) if args.out else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    if args.suite in ("engine", "all"):
+        from .bench import engine
 
-    sizes = (256, 512) if args.quick else tuple(args.sizes)
-    ps = (256, 512) if args.quick else (1024, 4096)
-    with console.status("benchmarking (figures, not pass/fail)…") as status:
-        result = engine.run(sizes, ps, new_tokens=32 if args.quick else 512, progress=lambda m: status.update(m))
-    for table in bench_tables(result):
-        Console().print(table)
-    if args.markdown:
-        print(bench_markdown(result))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2))
-        console.print(f"wrote {args.json}")
+        sizes = (256, 512) if args.quick else tuple(args.sizes)
+        ps = (256, 512) if args.quick else (1024, 4096)
+        with console.status("engine benchmark (figures, not pass/fail)…") as status:
+            result = engine.run(sizes, ps, new_tokens=32 if args.quick else 512, progress=status.update)
+        for table in bench_tables(result):
+            Console().print(table)
+        _write(out_dir, "engine.json", result, args.markdown and bench_markdown(result))
+    if args.suite in ("read", "all"):
+        from .bench import reading
+
+        with console.status("read benchmark (SmolLM2; minutes)…") as status:
+            result = reading.run(progress=status.update, quick=args.quick)
+        print(read_bench_markdown(result))
+        _write(out_dir, "read.json", result, None)
     return 0
+
+
+def _write(out_dir, name, result, markdown):
+    if markdown:
+        print(markdown)
+    if out_dir:
+        (out_dir / name).write_text(json.dumps(result, indent=2))
+        console.print(f"wrote {out_dir / name}")
 
 
 def _read_text(args) -> str | None:
@@ -101,9 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="time and memory of every backend beside torch SDPA")
     b.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096, 8192], help="sequence lengths Tq = Tk")
     b.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run")
-    b.add_argument("--json", help="write the figures here")
+    b.add_argument("--suite", choices=("all", "engine", "read"), default="all", help="which benchmarks to run")
+    b.add_argument("--out", help="write engine.json / read.json into this directory")
     b.add_argument("--markdown", action="store_true", help="also print the tables as markdown")
-    b.add_argument("--from-json", help="print the markdown tables of an earlier run and exit")
+    b.add_argument("--from-json", help="print the markdown tables of an earlier run's JSON and exit")
     b.set_defaults(fn=_bench)
 
     h = sub.add_parser("heads", help="per-head routing statistics, roles and ablation effects of a real model")
@@ -124,7 +139,7 @@ def main(argv=None) -> int:
     try:
         return args.fn(args)
     except CliError as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
+        print(f"error: {e}", file=sys.stderr)  # one line, never wrapped or a traceback
         return 2
     except KeyboardInterrupt:
         return 130

@@ -23,7 +23,7 @@ from . import effects, roles
 from .adapter import routed
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable
 from .models import LoadedModel, load
-from .probes import Diagonals, KeySetMass, NormMass, PerLayer, row_stats_probe, value_norms
+from .probes import Diagonals, KeyVectors, PerLayer, row_stats_probe, value_norms
 from .stimuli import Repeated, encode_text, repeated_random_tokens, special_ids
 
 DEFAULT_TEXT = (
@@ -98,34 +98,37 @@ def key_sets(tokenizer, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say) -> tuple[dict, np.ndarray]:
-    sink_keys, punct_keys = key_sets(loaded.tokenizer, ids)
-    rows = row_stats_probe(band=4)
-    sink, punct = PerLayer(lambda: KeySetMass(sink_keys)), PerLayer(lambda: KeySetMass(punct_keys))
-    norm = PerLayer(lambda: NormMass(sink_keys))
+    """One forward of the text: RowStats per layer, and one KeyVectors matmul per block giving
+    the sink mass, punctuation mass, and (Kobayashi) the norm-weighted total and sink parts."""
+    sink_keys, punct_keys = key_sets(loaded.tokenizer, ids)  # (B, T) each
+    rows, keyvec = row_stats_probe(band=4), PerLayer(KeyVectors)
+    H = loaded.n_heads
 
-    def set_value_norms(layer, module, q, k, v):
+    def set_key_vectors(layer, module, q, k, v):
         proj = loaded.out_projections[layer]
-        if proj is not None:
-            if layer not in norm.by_layer:
-                norm.by_layer[layer] = NormMass(sink_keys)
-            norm.by_layer[layer].fnorm = value_norms(v, proj.weight, loaded.n_heads)
+        fn = value_norms(v, proj.weight, H) if proj is not None else torch.full(v.shape[:1] + (H, v.shape[2]), float("nan"))
+        ind = torch.stack([sink_keys, punct_keys], -1).float()[:, None].expand(-1, H, -1, -1)  # (B, H, T, 2)
+        vec = torch.cat([ind, fn[..., None], (fn * sink_keys[:, None])[..., None]], -1)  # (B, H, T, 4)
+        if layer not in keyvec.by_layer:
+            keyvec.by_layer[layer] = KeyVectors()
+        keyvec.by_layer[layer].vectors = vec
         say("layer", layer)
 
-    probes = [rows, sink, punct] + ([norm] if all(p is not None for p in loaded.out_projections) else [])
-    with routed(loaded, probes=probes, impl="blocked", before_attend=[set_value_norms]):
-        loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids))
-    L, H = loaded.n_layers, loaded.n_heads
+    with routed(loaded, probes=[rows, keyvec], impl="blocked", before_attend=[set_key_vectors]):
+        loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids))  # no LM head: no logits needed
+    L = loaded.n_layers
     cols = {c: np.zeros((L, H)) for c in ("entropy", "entropy_norm", "max_weight", "sink_mass", "punct_mass", "local",
                                           "norm_mass")}
     offsets = np.zeros((L, H, len(OFFSET_BUCKETS)))
     for layer in range(L):
-        r = rows[layer]
+        r, kv = rows[layer], keyvec[layer].rows()  # kv: (B, H, T, 4)
         valid = (r.n_visible >= 2).float()  # (B, H, T): rows with a choice to make
         mean = lambda x: ((x.float() * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)).numpy()  # noqa: E731
         cols["entropy"][layer], cols["entropy_norm"][layer] = mean(r.entropy), mean(r.entropy_norm())
         cols["max_weight"][layer], cols["local"][layer] = mean(r.max_weight), mean(r.band_mass)
-        cols["sink_mass"][layer], cols["punct_mass"][layer] = mean(sink[layer].rows()), mean(punct[layer].rows())
-        cols["norm_mass"][layer] = mean(norm[layer].share()) if layer in norm.by_layer else np.nan
+        cols["sink_mass"][layer], cols["punct_mass"][layer] = mean(kv[..., 0]), mean(kv[..., 1])
+        share = torch.where(kv[..., 2] > 0, kv[..., 3] / kv[..., 2].clamp_min(1e-30), torch.zeros_like(kv[..., 2]))
+        cols["norm_mass"][layer] = mean(share)
         offsets[layer] = offset_histogram(r.argmax, ids.shape[1], valid)
     return cols, offsets
 
@@ -154,7 +157,7 @@ def repeated_scores(loaded: LoadedModel, stim: Repeated) -> dict:
     S, P = stim.S, stim.prefix
     diag = PerLayer(lambda: Diagonals([1, S, S - 1]))
     with routed(loaded, probes=[diag], impl="eager"):
-        loaded.model(input_ids=stim.input_ids, attention_mask=stim.attention_mask)
+        loaded.model.base_model(input_ids=stim.input_ids, attention_mask=stim.attention_mask)
     first = torch.arange(P + 1, P + 2 * S)  # every row with a previous token inside the repeats
     second = stim.second_rows()
     out = {k: np.zeros((loaded.n_layers, loaded.n_heads)) for k in ("prev_token", "duplicate", "induction")}

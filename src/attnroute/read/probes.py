@@ -29,22 +29,6 @@ class PerLayer(Probe):
         return self.by_layer[layer]
 
 
-class KeySetMass(Probe):
-    """Per row, the mass on a chosen set of key positions, ``keys`` bool [B, Tk]."""
-
-    def __init__(self, keys: torch.Tensor):
-        self.keys = keys
-        self.parts: list[torch.Tensor] = []
-
-    def update(self, block) -> None:
-        sel = self.keys[:, block.kv0 : block.kv1].to(block.weights.dtype)  # (B, kspan)
-        w = block.weights.float()
-        self.parts.append(torch.linalg.vecdot(w, sel[:, None, None, :].float()).contiguous())  # (B, H, bq)
-
-    def rows(self) -> torch.Tensor:
-        return torch.cat(self.parts, dim=-1)  # (B, H, Tq)
-
-
 class Diagonals(Probe):
     """Per row, the weight on the key ``off`` positions back, for each offset: {off: [B, H, Tq]}."""
 
@@ -61,32 +45,27 @@ class Diagonals(Probe):
         return torch.cat(self.parts[off], dim=-1)
 
 
-class NormMass(Probe):
-    """Kobayashi et al. 2020: the norm of what each key contributes, ‖α_ij f(x_j)‖ = α_ij ‖f(x_j)‖,
-    with f(x_j) = v_j W_O^h (value, bias included, through the head's slice of the output projection).
+class KeyVectors(Probe):
+    """Per row, Σ_j α_ij · vectors[j] for K key vectors at once: [B, H, Tq, K].
 
-    α is a scalar per (head, row, key), so ‖f(x_j)‖ per head and key ([B, H, Tk], set by the adapter
-    before each call) is all that is needed: no n×n×d tensor. Per row it keeps the total
-    Σ_j α_ij‖f_j‖ and the part on the chosen keys (sinks)."""
+    One batched matmul (weights [bq, kspan] @ vectors [kspan, K]) reads the block once, whatever K
+    is. With indicator vectors it gives the mass on chosen keys (sinks, punctuation); with the value
+    norms ‖f(x_j)‖ of Kobayashi et al. 2020 it gives the norm-weighted mass Σ_j ‖α_ij f(x_j)‖
+    (α is a scalar per head, row and key, so no n×n×d tensor is needed).
+    ``vectors`` [B or 1, H or 1, Tk, K] is set before each call (the adapter's before_attend hook).
+    """
 
-    def __init__(self, keys: torch.Tensor):
-        self.keys = keys  # (B, Tk) bool
-        self.fnorm: torch.Tensor | None = None  # (B, H, Tk), set per call
-        self.total: list[torch.Tensor] = []
-        self.chosen: list[torch.Tensor] = []
+    def __init__(self):
+        self.vectors: torch.Tensor | None = None
+        self.parts: list[torch.Tensor] = []
 
     def update(self, block) -> None:
-        fn = self.fnorm[..., block.kv0 : block.kv1].float()  # (B, H, kspan)
-        w = block.weights.float()
-        contrib = w * fn[:, :, None, :]  # (B, H, bq, kspan)
-        self.total.append(contrib.sum(-1))
-        sel = self.keys[:, None, None, block.kv0 : block.kv1].float()
-        self.chosen.append(torch.linalg.vecdot(contrib, sel))
+        w = block.weights
+        vec = self.vectors[:, :, block.kv0 : block.kv1].to(w.dtype)  # (b?, h?, kspan, K)
+        self.parts.append(torch.matmul(w, vec).float())  # (B, H, bq, K)
 
-    def share(self) -> torch.Tensor:
-        """Per row, the share of the norm-weighted contribution that comes from the chosen keys."""
-        total, chosen = torch.cat(self.total, -1), torch.cat(self.chosen, -1)
-        return torch.where(total > 0, chosen / total.clamp_min(1e-30), torch.zeros_like(total))
+    def rows(self) -> torch.Tensor:
+        return torch.cat(self.parts, dim=2)  # (B, H, Tq, K)
 
 
 def value_norms(value: torch.Tensor, o_weight: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -129,3 +129,24 @@ class ReadProgress:
             desc = {"layer": "text statistics (layers)"}.get(kind, f"ablation sweep, {payload[0] if kind == 'ablate' else ''}")
             self.tasks[key] = self.progress.add_task(desc, total=None)
         self.progress.advance(self.tasks[key])
+
+
+def read_bench_markdown(result: dict) -> str:
+    e = result["effects"]
+    lines = [f"Ablation effects on SmolLM2 ({e['heads']} heads; {e['stimulus']}):", "",
+             "| method | time | speed-up vs plain | agreement with exact |", "|---|---:|---:|---|",
+             f"| plain: one forward per head (timed on {e['plain_heads_timed']} heads, scaled) | "
+             f"{e['plain_seconds_all_heads']:.0f} s | 1.0× | — |",
+             f"| attnroute exact sweep (residual reuse, batched copies) | {e['exact_seconds']:.0f} s | "
+             f"{e['exact_speedup']:.1f}× | max abs diff {e['exact_vs_plain_max_abs_diff']:.1e} on the timed heads |",
+             f"| attnroute gradient estimate (1 forward + 1 backward) | {e['estimate_seconds']:.1f} s | "
+             f"{e['estimate_speedup']:.0f}× | top-10 overlap {e['top10_overlap']}/10, Spearman {e['spearman']:.2f} |",
+             "", "| T | what | time | peak RSS |", "|---:|---|---:|---:|"]
+    names = {"sdpa": "transformers SDPA forward (no weights)",
+             "eager": "transformers eager + output_attentions", "headtable": "attnroute HeadTable (text statistics)"}
+    for r in result["long_context"]:
+        if "error" in r:
+            lines.append(f"| {r['T']} | {names[r['mode']]} | failed: {r['error']} | |")
+        else:
+            lines.append(f"| {r['T']} | {names[r['mode']]} | {r['seconds']:.1f} s | {fmt_bytes(r['peak_rss_bytes'])} |")
+    return "\n".join(lines)

@@ -1,0 +1,82 @@
+"""The read benchmark: ablation sweeps on SmolLM2 and the long-context HeadTable.
+
+Effects: SmolLM2 on 8 sequences of 40 random tokens repeated twice (+ BOS), zero ablation.
+  plain     one full forward per head (TransformerLens' patching utility does this); timed on one
+            head per layer and scaled to all heads (each forward costs the same)
+  exact     attnroute's sweep: clean residual stream reused, one copy of the batch per head
+  estimate  one forward and one backward (head gates)
+Long context (one child process per cell, peak RSS from VmHWM): transformers' SDPA forward (no
+weights), transformers' eager forward with output_attentions (what BertViz, TransformerLens' bridge,
+nnsight and Inseq read), and attnroute's HeadTable text statistics (blocked backend).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+
+def effects_rows(progress=None, batch=8, S=40, plain_heads_per_layer=1) -> dict:
+    from ..read import effects
+    from ..read.models import load
+    from ..read.stimuli import repeated_random_tokens
+
+    lm = load("smollm2")
+    stim = repeated_random_tokens(lm.tokenizer, S=S, batch=batch, seed=0)
+    b = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
+    L, H = lm.n_layers, lm.n_heads
+    sample = [(layer, (layer * 4) % H) for layer in range(L) for _ in range(plain_heads_per_layer)]
+    t0 = time.perf_counter()
+    plain = effects.plain_sweep(lm, b, heads=sample, progress=lambda l, h: progress and progress(f"plain L{l}.H{h}"))
+    plain_s = (time.perf_counter() - t0) * (L * H) / len(sample)
+    t0 = time.perf_counter()
+    exact = effects.exact_sweep(lm, b, modes=("zero",), progress=lambda m, l: progress and progress(f"exact L{l}"))["zero"]
+    exact_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    est = effects.gradient_estimate(lm, b)
+    est_s = time.perf_counter() - t0
+    checked = [(l, h) for l, h in sample]
+    max_diff = max(abs(plain[l, h] - exact[l, h]) for l, h in checked)
+    agree = effects.rank_agreement(est, exact)
+    return {"stimulus": stim.describe(), "heads": L * H, "plain_seconds_all_heads": plain_s,
+            "plain_heads_timed": len(sample), "exact_seconds": exact_s, "estimate_seconds": est_s,
+            "exact_speedup": plain_s / exact_s, "estimate_speedup": plain_s / est_s,
+            "exact_vs_plain_max_abs_diff": float(max_diff), **agree,
+            "top10_exact": [list(map(int, divmod(int(i), H))) for i in np.argsort(-exact.ravel())[:10]]}
+
+
+def long_context_cell(mode: str, T: int, timeout: int = 1500) -> dict:
+    cmd = [sys.executable, "-m", "attnroute.bench.long_context", mode, str(T)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"mode": mode, "T": T, "error": f"over {timeout} s"}
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["killed"])[-1]
+        return {"mode": mode, "T": T, "error": f"exit {out.returncode}: {last[:200]}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+CELLS = [("sdpa", 4096), ("eager", 4096), ("headtable", 4096), ("sdpa", 16384), ("headtable", 16384)]
+
+
+def long_context_rows(cells=CELLS, progress=None) -> list[dict]:
+    rows = []
+    for mode, T in cells:
+        if progress:
+            progress(f"long context: {mode} at {T} tokens")
+        rows.append(long_context_cell(mode, T))
+    return rows
+
+
+def run(progress=None, quick: bool = False) -> dict:
+    if quick:
+        return {"effects": effects_rows(progress, batch=1, S=6, plain_heads_per_layer=1),
+                "long_context": long_context_rows([("sdpa", 256), ("headtable", 256)], progress)}
+    return {"effects": effects_rows(progress), "long_context": long_context_rows(progress=progress),
+            "threads": torch.get_num_threads()}
