@@ -16,7 +16,7 @@ def test_public_surface_is_pinned():
         "rope_frequencies", "interleaved_to_half_split", "half_split_to_interleaved",
         "MultiHeadAttention", "FeedForward", "Block", "TinyConfig", "TinyTransformer", "KVCache",
         "probsparse_attend", "probsparse_sizes", "TOLERANCE", "assert_close_to_reference",
-        "read", "read_routed", "HeadTable", "load_model",
+        "read", "read_routed", "HeadTable", "load_model", "check", "CheckReport",
     }
     assert set(attnroute.__all__) == expected
     for name in expected:

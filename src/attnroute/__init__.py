@@ -7,6 +7,7 @@ how a real model routes a text, cost what routing takes, and show it.
 from .build import *  # noqa: F401,F403  (the public surface is pinned by tests/test_namespace.py)
 
 from . import read as _read_package  # noqa: F401  (bind the package first, so `read` below is the function)
+from .check.report import CheckReport, check
 from .read.adapter import routed as read_routed
 from .read.headtable import HeadTable
 from .read.heads import read
@@ -26,6 +27,6 @@ __all__ = sorted(
         "interleaved_to_half_split half_split_to_interleaved "
         "MultiHeadAttention FeedForward Block TinyConfig TinyTransformer KVCache "
         "probsparse_attend probsparse_sizes TOLERANCE assert_close_to_reference "
-        "read read_routed HeadTable load_model"
+        "read read_routed HeadTable load_model check CheckReport"
     ).split()
 )

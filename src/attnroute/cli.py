@@ -109,6 +109,39 @@ def read_progress():
     return ReadProgress(console)
 
 
+def _check(args) -> int:
+    from .check.report import check, select
+    from .check.targets import TargetError, resolve
+
+    try:
+        only = args.only.split(",") if args.only else None
+        skip = args.skip.split(",") if args.skip else None
+        select(only, skip)
+        targets = resolve(args.target, args.convention)
+    except (TargetError, ValueError) as e:
+        raise CliError(str(e)) from None
+    reports = []
+    for t in targets:
+        try:
+            reports.append(check(t.fn, t.convention, only=only, skip=skip, name=t.name))
+        except Exception as e:  # noqa: BLE001  (a target that cannot be called at all)
+            raise CliError(f"cannot call {t.name}: {type(e).__name__}: {e}") from None
+    callable_at_all = any(not c.skipped for r in reports for c in r.checks)
+    if not callable_at_all:
+        first = reports[0].checks[0].detail if reports and reports[0].checks else "no checks ran"
+        raise CliError(f"cannot call {args.target} with [B, H, Tq, D] tensors: {first}")
+    if args.json:
+        data = reports[0].to_dict() if len(reports) == 1 else {"target": args.target,
+                                                               "passed": all(r.passed for r in reports),
+                                                               "targets": [r.to_dict() for r in reports],
+                                                               "checks": [c for r in reports for c in r.to_dict()["checks"]]}
+        print(json.dumps(data, indent=2))
+    else:
+        for r in reports:
+            print(r.summary())
+    return 0 if all(r.passed for r in reports) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnroute", description="Transformer attention as routing.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -131,6 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--csv", help="write the HeadTable as CSV")
     h.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep and gradient estimate")
     h.set_defaults(fn=_heads)
+
+    c = sub.add_parser("check", help="audit an attention implementation for mask, scale and precision bugs")
+    c.add_argument("target", help="module:function, torch.sdpa, torch.mha, attnroute.{eager,blocked,sdpa,probsparse}, "
+                                  "hf:smollm2, hf:minilm or hf:PATH")
+    c.add_argument("--convention", default="sdpa", choices=("sdpa", "mha", "additive", "hf"),
+                   help="how the target takes its mask (default sdpa: bool, True = may attend)")
+    c.add_argument("--json", action="store_true", help="print the report as JSON")
+    c.add_argument("--only", help="comma-separated check names to run")
+    c.add_argument("--skip", help="comma-separated check names to skip")
+    c.set_defaults(fn=_check)
     return p
 
 

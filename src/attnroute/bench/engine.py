@@ -77,7 +77,7 @@ def probsparse_rows(sizes, progress=None):
     return rows
 
 
-def generation_row(prompt_len=256, new_tokens=512, progress=None):
+def generation_row(prompt_len=512, new_tokens=512, progress=None):
     torch.manual_seed(0)
     cfg = TinyConfig(vocab=512, d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_len=prompt_len + new_tokens,
                      positions="rope")

@@ -70,7 +70,7 @@ def scale_and_mask(
 
 def first_masked_column(keep: torch.Tensor) -> int:
     """Index of the first key column that some row may not see (len if none)."""
-    partial = ~keep.all(dim=-2).all(dim=0).all(dim=0)  # (Tk,)
+    partial = ~keep.reshape(-1, keep.shape[-1]).all(dim=0)  # (Tk,)
     idx = torch.nonzero(partial).flatten()
     return int(idx[0]) if idx.numel() else keep.shape[-1]
 
@@ -103,17 +103,18 @@ def all_finite(*tensors: torch.Tensor) -> bool:
     return all(t.numel() == 0 or bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all()) for t in tensors)
 
 
-def aggregate(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def aggregate(weights: torch.Tensor, v: torch.Tensor, v_finite: bool | None = None) -> torch.Tensor:
     """weights [B, H, Tq, Tk] · v [B, Hkv, Tk, Dv] -> out [B, H, Tq, Dv].
 
     A non-finite value must not reach a row whose weight on it is 0 (0·NaN = NaN in a matmul:
     pytorch #101967). Values are made finite for the matmul; rows that do give weight to a
-    NaN/±inf value get it back as IEEE arithmetic would.
+    NaN/±inf value get it back as IEEE arithmetic would. ``v_finite`` lets a caller that already
+    checked the whole v (the blocked backend, once per call) skip the check per block.
     """
     B, H, Tq, Tk = weights.shape
     Hkv, Dv = v.shape[1], v.shape[3]
     w = weights.reshape(B, Hkv, (H // Hkv) * Tq, Tk)  # (B, Hkv, G·Tq, Tk)
-    if all_finite(v):
+    if v_finite if v_finite is not None else all_finite(v):
         return torch.matmul(w, v).view(B, H, Tq, Dv)  # (B, H, Tq, Dv)
     finite = torch.isfinite(v)
     out = torch.matmul(w, torch.where(finite, v, torch.zeros_like(v)))  # (B, Hkv, G·Tq, Dv)

@@ -11,6 +11,7 @@ import torch
 
 from ..trace import Trace
 from .common import Request
+from ..stages import all_finite
 from .eager import attend_rows
 
 BLOCK_BYTES = 8 << 20  # one block's fp32 scores: small enough to stay in cache (measured best at 4096)
@@ -28,7 +29,7 @@ def visible_span(keep: torch.Tensor | None, Tk: int) -> tuple[int, int]:
     """[kv0, kv1) covering every key some row of the block may see (at least one column)."""
     if keep is None:
         return 0, Tk
-    cols = keep.any(dim=2).any(dim=1).any(dim=0)  # (Tk,)
+    cols = keep.reshape(-1, keep.shape[-1]).any(dim=0)  # (Tk,): one reduction over b, h and rows
     idx = torch.nonzero(cols).flatten()
     if idx.numel() == 0:
         return 0, min(1, Tk)
@@ -38,6 +39,7 @@ def visible_span(keep: torch.Tensor | None, Tk: int) -> tuple[int, int]:
 def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
     B, H, Hkv, Tq, Tk, D, Dv = req.dims
     bq = rows_per_block(B, H, Tk, req.block_size)
+    req.v_finite = all_finite(req.v)  # once, not once per block
     outs = []
     for q0 in range(0, Tq, bq):
         q1 = min(Tq, q0 + bq)

@@ -28,6 +28,7 @@ class Request:
     memory_budget: int | None = None
     block_size: int | None = None
     options: dict = field(default_factory=dict)
+    v_finite: bool | None = None  # set once per call by backends that walk blocks
 
     @property
     def dims(self):

@@ -45,7 +45,7 @@ def attend_rows(req: Request, q0: int, q1: int, kv0: int, kv1: int, keep: torch.
     block.masked_scores, block.weights, block.lse = masked, weights, lse
     for probe in req.probes:
         probe.update(block)
-    out = aggregate(weights, v)  # (B, H, bq, Dv)
+    out = aggregate(weights, v, req.v_finite)  # (B, H, bq, Dv)
     out = iv.apply_out(req.interventions, out, q0, q1, req.layer)
     return out, block, scores
 
