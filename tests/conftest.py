@@ -1,5 +1,6 @@
 import os
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
@@ -10,3 +11,17 @@ settings.register_profile(
 )
 settings.load_profile("ci")
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    from attnroute.read.models import load
+
+    return load("smollm2")  # the first load in a fresh cache dequantizes the GGUF (~20 s), once
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from attnroute.read.models import load
+
+    return load("minilm")

@@ -40,11 +40,16 @@ def _bench(args) -> int:
         for table in bench_tables(result):
             Console().print(table)
         _write(out_dir, "engine.json", result, args.markdown and bench_markdown(result))
-    if args.suite in ("read", "all"):
+    if args.suite in ("read", "all", "effects", "long-context"):
         from .bench import reading
 
+        parts = {"read": ("effects", "long_context"), "all": ("effects", "long_context"), "effects": ("effects",),
+                 "long-context": ("long_context",)}[args.suite]
+        previous = None
+        if out_dir and (out_dir / "read.json").exists() and len(parts) == 1:
+            previous = json.loads((out_dir / "read.json").read_text())
         with console.status("read benchmark (SmolLM2; minutes)…") as status:
-            result = reading.run(progress=status.update, quick=args.quick)
+            result = reading.run(progress=status.update, quick=args.quick, parts=parts, previous=previous)
         print(read_bench_markdown(result))
         _write(out_dir, "read.json", result, None)
     return 0
@@ -142,13 +147,72 @@ def _check(args) -> int:
     return 0 if all(r.passed for r in reports) else 1
 
 
+def _report(args) -> int:
+    from .read.heads import ReadError
+    from .read.models import ModelLoadError
+    from .show import report as report_mod
+    from .show.figures import write_pngs
+
+    text = args.text if args.text is not None else None
+    file_text = _read_text(argparse.Namespace(text=None, file=args.file)) if args.file else None
+    if text is not None and file_text is not None:
+        raise CliError("give the text as an argument or with --file, not both")
+    text = file_text if file_text is not None else text
+    if text is not None and not text.strip():
+        raise CliError("the text is empty: give a non-empty text, or none for the built-in one")
+    try:
+        with read_progress() as progress:
+            rep = report_mod.build(args.model, text, ablation=not args.no_ablation, max_tokens=args.max_tokens,
+                                   progress=progress)
+    except (ModelLoadError, ReadError) as e:
+        raise CliError(str(e)) from None
+    path = rep.save(args.out)
+    print(f"wrote {path.resolve()} ({path.stat().st_size / 1e6:.2f} MB, built in {rep.data['seconds']} s)")
+    if args.png_dir:
+        for p in write_pngs(rep.data, args.png_dir):
+            print(f"wrote {p}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rep.data))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _cost_kv(args) -> int:
+    from rich.table import Table
+
+    from .cost.footprint import CostInputError, bill, resolve_spec, units
+    from .read.models import ModelLoadError
+
+    try:
+        spec, weights, what = resolve_spec(args)
+        result = bill(spec, args.context, args.batch, weights)
+    except (CostInputError, ModelLoadError, ValueError) as e:
+        raise CliError(str(e)) from None
+    result["source"] = what
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    window = f", window {spec.window}" if spec.window else ""
+    t = Table(title=f"KV cache: {what}, {spec.layers} layers × {spec.kv_heads} kv heads × {spec.head_dim} dims, "
+                    f"{spec.dtype}{window}")
+    t.add_column("quantity")
+    t.add_column("bytes", justify="right")
+    t.add_row("per layer per token (2 · Hkv · D · bytes)", units(result["bytes_per_layer_per_token"]))
+    t.add_row("per token (× layers)", units(result["bytes_per_token"]))
+    t.add_row(f"batch {args.batch} × {args.context:,} tokens", units(result["cache_bytes"]))
+    t.add_row("weights", units(weights))
+    Console().print(t)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnroute", description="Transformer attention as routing.")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="time and memory of every backend beside torch SDPA")
     b.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096, 8192], help="sequence lengths Tq = Tk")
     b.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run")
-    b.add_argument("--suite", choices=("all", "engine", "read"), default="all", help="which benchmarks to run")
+    b.add_argument("--suite", choices=("all", "engine", "read", "effects", "long-context"), default="all",
+                   help="which benchmarks to run (effects / long-context: one half of read, the other kept)")
     b.add_argument("--out", help="write engine.json / read.json into this directory")
     b.add_argument("--markdown", action="store_true", help="also print the tables as markdown")
     b.add_argument("--from-json", help="print the markdown tables of an earlier run's JSON and exit")
@@ -174,6 +238,32 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--only", help="comma-separated check names to run")
     c.add_argument("--skip", help="comma-separated check names to skip")
     c.set_defaults(fn=_check)
+
+    r = sub.add_parser("report", help="the routing report: one self-contained interactive HTML page")
+    r.add_argument("text", nargs="?", help="the text to read (default: a built-in paragraph)")
+    r.add_argument("--file", help="read the text from this UTF-8 file")
+    r.add_argument("--model", default="smollm2", help="smollm2 (default), minilm, a model directory or a .gguf file")
+    r.add_argument("--out", default="routing-report.html", help="the HTML file to write")
+    r.add_argument("--png-dir", help="also write the main charts as PNG files here")
+    r.add_argument("--json", help="write the data behind the page")
+    r.add_argument("--max-tokens", type=int, default=256, help="cut the text to this many tokens (default 256)")
+    r.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep")
+    r.set_defaults(fn=_report)
+
+    cost = sub.add_parser("cost", help="what routing costs: KV-cache bytes")
+    csub = cost.add_subparsers(dest="cost_command", required=True)
+    kv = csub.add_parser("kv", help="KV-cache footprint of a model or of given sizes")
+    kv.add_argument("--model", help="smollm2, minilm, a model directory, a .gguf file or a config.json")
+    kv.add_argument("--layers", type=int)
+    kv.add_argument("--heads", type=int)
+    kv.add_argument("--kv-heads", type=int, help="default: --heads (MHA); 1 = MQA")
+    kv.add_argument("--head-dim", type=int)
+    kv.add_argument("--dtype", default="fp16", help="fp32, fp16, bf16, fp8 or int8 (default fp16)")
+    kv.add_argument("--context", type=int, default=4096, help="tokens per sequence (default 4096)")
+    kv.add_argument("--batch", type=int, default=1)
+    kv.add_argument("--window", type=int, help="sliding window: at most W tokens are held")
+    kv.add_argument("--json", action="store_true", help="exact integer bytes as JSON")
+    kv.set_defaults(fn=_cost_kv)
     return p
 
 

@@ -74,9 +74,13 @@ def long_context_rows(cells=CELLS, progress=None) -> list[dict]:
     return rows
 
 
-def run(progress=None, quick: bool = False) -> dict:
-    if quick:
-        return {"effects": effects_rows(progress, batch=1, S=6, plain_heads_per_layer=1),
-                "long_context": long_context_rows([("sdpa", 256), ("headtable", 256)], progress)}
-    return {"effects": effects_rows(progress), "long_context": long_context_rows(progress=progress),
-            "threads": torch.get_num_threads()}
+def run(progress=None, quick: bool = False, parts=("effects", "long_context"), previous: dict | None = None) -> dict:
+    """Run the named parts; parts not run are kept from ``previous`` (an earlier read.json)."""
+    out = dict(previous or {})
+    out["threads"] = torch.get_num_threads()
+    if "effects" in parts:
+        out["effects"] = effects_rows(progress, batch=1, S=6) if quick else effects_rows(progress)
+    if "long_context" in parts:
+        cells = [("sdpa", 256), ("headtable", 256)] if quick else CELLS
+        out["long_context"] = long_context_rows(cells, progress)
+    return out

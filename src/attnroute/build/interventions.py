@@ -73,11 +73,16 @@ class UniformWeights(Intervention):
     """The head spreads its weight evenly over the keys it may see (ProbSparse's lazy query)."""
 
     def edit_weights(self, weights, block):
-        B, H = weights.shape[:2]
-        keep = block.keep_full(B, H).to(weights.dtype)
-        n = keep.sum(-1, keepdim=True)
-        uniform = keep / torch.where(n > 0, n, torch.ones_like(n))
-        return torch.where(self.head_mask(H, weights.device), uniform, weights)
+        H = weights.shape[1]
+        return torch.where(self.head_mask(H, weights.device), uniform_over_visible(weights, block), weights)
+
+
+def uniform_over_visible(weights: torch.Tensor, block: WeightBlock) -> torch.Tensor:
+    """1/n on each of the n keys a row may see (0 for a row that sees nothing), shaped like weights."""
+    B, H = weights.shape[:2]
+    keep = block.keep_full(B, H).to(weights.dtype)
+    n = keep.sum(-1, keepdim=True)
+    return keep / torch.where(n > 0, n, torch.ones_like(n))
 
 
 class Temperature(Intervention):

@@ -143,13 +143,15 @@ class TinyTransformer(nn.Module):
         return self.unembed(self.norm(x))  # (B, T, vocab)
 
     @torch.no_grad()
-    def generate(self, tokens, max_new_tokens: int, *, use_cache: bool = True, temperature: float = 0.0,
+    def generate(self, tokens, max_new_tokens: int, *, use_cache: bool = True, cache=None, temperature: float = 0.0,
                  generator: torch.Generator | None = None):
-        """Greedy (temperature 0) or sampled continuation: tokens [B, T] -> [B, T + max_new_tokens]."""
+        """Greedy (temperature 0) or sampled continuation: tokens [B, T] -> [B, T + max_new_tokens].
+        ``cache``: an empty cache to decode into (a contiguous KVCache by default; a PagedView works)."""
         B, T = tokens.shape
         if T + max_new_tokens > self.cfg.max_len:
             raise ValueError(f"{T} prompt + {max_new_tokens} new tokens exceed max_len={self.cfg.max_len}")
-        cache = self.new_cache(B, T + max_new_tokens) if use_cache else None
+        if cache is None and use_cache:
+            cache = self.new_cache(B, T + max_new_tokens)
         out, step_in = tokens, tokens
         for _ in range(max_new_tokens):
             logits = self(step_in, cache=cache)[:, -1]  # (B, vocab)

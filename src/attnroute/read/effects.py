@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..build import Intervention
+from ..build.interventions import uniform_over_visible
 from .adapter import routed
 
 MODES = ("zero", "mean", "uniform")
@@ -35,9 +36,6 @@ class BatchedAblation(Intervention):
     def __init__(self, layer: int, heads: list[int], batch: int, mode: str, mean_out: torch.Tensor | None = None):
         super().__init__([], layer)
         self.copy_heads, self.batch, self.mode, self.mean_out = list(heads), batch, mode, mean_out
-
-    def applies(self, layer):
-        return layer == self.layer
 
     def _mask(self, H: int, device) -> torch.Tensor:
         m = torch.zeros(len(self.copy_heads) * self.batch, H, dtype=torch.bool, device=device)
@@ -56,11 +54,8 @@ class BatchedAblation(Intervention):
     def edit_weights(self, weights, block):
         if self.mode != "uniform":
             return weights
-        B, H = weights.shape[:2]
-        keep = block.keep_full(B, H).to(weights.dtype)
-        n = keep.sum(-1, keepdim=True)
-        uniform = keep / torch.where(n > 0, n, torch.ones_like(n))
-        return torch.where(self._mask(H, weights.device), uniform, weights)
+        H = weights.shape[1]
+        return torch.where(self._mask(H, weights.device), uniform_over_visible(weights, block), weights)
 
 
 class HeadGate(Intervention):
@@ -69,9 +64,6 @@ class HeadGate(Intervention):
     def __init__(self, gates, layer):
         super().__init__([], layer)
         self.gates = gates
-
-    def applies(self, layer):
-        return layer == self.layer
 
     def edit_out(self, out, q0, q1):
         return out * self.gates[self.layer].view(1, -1, 1, 1).to(out.dtype)
@@ -83,9 +75,6 @@ class OutputMean(Intervention):
     def __init__(self, layer: int):
         super().__init__([], layer)
         self.sum, self.count = 0, 0
-
-    def applies(self, layer):
-        return layer == self.layer
 
     def edit_out(self, out, q0, q1):
         self.sum = self.sum + out.detach().float().sum(dim=(0, 2))  # (H, Dv)
@@ -160,8 +149,12 @@ def decoder_layers(loaded):
 
 
 @torch.no_grad()
-def _forward_from(loaded, layer: int, hidden: torch.Tensor, batch: dict, interventions) -> object:
-    """Run decoder layers layer… from a stored residual stream, then norm and unembed."""
+def _forward_from(loaded, layer: int, hidden: torch.Tensor, batch: dict, interventions, chunk: int) -> torch.Tensor:
+    """Run decoder layers layer… from a stored residual stream; return the next-token loss per example.
+
+    The LM head and the loss run ``chunk`` examples at a time: the logits of a whole repeated batch
+    (copies × B × T × vocab: 1.1 GB for SmolLM2's 72 × 81 × 49,152) would cost more in memory
+    traffic than the layers themselves."""
     inner = loaded.model.model
     T = hidden.shape[1]
     position_ids = torch.arange(T)[None]
@@ -169,14 +162,17 @@ def _forward_from(loaded, layer: int, hidden: torch.Tensor, batch: dict, interve
     with routed(loaded, interventions=interventions, impl="eager"):
         for block in inner.layers[layer:]:
             hidden = block(hidden, attention_mask=None, position_ids=position_ids, position_embeddings=pos)
-    logits = loaded.model.lm_head(inner.norm(hidden))
+    hidden = inner.norm(hidden)
+    losses = []
+    for i in range(0, hidden.shape[0], chunk):
+        part = {k: v[i : i + chunk] for k, v in batch.items()}
+        losses.append(effect_loss(loaded, part, _Logits(loaded.model.lm_head(hidden[i : i + chunk]))))
+    return torch.cat(losses)
 
-    class _Out:
-        pass
 
-    o = _Out()
-    o.logits = logits
-    return o
+class _Logits:
+    def __init__(self, logits):
+        self.logits = logits
 
 
 # ------------------------------------------------------------------------------------ the sweeps
@@ -199,11 +195,11 @@ def exact_sweep(loaded, batch: dict, modes=MODES, heads_per_forward: int | None 
                 iv = BatchedAblation(layer, heads, B, mode, means.get(layer))
                 rep = _repeat(batch, len(heads))
                 if fast:
-                    out = _forward_from(loaded, layer, inputs[layer].repeat(len(heads), 1, 1), rep, [iv])
+                    per = _forward_from(loaded, layer, inputs[layer].repeat(len(heads), 1, 1), rep, [iv], chunk=B)
                 else:
                     with routed(loaded, interventions=[iv], impl="eager"):
-                        out = loaded.model(**rep)
-                per = effect_loss(loaded, rep, out, clean_emb).view(len(heads), B)  # (k, B)
+                        per = effect_loss(loaded, rep, loaded.model(**rep), clean_emb)
+                per = per.view(len(heads), B)  # (k, B)
                 deltas[mode][layer, heads] = (per - base[None]).mean(1).numpy()
             if progress:
                 progress(mode, layer)

@@ -38,7 +38,8 @@ class ReadError(ValueError):
 
 
 def read(model, inputs: str | None = None, *, max_tokens: int | None = None, seeds=(0, 1, 2), ablation: bool = True,
-         effect_batch: int = 8, effect_len: int = 40, modes=effects.MODES, progress=None) -> HeadTable:
+         effect_batch: int = 8, effect_len: int = 40, modes=effects.MODES, stimulus_batch: int = 8,
+         progress=None) -> HeadTable:
     """Read a model's routing on a text. ``model``: a LoadedModel, or 'smollm2' / 'minilm' / a path."""
     say = progress or (lambda *a: None)
     loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
@@ -56,11 +57,11 @@ def read(model, inputs: str | None = None, *, max_tokens: int | None = None, see
     meta["timings_s"]["text"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    per_seed = [repeated_scores(loaded, repeated_random_tokens(loaded.tokenizer, seed=s, causal=loaded.causal))
-                for s in seeds]
+    per_seed = [repeated_scores(loaded, repeated_random_tokens(loaded.tokenizer, batch=stimulus_batch, seed=s,
+                                                               causal=loaded.causal)) for s in seeds]
     for name in ("prev_token", "duplicate", "induction"):
         cols[name] = np.mean([p[name] for p in per_seed], axis=0)
-    stim = repeated_random_tokens(loaded.tokenizer, seed=seeds[0], causal=loaded.causal)
+    stim = repeated_random_tokens(loaded.tokenizer, batch=stimulus_batch, seed=seeds[0], causal=loaded.causal)
     meta["stimulus"] = stim.describe() + f"; scores averaged over seeds {list(seeds)}"
     if loaded.causal:
         meta["induction_loss"] = induction_loss(loaded, stim)

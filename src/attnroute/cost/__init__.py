@@ -1,0 +1,1 @@
+"""cost/: what routing takes in memory and time (KV cache, attention bills)."""

@@ -1,0 +1,104 @@
+"""The routing report: self-contained, escaped, interactive in a real browser (headless Chromium)."""
+
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from attnroute.show import report as report_mod
+from attnroute.show.figures import write_pngs
+
+INJECTION = 'Look: <script>alert(1)</script> and "><img src=x onerror=alert(1)> end.'
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def smollm2_report(smollm2):
+    return report_mod.build(smollm2, INJECTION, ablation=False)
+
+
+@pytest.fixture(scope="module")
+def minilm_report(minilm):
+    return report_mod.build(minilm, "A short sentence, with a comma. And another one.", ablation=True)
+
+
+def test_page_is_self_contained_and_escaped(smollm2_report):
+    html = smollm2_report.html
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)  # no CDN, no network
+    assert "<script>alert(1)</script>" not in html and "<img src=x" not in html
+    assert html.count("<script") == 2  # the data block and the page's own script, nothing injected
+    assert len(html) < report_mod.WEIGHT_BUDGET * 4 / 3 + 400_000
+
+
+def test_weights_are_bounded_with_top_k_and_say_what_was_dropped():
+    w = [np.random.default_rng(0).dirichlet(np.ones(50), size=(4, 50)) for _ in range(3)]  # L=3 × [H, T, T]
+    full = report_mod.pack_weights(w)
+    assert full["format"] == "full" and full["dropped_mean"] == 0
+    small = report_mod.pack_weights(w, budget=3 * 4 * 50 * 3 * 5)
+    assert small["format"] == "topk" and small["k"] == 5 and 0 < small["dropped_mean"] < small["dropped_max"] < 1
+
+
+def test_pngs_and_json_data(minilm_report, tmp_path):
+    paths = write_pngs(minilm_report.data, tmp_path)
+    assert {p.name for p in paths} == {"head_roles.png", "entropy_hist.png", "weight_vs_effect.png"}
+    assert all(p.stat().st_size > 5000 for p in paths)
+    assert minilm_report.data["has_effects"] and minilm_report.data["kv"]["bytes_per_token_fp32"] == 2 * 6 * 12 * 32 * 4
+    assert "srcdoc" in minilm_report._repr_html_()
+
+
+def browser_page(playwright, path):
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium (the browser tests need it)")
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync"])
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    events = {"errors": [], "dialogs": []}
+    page.on("console", lambda m: events["errors"].append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: events["errors"].append(str(e)))
+    page.on("dialog", lambda d: (events["dialogs"].append(d.message), d.dismiss()))
+    page.goto(path.as_uri())
+    page.wait_for_timeout(300)
+    return browser, page, events
+
+
+@pytest.mark.parametrize("which", ["smollm2_report", "minilm_report"])
+def test_page_in_headless_chromium(which, request, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    rep = request.getfixturevalue(which)
+    path = rep.save(tmp_path / "report.html")
+    with sync_playwright() as p:
+        browser, page, events = browser_page(p, path)
+        try:
+            title = page.text_content("#detail-title")
+            heat_before = page.evaluate("document.getElementById('heat').toDataURL()")
+            page.click("rect.cell[data-layer='0'][data-head='1']")
+            assert page.text_content("#detail-title") != title and "L0.H1" in page.text_content("#detail-title")
+            assert page.evaluate("document.getElementById('heat').toDataURL()") != heat_before
+            page.select_option("#metric", "entropy")
+            labels = page.eval_on_selector_all("#links text", "els => els.map(e => e.textContent).join('|')")
+            shot = page.screenshot(full_page=True)
+        finally:
+            browser.close()
+    assert events["errors"] == [] and events["dialogs"] == []
+    if which == "smollm2_report":
+        assert "<" in labels and "script" in labels  # the injected markup is shown as text
+    from PIL import Image  # noqa: F401  (matplotlib depends on pillow)
+    import io
+
+    img = np.asarray(Image.open(io.BytesIO(shot)).convert("L"), dtype=float)
+    assert img.std() > 10  # not blank
+
+
+def test_cli_report_writes_page_pngs_and_json(tmp_path, capsys):
+    from attnroute.cli import main
+
+    out = tmp_path / "r.html"
+    code = main(["report", "Hello there, hello again.", "--model", "minilm", "--out", str(out), "--png-dir",
+                 str(tmp_path / "png"), "--json", str(tmp_path / "r.json"), "--no-ablation"])
+    assert code == 0 and out.exists() and (tmp_path / "png" / "head_roles.png").exists()
+    assert "wrote" in capsys.readouterr().out
+    assert main(["report", "   ", "--model", "minilm"]) == 2
