@@ -79,4 +79,4 @@ def test_attnroute_backends_pass_and_torch_sdpa_is_checked_quickly():
         q, k, v, attn_mask=attn_mask, enable_gqa=q.shape[1] != k.shape[1]))
     assert time.perf_counter() - t0 < 10
     # a real finding about torch (pytorch #101967): NaN in masked values leaks through SDPA's matmul
-    assert [c.name for c in report.failed] == ["masked_garbage"]
+    assert [c.name for c in report.failed] == ["masked_garbage", "masked_garbage_fp16", "masked_garbage_bf16"]

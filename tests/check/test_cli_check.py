@@ -32,7 +32,7 @@ def run(capsys, *argv):
 
 
 def test_user_function_passes_with_exit_0_and_json(capsys, user_module):
-    code, out, _ = run(capsys, "myattn:good", "--json", "--skip", "masked_garbage")
+    code, out, _ = run(capsys, "myattn:good", "--json", "--skip", "masked_garbage,masked_garbage_fp16,masked_garbage_bf16")
     data = json.loads(out)
     assert code == 0 and data["passed"] is True and data["target"] == "myattn:good"
     assert {"name", "passed", "skipped", "detail"} <= set(data["checks"][0])

@@ -27,7 +27,7 @@ class CheckReport:
     def summary(self) -> str:
         lines = [f"{self.target}: {'PASS' if self.passed else 'FAIL'} "
                  f"({sum(c.passed for c in self.checks)} passed, {len(self.failed)} failed, "
-                 f"{sum(c.skipped for c in self.checks)} skipped, {self.seconds:.1f} s)"]
+                 f"{sum(c.skipped for c in self.checks)} skipped, {self.seconds:.2f} s)"]
         for c in self.checks:
             mark = "skip" if c.skipped else ("ok  " if c.passed else "FAIL")
             lines.append(f"  {mark} {c.name}: {c.detail}")
