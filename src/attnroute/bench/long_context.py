@@ -38,15 +38,20 @@ def main(mode: str, T: int, model: str = "smollm2") -> None:
     from ..read.models import load
 
     lm = load(model)
+
+    def run(ids):
+        with torch.no_grad():
+            if mode == "headtable":
+                text_statistics(lm, ids, lambda *a: None)
+            else:
+                lm.model.set_attn_implementation(mode)
+                out = lm.model(input_ids=ids, output_attentions=(mode == "eager"))
+                del out
+
+    run(tokens(lm.tokenizer, 256))  # warm-up: first-call allocations and thread start-up, same for every mode
     ids = tokens(lm.tokenizer, T)
     t0 = time.perf_counter()
-    with torch.no_grad():
-        if mode == "headtable":
-            text_statistics(lm, ids, lambda *a: None)
-        else:
-            lm.model.set_attn_implementation(mode)
-            out = lm.model(input_ids=ids, output_attentions=(mode == "eager"))
-            del out
+    run(ids)
     print(json.dumps({"mode": mode, "T": T, "seconds": time.perf_counter() - t0, "peak_rss_bytes": peak_rss()}))
 
 
