@@ -205,6 +205,45 @@ def _cost_kv(args) -> int:
     return 0
 
 
+def _cost_simulate(args) -> int:
+    from rich.table import Table
+
+    from .cost import serving
+    from .cost.footprint import CostInputError, resolve_spec
+    from .read.models import ModelLoadError
+
+    try:
+        if args.budget_gb <= 0 or args.block_size < 1 or args.max_len < 2 or args.n < 1:
+            raise CostInputError("--budget-gb, --block-size, --max-len and --n must be positive")
+        spec, _, what = resolve_spec(args)
+        capacity = int(args.budget_gb * 1e9) // spec.bytes_per_token
+        reqs = (serving.from_csv(Path(args.requests), args.max_len) if args.requests
+                else serving.synthetic(args.dist, args.n, args.max_len, args.seed))
+        results = serving.run_all(reqs, capacity, args.block_size, args.max_len)
+    except (CostInputError, serving.ServingInputError, ModelLoadError, ValueError) as e:
+        raise CliError(str(e)) from None
+    source = args.requests or f"{args.n} synthetic '{args.dist}' requests (seed {args.seed})"
+    data = {"model": what, "bytes_per_token": spec.bytes_per_token, "budget_bytes": int(args.budget_gb * 1e9),
+            "capacity_tokens": capacity, "block_size": args.block_size, "max_len": args.max_len, "requests": source,
+            "policies": [{"policy": r.policy, "real_share": r.real_share, "waste": r.waste, "max_batch": r.max_batch,
+                          "steps": r.steps, "preemptions": r.preemptions} for r in results]}
+    if args.plot:
+        serving.plot(results, args.plot, capacity)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    t = Table(title=f"{source}; {what}, {spec.bytes_per_token:,} B/token → {capacity:,} token slots in "
+                    f"{args.budget_gb} GB; max_len {args.max_len}, block {args.block_size}")
+    for col in ("policy", "KV memory holding real tokens", "waste", "largest batch", "steps", "preemptions"):
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(r.policy, f"{r.real_share:.1%}", f"{r.waste:.1%}", str(r.max_batch), str(r.steps), str(r.preemptions))
+    Console().print(t)
+    if args.plot:
+        console.print(f"wrote {args.plot}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnroute", description="Transformer attention as routing.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -264,6 +303,21 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument("--window", type=int, help="sliding window: at most W tokens are held")
     kv.add_argument("--json", action="store_true", help="exact integer bytes as JSON")
     kv.set_defaults(fn=_cost_kv)
+
+    sim = csub.add_parser("simulate", help="serve a request stream with contiguous reservation and with paging")
+    sim.add_argument("--requests", help="CSV with prompt_tokens, output_tokens[, prefix_tokens, prefix_group]")
+    sim.add_argument("--dist", default="chat", help="synthetic lengths: chat (default) or short")
+    sim.add_argument("--n", type=int, default=300, help="synthetic requests (default 300)")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--budget-gb", type=float, default=1.0, help="KV-cache memory budget in GB (default 1)")
+    sim.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
+    sim.add_argument("--max-len", type=int, default=2048, help="longest sequence a request may reach (default 2048)")
+    sim.add_argument("--model", default="smollm2", help="whose KV bytes per token (default smollm2)")
+    sim.add_argument("--dtype", default="fp16")
+    sim.add_argument("--window", type=int)
+    sim.add_argument("--plot", default="serving-simulation.png", help="PNG of memory use over time ('' for none)")
+    sim.add_argument("--json", action="store_true")
+    sim.set_defaults(fn=_cost_simulate, layers=None, heads=None, kv_heads=None, head_dim=None)
     return p
 
 
