@@ -244,6 +244,36 @@ def _cost_simulate(args) -> int:
     return 0
 
 
+def _cost_bill(args) -> int:
+    from rich.table import Table
+
+    from .cost import bill
+    from .show.terminal import fmt_bytes
+
+    if any(T < 16 for T in args.lengths):
+        raise CliError(f"--lengths must be at least 16 tokens each, got {args.lengths}")
+    with console.status("measuring…") as status:
+        data = bill.rows(tuple(args.lengths), progress=status.update)
+    if args.plot:
+        bill.plot(data, args.plot)
+    if args.json:
+        Path(args.json).write_text(json.dumps(data, indent=2))
+    t = Table(title="the bill of long context: one call, B=1, H=8, D=64, fp32 (window W=256, ProbSparse c=5)")
+    for col in ("T", "variant", "FLOPs (formula)", "time", "GFLOP/s", "extra memory: formula", "measured"):
+        t.add_column(col, justify="right")
+    for r in data:
+        t.add_row(str(r["T"]), r["variant"], f"{r['flops'] / 1e9:.2f} G", f"{r['seconds'] * 1e3:.1f} ms",
+                  f"{r['gflops_per_s']:.1f}", fmt_bytes(r["predicted_bytes"]), fmt_bytes(r["peak_extra_bytes"]))
+    Console().print(t)
+    if args.markdown:
+        print("| T | variant | FLOPs (formula) | time | GFLOP/s | extra memory (formula) | measured |")
+        print("|---:|---|---:|---:|---:|---:|---:|")
+        for r in data:
+            print(f"| {r['T']} | {r['variant']} | {r['flops'] / 1e9:.2f} G | {r['seconds'] * 1e3:.1f} ms | "
+                  f"{r['gflops_per_s']:.1f} | {fmt_bytes(r['predicted_bytes'])} | {fmt_bytes(r['peak_extra_bytes'])} |")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnroute", description="Transformer attention as routing.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -318,6 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--plot", default="serving-simulation.png", help="PNG of memory use over time ('' for none)")
     sim.add_argument("--json", action="store_true")
     sim.set_defaults(fn=_cost_simulate, layers=None, heads=None, kv_heads=None, head_dim=None)
+
+    bl = csub.add_parser("bill", help="FLOPs and memory of full, causal, window and ProbSparse attention vs length")
+    bl.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    bl.add_argument("--json", help="write the measurements here")
+    bl.add_argument("--plot", default="long-context-bill.png", help="PNG: time and memory against length")
+    bl.add_argument("--markdown", action="store_true", help="also print the table as markdown")
+    bl.set_defaults(fn=_cost_bill)
     return p
 
 
