@@ -109,7 +109,8 @@ def plot(data: list[dict], path) -> None:
         line, = a.loglog(T, [x["seconds"] for x in r], "o-", label=f"{v} measured")
         scale = r[-1]["seconds"] / r[-1]["flops"]  # the formula, pinned to the longest measurement
         a.loglog(T, [x["flops"] * scale for x in r], "--", color=line.get_color(), alpha=0.6, label=f"{v} ∝ FLOPs")
-        b.loglog(T, [max(1, x["peak_extra_bytes"] or 1) / 2**20 for x in r], "o-", color=line.get_color(),
+        # measurements under 0.1 MiB (allocator reuse) are drawn at 0.1 MiB
+        b.loglog(T, [max(0.1, (x["peak_extra_bytes"] or 0) / 2**20) for x in r], "o-", color=line.get_color(),
                  label=f"{v} measured")
         b.loglog(T, [x["predicted_bytes"] / 2**20 for x in r], "--", color=line.get_color(), alpha=0.6,
                  label=f"{v} formula")
