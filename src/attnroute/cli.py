@@ -153,11 +153,7 @@ def _report(args) -> int:
     from .show import report as report_mod
     from .show.figures import write_pngs
 
-    text = args.text if args.text is not None else None
-    file_text = _read_text(argparse.Namespace(text=None, file=args.file)) if args.file else None
-    if text is not None and file_text is not None:
-        raise CliError("give the text as an argument or with --file, not both")
-    text = file_text if file_text is not None else text
+    text = _read_text(argparse.Namespace(text=args.text, file=args.file))
     if text is not None and not text.strip():
         raise CliError("the text is empty: give a non-empty text, or none for the built-in one")
     try:
