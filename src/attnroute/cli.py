@@ -156,12 +156,17 @@ def _report(args) -> int:
     text = _read_text(argparse.Namespace(text=args.text, file=args.file))
     if text is not None and not text.strip():
         raise CliError("the text is empty: give a non-empty text, or none for the built-in one")
+    learned = [_learn_result(p) for p in args.learn or []]  # bad files fail before minutes of reading
     try:
         with read_progress() as progress:
             rep = report_mod.build(args.model, text, ablation=not args.no_ablation, max_tokens=args.max_tokens,
                                    progress=progress)
     except (ModelLoadError, ReadError) as e:
         raise CliError(str(e)) from None
+    if learned:
+        from .show.learn_section import insert
+
+        rep.html = insert(rep.html, learned)
     path = rep.save(args.out)
     print(f"wrote {path.resolve()} ({path.stat().st_size / 1e6:.2f} MB, built in {rep.data['seconds']} s)")
     if args.png_dir:
@@ -171,6 +176,71 @@ def _report(args) -> int:
         Path(args.json).write_text(json.dumps(rep.data))
         print(f"wrote {args.json}")
     return 0
+
+
+def _learn(args) -> int:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .learn import EXPERIMENTS
+    from .show import learn_figures, learn_section
+    from .show.terminal import learn_tables
+
+    run, Settings = EXPERIMENTS[args.experiment]
+    try:
+        settings = Settings(**_learn_options(args))
+    except (TypeError, ValueError) as e:
+        raise CliError(f"learn {args.experiment}: {e}") from None
+    name = args.experiment + ("-fixed-offset" if getattr(args, "fixed_offset", None) else "")
+    out = Path(args.out)
+    columns = (TextColumn(f"learn {name}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+               TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task(name, total=None)
+            result = run(settings, progress=lambda step, total: bar.update(task, completed=step, total=total))
+    except ValueError as e:
+        raise CliError(f"learn {args.experiment}: {e}") from None
+    out.mkdir(parents=True, exist_ok=True)
+    for table in learn_tables(result):
+        Console().print(table)
+    for line in result["verdict"]["lines"]:
+        print(line)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+    learn_figures.save(getattr(learn_figures, result["experiment"])(result), out / f"{name}.png")
+    (out / f"{name}.html").write_text(learn_section.page([result]), encoding="utf-8")
+    print(f"wrote {out / name}.png, .json and .html")
+    return 0
+
+
+def _learn_options(args) -> dict:
+    """The options the experiment was given (None = its default)."""
+    keys = {"induction": ("layers", "heads", "width", "ff", "positions", "seed", "steps", "every", "fixed_offset"),
+            "scale": ("head_dims", "seed", "steps", "every"),
+            "heads": ("head_counts", "seed", "steps", "width"),
+            "ff": ("seed", "steps", "vocab")}[args.experiment]
+    opts = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    for k in ("head_dims", "head_counts"):
+        if k in opts:
+            opts[k] = tuple(opts[k])
+    if args.experiment == "induction" and opts.get("fixed_offset") and "positions" not in opts:
+        opts["positions"] = "learned"  # the shortcut needs absolute positions to exist
+    for k, v in opts.items():
+        if isinstance(v, int) and not isinstance(v, bool) and v <= 0 and k != "seed":
+            raise CliError(f"--{k.replace('_', '-')} must be positive, got {v}")
+    return opts
+
+
+def _learn_result(path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise CliError(f"--learn {path}: no such file (write one with `attnroute learn … --out DIR`)")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CliError(f"--learn {path}: not a JSON file ({e})") from None
+    if not isinstance(data, dict) or data.get("experiment") not in ("induction", "scale", "heads", "ff"):
+        raise CliError(f"--learn {path}: not an `attnroute learn` result (no experiment field)")
+    return data
 
 
 def _cost_kv(args) -> int:
@@ -313,7 +383,34 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", help="write the data behind the page")
     r.add_argument("--max-tokens", type=int, default=256, help="cut the text to this many tokens (default 256)")
     r.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep")
+    r.add_argument("--learn", nargs="+", metavar="JSON", help="add sections from `attnroute learn` result files")
     r.set_defaults(fn=_report)
+
+    learn = sub.add_parser("learn", help="train TinyTransformers from scratch and watch routes form")
+    lsub = learn.add_subparsers(dest="experiment", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", default="learn-out", help="folder for the PNG, JSON and HTML (default learn-out)")
+    common.add_argument("--seed", type=int, help="seed of the init and the batches (default 0)")
+    common.add_argument("--steps", type=int, help="training steps per model")
+    ind = lsub.add_parser("induction", parents=[common], help="an induction circuit forms: phase change, heads, ablation")
+    ind.add_argument("--layers", type=int, help="default 2")
+    ind.add_argument("--heads", type=int, help="heads per layer (default 4)")
+    ind.add_argument("--width", type=int, help="d_model (default 64)")
+    ind.add_argument("--ff", type=int, help="d_ff of feed-forward layers; 0 = attention-only (default)")
+    ind.add_argument("--positions", choices=("learned", "sinusoidal", "rope"),
+                     help="default rope (learned with --fixed-offset)")
+    ind.add_argument("--every", type=int, help="evaluate every K steps (default 25)")
+    ind.add_argument("--fixed-offset", type=int, nargs="?", const=24, metavar="D",
+                     help="the shortcut contrast: the repeat always D positions after the first copy (default 24)")
+    sc = lsub.add_parser("scale", parents=[common], help="with and without 1/√d_k at head dims 16…256")
+    sc.add_argument("--head-dims", type=int, nargs="+", help="default 16 32 64 128 256")
+    sc.add_argument("--every", type=int, help="evaluate every K steps (default 50)")
+    hd = lsub.add_parser("heads", parents=[common], help="1, 2, 4, 8 heads on a mixture of routes, then pruning")
+    hd.add_argument("--head-counts", type=int, nargs="+", help="default 1 2 4 8")
+    hd.add_argument("--width", type=int, help="d_model, fixed across head counts (default 128)")
+    fl = lsub.add_parser("ff", parents=[common], help="attention-only versus feed-forward stacks at the same budget")
+    fl.add_argument("--vocab", type=int, help="tokens in the table task (default 128)")
+    learn.set_defaults(fn=_learn)
 
     cost = sub.add_parser("cost", help="what routing costs: KV-cache bytes")
     csub = cost.add_subparsers(dest="cost_command", required=True)

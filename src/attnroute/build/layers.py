@@ -76,10 +76,10 @@ class Block(nn.Module):
     """Pre-norm residual block: x + attn(norm(x)), then x + ff(norm(x)) when d_ff > 0."""
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None, d_ff: int, rope: RoPE | None,
-                 scale: float | None):
+                 scale: float | None, head_dim: int | None = None):
         super().__init__()
         self.norm1 = nn.LayerNorm(d_model)
-        self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, rope=rope, scale=scale)
+        self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, head_dim=head_dim, rope=rope, scale=scale)
         self.norm2 = nn.LayerNorm(d_model) if d_ff else None
         self.ff = FeedForward(d_model, d_ff) if d_ff else None
 
@@ -101,6 +101,11 @@ class TinyConfig:
     max_len: int = 256
     positions: str = "learned"  # learned | sinusoidal | rope
     scaled: bool = True  # False drops 1/√d_k (learn scale's experiment)
+    head_dim: int | None = None  # None = d_model // n_heads; set it to vary d_k at a fixed width
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim or self.d_model // self.n_heads
 
 
 class TinyTransformer(nn.Module):
@@ -111,14 +116,15 @@ class TinyTransformer(nn.Module):
         if cfg.positions not in ("learned", "sinusoidal", "rope"):
             raise ValueError(f"positions must be learned, sinusoidal or rope, got {cfg.positions!r}")
         self.cfg = cfg
-        head_dim = cfg.d_model // cfg.n_heads
+        head_dim = cfg.d_head
         self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
         self.pos = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}.get(cfg.positions)
         self.pos = self.pos(cfg.max_len, cfg.d_model) if self.pos else None
         rope = RoPE(head_dim) if cfg.positions == "rope" else None
         scale = None if cfg.scaled else 1.0
         self.blocks = nn.ModuleList(
-            Block(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff, rope, scale) for _ in range(cfg.n_layers)
+            Block(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff, rope, scale, head_dim)
+            for _ in range(cfg.n_layers)
         )
         self.norm = nn.LayerNorm(cfg.d_model)
         self.unembed = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
@@ -126,7 +132,7 @@ class TinyTransformer(nn.Module):
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         c = self.cfg
         p = next(self.parameters())
-        return KVCache(c.n_layers, batch, c.n_kv_heads or c.n_heads, c.d_model // c.n_heads, max_len or c.max_len,
+        return KVCache(c.n_layers, batch, c.n_kv_heads or c.n_heads, c.d_head, max_len or c.max_len,
                        dtype=p.dtype, device=p.device)
 
     def forward(self, tokens, *, cache: KVCache | None = None, mask=None, impl="auto", probes=(), interventions=()):

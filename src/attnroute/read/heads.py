@@ -155,14 +155,25 @@ def offset_histogram(argmax: torch.Tensor, T: int, valid: torch.Tensor) -> np.nd
 @torch.no_grad()
 def repeated_scores(loaded: LoadedModel, stim: Repeated) -> dict:
     """prev_token, duplicate, induction [L, H] on one repeated-random-token batch."""
-    S, P = stim.S, stim.prefix
-    diag = PerLayer(lambda: Diagonals([1, S, S - 1]))
+    diag = repeat_probe(stim.S)
     with routed(loaded, probes=[diag], impl="eager"):
         loaded.model.base_model(input_ids=stim.input_ids, attention_mask=stim.attention_mask)
+    return diagonal_scores(diag, stim, loaded.n_layers, loaded.n_heads)
+
+
+def repeat_probe(S: int) -> PerLayer:
+    """The probe repeated_scores reads: per layer, the diagonals at offsets 1, S and S − 1."""
+    return PerLayer(lambda: Diagonals([1, S, S - 1]))
+
+
+def diagonal_scores(diag: PerLayer, stim: Repeated, n_layers: int, n_heads: int) -> dict:
+    """prev_token, duplicate, induction [L, H] from a PerLayer(Diagonals([1, S, S − 1])) that read
+    ``stim`` (shared by read() on real models and learn/ on TinyTransformer)."""
+    S, P = stim.S, stim.prefix
     first = torch.arange(P + 1, P + 2 * S)  # every row with a previous token inside the repeats
     second = stim.second_rows()
-    out = {k: np.zeros((loaded.n_layers, loaded.n_heads)) for k in ("prev_token", "duplicate", "induction")}
-    for layer in range(loaded.n_layers):
+    out = {k: np.zeros((n_layers, n_heads)) for k in ("prev_token", "duplicate", "induction")}
+    for layer in range(n_layers):
         d = diag[layer]
         out["prev_token"][layer] = d.rows(1)[:, :, first].mean((0, 2)).numpy()
         out["duplicate"][layer] = d.rows(S)[:, :, second].mean((0, 2)).numpy()

@@ -64,6 +64,15 @@ def repeated_random_tokens(tokenizer, S: int = DEFAULT_LEN, batch: int = DEFAULT
     return Repeated(ids, torch.ones_like(ids), S, 1 if start is not None else 0, seed)
 
 
+def repeated_random_ids(vocab: int, S: int, batch: int = DEFAULT_BATCH, seed: int = 0) -> Repeated:
+    """r r with r uniform over [0, vocab): the same stimulus for a model with no tokenizer and no
+    BOS (learn/'s TinyTransformer)."""
+    g = torch.Generator().manual_seed(seed)
+    r = torch.randint(0, vocab, (batch, S), generator=g)
+    ids = torch.cat([r, r], dim=1)
+    return Repeated(ids, torch.ones_like(ids), S, 0, seed)
+
+
 def encode_text(tokenizer, text: str, max_tokens: int | None, add_bos: bool = True):
     """Token ids [1, T] and what was cut. Causal LMs get BOS prepended (Llama-style) when the
     tokenizer does not add one itself."""

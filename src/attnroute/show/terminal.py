@@ -150,3 +150,53 @@ def read_bench_markdown(result: dict) -> str:
         else:
             lines.append(f"| {r['T']} | {names[r['mode']]} | {r['seconds']:.1f} s | {fmt_bytes(r['peak_rss_bytes'])} |")
     return "\n".join(lines)
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values, lo: float | None = None, hi: float | None = None, width: int = 48) -> str:
+    """A curve as one line of block characters (resampled to ``width``), for the terminal."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    if len(v) > width:
+        v = v[np.linspace(0, len(v) - 1, width).round().astype(int)]
+    lo = float(np.nanmin(v)) if lo is None else lo
+    hi = float(np.nanmax(v)) if hi is None else hi
+    span = hi - lo or 1.0
+    return "".join(SPARK[int(np.clip((x - lo) / span, 0, 1) * (len(SPARK) - 1))] for x in v)
+
+
+def learn_tables(result: dict) -> list[Table]:
+    """A learn experiment in the terminal: its curves as sparklines, then the numbers behind the verdict."""
+    curves = Table(title=f"learn {result['experiment']}: curves (left = step 0)", show_header=True)
+    for col, j in (("curve", "left"), ("start", "right"), ("shape", "left"), ("end", "right")):
+        curves.add_column(col, justify=j)
+    for name, values in _curves(result):
+        curves.add_row(name, f"{values[0]:.2f}", sparkline(values), f"{values[-1]:.2f}")
+    numbers = Table(title="numbers", show_header=False)
+    numbers.add_column("what")
+    numbers.add_column("value", justify="right")
+    for k, v in result.get("summary", {}).items():
+        numbers.add_row(str(k), v if isinstance(v, str) else f"{v:.4g}" if isinstance(v, float) else str(v))
+    return [curves, numbers]
+
+
+def _curves(result: dict):
+    kind = result["experiment"]
+    if kind == "induction":
+        c, h = result["curves"], result["heads"]
+        yield "first-occurrence loss", c["loss_first"]
+        yield "repeat loss", c["loss_repeat"]
+        yield f"previous-token score L{h['previous_token']['layer']}H{h['previous_token']['head']}", h["previous_token"]["curve"]
+        yield f"induction score L{h['induction']['layer']}H{h['induction']['head']}", h["induction"]["curve"]
+    elif kind == "scale":
+        for r in result["runs"]:
+            yield f"repeat loss d_k={r['head_dim']} {'1/√d_k' if r['scaled'] else 'no scale'}", r["curves"]["loss_repeat"]
+    elif kind == "heads":
+        for r in result["runs"]:
+            yield f"loss vs heads pruned, {r['heads']} head(s)/layer", [p["loss"] for p in r["prune"]]
+    elif kind == "ff":
+        for r in result["runs"]:
+            yield f"{r['task']}: {r['model']}", r["curves"]["loss"]

@@ -1,0 +1,22 @@
+"""learn/: TinyTransformers trained from scratch on synthetic routing tasks, read with read/'s probes.
+
+    induction   an induction circuit forms (phase change, head scores, ablation proof)
+    scale       the 1/√d_k scale: logit std at init, saturation, gradients, stalls
+    heads       1–8 heads on a mixture of routes, pruned by importance (Michel et al.)
+    ff          routing alone versus routing plus feed-forward layers at the same budget
+"""
+
+from . import feedforward, induction, pruning, scale
+from .feedforward import FFSettings
+from .induction import InductionSettings
+from .pruning import PruneSettings
+from .scale import ScaleSettings
+from .tasks import Batch, LookupTask, MixtureTask, RepeatTask
+from .train import History, TrainSettings, train
+
+EXPERIMENTS = {"induction": (induction.run, InductionSettings), "scale": (scale.run, ScaleSettings),
+               "heads": (pruning.run, PruneSettings), "ff": (feedforward.run, FFSettings)}
+
+__all__ = ["EXPERIMENTS", "Batch", "FFSettings", "History", "InductionSettings", "LookupTask", "MixtureTask",
+           "PruneSettings", "RepeatTask", "ScaleSettings", "TrainSettings", "train", "feedforward", "induction",
+           "pruning", "scale"]

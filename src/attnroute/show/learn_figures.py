@@ -1,0 +1,191 @@
+"""Figures of the learn experiments (matplotlib, headless), drawn from their JSON results.
+
+Each function takes the result dict a `attnroute learn …` command writes and returns a Figure;
+``save`` writes it as PNG. show/ reads plain dicts, so it never imports learn/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+ROLE = {"previous_token": "#1f77b4", "induction": "#d62728", "positional": "#2ca02c", "other": "#bbbbbb"}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig, path) -> Path:
+    plt = _plt()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def induction(result: dict):
+    """Losses and head scores against steps with the phase change marked, and the ablation bars."""
+    plt = _plt()
+    c, heads, phase = result["curves"], result["heads"], result["phase_change"]
+    steps = np.array(c["steps"])
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.9), gridspec_kw={"width_ratios": [1, 1, 1.1]})
+    ax = axes[0]
+    ax.plot(steps, c["loss_first"], color="#777", label="first occurrence")
+    ax.plot(steps, c["loss_repeat"], color=ROLE["induction"], label="repeat")
+    _mark_phase(ax, phase)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("next-token loss (nats)")
+    ax.set_title("loss on the two copies")
+    ax.legend(fontsize=8)
+
+    ax = axes[1]
+    prev, ind = np.array(c["prev_token"]), np.array(c["induction"])  # (E, L, H)
+    L, H = prev.shape[1:]
+    for layer in range(L):
+        for head in range(H):
+            if layer < L - 1:
+                ax.plot(steps, prev[:, layer, head], color=ROLE["previous_token"], alpha=0.18, lw=0.8)
+            if layer > 0:
+                ax.plot(steps, ind[:, layer, head], color=ROLE["induction"], alpha=0.18, lw=0.8)
+    p, i = heads["previous_token"], heads["induction"]
+    ax.plot(steps, p["curve"], color=ROLE["previous_token"], lw=2,
+            label=f"previous-token score, L{p['layer']}H{p['head']}")
+    ax.plot(steps, i["curve"], color=ROLE["induction"], lw=2, label=f"induction score, L{i['layer']}H{i['head']}")
+    if "positional" in c and "positional_head" in result:
+        ph = result["positional_head"]
+        pos = np.array(c["positional"])[:, ph["layer"], ph["head"]]
+        ax.plot(steps, pos, color=ROLE["positional"], lw=2,
+                label=f"weight {ph['offset']} back (no repeat), L{ph['layer']}H{ph['head']}")
+    _mark_phase(ax, phase)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("score (weight on the right key)")
+    ax.set_title("head scores (thin: every other head)")
+    ax.legend(fontsize=7, loc="upper left")
+
+    ax = axes[2]
+    abl = result["ablation"]
+    removed = np.array(abl["gain_removed"])  # (L, H)
+    role_of = {}
+    for name, h in [*heads.items(), ("positional", result.get("positional_head", {"group": []}))]:
+        for layer, head in h["group"]:
+            role_of.setdefault((layer, head), name)
+    labels = [f"L{lh[0]}H{lh[1]}" for lh in np.ndindex(removed.shape)]
+    colors = [ROLE[role_of.get(lh, "other")] for lh in np.ndindex(removed.shape)]
+    ax.bar(labels, removed.ravel() * 100, color=colors, label="one head zeroed")
+    for name, share in abl.get("group_removed", {}).items():
+        if result["heads"].get(name, result.get("positional_head", {})).get("group"):
+            short = {"previous_token": "all prev.", "induction": "all ind.", "positional": "all pos."}[name]
+            ax.bar(short, share * 100, color=ROLE.get(name, "#555"), hatch="//",
+                   edgecolor="white")
+    ax.axhline(50, color="#444", ls=":", lw=1, label="half the gain")
+    ax.set_ylabel("repeat-loss gain removed (%)")
+    ax.set_title(f"zero-ablation (gain {abl['gain']:.2f} nats)")
+    ax.tick_params(axis="x", labelrotation=90, labelsize=7)
+    ax.legend(fontsize=7)
+    fig.suptitle(result["verdict"]["lines"][0], fontsize=9)
+    return fig
+
+
+def _mark_phase(ax, phase: dict) -> None:
+    if phase.get("exists"):
+        ax.axvline(phase["step"], color="#444", ls="--", lw=1, label=f"phase change (step {phase['step']})")
+
+
+def scale(result: dict):
+    """Logit std at init against √d_k, and the repeat loss, saturation and logit gradient during
+    training, with (solid) and without (dashed) the 1/√d_k scale, one colour per head dim."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.9))
+    init = result["init"]
+    d = np.array([r["head_dim"] for r in init])
+    ax = axes[0]
+    ax.plot(d, np.sqrt(d), color="#444", ls="--", lw=1, label="prediction √d_k")
+    ax.plot(d, [r["unscaled_std"] for r in init], "o", color="#d62728", label="measured, no scale")
+    ax.plot(d, [r["scaled_std"] for r in init], "s", color="#1f77b4", label="measured, 1/√d_k")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xticks(d, [str(x) for x in d])
+    ax.set_xlabel("head dim d_k")
+    ax.set_ylabel("pre-softmax logit std")
+    ax.set_title("logits at init (unit-variance q, k)")
+    ax.legend(fontsize=7)
+    dims = result["settings"]["head_dims"]
+    cmap = plt.get_cmap("viridis")
+    colors = {dd: cmap(i / max(1, len(dims) - 1)) for i, dd in enumerate(dims)}
+    panels = [("loss_repeat", "repeat loss (nats)", "loss on the repeat", False),
+              ("max_weight", "mean max weight", "softmax saturation", False),
+              ("grad_logits", "‖∂loss/∂logits‖", "gradient reaching the logits", True)]
+    for ax, (key, ylabel, title, logy) in zip(axes[1:], panels):
+        for run in result["runs"]:
+            c = run["curves"]
+            ax.plot(c["steps"], c[key], color=colors[run["head_dim"]], ls="-" if run["scaled"] else "--", lw=1.4,
+                    label=f"d_k={run['head_dim']}" if run["scaled"] else None)
+        if logy:
+            ax.set_yscale("log")
+        ax.set_xlabel("training step")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title + " (solid: 1/√d_k, dashed: none)", fontsize=9)
+    axes[1].legend(fontsize=7)
+    return fig
+
+
+def heads(result: dict):
+    """Loss against the fraction of heads pruned (Michel et al.'s loop), one line per head count,
+    with Voita et al.'s 38/48 marked; and the loss per task of each trained model."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.9), gridspec_kw={"width_ratios": [1.4, 1]})
+    ax = axes[0]
+    cmap = plt.get_cmap("viridis")
+    runs = result["runs"]
+    for i, r in enumerate(runs):
+        xs = [p["fraction"] * 100 for p in r["prune"]]
+        ax.plot(xs, [p["loss"] for p in r["prune"]], "o-", ms=3, color=cmap(i / max(1, len(runs) - 1)),
+                label=f"{r['heads']} head(s)/layer ({r['total_heads']} heads)")
+    ax.axvline(result["voita"]["fraction"] * 100, color="#444", ls="--", lw=1, label="Voita et al.: 38/48 pruned")
+    ax.set_yscale("log")
+    ax.set_xlabel("heads pruned (% of all heads)")
+    ax.set_ylabel("mixture loss (nats)")
+    ax.set_title("pruning by importance, 10% of heads at a time")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    tasks = result["tasks"]
+    width = 0.8 / len(runs)
+    for i, r in enumerate(runs):
+        ax.bar(np.arange(len(tasks)) + i * width, [max(r["prune"][0][f"loss_{t}"], 1e-4) for t in tasks], width,
+               color=cmap(i / max(1, len(runs) - 1)), label=f"{r['heads']} head(s)/layer")
+    ax.set_xticks(np.arange(len(tasks)) + 0.4 - width / 2, tasks)
+    ax.set_yscale("log")
+    ax.set_ylabel("loss after training (nats)")
+    ax.set_title("each route, before pruning")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def ff(result: dict):
+    """Loss curves of the attention-only and the feed-forward stack on each task."""
+    plt = _plt()
+    tasks = list(dict.fromkeys(r["task"] for r in result["runs"]))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 3.9))
+    colors = {"attention-only": "#d62728", "with FF": "#1f77b4"}
+    for ax, task in zip(np.atleast_1d(axes), tasks):
+        for r in result["runs"]:
+            if r["task"] == task:
+                c = r["curves"]
+                ax.plot(c["steps"], c["loss"], color=colors.get(r["model"], "#555"),
+                        label=f"{r['model']} ({r['layers']} layers, {r['params']:,} params)")
+        ax.axhline(result["chance"], color="#999", ls=":", lw=1, label="chance")
+        ax.set_xlabel("training step")
+        ax.set_ylabel("loss (nats)")
+        ax.set_title(f"{task}: same parameter budget")
+        ax.legend(fontsize=7)
+    return fig
