@@ -16,7 +16,7 @@ def test_public_surface_is_pinned():
         "rope_frequencies", "interleaved_to_half_split", "half_split_to_interleaved",
         "MultiHeadAttention", "FeedForward", "Block", "TinyConfig", "TinyTransformer", "KVCache",
         "probsparse_attend", "probsparse_sizes", "TOLERANCE", "assert_close_to_reference",
-        "read", "read_routed", "HeadTable", "load_model", "check", "CheckReport",
+        "read", "read_routed", "HeadTable", "load_model", "check", "CheckReport", "learn",
     }
     assert set(attnroute.__all__) == expected
     for name in expected:
@@ -27,7 +27,7 @@ def test_read_is_the_function_and_import_stays_light():
     import subprocess
     import sys
 
-    assert callable(attnroute.read)
+    assert callable(attnroute.read) and callable(attnroute.learn)
     code = "import sys, attnroute; print('transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"  # transformers loads only when a model is read

@@ -6,8 +6,10 @@ how a real model routes a text, cost what routing takes, and show it.
 
 from .build import *  # noqa: F401,F403  (the public surface is pinned by tests/test_namespace.py)
 
+from . import learn as _learn_package  # noqa: F401  (as for read: `learn` below is the function)
 from . import read as _read_package  # noqa: F401  (bind the package first, so `read` below is the function)
 from .check.report import CheckReport, check
+from .learn import run as learn
 from .read.adapter import routed as read_routed
 from .read.headtable import HeadTable
 from .read.heads import read
@@ -27,6 +29,6 @@ __all__ = sorted(
         "interleaved_to_half_split half_split_to_interleaved "
         "MultiHeadAttention FeedForward Block TinyConfig TinyTransformer KVCache "
         "probsparse_attend probsparse_sizes TOLERANCE assert_close_to_reference "
-        "read read_routed HeadTable load_model check CheckReport"
+        "read read_routed HeadTable load_model check CheckReport learn"
     ).split()
 )

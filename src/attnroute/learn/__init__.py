@@ -17,6 +17,20 @@ from .train import History, TrainSettings, train
 EXPERIMENTS = {"induction": (induction.run, InductionSettings), "scale": (scale.run, ScaleSettings),
                "heads": (pruning.run, PruneSettings), "ff": (feedforward.run, FFSettings)}
 
-__all__ = ["EXPERIMENTS", "Batch", "FFSettings", "History", "InductionSettings", "LookupTask", "MixtureTask",
+
+
+def run(experiment: str, progress=None, **settings) -> dict:
+    """Run one learn experiment by name with its settings' fields as keywords; the result dict
+    (curves, verdict lines, summary) that `attnroute learn` writes as JSON.
+
+        attnroute.learn("induction", steps=900, positions="learned")
+    """
+    if experiment not in EXPERIMENTS:
+        raise ValueError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {experiment!r}")
+    fn, Settings = EXPERIMENTS[experiment]
+    return fn(Settings(**settings), progress=progress)
+
+
+__all__ = ["EXPERIMENTS", "run", "Batch", "FFSettings", "History", "InductionSettings", "LookupTask", "MixtureTask",
            "PruneSettings", "RepeatTask", "ScaleSettings", "TrainSettings", "train", "feedforward", "induction",
            "pruning", "scale"]

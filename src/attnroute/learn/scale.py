@@ -36,7 +36,7 @@ class ScaleSettings:
     heads: int = 1  # one head per layer: the smallest induction circuit, and d_k up to 256 fits 3 minutes
     width: int = 64
     positions: str = "rope"
-    steps: int = 800
+    steps: int = 1000
     every: int = 50
     lr: float = 3e-3
     batch: int = 32
@@ -202,10 +202,13 @@ def verdict(result: dict) -> dict:
                  f"{sc['max_weight'][0]:.2f} → {sc['max_weight'][-1]:.2f}); entropy {u['entropy'][0]:.2f} vs "
                  f"{sc['entropy'][0]:.2f} nats at step 0.")
     gl_u, gl_s = float(np.mean(u["grad_logits"])), float(np.mean(sc["grad_logits"]))
-    lines.append(f"Gradient reaching the logits, mean over training: {gl_u:.2g} unscaled vs {gl_s:.2g} scaled "
-                 f"({_ratio(gl_u, gl_s)}). At W_q and W_k at step 0 the unscaled gradient is {_ratio(u['grad_q'][0], sc['grad_q'][0])} "
-                 f"and {_ratio(u['grad_k'][0], sc['grad_k'][0])}: the missing 1/√d_k multiplies the chain, so the "
-                 "stall shows in where the gradient goes (the saturated rows), not in a small norm there.")
+    line = (f"Gradient reaching the logits, mean over training: {gl_u:.2g} unscaled vs {gl_s:.2g} scaled "
+            f"({_ratio(gl_u, gl_s)}). At W_q and W_k at step 0 the unscaled gradient is "
+            f"{_ratio(u['grad_q'][0], sc['grad_q'][0])} and {_ratio(u['grad_k'][0], sc['grad_k'][0])}")
+    if u["grad_q"][0] > sc["grad_q"][0]:
+        line += (": without the scale the chain rule is not divided by √d_k, so saturation does not show as a "
+                 "small gradient norm at W_q and W_k; it shows at the logits.")
+    lines.append(line if line.endswith(".") else line + ".")
     return {"lines": lines, "stalled_unscaled": stalled, "learned_scaled": learned_scaled}
 
 

@@ -1,0 +1,73 @@
+"""learn induction, shortened: the circuit forms, the probes see it, ablation proves it, the shortcut is named."""
+
+import numpy as np
+import pytest
+
+from attnroute.learn.induction import SCORE_MIN, InductionSettings, run
+from attnroute.learn.tasks import RepeatTask
+
+
+@pytest.fixture(scope="module")
+def circuit():
+    return run(InductionSettings(steps=900, every=50))  # the default model; its phase change comes near step 600
+
+
+@pytest.fixture(scope="module")
+def shortcut():
+    return run(InductionSettings(steps=1000, every=50, fixed_offset=24, positions="learned"))
+
+
+def test_a_phase_change_with_both_heads_rising_together(circuit):
+    phase, heads = circuit["phase_change"], circuit["heads"]
+    c = circuit["curves"]
+    assert phase["exists"] and 100 < phase["step"] < 900
+    assert c["loss_repeat"][0] > 4.0 and c["loss_repeat"][-1] < 1.5 and c["loss_first"][-1] > 4.0
+    p, i = heads["previous_token"], heads["induction"]
+    assert p["layer"] == 0 and i["layer"] == 1
+    assert p["curve"][0] < 0.15 and i["curve"][0] < 0.15 and p["final"] > 0.6 and i["final"] > 0.6
+    assert circuit["rose_together"] and abs(p["rise_step"] - phase["step"]) <= circuit["together_window"]
+    assert circuit["verdict"]["kind"] == "induction circuit"
+
+
+def test_ablation_removes_the_gain_only_through_the_circuit(circuit):
+    abl, heads = circuit["ablation"], circuit["heads"]
+    removed = np.array(abl["gain_removed"])
+    ind = heads["induction"]
+    circuit_heads = {tuple(x) for h in heads.values() for x in h["group"]}
+    others = [removed[lh] for lh in np.ndindex(removed.shape) if lh not in circuit_heads]
+    assert abl["group_removed"]["induction"] > 0.5 and abl["group_removed"]["previous_token"] > 0.5
+    assert removed[ind["layer"], ind["head"]] > max(others)  # the induction head hurts more than any non-circuit head
+    assert max(others) < 0.5
+
+
+def test_same_seed_same_curve_and_another_seed_differs():
+    a = run(InductionSettings(steps=40, every=20))["curves"]
+    b = run(InductionSettings(steps=40, every=20))["curves"]
+    c = run(InductionSettings(steps=40, every=20, seed=1))["curves"]
+    assert a["loss_repeat"] == b["loss_repeat"] and a["induction"] == b["induction"]
+    assert a["loss_repeat"] != c["loss_repeat"]
+
+
+def test_fixed_offset_is_named_a_positional_shortcut(shortcut):
+    v, pos = shortcut["verdict"], shortcut["positional_head"]
+    assert v["kind"] == "positional shortcut" and "not an induction circuit" in v["lines"][0]
+    assert pos["score"] >= SCORE_MIN and pos["offset"] == 23
+    assert shortcut["heads"]["induction"]["final"] < SCORE_MIN
+    assert shortcut["curves"]["loss_repeat"][-1] < 1.5  # the task is solved, just not by induction
+    assert shortcut["ablation"]["group_removed"]["positional"] > 0.5
+
+
+def test_untrained_model_is_no_circuit():
+    r = run(InductionSettings(steps=20, every=10))
+    assert r["verdict"]["kind"] == "none" and not r["phase_change"]["exists"]
+    assert any("no gain" in line for line in r["verdict"]["lines"])
+
+
+def test_one_layer_is_refused():
+    with pytest.raises(ValueError, match="two layers"):
+        run(InductionSettings(layers=1))
+
+
+def test_settings_make_the_task_they_say():
+    t = InductionSettings(fixed_offset=24).task()
+    assert isinstance(t, RepeatTask) and t.fixed_offset == 24 and t.length == 48
