@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: venv browser test report bench clean
+.PHONY: venv browser test report bench learn clean
 
 venv: $(STAMP)
 
@@ -34,6 +34,10 @@ report: venv
 
 bench: venv
 	$(BIN)/attnroute bench --out benchmarks/results
+
+learn: venv  # the README's learn figures (about 6 minutes on 2 cores)
+	for e in induction scale heads ff; do $(BIN)/attnroute learn $$e --out docs/learn || exit 1; done
+	$(BIN)/attnroute learn induction --fixed-offset --out docs/learn
 
 clean:
 	rm -rf $(VENV)

@@ -257,8 +257,8 @@ def verdict(result: dict, s: InductionSettings) -> dict:
                      f"repeats; no induction head (best {i['final']:.2f}); {prev_said}.")
     else:
         d = result["duplicate_best"]
-        lines.append(f"No induction circuit: best previous-token score {p['final']:.2f} (L{p['layer']}H{p['head']}), "
-                     f"best induction score {i['final']:.2f} (L{i['layer']}H{i['head']}); a formed head needs "
+        lines.append(f"No induction circuit: best previous-token score {p['final']:.3f} (L{p['layer']}H{p['head']}), "
+                     f"best induction score {i['final']:.3f} (L{i['layer']}H{i['head']}); a formed head needs "
                      f"≥ {SCORE_MIN}. Best duplicate-token score {d['score']:.2f} (L{d['layer']}H{d['head']}).")
     if phase["exists"]:
         lines.append(f"Repeat loss {curves['loss_repeat'][0]:.2f} → {curves['loss_repeat'][-1]:.2f} (first occurrence "
