@@ -187,7 +187,7 @@ def _learn(args) -> int:
 
     run, Settings = EXPERIMENTS[args.experiment]
     try:
-        settings = Settings(**_learn_options(args))
+        settings = Settings(**_learn_options(args, Settings))
     except (TypeError, ValueError) as e:
         raise CliError(f"learn {args.experiment}: {e}") from None
     name = args.experiment + ("-fixed-offset" if getattr(args, "fixed_offset", None) else "")
@@ -206,19 +206,18 @@ def _learn(args) -> int:
     for line in result["verdict"]["lines"]:
         print(line)
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
-    learn_figures.save(getattr(learn_figures, result["experiment"])(result), out / f"{name}.png")
-    (out / f"{name}.html").write_text(learn_section.page([result]), encoding="utf-8")
+    png = learn_figures.png(result)
+    (out / f"{name}.png").write_bytes(png)
+    (out / f"{name}.html").write_text(learn_section.page([result], [png]), encoding="utf-8")
     print(f"wrote {out / name}.png, .json and .html")
     return 0
 
 
-def _learn_options(args) -> dict:
-    """The options the experiment was given (None = its default)."""
-    keys = {"induction": ("layers", "heads", "width", "ff", "positions", "seed", "steps", "every", "fixed_offset"),
-            "scale": ("head_dims", "seed", "steps", "every"),
-            "heads": ("head_counts", "seed", "steps", "width"),
-            "ff": ("seed", "steps", "vocab")}[args.experiment]
-    opts = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+def _learn_options(args, Settings) -> dict:
+    """The settings fields given on the command line (an option left out keeps its default)."""
+    from dataclasses import fields
+
+    opts = {f.name: getattr(args, f.name) for f in fields(Settings) if getattr(args, f.name, None) is not None}
     for k in ("head_dims", "head_counts"):
         if k in opts:
             opts[k] = tuple(opts[k])
@@ -231,6 +230,8 @@ def _learn_options(args) -> dict:
 
 
 def _learn_result(path) -> dict:
+    from .learn import EXPERIMENTS
+
     p = Path(path)
     if not p.is_file():
         raise CliError(f"--learn {path}: no such file (write one with `attnroute learn … --out DIR`)")
@@ -238,7 +239,7 @@ def _learn_result(path) -> dict:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CliError(f"--learn {path}: not a JSON file ({e})") from None
-    if not isinstance(data, dict) or data.get("experiment") not in ("induction", "scale", "heads", "ff"):
+    if not isinstance(data, dict) or data.get("experiment") not in EXPERIMENTS:
         raise CliError(f"--learn {path}: not an `attnroute learn` result (no experiment field)")
     return data
 

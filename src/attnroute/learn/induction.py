@@ -168,7 +168,7 @@ def find_circuit(curves: dict, s: InductionSettings) -> dict:
     steps = curves["steps"]
     prev = np.array(curves["prev_token"])  # (E, L, H)
     ind = np.array(curves["induction"])  # (E, L, H)
-    L, H = prev.shape[1:]
+    L = prev.shape[1]
     phase = steepest(steps, curves["loss_repeat"], falling=True)
     gain = curves["loss_first"][-1] - curves["loss_repeat"][-1]
     phase["exists"] = bool(gain >= PHASE_GAIN)
@@ -180,7 +180,7 @@ def find_circuit(curves: dict, s: InductionSettings) -> dict:
         curve = score[:, layer, head]
         heads[name] = {"layer": layer, "head": head, "curve": curve.tolist(), "final": float(curve[-1]),
                        "rise_step": rise_step(steps, curve), "formed": bool(curve[-1] >= SCORE_MIN),
-                       "group": [[int(l_), int(h_)] for l_ in layers for h_ in range(H) if score[-1, l_, h_] >= SCORE_MIN]}
+                       "group": _formed(score[-1], layers)}
     together = phase["exists"] and all(
         h["formed"] and h["rise_step"] is not None and abs(h["rise_step"] - phase["step"]) <= window
         for h in heads.values())
@@ -188,8 +188,8 @@ def find_circuit(curves: dict, s: InductionSettings) -> dict:
            "duplicate_best": _describe_best(np.array(curves["duplicate"])[-1])}
     if "positional" in curves:
         pos = np.array(curves["positional"])[-1]  # (L, H)
-        group = [[int(l_), int(h_)] for l_, h_ in zip(*np.nonzero(pos >= SCORE_MIN))]
-        out["positional_head"] = {**_describe_best(pos), "offset": s.fixed_offset - 1, "group": group}
+        out["positional_head"] = {**_describe_best(pos), "offset": s.fixed_offset - 1,
+                                  "group": _formed(pos, range(L))}
     return out
 
 
@@ -202,8 +202,14 @@ def _best(score: np.ndarray, layers) -> tuple[int, int]:
 
 
 def _describe_best(score: np.ndarray) -> dict:
-    layer, head = np.unravel_index(np.argmax(score), score.shape)
-    return {"layer": int(layer), "head": int(head), "score": float(score[layer, head])}
+    layer, head = _best(score, range(score.shape[0]))
+    return {"layer": layer, "head": head, "score": float(score[layer, head])}
+
+
+def _formed(score: np.ndarray, layers) -> list[list[int]]:
+    """[layer, head] of every head in ``layers`` whose final score [L, H] reaches SCORE_MIN."""
+    return [[int(layer), int(head)] for layer in layers for head in range(score.shape[1])
+            if score[layer, head] >= SCORE_MIN]
 
 
 # -------------------------------------------------------------------------------------------- ablation

@@ -17,12 +17,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..build import TinyConfig
 from ..read.effects import HeadGate
 from .tasks import TASK_TOKENS, Batch, MixtureTask
-from .train import TrainSettings, build_model, region_losses, train
+from .train import TrainSettings, batch_loss, build_model, region_losses, train
 
 VOITA_FRACTION = 38 / 48  # heads pruned by Voita et al. 2019 for 0.15 BLEU
 TOLERANCE = 0.10  # nats of mixture loss a pruning may cost and still count as "little cost"
@@ -65,11 +64,9 @@ def importance(model, batch: Batch, gates: torch.Tensor, per: int) -> np.ndarray
     total = torch.zeros_like(gates)
     for i in range(0, batch.inputs.shape[0], per):
         g = gates.detach().clone().requires_grad_(True)
-        logits = model(batch.inputs[i : i + per], impl="eager", interventions=_gate_interventions(g))
-        w = batch.row_weights()[i : i + per]  # (b, T)
-        ce = F.cross_entropy(logits.transpose(1, 2), batch.targets[i : i + per], reduction="none")
-        loss = (ce * w).sum() / w.sum().clamp_min(1e-12)
-        (grad,) = torch.autograd.grad(loss, g)
+        part = batch.take(slice(i, i + per))
+        logits = model(part.inputs, impl="eager", interventions=_gate_interventions(g))  # (b, T, V)
+        (grad,) = torch.autograd.grad(batch_loss(logits, part), g)
         total += grad.abs()
     total = total / total.norm(dim=1, keepdim=True).clamp_min(1e-20)  # per-layer L2 (HF's default)
     return total.numpy()

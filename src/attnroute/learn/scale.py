@@ -24,8 +24,8 @@ import torch
 from ..build import CallbackProbe, TinyConfig
 from ..read.probes import row_stats_probe
 from .induction import PHASE_GAIN
-from .tasks import Batch, RepeatTask
-from .train import TrainSettings, build_model, region_losses, train
+from .tasks import RepeatTask
+from .train import TrainSettings, batch_loss, build_model, region_losses, train
 
 
 @dataclass
@@ -130,8 +130,7 @@ def gradients(model, batch) -> dict:
     model.zero_grad(set_to_none=True)
     with torch.enable_grad():
         logits = model(batch.inputs, impl="eager", probes=[probe])  # (B, T, V)
-        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.targets)
-        ce.backward()
+        batch_loss(logits, batch).backward()
     norm = lambda ps: float(torch.sqrt(sum((p.grad.float() ** 2).sum() for p in ps)))  # noqa: E731
     out = {"grad_logits": math.sqrt(probe.sumsq), "grad_q": norm([b.attn.q_proj.weight for b in model.blocks]),
            "grad_k": norm([b.attn.k_proj.weight for b in model.blocks])}
@@ -142,7 +141,7 @@ def gradients(model, batch) -> dict:
 def run_one(s: ScaleSettings, head_dim: int, scaled: bool, eval_batch, progress=None) -> dict:
     model = build_model(s.config(head_dim, scaled), s.seed)
     unit_qk_init(model, s.seed)
-    grad_batch = Batch(eval_batch.inputs[:32], eval_batch.targets[:32], eval_batch.loss_rows[:32])
+    grad_batch = eval_batch.take(slice(0, 32))
 
     def evaluate(m, step):
         row = region_losses(m, eval_batch, impl="sdpa")
@@ -221,6 +220,8 @@ def summary(result: dict) -> dict:
         u, sc = _by(result, d, False), _by(result, d, True)
         out[f"final repeat loss d_k={d} (scaled / unscaled)"] = (
             f"{sc['curves']['loss_repeat'][-1]:.2f} / {u['curves']['loss_repeat'][-1]:.2f}")
+        out[f"first step with a {PHASE_GAIN}-nat repeat gain d_k={d} (scaled / unscaled)"] = (
+            f"{first_learned_step(sc) or 'never'} / {first_learned_step(u) or 'never'}")
     return out
 
 

@@ -34,6 +34,11 @@ class Batch:
     def row_weights(self) -> torch.Tensor:
         return self.loss_rows.float() if self.weights is None else self.weights
 
+    def take(self, rows: slice) -> Batch:
+        """The same batch cut to some examples (``rows`` slices the batch dimension)."""
+        return Batch(self.inputs[rows], self.targets[rows], self.loss_rows[rows],
+                     {k: v[rows] for k, v in self.regions.items()}, None if self.weights is None else self.weights[rows])
+
 
 @dataclass(frozen=True)
 class RepeatTask:

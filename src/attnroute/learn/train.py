@@ -25,7 +25,6 @@ class TrainSettings:
     weight_decay: float = 0.01
     warmup: int = 50
     every: int = 50  # evaluate every K steps
-    eval_batch: int = 128
     seed: int = 0
     clip: float = 1.0
 
@@ -53,31 +52,33 @@ def build_model(cfg: TinyConfig, seed: int) -> TinyTransformer:
     return TinyTransformer(cfg)
 
 
+def row_losses(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """Next-token cross-entropy of every row, [B, T]."""
+    return F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")
+
+
+def batch_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """The training loss: row losses weighted by ``batch.row_weights()`` (a scalar tensor)."""
+    w = batch.row_weights()  # (B, T)
+    return (row_losses(logits, batch) * w).sum() / w.sum().clamp_min(1e-12)
+
+
 def region_losses(model, batch: Batch, impl: str = "auto", interventions=(), probes=()) -> dict[str, float]:
-    """Mean loss over each region's rows (and 'loss' over the loss rows) for one batch, no grad."""
+    """The training loss ('loss') and the mean loss over each region's rows for one batch, no grad."""
     with torch.no_grad():
         logits = model(batch.inputs, impl=impl, interventions=interventions, probes=probes)  # (B, T, V)
-        ce = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")  # (B, T)
-    out = {"loss": _weighted_mean(ce, batch.row_weights())}
+        ce = row_losses(logits, batch)  # (B, T)
+        out = {"loss": float(batch_loss(logits, batch))}
     for name, rows in batch.regions.items():
-        out[f"loss_{name}"] = _masked_mean(ce, rows)
+        out[f"loss_{name}"] = float((ce * rows).sum() / rows.sum().clamp_min(1))
     return out
 
 
-def _masked_mean(x: torch.Tensor, rows: torch.Tensor) -> float:
-    return float((x * rows).sum() / rows.sum().clamp_min(1))
-
-
-def _weighted_mean(x: torch.Tensor, weights: torch.Tensor) -> float:
-    return float((x * weights).sum() / weights.sum().clamp_min(1e-12))
-
-
-def train(model, task, settings: TrainSettings, evaluate=None, progress=None, after_backward=None) -> History:
+def train(model, task, settings: TrainSettings, evaluate=None, progress=None) -> History:
     """Train ``model`` on ``task`` with AdamW (linear warm-up, then constant lr).
 
     ``evaluate(model, step) -> dict`` runs at step 0 and every ``settings.every`` steps and at the
-    end; its scalars form the history. ``progress(step, total)`` is called after every step;
-    ``after_backward(model, step)`` sees the gradients before the optimizer uses them (and before clipping).
+    end; its scalars form the history. ``progress(step, total)`` is called after every step.
     """
     g = torch.Generator().manual_seed(settings.seed + 1)  # batches: independent of the init stream
     opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
@@ -89,13 +90,9 @@ def train(model, task, settings: TrainSettings, evaluate=None, progress=None, af
     for step in range(1, settings.steps + 1):
         batch = task.sample(settings.batch, g)
         logits = model(batch.inputs, impl="sdpa")  # (B, T, V): the fused kernel; probes run only in evaluate
-        ce = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")  # (B, T)
-        w = batch.row_weights()  # (B, T)
-        loss = (ce * w).sum() / w.sum().clamp_min(1e-12)
+        loss = batch_loss(logits, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if after_backward:
-            after_backward(model, step)
         if settings.clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), settings.clip)
         opt.step()

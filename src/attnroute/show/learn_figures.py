@@ -1,12 +1,12 @@
 """Figures of the learn experiments (matplotlib, headless), drawn from their JSON results.
 
 Each function takes the result dict a `attnroute learn …` command writes and returns a Figure;
-``save`` writes it as PNG. show/ reads plain dicts, so it never imports learn/.
+``png`` renders the one an experiment names. show/ reads plain dicts, so it never imports learn/.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 
 import numpy as np
 
@@ -22,14 +22,14 @@ def _plt():
     return plt
 
 
-def save(fig, path) -> Path:
-    plt = _plt()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def png(result: dict) -> bytes:
+    """The experiment's figure as PNG bytes (drawn once; the CLI writes them and embeds them)."""
+    fig = globals()[result["experiment"]](result)
+    buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    fig.savefig(buf, format="png", dpi=110)
+    _plt().close(fig)
+    return buf.getvalue()
 
 
 def induction(result: dict):

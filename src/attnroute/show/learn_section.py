@@ -8,29 +8,20 @@ Every piece of text is escaped; nothing in it runs script.
 from __future__ import annotations
 
 import base64
-import io
 from html import escape
 from importlib import resources
 
 from . import learn_figures
 
 TITLES = {"induction": "Learn: an induction circuit forms", "scale": "Learn: the 1/√d_k scale",
-          "heads": "Learn: how many heads can go", "ff": "Learn: what routing alone cannot do"}
+          "heads": "Learn: how many heads can go", "ff": "Learn: what a feed-forward layer adds to routing"}
 SECTIONS_MARK = "<!--__SECTIONS__-->"
 
 
-def figure_png(result: dict) -> bytes:
-    fig = getattr(learn_figures, result["experiment"])(result)
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=100)
-    learn_figures._plt().close(fig)
-    return buf.getvalue()
-
-
-def section(result: dict) -> str:
-    """One `<div class="card">` for the report: figure, verdict lines, summary table."""
-    png = base64.b64encode(figure_png(result)).decode()
+def section(result: dict, png: bytes | None = None) -> str:
+    """One `<div class="card">` for the report: figure (``png``, drawn here when not given), verdict
+    lines, summary table."""
+    png = base64.b64encode(png or learn_figures.png(result)).decode()
     title = TITLES.get(result["experiment"], result["experiment"])
     lines = "".join(f"<li>{escape(line)}</li>" for line in result["verdict"]["lines"])
     rows = "".join(f"<tr><td>{escape(str(k))}</td><td class=\"num\">{escape(_fmt(v))}</td></tr>"
@@ -43,20 +34,23 @@ def section(result: dict) -> str:
             f'<div class="note">settings: {escape(settings)}</div></div>')
 
 
-def page(results: list[dict]) -> str:
+def _rows(results: list[dict], pngs=None) -> str:
+    pngs = pngs or [None] * len(results)
+    return "".join(f'<div class="row" style="margin-top:18px">{section(r, p)}</div>' for r, p in zip(results, pngs))
+
+
+def page(results: list[dict], pngs: list[bytes] | None = None) -> str:
     """A self-contained page holding only learn sections, styled like the routing report."""
     template = resources.files("attnroute.show").joinpath("report.html").read_text(encoding="utf-8")
     head = template[: template.index("<body>")].replace("attnroute routing report", "attnroute learn")
-    body = "".join(f'<div class="row" style="margin-top:18px">{section(r)}</div>' for r in results)
-    return f"{head}<body><h1>attnroute learn</h1>{body}</body></html>"
+    return f"{head}<body><h1>attnroute learn</h1>{_rows(results, pngs)}</body></html>"
 
 
 def insert(report_html: str, results: list[dict]) -> str:
     """The routing report with learn sections added below its cards."""
     if SECTIONS_MARK not in report_html:
         raise ValueError("the report template has no place for extra sections")
-    body = "".join(f'<div class="row" style="margin-top:18px">{section(r)}</div>' for r in results)
-    return report_html.replace(SECTIONS_MARK, body, 1)
+    return report_html.replace(SECTIONS_MARK, _rows(results), 1)
 
 
 def _fmt(v) -> str:
