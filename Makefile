@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: venv browser test report bench learn clean
+.PHONY: venv browser lint format test report bench learn clean
 
 venv: $(STAMP)
 
@@ -26,7 +26,15 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@test -x $(CHROMIUM) || { echo "chromium could not be installed: the browser tests will fail"; exit 1; }
 
-test: venv browser
+lint: venv  # seconds: ruff's rules (E, F, B, I, UP) and its formatter, in check mode
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: lint browser
 	$(BIN)/python -m pytest -q
 
 report: venv

@@ -6,7 +6,10 @@ from hypothesis import HealthCheck, settings
 
 # Deterministic, bounded property tests: CI has 2 cores and a 20-minute budget for everything.
 settings.register_profile(
-    "ci", max_examples=int(os.environ.get("ATTNROUTE_EXAMPLES", "25")), deadline=None, derandomize=True,
+    "ci",
+    max_examples=int(os.environ.get("ATTNROUTE_EXAMPLES", "25")),
+    deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("ci")
@@ -25,3 +28,14 @@ def minilm():
     from attnroute.read.models import load
 
     return load("minilm")
+
+
+MODEL_FIXTURES = {"smollm2", "minilm"}
+
+
+def pytest_collection_modifyitems(items):
+    """Tests that read a real model are `slow` (seconds to a minute each); `make test` runs them all,
+    `pytest -m "not slow"` leaves them out for a quick loop."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

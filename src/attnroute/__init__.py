@@ -2,33 +2,152 @@
 
 Build attention from its five stages, check any implementation for the bugs that ship, read
 how a real model routes a text, cost what routing takes, and show it.
+
+Floors (each imports only those below it): engine → read, check, cost, learn → show → cli.
+Importing attnroute loads torch, never transformers (that waits until a model is read).
 """
 
-from .build import *  # noqa: F401,F403  (the public surface is pinned by tests/test_namespace.py)
-
-from . import learn as _learn_package  # noqa: F401  (as for read: `learn` below is the function)
-from . import read as _read_package  # noqa: F401  (bind the package first, so `read` below is the function)
 from .check.report import CheckReport, check
-from .learn import run as learn
+from .engine import (
+    IMPLS,
+    TOLERANCE,
+    Block,
+    CallbackProbe,
+    FeedForward,
+    InputError,
+    InputTypeError,
+    Intervention,
+    KeyMass,
+    KVCache,
+    LearnedPositions,
+    Mask,
+    MultiHeadAttention,
+    Probe,
+    ReplaceOutput,
+    RoPE,
+    RowStats,
+    SinusoidalPositions,
+    SubstituteWeights,
+    Temperature,
+    TinyConfig,
+    TinyTransformer,
+    Trace,
+    UniformWeights,
+    UnsupportedRequest,
+    WeightBlock,
+    ZeroHead,
+    aggregate,
+    apply_rope,
+    assert_close_to_reference,
+    attend,
+    causal,
+    choose_impl,
+    combine_additive,
+    document,
+    from_additive,
+    from_hf,
+    from_hf_2d,
+    from_mha,
+    full,
+    half_split_to_interleaved,
+    interleaved_to_half_split,
+    normalize,
+    padding,
+    predicate,
+    prefix_lm,
+    probsparse_attend,
+    probsparse_sizes,
+    project,
+    rope_frequencies,
+    scale_and_mask,
+    score,
+    sinusoidal,
+    sinusoidal_shift,
+    sliding_window,
+    to_additive,
+    to_hf,
+    to_key_padding_mask,
+    to_mha,
+    window_from,
+    window_to,
+)
+from .learn import run_experiment
 from .read.adapter import routed as read_routed
+from .read.heads import read_heads
 from .read.headtable import HeadTable
-from .read.heads import read
 from .read.models import load as load_model
 
 __version__ = "0.1.0"
 
-__all__ = sorted(
-    name for name in (
-        "attend choose_impl IMPLS UnsupportedRequest "
-        "Mask causal sliding_window window_from window_to padding from_hf document prefix_lm predicate full "
-        "to_mha from_mha to_key_padding_mask to_hf from_hf_2d to_additive from_additive combine_additive "
-        "project score scale_and_mask normalize aggregate Trace WeightBlock "
-        "Probe RowStats KeyMass CallbackProbe "
-        "Intervention ZeroHead ReplaceOutput UniformWeights Temperature SubstituteWeights "
-        "sinusoidal sinusoidal_shift LearnedPositions SinusoidalPositions RoPE apply_rope rope_frequencies "
-        "interleaved_to_half_split half_split_to_interleaved "
-        "MultiHeadAttention FeedForward Block TinyConfig TinyTransformer KVCache "
-        "probsparse_attend probsparse_sizes TOLERANCE assert_close_to_reference "
-        "read read_routed HeadTable load_model check CheckReport learn"
-    ).split()
-)
+__all__ = [
+    # engine: attend, its stages, masks, conversions, probes, interventions, positions, layers
+    "IMPLS",
+    "attend",
+    "choose_impl",
+    "UnsupportedRequest",
+    "InputError",
+    "InputTypeError",
+    "project",
+    "score",
+    "scale_and_mask",
+    "normalize",
+    "aggregate",
+    "Trace",
+    "WeightBlock",
+    "Mask",
+    "causal",
+    "document",
+    "from_hf",
+    "full",
+    "padding",
+    "predicate",
+    "prefix_lm",
+    "sliding_window",
+    "window_from",
+    "window_to",
+    "combine_additive",
+    "from_additive",
+    "from_hf_2d",
+    "from_mha",
+    "to_additive",
+    "to_hf",
+    "to_key_padding_mask",
+    "to_mha",
+    "Probe",
+    "RowStats",
+    "KeyMass",
+    "CallbackProbe",
+    "Intervention",
+    "ZeroHead",
+    "ReplaceOutput",
+    "UniformWeights",
+    "Temperature",
+    "SubstituteWeights",
+    "sinusoidal",
+    "sinusoidal_shift",
+    "LearnedPositions",
+    "SinusoidalPositions",
+    "RoPE",
+    "apply_rope",
+    "rope_frequencies",
+    "interleaved_to_half_split",
+    "half_split_to_interleaved",
+    "MultiHeadAttention",
+    "FeedForward",
+    "Block",
+    "TinyConfig",
+    "TinyTransformer",
+    "KVCache",
+    "probsparse_attend",
+    "probsparse_sizes",
+    "TOLERANCE",
+    "assert_close_to_reference",
+    # read, check, learn
+    "read_heads",
+    "read_routed",
+    "HeadTable",
+    "load_model",
+    "check",
+    "CheckReport",
+    "run_experiment",
+]

@@ -28,8 +28,11 @@ def correct(q, k, v, attn_mask=None):
     if attn_mask is not None:
         s = s.masked_fill(~attn_mask, NEG)
     w = _softmax_rows(s)
-    v = torch.where(attn_mask.expand(*w.shape).any(2)[..., None] if attn_mask is not None else torch.ones(1, dtype=torch.bool),
-                    v, torch.zeros_like(v))
+    v = torch.where(
+        attn_mask.expand(*w.shape).any(2)[..., None] if attn_mask is not None else torch.ones(1, dtype=torch.bool),
+        v,
+        torch.zeros_like(v),
+    )
     return w @ torch.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)
 
 

@@ -19,7 +19,8 @@ def user_module(tmp_path, monkeypatch):
         "    return good(q, k, v, None if attn_mask is None else ~attn_mask)\n"
         "def wrong_signature(x):\n"
         "    return x\n"
-        "raise_me = 3\n")
+        "raise_me = 3\n"
+    )
     monkeypatch.chdir(tmp_path)
     yield
     sys.modules.pop("myattn", None)
@@ -32,7 +33,9 @@ def run(capsys, *argv):
 
 
 def test_user_function_passes_with_exit_0_and_json(capsys, user_module):
-    code, out, _ = run(capsys, "myattn:good", "--json", "--skip", "masked_garbage,masked_garbage_fp16,masked_garbage_bf16")
+    code, out, _ = run(
+        capsys, "myattn:good", "--json", "--skip", "masked_garbage,masked_garbage_fp16,masked_garbage_bf16"
+    )
     data = json.loads(out)
     assert code == 0 and data["passed"] is True and data["target"] == "myattn:good"
     assert {"name", "passed", "skipped", "detail"} <= set(data["checks"][0])
@@ -45,13 +48,16 @@ def test_failing_check_gives_exit_1_and_names_the_row(capsys, user_module):
     assert "inverted" in out and "query" in out
 
 
-@pytest.mark.parametrize("target,message", [
-    ("nosuchmodule:fn", "cannot import 'nosuchmodule'"),
-    ("myattn:missing", "has no callable 'missing'"),
-    ("myattn:raise_me", "has no callable 'raise_me'"),
-    ("myattn:wrong_signature", "cannot call myattn:wrong_signature"),
-    ("torch.flash", "unknown target 'torch.flash'"),
-])
+@pytest.mark.parametrize(
+    "target,message",
+    [
+        ("nosuchmodule:fn", "cannot import 'nosuchmodule'"),
+        ("myattn:missing", "has no callable 'missing'"),
+        ("myattn:raise_me", "has no callable 'raise_me'"),
+        ("myattn:wrong_signature", "cannot call myattn:wrong_signature"),
+        ("torch.flash", "unknown target 'torch.flash'"),
+    ],
+)
 def test_unloadable_or_uncallable_targets_exit_2(capsys, user_module, target, message):
     code, _, err = run(capsys, target)
     assert code == 2 and message in err and "Traceback" not in err

@@ -25,12 +25,15 @@ def test_fixed_offset_defaults_to_learned_positions(tmp_path):
     assert data["settings"]["positions"] == "learned" and data["settings"]["fixed_offset"] == 24
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["learn", "induction", "--layers", "1"], "two layers"),
-    (["learn", "induction", "--fixed-offset", "5"], "fixed_offset=5"),
-    (["learn", "scale", "--steps", "0"], "--steps must be positive"),
-    (["report", "--model", "minilm", "--learn", "nope.json"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["learn", "induction", "--layers", "1"], "two layers"),
+        (["learn", "induction", "--fixed-offset", "5"], "fixed_offset=5"),
+        (["learn", "scale", "--steps", "0"], "--steps must be positive"),
+        (["report", "--model", "minilm", "--learn", "nope.json"], "no such file"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, words, capsys, tmp_path):
     assert main(argv + ["--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()

@@ -4,12 +4,16 @@ import pytest
 
 from attnroute.learn import feedforward
 
+pytestmark = pytest.mark.slow  # trains or measures for seconds to tens of seconds; make test runs it
+
 
 def test_the_two_stacks_have_the_same_budget():
     from attnroute.learn.train import build_model
 
-    params = {name: sum(p.numel() for p in build_model(cfg, 0).parameters())
-              for name, cfg in feedforward.FFSettings().configs().items()}
+    params = {
+        name: sum(p.numel() for p in build_model(cfg, 0).parameters())
+        for name, cfg in feedforward.FFSettings().configs().items()
+    }
     assert params["with FF"] == pytest.approx(params["attention-only"], rel=0.02)
     cfgs = feedforward.FFSettings().configs()
     assert cfgs["attention-only"].d_ff == 0 and cfgs["with FF"].d_ff > 0

@@ -6,6 +6,8 @@ import pytest
 from attnroute.learn.induction import SCORE_MIN, InductionSettings, run
 from attnroute.learn.tasks import RepeatTask
 
+pytestmark = pytest.mark.slow  # trains or measures for seconds to tens of seconds; make test runs it
+
 
 @pytest.fixture(scope="module")
 def circuit():

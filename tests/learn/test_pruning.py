@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from attnroute.build import ZeroHead
+from attnroute.engine import ZeroHead
 from attnroute.learn import pruning
 from attnroute.learn.train import TrainSettings, build_model, region_losses, train
+
+pytestmark = pytest.mark.slow  # trains or measures for seconds to tens of seconds; make test runs it
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +43,9 @@ def test_importance_is_the_gate_gradient_normalised_per_layer(trained):
             up, down = gates.clone(), gates.clone()
             up[layer, head] += eps
             down[layer, head] -= eps
-            raw[layer, head] = abs(pruning.gated_losses(model, sub, up)["loss"]
-                                   - pruning.gated_losses(model, sub, down)["loss"]) / (2 * eps)
+            raw[layer, head] = abs(
+                pruning.gated_losses(model, sub, up)["loss"] - pruning.gated_losses(model, sub, down)["loss"]
+            ) / (2 * eps)
     raw = raw / np.linalg.norm(raw, axis=1, keepdims=True)
     assert np.allclose(pruning.importance(model, sub, gates, per=16), raw, atol=2e-2)
 

@@ -5,9 +5,11 @@ import math
 import pytest
 import torch
 
-from attnroute.build import TinyConfig
+from attnroute.engine import TinyConfig
 from attnroute.learn import scale
 from attnroute.learn.train import build_model
+
+pytestmark = pytest.mark.slow  # trains or measures for seconds to tens of seconds; make test runs it
 
 
 @pytest.fixture(scope="module")

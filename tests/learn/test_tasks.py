@@ -44,11 +44,14 @@ def test_offsets_vary_without_fixed_offset():
     assert len({_segments(b, i)[1] - _segments(b, i)[0] for i in range(64)}) > 10
 
 
-@pytest.mark.parametrize("kw, words", [
-    (dict(length=30, min_len=8, max_len=20), "does not fit"),
-    (dict(min_len=1), "min_len"),
-    (dict(length=48, max_len=24, fixed_offset=10), "overlap"),
-])
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        (dict(length=30, min_len=8, max_len=20), "does not fit"),
+        (dict(min_len=1), "min_len"),
+        (dict(length=48, max_len=24, fixed_offset=10), "overlap"),
+    ],
+)
 def test_bad_repeat_settings_say_what_to_change(kw, words):
     with pytest.raises(ValueError, match=words):
         RepeatTask(**kw)

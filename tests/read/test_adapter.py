@@ -12,8 +12,9 @@ def padded_batch(lm, side):
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = side
-    return tok(["The capital of France is Paris, and the capital of Italy is", "Hi there"], return_tensors="pt",
-               padding=True)
+    return tok(
+        ["The capital of France is Paris, and the capital of Italy is", "Hi there"], return_tensors="pt", padding=True
+    )
 
 
 @pytest.mark.parametrize("impl", ["eager", "blocked", "sdpa"])

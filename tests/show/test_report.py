@@ -1,27 +1,26 @@
 """The routing report: self-contained, escaped, interactive in a real browser (headless Chromium)."""
 
-import os
+import io
 import re
-import shutil
 
 import numpy as np
 import pytest
 
+from attnroute.read.capture import routing_view
 from attnroute.show import report as report_mod
 from attnroute.show.figures import write_pngs
 
 INJECTION = 'Look: <script>alert(1)</script> and "><img src=x onerror=alert(1)> end.'
-CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
 def smollm2_report(smollm2):
-    return report_mod.build(smollm2, INJECTION, ablation=False)
+    return report_mod.build(routing_view(smollm2, INJECTION, ablation=False))
 
 
 @pytest.fixture(scope="module")
 def minilm_report(minilm):
-    return report_mod.build(minilm, "A short sentence, with a comma. And another one.", ablation=True)
+    return report_mod.build(routing_view(minilm, "A short sentence, with a comma. And another one.", ablation=True))
 
 
 def test_page_is_self_contained_and_escaped(smollm2_report):
@@ -48,46 +47,23 @@ def test_pngs_and_json_data(minilm_report, tmp_path):
     assert "srcdoc" in minilm_report._repr_html_()
 
 
-def browser_page(playwright, path):
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium (the browser tests need it)")
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
-        "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync"])
-    page = browser.new_page(viewport={"width": 1400, "height": 1200})
-    events = {"errors": [], "dialogs": []}
-    page.on("console", lambda m: events["errors"].append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: events["errors"].append(str(e)))
-    page.on("dialog", lambda d: (events["dialogs"].append(d.message), d.dismiss()))
-    page.goto(path.as_uri())
-    page.wait_for_timeout(300)
-    return browser, page, events
-
-
 @pytest.mark.parametrize("which", ["smollm2_report", "minilm_report"])
-def test_page_in_headless_chromium(which, request, tmp_path):
-    from playwright.sync_api import sync_playwright
-
+def test_page_in_headless_chromium(which, request, tmp_path, open_page):
     rep = request.getfixturevalue(which)
     path = rep.save(tmp_path / "report.html")
-    with sync_playwright() as p:
-        browser, page, events = browser_page(p, path)
-        try:
-            title = page.text_content("#detail-title")
-            heat_before = page.evaluate("document.getElementById('heat').toDataURL()")
-            page.click("rect.cell[data-layer='0'][data-head='1']")
-            assert page.text_content("#detail-title") != title and "L0.H1" in page.text_content("#detail-title")
-            assert page.evaluate("document.getElementById('heat').toDataURL()") != heat_before
-            page.select_option("#metric", "entropy")
-            labels = page.eval_on_selector_all("#links text", "els => els.map(e => e.textContent).join('|')")
-            shot = page.screenshot(full_page=True)
-        finally:
-            browser.close()
+    with open_page(path, ready="rect.cell[data-layer='0'][data-head='1']") as (page, events):
+        title = page.text_content("#detail-title")
+        heat_before = page.evaluate("document.getElementById('heat').toDataURL()")
+        page.click("rect.cell[data-layer='0'][data-head='1']")
+        assert page.text_content("#detail-title") != title and "L0.H1" in page.text_content("#detail-title")
+        assert page.evaluate("document.getElementById('heat').toDataURL()") != heat_before
+        page.select_option("#metric", "entropy")
+        labels = page.eval_on_selector_all("#links text", "els => els.map(e => e.textContent).join('|')")
+        shot = page.screenshot(full_page=True)
     assert events["errors"] == [] and events["dialogs"] == []
     if which == "smollm2_report":
         assert "<" in labels and "script" in labels  # the injected markup is shown as text
-    from PIL import Image  # noqa: F401  (matplotlib depends on pillow)
-    import io
+    from PIL import Image  # matplotlib depends on pillow
 
     img = np.asarray(Image.open(io.BytesIO(shot)).convert("L"), dtype=float)
     assert img.std() > 10  # not blank
@@ -97,8 +73,21 @@ def test_cli_report_writes_page_pngs_and_json(tmp_path, capsys):
     from attnroute.cli import main
 
     out = tmp_path / "r.html"
-    code = main(["report", "Hello there, hello again.", "--model", "minilm", "--out", str(out), "--png-dir",
-                 str(tmp_path / "png"), "--json", str(tmp_path / "r.json"), "--no-ablation"])
+    code = main(
+        [
+            "report",
+            "Hello there, hello again.",
+            "--model",
+            "minilm",
+            "--out",
+            str(out),
+            "--png-dir",
+            str(tmp_path / "png"),
+            "--json",
+            str(tmp_path / "r.json"),
+            "--no-ablation",
+        ]
+    )
     assert code == 0 and out.exists() and (tmp_path / "png" / "head_roles.png").exists()
-    assert "wrote" in capsys.readouterr().out
+    assert "wrote" in capsys.readouterr().err
     assert main(["report", "   ", "--model", "minilm"]) == 2

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from ..build import RowStats, TinyConfig, TinyTransformer, attend, causal, probsparse_attend
-import json
-import subprocess
-import sys
-
+from ..engine import RowStats, TinyConfig, TinyTransformer, attend, causal, probsparse_attend
+from .child import run_child
 from .measure import seconds
 
 BACKENDS = ("sdpa", "blocked", "blocked+probes", "eager")
@@ -31,7 +28,7 @@ def backend_rows(sizes, progress=None):
         for name in BACKENDS:
             impl = name.split("+")[0]
 
-            def call(impl=impl, name=name):
+            def call(impl=impl, name=name, q=q, k=k, v=v):  # bound now: the loop moves on
                 probes = [RowStats()] if name.endswith("probes") else []
                 return attend(q, k, v, causal(), impl=impl, probes=probes, memory_budget=1 << 36)
 
@@ -45,9 +42,10 @@ def backend_rows(sizes, progress=None):
 
 
 def child_peak_memory(name: str, T: int) -> int | None:
-    out = subprocess.run([sys.executable, "-m", "attnroute.bench.peak_memory", name, str(T)],
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["peak_extra_bytes"]
+    m = run_child("attnroute.bench.peak_memory", name, T)
+    if "error" in m:
+        raise RuntimeError(f"measuring the peak memory of {name} at T={T} failed: {m['error']}")
+    return m["peak_extra_bytes"]
 
 
 def _add_ratios(rows):
@@ -68,10 +66,17 @@ def probsparse_rows(sizes, progress=None):
         gen = torch.Generator().manual_seed(0)
         sparse = probsparse_attend(q, k, v, generator=gen)
         err = float((sparse - full).norm() / full.norm())
-        t_full = seconds(lambda: attend(q, k, v, impl="sdpa"), repeats=3)
-        t_sparse = seconds(lambda: probsparse_attend(q, k, v, generator=gen), repeats=3)
-        rows.append({"T": T, "full_seconds": t_full, "probsparse_seconds": t_sparse,
-                     "speedup": t_full / t_sparse, "relative_error": err})
+        t_full = seconds(lambda q=q, k=k, v=v: attend(q, k, v, impl="sdpa"), repeats=3)
+        t_sparse = seconds(lambda q=q, k=k, v=v, gen=gen: probsparse_attend(q, k, v, generator=gen), repeats=3)
+        rows.append(
+            {
+                "T": T,
+                "full_seconds": t_full,
+                "probsparse_seconds": t_sparse,
+                "speedup": t_full / t_sparse,
+                "relative_error": err,
+            }
+        )
         if progress:
             progress(f"ProbSparse T={T}: {t_sparse:.3f} s vs full {t_full:.3f} s, rel. error {err:.3f}")
     return rows
@@ -79,15 +84,23 @@ def probsparse_rows(sizes, progress=None):
 
 def generation_row(prompt_len=512, new_tokens=512, progress=None):
     torch.manual_seed(0)
-    cfg = TinyConfig(vocab=512, d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_len=prompt_len + new_tokens,
-                     positions="rope")
+    cfg = TinyConfig(
+        vocab=512, d_model=256, n_layers=4, n_heads=8, d_ff=1024, max_len=prompt_len + new_tokens, positions="rope"
+    )
     model = TinyTransformer(cfg).eval()
     prompt = torch.randint(0, cfg.vocab, (1, prompt_len))
     cached = seconds(lambda: model.generate(prompt, new_tokens, use_cache=True), repeats=1, warmup=0)
     full = seconds(lambda: model.generate(prompt, new_tokens, use_cache=False), repeats=1, warmup=0)
     same = bool(torch.equal(model.generate(prompt, 32, use_cache=True), model.generate(prompt, 32, use_cache=False)))
-    row = {"prompt": prompt_len, "new_tokens": new_tokens, "model": "TinyTransformer d=256, 4 layers, 8 heads, RoPE",
-           "cached_seconds": cached, "recompute_seconds": full, "speedup": full / cached, "same_tokens": same}
+    row = {
+        "prompt": prompt_len,
+        "new_tokens": new_tokens,
+        "model": "TinyTransformer d=256, 4 layers, 8 heads, RoPE",
+        "cached_seconds": cached,
+        "recompute_seconds": full,
+        "speedup": full / cached,
+        "same_tokens": same,
+    }
     if progress:
         progress(f"generation: cached {cached:.2f} s, recompute {full:.2f} s")
     return row
@@ -95,8 +108,15 @@ def generation_row(prompt_len=512, new_tokens=512, progress=None):
 
 def run(sizes=(1024, 4096, 8192), probsparse_sizes=(1024, 4096), new_tokens=512, progress=None) -> dict:
     return {
-        "settings": {"B": 1, "H": 8, "D": 64, "mask": "causal (bottom-right)", "dtype": "float32",
-                     "threads": torch.get_num_threads(), "torch": torch.__version__},
+        "settings": {
+            "B": 1,
+            "H": 8,
+            "D": 64,
+            "mask": "causal (bottom-right)",
+            "dtype": "float32",
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        },
         "backends": backend_rows(sizes, progress),
         "probsparse": probsparse_rows(probsparse_sizes, progress),
         "generation": generation_row(new_tokens=new_tokens, progress=progress),

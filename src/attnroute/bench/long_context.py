@@ -1,9 +1,9 @@
 """Child process for one long-context measurement; prints JSON {seconds, peak_rss_bytes}.
 
-    python -m attnroute.bench.long_context MODE T
-    MODE: sdpa (transformers' SDPA forward, no weights), eager (eager with output_attentions, what
-    BertViz / TransformerLens' bridge / nnsight / Inseq read), headtable (attnroute's text statistics,
-    blocked backend).
+python -m attnroute.bench.long_context MODE T
+MODE: sdpa (transformers' SDPA forward, no weights), eager (eager with output_attentions, what
+BertViz / TransformerLens' bridge / nnsight / Inseq read), headtable (attnroute's text statistics,
+blocked backend).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from ..build import RowStats, attend, causal
+from ..engine import RowStats, attend, causal
 from .measure import peak_extra_bytes
 
 

@@ -12,13 +12,12 @@ nnsight and Inseq read), and attnroute's HeadTable text statistics (blocked back
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 
 import numpy as np
 import torch
+
+from .child import run_child
 
 
 def effects_rows(progress=None, batch=8, S=40, plain_heads_per_layer=1) -> dict:
@@ -35,7 +34,9 @@ def effects_rows(progress=None, batch=8, S=40, plain_heads_per_layer=1) -> dict:
     plain = effects.plain_sweep(lm, b, heads=sample, progress=lambda l, h: progress and progress(f"plain L{l}.H{h}"))
     plain_s = (time.perf_counter() - t0) * (L * H) / len(sample)
     t0 = time.perf_counter()
-    exact = effects.exact_sweep(lm, b, modes=("zero",), progress=lambda m, l: progress and progress(f"exact L{l}"))["zero"]
+    exact = effects.exact_sweep(lm, b, modes=("zero",), progress=lambda m, l: progress and progress(f"exact L{l}"))[
+        "zero"
+    ]
     exact_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     est = effects.gradient_estimate(lm, b)
@@ -43,23 +44,24 @@ def effects_rows(progress=None, batch=8, S=40, plain_heads_per_layer=1) -> dict:
     checked = [(l, h) for l, h in sample]
     max_diff = max(abs(plain[l, h] - exact[l, h]) for l, h in checked)
     agree = effects.rank_agreement(est, exact)
-    return {"stimulus": stim.describe(), "heads": L * H, "plain_seconds_all_heads": plain_s,
-            "plain_heads_timed": len(sample), "exact_seconds": exact_s, "estimate_seconds": est_s,
-            "exact_speedup": plain_s / exact_s, "estimate_speedup": plain_s / est_s,
-            "exact_vs_plain_max_abs_diff": float(max_diff), **agree,
-            "top10_exact": [list(map(int, divmod(int(i), H))) for i in np.argsort(-exact.ravel())[:10]]}
+    return {
+        "stimulus": stim.describe(),
+        "heads": L * H,
+        "plain_seconds_all_heads": plain_s,
+        "plain_heads_timed": len(sample),
+        "exact_seconds": exact_s,
+        "estimate_seconds": est_s,
+        "exact_speedup": plain_s / exact_s,
+        "estimate_speedup": plain_s / est_s,
+        "exact_vs_plain_max_abs_diff": float(max_diff),
+        **agree,
+        "top10_exact": [list(map(int, divmod(int(i), H))) for i in np.argsort(-exact.ravel())[:10]],
+    }
 
 
 def long_context_cell(mode: str, T: int, timeout: int = 1500) -> dict:
-    cmd = [sys.executable, "-m", "attnroute.bench.long_context", mode, str(T)]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"mode": mode, "T": T, "error": f"over {timeout} s"}
-    if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["killed"])[-1]
-        return {"mode": mode, "T": T, "error": f"exit {out.returncode}: {last[:200]}"}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    m = run_child("attnroute.bench.long_context", mode, T, timeout=timeout)
+    return {"mode": mode, "T": T, **m} if "error" in m else m
 
 
 CELLS = [("sdpa", 4096), ("eager", 4096), ("headtable", 4096), ("sdpa", 16384), ("headtable", 16384)]

@@ -8,11 +8,11 @@ key 3, a future position". The reference is attnroute's fp64 eager with the same
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 import torch
 
-from ..build import attend, causal, document, padding, predicate, sliding_window
+from ..engine import attend, causal, document, padding, predicate, sliding_window
 from .conventions import TargetRejected, call
 
 TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}  # on weights in [0, 1]
@@ -21,10 +21,29 @@ SCALE_TOL = {torch.float32: 0.02, torch.float16: 0.03, torch.bfloat16: 0.08}  # 
 
 @dataclass
 class CheckResult:
+    """One check's verdict. Build it with ok / fail / skip / verdict, never with bare booleans."""
+
     name: str
+    _: KW_ONLY
     passed: bool
     skipped: bool = False
     detail: str = ""
+
+    @classmethod
+    def ok(cls, name: str, detail: str) -> CheckResult:
+        return cls(name, passed=True, detail=detail)
+
+    @classmethod
+    def fail(cls, name: str, detail: str) -> CheckResult:
+        return cls(name, passed=False, detail=detail)
+
+    @classmethod
+    def skip(cls, name: str, detail: str) -> CheckResult:
+        return cls(name, passed=False, skipped=True, detail=detail)
+
+    @classmethod
+    def verdict(cls, name: str, passed: bool, detail: str) -> CheckResult:
+        return cls(name, passed=passed, detail=detail)
 
 
 class Ctx:
@@ -68,23 +87,26 @@ def first_difference(obs, exp, keep, tol, why_masked) -> str | None:
         leak = torch.where(keep.expand_as(obs), torch.zeros_like(obs), obs)
         if float(leak.max()) > tol:
             b, h, i, j = (int(x) for x in torch.nonzero(leak == leak.max())[0])
-            return f"example {b}, head {h}, query {i} took {float(obs[b, h, i, j]):.2f} from key {j}, {why_masked(b, i, j)}"
+            took = float(obs[b, h, i, j])
+            return f"example {b}, head {h}, query {i} took {took:.2f} from key {j}, {why_masked(b, i, j)}"
     b, h, i, j = (int(x) for x in torch.nonzero(diff == diff.max())[0])
-    return (f"example {b}, head {h}, query {i} gave key {j} weight {float(obs[b, h, i, j]):.3f}, "
-            f"expected {float(exp[b, h, i, j]):.3f}")
+    return (
+        f"example {b}, head {h}, query {i} gave key {j} weight {float(obs[b, h, i, j]):.3f}, "
+        f"expected {float(exp[b, h, i, j]):.3f}"
+    )
 
 
 def compare(ctx, name, q, k, v, keep, why_masked, extra=None) -> CheckResult:
     try:
         obs = ctx.weights(q, k, v, keep)
     except TargetRejected as e:
-        return CheckResult(name, False, True, f"target rejected the input: {e}")
+        return CheckResult.skip(name, f"target rejected the input: {e}")
     exp = reference(q, k, v, keep)
     msg = first_difference(obs, exp, keep, TOL[q.dtype], why_masked)
     cause = extra(obs, exp) if msg and extra else ""  # the diagnosis may run the target's reference again: once
     if cause:
         msg = f"{msg}; {cause}"
-    return CheckResult(name, msg is None, False, msg or "every row matches the reference")
+    return CheckResult.verdict(name, msg is None, msg or "every row matches the reference")
 
 
 def _future(b, i, j):
@@ -101,7 +123,8 @@ def diagnose_causal(obs, exp, Tq, Tk):
         "the causal diagonal is shifted: each query also sees the next key": ahead,
         "the causal diagonal is shifted: queries do not see themselves": strict,
         "causal is aligned top-left (query 0 sees only key 0), wrong for KV-cache decoding": causal(
-            "top_left").materialize(B, H, Tq, Tk),
+            "top_left"
+        ).materialize(B, H, Tq, Tk),
         "no mask was applied": None,
     }
     support = obs > 1e-3
@@ -117,13 +140,19 @@ def diagnose_causal(obs, exp, Tq, Tk):
 
 def check_causal(ctx, dtype=torch.float32):
     q, k, v = inputs(dtype=dtype, seed=1)
-    return compare(ctx, "causal", q, k, v, causal().materialize(2, 1, 8, 8), _future,
-                   lambda o, e: diagnose_causal(o, e, 8, 8))
+    return compare(
+        ctx, "causal", q, k, v, causal().materialize(2, 1, 8, 8), _future, lambda o, e: diagnose_causal(o, e, 8, 8)
+    )
 
 
 def _padding_reason(lengths, side, Tk):
     def why(b, i, j):
-        return "a padding position" if (j >= lengths[b] if side == "right" else j < Tk - lengths[b]) else "a future position"
+        return (
+            "a padding position"
+            if (j >= lengths[b] if side == "right" else j < Tk - lengths[b])
+            else "a future position"
+        )
+
     return why
 
 
@@ -140,11 +169,11 @@ def check_padding(ctx, side, dtype=torch.float32):
     try:
         obs = ctx.weights(q, k, v, keep)
     except TargetRejected as e:
-        return CheckResult(name, False, True, f"target rejected the input: {e}")
+        return CheckResult.skip(name, f"target rejected the input: {e}")
     exp = reference(q, k, v, keep)
     obs_real = torch.where(rows, obs, exp)  # padded query rows are checked by empty_rows
     msg = first_difference(obs_real, exp, keep, TOL[dtype], _padding_reason(lengths, side, 8))
-    return CheckResult(name, msg is None, False, msg or "real rows match; padding never receives weight")
+    return CheckResult.verdict(name, msg is None, msg or "real rows match; padding never receives weight")
 
 
 def check_batch_independence(ctx, dtype=torch.float32):
@@ -171,25 +200,44 @@ def check_batch_independence(ctx, dtype=torch.float32):
         if float(own) > TOL[dtype]:
             problems.append(f"changing example 1's padded positions changed its real rows by {float(own):.3g}")
     except TargetRejected as e:
-        return CheckResult("batch_independence", False, True, f"target rejected the input: {e}")
-    return CheckResult("batch_independence", not problems, False, "; ".join(problems) or
-                       "each example alone equals itself in a mixed-length batch")
+        return CheckResult.skip("batch_independence", f"target rejected the input: {e}")
+    return CheckResult.verdict(
+        "batch_independence",
+        not problems,
+        "; ".join(problems) or "each example alone equals itself in a mixed-length batch",
+    )
 
 
 def check_decode_alignment(ctx, dtype=torch.float32):
     for Tq in (1, 3):
         q, k, v = inputs(B=2, Tq=Tq, Tk=8, seed=4, dtype=dtype)
-        r = compare(ctx, "decode_alignment", q, k, v, causal().materialize(2, 1, Tq, 8), _future,
-                    lambda o, e, Tq=Tq: diagnose_causal(o, e, Tq, 8))
+        r = compare(
+            ctx,
+            "decode_alignment",
+            q,
+            k,
+            v,
+            causal().materialize(2, 1, Tq, 8),
+            _future,
+            lambda o, e, Tq=Tq: diagnose_causal(o, e, Tq, 8),
+        )
         if not r.passed:
-            return r if r.skipped else CheckResult(r.name, False, False, f"Tq={Tq}, Tk=8: {r.detail}")
-    return CheckResult("decode_alignment", True, False, "Tq < Tk is aligned bottom-right (Tq = 1 and 3, Tk = 8)")
+            return r if r.skipped else CheckResult.fail(r.name, f"Tq={Tq}, Tk=8: {r.detail}")
+    return CheckResult.ok("decode_alignment", "Tq < Tk is aligned bottom-right (Tq = 1 and 3, Tk = 8)")
 
 
 def check_q_longer_than_k(ctx, dtype=torch.float32):
     q, k, v = inputs(B=1, Tq=6, Tk=3, seed=5, dtype=dtype)
-    return compare(ctx, "q_longer_than_k", q, k, v, causal().materialize(1, 1, 6, 3), _future,
-                   lambda o, e: diagnose_causal(o, e, 6, 3))
+    return compare(
+        ctx,
+        "q_longer_than_k",
+        q,
+        k,
+        v,
+        causal().materialize(1, 1, 6, 3),
+        _future,
+        lambda o, e: diagnose_causal(o, e, 6, 3),
+    )
 
 
 def check_sliding_window(ctx, dtype=torch.float32, W=3):
@@ -199,18 +247,29 @@ def check_sliding_window(ctx, dtype=torch.float32, W=3):
     def counts(o, e):
         seen = (o > 1e-3).sum(-1)[..., W:]  # rows far from the start
         n = int(seen.float().median())
-        return f"rows far from the start see {n} keys, expected W={W} (a W+1 / W−1 window convention?)" if n != W else ""
+        return (
+            f"rows far from the start see {n} keys, expected W={W} (a W+1 / W−1 window convention?)" if n != W else ""
+        )
 
-    return compare(ctx, "sliding_window", q, k, v, keep, lambda b, i, j: "outside its window" if j <= i else
-                   "a future position", counts)
+    return compare(
+        ctx,
+        "sliding_window",
+        q,
+        k,
+        v,
+        keep,
+        lambda b, i, j: "outside its window" if j <= i else "a future position",
+        counts,
+    )
 
 
 def check_document(ctx, dtype=torch.float32):
     ids = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2])
     q, k, v = inputs(B=1, seed=7, dtype=dtype)
     keep = (document(ids) & causal()).materialize(1, 1, 8, 8)
-    return compare(ctx, "document", q, k, v, keep,
-                   lambda b, i, j: "another document" if ids[j] != ids[i] else "a future position")
+    return compare(
+        ctx, "document", q, k, v, keep, lambda b, i, j: "another document" if ids[j] != ids[i] else "a future position"
+    )
 
 
 def check_grouped_heads(ctx, dtype=torch.float32):
@@ -218,10 +277,14 @@ def check_grouped_heads(ctx, dtype=torch.float32):
     keep = causal().materialize(1, 1, 8, 8)
 
     def tiled(o, e):
-        alt = attend(q.double(), k.double().repeat(1, 3, 1, 1), v.double().repeat(1, 3, 1, 1), keep,
-                     impl="eager")[..., :8]
-        return "query heads are grouped by tiling (repeat), not repeat_interleave" if float(
-            (o - alt).abs().max()) < 1e-3 else ""
+        alt = attend(q.double(), k.double().repeat(1, 3, 1, 1), v.double().repeat(1, 3, 1, 1), keep, impl="eager")[
+            ..., :8
+        ]
+        return (
+            "query heads are grouped by tiling (repeat), not repeat_interleave"
+            if float((o - alt).abs().max()) < 1e-3
+            else ""
+        )
 
     return compare(ctx, "grouped_heads", q, k, v, keep, _future, tiled)
 
@@ -233,26 +296,29 @@ def check_scale(ctx, dtype=torch.float32):
     try:
         w = ctx.weights(q, k, v, None)
     except TargetRejected as e:
-        return CheckResult("scale", False, True, f"target rejected the input: {e}")
-    s = (q.double() @ k.double().transpose(-1, -2))  # (B, H, Tq, Tk) unscaled
+        return CheckResult.skip("scale", f"target rejected the input: {e}")
+    s = q.double() @ k.double().transpose(-1, -2)  # (B, H, Tq, Tk) unscaled
     sums = w.sum(-1)
     if not bool(torch.isfinite(w).all()) or float((sums - 1).abs().max()) > max(1e-3, 4 * TOL[dtype]):
-        return CheckResult("scale", False, False, f"rows do not sum to 1 (range {float(sums.min()):.3f}…"
-                           f"{float(sums.max()):.3f}): scale applied after the softmax, or not a softmax over keys")
+        return CheckResult.fail(
+            "scale",
+            f"rows do not sum to 1 (range {float(sums.min()):.3f}…"
+            f"{float(sums.max()):.3f}): scale applied after the softmax, or not a softmax over keys",
+        )
     lw = torch.log(w.clamp_min(1e-300))
     x = s - s.mean(-1, keepdim=True)
     y = lw - lw.mean(-1, keepdim=True)
     tau = float((x * y).sum() / (x * x).sum())
     ratio = tau * math.sqrt(D)
     if abs(ratio - 1) < SCALE_TOL[dtype]:
-        return CheckResult("scale", True, False, f"fitted temperature = {ratio:.4f} × 1/√d (d={D})")
+        return CheckResult.ok("scale", f"fitted temperature = {ratio:.4f} × 1/√d (d={D})")
     if abs(ratio / math.sqrt(D) - 1) < 0.05:
         hint = "no scale at all (the 1/√d is missing)"
     elif abs(ratio * math.sqrt(D) - 1) < 0.05:
         hint = "1/d instead of 1/√d"
     else:
         hint = "an unexpected scale"
-    return CheckResult("scale", False, False, f"fitted temperature = {ratio:.3f} × 1/√d (d={D}): {hint}")
+    return CheckResult.fail("scale", f"fitted temperature = {ratio:.3f} × 1/√d (d={D}): {hint}")
 
 
 def check_normalization_axis(ctx, dtype=torch.float32):
@@ -260,14 +326,14 @@ def check_normalization_axis(ctx, dtype=torch.float32):
     try:
         w = ctx.weights(q, k, v, None)
     except TargetRejected as e:
-        return CheckResult("normalization_axis", False, True, f"target rejected the input: {e}")
+        return CheckResult.skip("normalization_axis", f"target rejected the input: {e}")
     rows, cols = w.sum(-1), w.sum(-2)
     tol = max(1e-3, 4 * TOL[dtype])
     if float((rows - 1).abs().max()) < tol:
-        return CheckResult("normalization_axis", True, False, "weights sum to 1 over keys")
+        return CheckResult.ok("normalization_axis", "weights sum to 1 over keys")
     if float((cols - 1).abs().max()) < tol:
-        return CheckResult("normalization_axis", False, False, "weights sum to 1 over queries: softmax on the wrong axis")
-    return CheckResult("normalization_axis", False, False, f"row sums range {float(rows.min()):.3f}…{float(rows.max()):.3f}")
+        return CheckResult.fail("normalization_axis", "weights sum to 1 over queries: softmax on the wrong axis")
+    return CheckResult.fail("normalization_axis", f"row sums range {float(rows.min()):.3f}…{float(rows.max()):.3f}")
 
 
 def check_empty_rows(ctx, dtype=torch.float32):
@@ -278,18 +344,24 @@ def check_empty_rows(ctx, dtype=torch.float32):
     try:
         w = ctx.weights(q, k, v, keep)
     except TargetRejected as e:
-        return CheckResult(name, False, True, f"target rejected the input: {e}")
+        return CheckResult.skip(name, f"target rejected the input: {e}")
     empty = ~keep.expand_as(w).any(-1)  # (B, H, Tq)
     bad = ~torch.isfinite(w)
     if bad.any():
         b, h, i = (int(x) for x in torch.nonzero(bad.any(-1))[0])
-        return CheckResult(name, False, False, f"example {b}, head {h}, query {i} may attend to nothing and "
-                           f"returned NaN/inf ({int(bad.any(-1).sum())} rows)")
+        return CheckResult.fail(
+            name,
+            f"example {b}, head {h}, query {i} may attend to nothing and "
+            f"returned NaN/inf ({int(bad.any(-1).sum())} rows)",
+        )
     nz = (w.abs().sum(-1) > TOL[dtype]) & empty
     if nz.any():
         b, h, i = (int(x) for x in torch.nonzero(nz)[0])
-        return CheckResult(name, False, False, f"example {b}, head {h}, query {i} may attend to nothing but took "
-                           f"{float(w[b, h, i].sum()):.2f} in total (from masked keys); expected zeros")
+        return CheckResult.fail(
+            name,
+            f"example {b}, head {h}, query {i} may attend to nothing but took "
+            f"{float(w[b, h, i].sum()):.2f} in total (from masked keys); expected zeros",
+        )
     return compare(ctx, name, q, k, v, keep, _padding_reason([8, 0], "left", 8))
 
 
@@ -307,11 +379,12 @@ def check_masked_garbage(ctx, dtype=torch.float32):
             dirty = ctx.weights(q, k2, v2, keep)
             d = dirty[1, :, :5, :5]
             if not bool(torch.isfinite(d).all()) or float((d - clean[1, :, :5, :5]).abs().max()) > 1e-6:
-                return CheckResult("masked_garbage", False, False,
-                                   f"{garbage} placed in example 1's padded keys/values reached its real rows")
+                return CheckResult.fail(
+                    "masked_garbage", f"{garbage} placed in example 1's padded keys/values reached its real rows"
+                )
     except TargetRejected as e:
-        return CheckResult("masked_garbage", False, True, f"target rejected the input: {e}")
-    return CheckResult("masked_garbage", True, False, "NaN, inf and 1e10 in masked keys/values never leak")
+        return CheckResult.skip("masked_garbage", f"target rejected the input: {e}")
+    return CheckResult.ok("masked_garbage", "NaN, inf and 1e10 in masked keys/values never leak")
 
 
 def _short(dtype):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..build import to_additive, to_mha
+from ..engine import to_additive, to_mha
 
 CONVENTIONS = ("sdpa", "mha", "additive", "hf")
 

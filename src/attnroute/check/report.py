@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..engine import InputError
 from .battery import CHECKS, CheckResult, Ctx
 
 
@@ -25,25 +26,31 @@ class CheckReport:
         return [c for c in self.checks if not c.passed and not c.skipped]
 
     def summary(self) -> str:
-        lines = [f"{self.target}: {'PASS' if self.passed else 'FAIL'} "
-                 f"({sum(c.passed for c in self.checks)} passed, {len(self.failed)} failed, "
-                 f"{sum(c.skipped for c in self.checks)} skipped, {self.seconds:.2f} s)"]
+        lines = [
+            f"{self.target}: {'PASS' if self.passed else 'FAIL'} "
+            f"({sum(c.passed for c in self.checks)} passed, {len(self.failed)} failed, "
+            f"{sum(c.skipped for c in self.checks)} skipped, {self.seconds:.2f} s)"
+        ]
         for c in self.checks:
             mark = "skip" if c.skipped else ("ok  " if c.passed else "FAIL")
             lines.append(f"  {mark} {c.name}: {c.detail}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        return {"target": self.target, "passed": self.passed,
-                "checks": [{"name": c.name, "passed": c.passed, "skipped": c.skipped, "detail": c.detail}
-                           for c in self.checks]}
+        return {
+            "target": self.target,
+            "passed": self.passed,
+            "checks": [
+                {"name": c.name, "passed": c.passed, "skipped": c.skipped, "detail": c.detail} for c in self.checks
+            ],
+        }
 
 
 def select(only=None, skip=None) -> list[str]:
     names = list(CHECKS)
     unknown = [n for n in (only or []) + (skip or []) if n not in CHECKS]
     if unknown:
-        raise ValueError(f"unknown check(s) {unknown}; known: {', '.join(names)}")
+        raise InputError(f"unknown check(s) {unknown}; known: {', '.join(names)}", field="only")
     if only:
         names = [n for n in names if n in only]
     return [n for n in names if n not in (skip or [])]
@@ -54,7 +61,7 @@ def check(fn, convention: str = "sdpa", *, only=None, skip=None, name: str | Non
     from .conventions import CONVENTIONS
 
     if convention not in CONVENTIONS:
-        raise ValueError(f"unknown convention {convention!r}; expected one of {CONVENTIONS}")
+        raise InputError(f"unknown convention {convention!r}; expected one of {CONVENTIONS}", field="convention")
     ctx = Ctx(fn, convention)
     report = CheckReport(name or getattr(fn, "__name__", repr(fn)))
     t0 = time.perf_counter()
@@ -63,7 +70,7 @@ def check(fn, convention: str = "sdpa", *, only=None, skip=None, name: str | Non
             try:
                 result = CHECKS[check_name](ctx)
             except Exception as e:  # a target that breaks in an unexpected way fails that check, loudly
-                result = CheckResult(check_name, False, False, f"raised {type(e).__name__}: {e}")
+                result = CheckResult.fail(check_name, f"raised {type(e).__name__}: {e}")
             result.name = check_name
             report.checks.append(result)
     report.seconds = time.perf_counter() - t0

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..engine import InputError
 
-class TargetError(Exception):
+
+class TargetError(InputError):
     """The target cannot be loaded or called: exit status 2."""
 
 
@@ -33,8 +35,10 @@ def resolve(spec: str, convention: str = "sdpa") -> list[Target]:
         return hf_targets(spec[3:])
     if ":" in spec:
         return [Target(spec, _import_function(spec), convention)]
-    raise TargetError(f"unknown target {spec!r}: give module:function or one of {', '.join(sorted(BUILTINS))}, "
-                      "hf:smollm2, hf:minilm, hf:PATH")
+    raise TargetError(
+        f"unknown target {spec!r}: give module:function or one of {', '.join(sorted(BUILTINS))}, "
+        "hf:smollm2, hf:minilm, hf:PATH"
+    )
 
 
 def _import_function(spec: str):
@@ -56,8 +60,10 @@ def _import_function(spec: str):
 
 def _torch_sdpa():
     def sdpa(q, k, v, attn_mask=None):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                                                enable_gqa=q.shape[1] != k.shape[1])
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, enable_gqa=q.shape[1] != k.shape[1]
+        )
+
     return Target("torch.sdpa", sdpa, "sdpa")
 
 
@@ -90,7 +96,7 @@ def _torch_mha():
 
 
 def _attnroute(impl):
-    from ..build import attend
+    from ..engine import attend
 
     def fn(q, k, v, attn_mask=None):
         return attend(q, k, v, attn_mask, impl=impl, memory_budget=1 << 34)
@@ -99,9 +105,7 @@ def _attnroute(impl):
 
 
 def _probsparse():
-    from ..build import probsparse_attend
-
-    from ..build import causal
+    from ..engine import causal, probsparse_attend
 
     def fn(q, k, v, attn_mask=None):
         is_causal = False
@@ -116,9 +120,14 @@ def _probsparse():
     return Target("attnroute.probsparse", fn, "sdpa")
 
 
-BUILTINS = {"torch.sdpa": _torch_sdpa, "torch.mha": _torch_mha, "attnroute.eager": _attnroute("eager"),
-            "attnroute.blocked": _attnroute("blocked"), "attnroute.sdpa": _attnroute("sdpa"),
-            "attnroute.probsparse": _probsparse}
+BUILTINS = {
+    "torch.sdpa": _torch_sdpa,
+    "torch.mha": _torch_mha,
+    "attnroute.eager": _attnroute("eager"),
+    "attnroute.blocked": _attnroute("blocked"),
+    "attnroute.sdpa": _attnroute("sdpa"),
+    "attnroute.probsparse": _probsparse,
+}
 
 
 # ------------------------------------------------------------------------------------ transformers
@@ -141,8 +150,9 @@ def hf_targets(name: str) -> list[Target]:
 
     targets = []
     for impl, attn_fn in (("eager", eager_fn), ("sdpa", sdpa_attention_forward)):
-        targets.append(Target(f"hf:{name}[{impl}]", _hf_call(module, attn_fn, ALL_MASK_ATTENTION_FUNCTIONS[impl], impl),
-                              "sdpa"))
+        targets.append(
+            Target(f"hf:{name}[{impl}]", _hf_call(module, attn_fn, ALL_MASK_ATTENTION_FUNCTIONS[impl], impl), "sdpa")
+        )
     return targets
 
 
@@ -173,10 +183,18 @@ def _hf_call(real_module, attn_fn, mask_fn, impl):
         keep = torch.ones(1, 1, Tq, Tk, dtype=torch.bool) if attn_mask is None else attn_mask
         keep = keep.expand(B, 1, Tq, Tk)
         offset = Tk - Tq  # queries sit bottom-right, as a cache position would put them
-        mask = mask_fn(batch_size=B, q_length=Tq, kv_length=Tk, q_offset=offset,
-                       mask_function=lambda b, h, qi, kv: keep[b, 0, qi - offset, kv],
-                       attention_mask=None, dtype=q.dtype, device=q.device, allow_is_causal_skip=False)
-        out, _ = attn_fn(stub, q, k, v, mask, scaling=D ** -0.5, dropout=0.0)
+        mask = mask_fn(
+            batch_size=B,
+            q_length=Tq,
+            kv_length=Tk,
+            q_offset=offset,
+            mask_function=lambda b, h, qi, kv: keep[b, 0, qi - offset, kv],
+            attention_mask=None,
+            dtype=q.dtype,
+            device=q.device,
+            allow_is_causal_skip=False,
+        )
+        out, _ = attn_fn(stub, q, k, v, mask, scaling=D**-0.5, dropout=0.0)
         return out.transpose(1, 2)  # (B, H, Tq, D)
 
     return fn

@@ -1,1 +1,24 @@
-"""cost/: what routing takes in memory and time (KV cache, attention bills)."""
+"""cost/: what routing takes in memory and time — KV-cache bytes, the serving simulation, the
+formulas of the long-context bill. Numbers only: the measurements run in bench/, the figures in show/.
+"""
+
+from .footprint import kv_bill, read_config_json
+from .kv import DTYPE_BYTES, KVSpec, spec_from_config, spec_from_sizes
+from .long_context import predicted_bytes, predicted_flops
+from .serving import POLICIES, ServeRequest, ServingInputError, serve, simulate
+
+__all__ = [
+    "DTYPE_BYTES",
+    "POLICIES",
+    "KVSpec",
+    "ServeRequest",
+    "ServingInputError",
+    "kv_bill",
+    "predicted_bytes",
+    "predicted_flops",
+    "read_config_json",
+    "serve",
+    "simulate",
+    "spec_from_config",
+    "spec_from_sizes",
+]

@@ -22,6 +22,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine import InputError
+
 POLICIES = ("contiguous", "paged", "paged+shared")
 DISTRIBUTIONS = {
     # name: (prompt median, output median, lognormal sigma, shared system-prompt tokens)
@@ -31,57 +33,59 @@ DISTRIBUTIONS = {
 
 
 @dataclass(frozen=True)
-class Request:
+class ServeRequest:
     prompt: int  # tokens, including any shared prefix
     output: int
     prefix: int = 0  # leading prompt tokens shared with every request of the same group
     group: int = 0
 
 
-class ServingInputError(ValueError):
-    pass
+class ServingInputError(InputError):
+    """A request stream or simulation setting that cannot be served."""
 
 
-def synthetic(dist: str, n: int, max_len: int, seed: int = 0) -> list[Request]:
+def synthetic(dist: str, n: int, max_len: int, seed: int = 0) -> list[ServeRequest]:
     """Lognormal prompt and output lengths (medians and sigma in DISTRIBUTIONS), clipped so that
     prompt + output ≤ max_len; every request starts with the same system prompt (group 0)."""
     if dist not in DISTRIBUTIONS:
-        raise ServingInputError(f"unknown --dist {dist!r}; expected one of {', '.join(DISTRIBUTIONS)}")
+        raise ServingInputError(f"unknown dist {dist!r}; expected one of {', '.join(DISTRIBUTIONS)}", field="dist")
     p_med, o_med, sigma, shared = DISTRIBUTIONS[dist]
     rng = random.Random(seed)
     out = []
     for _ in range(n):
         p = max(shared + 1, min(max_len // 2, round(p_med * math.exp(rng.gauss(0, sigma)))))
         o = max(1, min(max_len - p, round(o_med * math.exp(rng.gauss(0, sigma)))))
-        out.append(Request(p, o, shared, 0))
+        out.append(ServeRequest(p, o, shared, 0))
     return out
 
 
-def from_csv(path: Path, max_len: int) -> list[Request]:
+def from_csv(path: Path, max_len: int) -> list[ServeRequest]:
     """Columns prompt_tokens, output_tokens, optional prefix_tokens and prefix_group."""
     try:
         rows = list(csv.DictReader(path.open()))
     except OSError as e:
-        raise ServingInputError(f"--requests {path}: {e}") from None
+        raise ServingInputError(f"requests {path}: {e}", field="requests") from None
     if not rows or not {"prompt_tokens", "output_tokens"} <= set(rows[0]):
-        raise ServingInputError(f"--requests {path}: needs columns prompt_tokens and output_tokens")
+        raise ServingInputError(f"requests {path}: needs columns prompt_tokens and output_tokens", field="requests")
     reqs = []
     for i, r in enumerate(rows, start=2):
         try:
             p, o = int(r["prompt_tokens"]), int(r["output_tokens"])
             pre, grp = int(r.get("prefix_tokens") or 0), int(r.get("prefix_group") or 0)
         except ValueError:
-            raise ServingInputError(f"--requests {path}, line {i}: lengths must be integers") from None
+            raise ServingInputError(f"requests {path}, line {i}: lengths must be integers", field="requests") from None
         if p < 1 or o < 1 or p + o > max_len or not 0 <= pre <= p:
-            raise ServingInputError(f"--requests {path}, line {i}: need 1 ≤ prompt, 1 ≤ output, prompt + output ≤ "
-                                    f"max_len={max_len}, 0 ≤ prefix ≤ prompt; got {p}, {o}, prefix {pre}")
-        reqs.append(Request(p, o, pre, grp))
+            raise ServingInputError(
+                f"requests {path}, line {i}: need 1 ≤ prompt, 1 ≤ output, prompt + output ≤ "
+                f"max_len={max_len}, 0 ≤ prefix ≤ prompt; got {p}, {o}, prefix {pre}"
+            )
+        reqs.append(ServeRequest(p, o, pre, grp))
     return reqs
 
 
 @dataclass
 class _Running:
-    req: Request
+    req: ServeRequest
     done: int = 0  # output tokens generated so far
 
     @property
@@ -120,8 +124,14 @@ def _slots(policy: str, running: list[_Running], bs: int, max_len: int) -> tuple
     return blocks * bs, real
 
 
-def simulate(requests: list[Request], policy: str, capacity_tokens: int, block_size: int, max_len: int,
-             max_steps: int = 1_000_000) -> Result:
+def simulate(
+    requests: list[ServeRequest],
+    policy: str,
+    capacity_tokens: int,
+    block_size: int,
+    max_len: int,
+    max_steps: int = 1_000_000,
+) -> Result:
     if policy not in POLICIES:
         raise ServingInputError(f"unknown policy {policy!r}")
     queue, running = list(requests), []
@@ -136,8 +146,10 @@ def simulate(requests: list[Request], policy: str, capacity_tokens: int, block_s
         while queue and fits([_Running(queue[0], 1)]):  # admit: the prompt plus the first new token
             running.append(_Running(queue.pop(0)))
         if not running:
-            raise ServingInputError(f"a request of {queue[0].prompt} prompt tokens does not fit the budget of "
-                                    f"{capacity_tokens} token slots even alone")
+            raise ServingInputError(
+                f"a request of {queue[0].prompt} prompt tokens does not fit the budget of "
+                f"{capacity_tokens} token slots even alone"
+            )
         for r in running:
             r.done += 1
         while _slots(policy, running, block_size, max_len)[0] > capacity_tokens and len(running) > 1:
@@ -158,26 +170,60 @@ def run_all(requests, capacity_tokens, block_size, max_len) -> list[Result]:
     return [simulate(requests, p, capacity_tokens, block_size, max_len) for p in POLICIES]
 
 
-def plot(results: list[Result], path, capacity_tokens: int) -> Path:
-    import matplotlib
+def validate_settings(budget_gb: float, block_size: int, max_len: int, n: int = 1) -> None:
+    """The simulation's knobs, each named when it is out of range."""
+    for name, v, lo in (
+        ("budget_gb", budget_gb, 0),
+        ("block_size", block_size, 1),
+        ("max_len", max_len, 2),
+        ("n", n, 1),
+    ):
+        if not v >= lo or (name == "budget_gb" and v == 0):
+            raise ServingInputError(f"{name} must be positive (at least {lo or 'above 0'}), got {v}", field=name)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for r in results:
-        t = [x[0] for x in r.timeline]
-        a.plot(t, [x[2] / x[1] for x in r.timeline], label=f"{r.policy} (mean {r.real_share:.0%})")
-        b.plot(t, [x[3] for x in r.timeline], label=r.policy)
-    a.set_xlabel("decode step")
-    a.set_ylabel("reserved KV memory holding real tokens")
-    a.set_ylim(0, 1.05)
-    a.legend(fontsize=8)
-    b.set_xlabel("decode step")
-    b.set_ylabel("concurrent requests")
-    b.legend(fontsize=8)
-    fig.suptitle(f"serving under a budget of {capacity_tokens:,} token slots")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+def serve(
+    requests: list[ServeRequest], bytes_per_token: int, budget_gb: float, block_size: int, max_len: int
+) -> tuple[dict, list[Result]]:
+    """Every policy on one stream under a KV budget of ``budget_gb`` GB (10⁹ bytes).
+
+    Returns the figures as a dict (the JSON of `attnroute cost simulate`, less the model and the
+    stream's name) and the per-policy results with their timelines.
+    """
+    validate_settings(budget_gb, block_size, max_len)
+    capacity = int(budget_gb * 1e9) // bytes_per_token
+    results = run_all(requests, capacity, block_size, max_len)
+    data = {
+        "bytes_per_token": bytes_per_token,
+        "budget_bytes": int(budget_gb * 1e9),
+        "capacity_tokens": capacity,
+        "block_size": block_size,
+        "max_len": max_len,
+        "policies": [
+            {
+                "policy": r.policy,
+                "real_share": r.real_share,
+                "waste": r.waste,
+                "max_batch": r.max_batch,
+                "steps": r.steps,
+                "preemptions": r.preemptions,
+            }
+            for r in results
+        ],
+    }
+    return data, results
+
+
+__all__ = [
+    "DISTRIBUTIONS",
+    "POLICIES",
+    "Result",
+    "ServeRequest",
+    "ServingInputError",
+    "from_csv",
+    "run_all",
+    "serve",
+    "simulate",
+    "synthetic",
+    "validate_settings",
+]

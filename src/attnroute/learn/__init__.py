@@ -1,11 +1,12 @@
 """learn/: TinyTransformers trained from scratch on synthetic routing tasks, read with read/'s probes.
 
-    induction   an induction circuit forms (phase change, head scores, ablation proof)
-    scale       the 1/√d_k scale: logit std at init, saturation, gradients, stalls
-    heads       1–8 heads on a mixture of routes, pruned by importance (Michel et al.)
-    ff          routing alone versus routing plus feed-forward layers at the same budget
+induction   an induction circuit forms (phase change, head scores, ablation proof)
+scale       the 1/√d_k scale: logit std at init, saturation, gradients, stalls
+heads       1–8 heads on a mixture of routes, pruned by importance (Michel et al.)
+ff          routing alone versus routing plus feed-forward layers at the same budget
 """
 
+from ..engine import InputError
 from . import feedforward, induction, pruning, scale
 from .feedforward import FFSettings
 from .induction import InductionSettings
@@ -14,23 +15,38 @@ from .scale import ScaleSettings
 from .tasks import Batch, LookupTask, MixtureTask, RepeatTask
 from .train import History, TrainSettings, train
 
-EXPERIMENTS = {"induction": (induction.run, InductionSettings), "scale": (scale.run, ScaleSettings),
-               "heads": (pruning.run, PruneSettings), "ff": (feedforward.run, FFSettings)}
+EXPERIMENTS = {
+    "induction": (induction.run, InductionSettings),
+    "scale": (scale.run, ScaleSettings),
+    "heads": (pruning.run, PruneSettings),
+    "ff": (feedforward.run, FFSettings),
+}
 
 
-
-def run(experiment: str, progress=None, **settings) -> dict:
+def run_experiment(experiment: str, progress=None, **settings) -> dict:
     """Run one learn experiment by name with its settings' fields as keywords; the result dict
     (curves, verdict lines, summary) that `attnroute learn` writes as JSON.
 
-        attnroute.learn("induction", steps=900, positions="learned")
+        attnroute.run_experiment("induction", steps=900, positions="learned")
     """
     if experiment not in EXPERIMENTS:
-        raise ValueError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {experiment!r}")
+        raise InputError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {experiment!r}", field="experiment")
     fn, Settings = EXPERIMENTS[experiment]
     return fn(Settings(**settings), progress=progress)
 
 
-__all__ = ["EXPERIMENTS", "run", "Batch", "FFSettings", "History", "InductionSettings", "LookupTask", "MixtureTask",
-           "PruneSettings", "RepeatTask", "ScaleSettings", "TrainSettings", "train", "feedforward", "induction",
-           "pruning", "scale"]
+__all__ = [
+    "EXPERIMENTS",
+    "Batch",
+    "FFSettings",
+    "History",
+    "InductionSettings",
+    "LookupTask",
+    "MixtureTask",
+    "PruneSettings",
+    "RepeatTask",
+    "ScaleSettings",
+    "TrainSettings",
+    "run_experiment",
+    "train",
+]

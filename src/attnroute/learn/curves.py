@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine import InputError
+
 
 def smooth(y, window: int = 3) -> np.ndarray:
     """Centred moving average (edges use the points that exist), so one noisy eval cannot win."""
@@ -22,11 +24,16 @@ def steepest(steps, y, *, falling: bool, window: int = 3) -> dict:
     """
     s, ys = np.asarray(steps, dtype=float), smooth(y, window)
     if len(s) < 2:
-        raise ValueError(f"need at least 2 evaluations to find a change, got {len(s)}")
+        raise InputError(f"need at least 2 evaluations to find a change, got {len(s)}")
     slope = np.diff(ys) / np.diff(s)  # per step
     i = int(np.argmin(slope) if falling else np.argmax(slope))
-    return {"step": int(round((s[i] + s[i + 1]) / 2)), "rate": float(slope[i] * 1000), "before": float(ys[i]),
-            "after": float(ys[i + 1]), "interval": [int(s[i]), int(s[i + 1])]}
+    return {
+        "step": int(round((s[i] + s[i + 1]) / 2)),
+        "rate": float(slope[i] * 1000),
+        "before": float(ys[i]),
+        "after": float(ys[i + 1]),
+        "interval": [int(s[i]), int(s[i + 1])],
+    }
 
 
 def rise_step(steps, y, fraction: float = 0.5) -> int | None:

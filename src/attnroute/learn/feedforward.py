@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..build import TinyConfig
+from ..engine import TinyConfig
 from .tasks import LookupTask
 from .train import TrainSettings, build_model, region_losses, train
 
@@ -30,26 +30,26 @@ SOLVED = 0.1  # nats: a task counts as solved below this loss
 
 
 @dataclass
-class FFSettings:
+class FFSettings(TrainSettings):
     width: int = 64
     heads: int = 4
     attention_layers: int = 4  # the attention-only stack
     ff_layers: int = 2  # the stack with feed-forward layers
     d_ff: int = 128  # 2·width·d_ff ≈ 4·width²: one FF costs what one attention layer costs
     positions: str = "rope"
-    steps: int = 1500
-    every: int = 50
     lr: float = 3e-3
     batch: int = 256  # sequences of two tokens: one scored row each
-    seed: int = 0
     vocab: int = 128  # a 128 × 128 table: 16,384 pairs to compute
     length: int = 2
 
     def configs(self) -> dict[str, TinyConfig]:
-        base = dict(vocab=self.vocab, d_model=self.width, n_heads=self.heads, max_len=self.length,
-                    positions=self.positions)
-        return {"attention-only": TinyConfig(n_layers=self.attention_layers, d_ff=0, **base),
-                "with FF": TinyConfig(n_layers=self.ff_layers, d_ff=self.d_ff, **base)}
+        base = dict(
+            vocab=self.vocab, d_model=self.width, n_heads=self.heads, max_len=self.length, positions=self.positions
+        )
+        return {
+            "attention-only": TinyConfig(n_layers=self.attention_layers, d_ff=0, **base),
+            "with FF": TinyConfig(n_layers=self.ff_layers, d_ff=self.d_ff, **base),
+        }
 
 
 def run(settings: FFSettings | None = None, progress=None) -> dict:
@@ -60,19 +60,36 @@ def run(settings: FFSettings | None = None, progress=None) -> dict:
         task = LookupTask(vocab=s.vocab, length=s.length, kind=kind)
         eval_batch = task.sample(2048, torch.Generator().manual_seed(10_000 + s.seed))
         for name, cfg in s.configs().items():
-            tick = (lambda step, _n, done=len(runs) * s.steps: progress(done + step, total)) if progress else None
+            done = len(runs) * s.steps
+            tick = (lambda step, _n, done=done: progress(done + step, total)) if progress else None
             model = build_model(cfg, s.seed)
-            hist = train(model, task, TrainSettings(steps=s.steps, batch=s.batch, lr=s.lr, every=s.every, seed=s.seed),
-                         evaluate=lambda m, step, b=eval_batch: region_losses(m, b, impl="sdpa"), progress=tick)
+            hist = train(
+                model, task, s, evaluate=lambda m, step, b=eval_batch: region_losses(m, b, impl="sdpa"), progress=tick
+            )
             curves = hist.to_dict()
-            runs.append({"task": kind, "model": name, "params": sum(p.numel() for p in model.parameters()),
-                         "layers": cfg.n_layers, "d_ff": cfg.d_ff, "curves": curves, "final": curves["loss"][-1],
-                         "best": min(curves["loss"])})
-    result = {"experiment": "ff", "settings": asdict(s), "runs": runs, "solved_below": SOLVED,
-              "chance": float(torch.log(torch.tensor(float(s.vocab))))}
+            runs.append(
+                {
+                    "task": kind,
+                    "model": name,
+                    "params": sum(p.numel() for p in model.parameters()),
+                    "layers": cfg.n_layers,
+                    "d_ff": cfg.d_ff,
+                    "curves": curves,
+                    "final": curves["loss"][-1],
+                    "best": min(curves["loss"]),
+                }
+            )
+    result = {
+        "experiment": "ff",
+        "settings": asdict(s),
+        "runs": runs,
+        "solved_below": SOLVED,
+        "chance": float(torch.log(torch.tensor(float(s.vocab)))),
+    }
     result["verdict"] = verdict(result)
-    result["summary"] = {f"{r['task']}: {r['model']} ({r['params']:,} params)": f"final loss {r['final']:.3f}"
-                         for r in runs}
+    result["summary"] = {
+        f"{r['task']}: {r['model']} ({r['params']:,} params)": f"final loss {r['final']:.3f}" for r in runs
+    }
     return result
 
 
@@ -87,18 +104,26 @@ def verdict(result: dict) -> dict:
     params = {r["model"]: r["params"] for r in result["runs"]}
     a, f = params["attention-only"], params["with FF"]
     steps = result["settings"]["steps"]
-    lines = [f"Same budget: attention-only {a:,} parameters, with FF {f:,} ({(f - a) / a:+.1%}); chance is "
-             f"{result['chance']:.2f} nats."]
-    for task, what in (("permutation", "a fixed permutation of the previous token"),
-                       ("table", "a random table of (previous, current) token")):
+    lines = [
+        f"Same budget: attention-only {a:,} parameters, with FF {f:,} ({(f - a) / a:+.1%}); chance is "
+        f"{result['chance']:.2f} nats."
+    ]
+    for task, what in (
+        ("permutation", "a fixed permutation of the previous token"),
+        ("table", "a random table of (previous, current) token"),
+    ):
         ao, ff = by[(task, "attention-only")], by[(task, "with FF")]
         said = lambda r: "solves it" if r["final"] < SOLVED else f"ends at {r['final']:.2f} nats"  # noqa: E731
-        line = (f"{task.capitalize()}, {what}: attention-only {said(ao)} ({ao['final']:.3f}), with FF {said(ff)} "
-                f"({ff['final']:.3f}) after {steps} steps.")
+        line = (
+            f"{task.capitalize()}, {what}: attention-only {said(ao)} ({ao['final']:.3f}), with FF {said(ff)} "
+            f"({ff['final']:.3f}) after {steps} steps."
+        )
         if ao["final"] - ff["final"] > 0.2:
             mid = (result["chance"] + ff["final"]) / 2
             s_ff, s_ao = steps_to(ff, mid), steps_to(ao, mid)
-            line += (f" Halfway from chance to the FF stack's final loss ({mid:.2f} nats): FF at step {s_ff}, "
-                     f"attention-only {'at step ' + str(s_ao) if s_ao is not None else 'never'}.")
+            line += (
+                f" Halfway from chance to the FF stack's final loss ({mid:.2f} nats): FF at step {s_ff}, "
+                f"attention-only {'at step ' + str(s_ao) if s_ao is not None else 'never'}."
+            )
         lines.append(line)
     return {"lines": lines}

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..build import TinyConfig, ZeroHead
+from ..engine import InputError, TinyConfig, ZeroHead
+from ..engine.probes import Diagonals, PerLayer
 from ..read.heads import diagonal_scores, repeat_probe
-from ..read.probes import Diagonals, PerLayer
 from ..read.stimuli import repeated_random_ids
 from .curves import rise_step, steepest
 from .tasks import RepeatTask
@@ -39,16 +39,13 @@ PHASE_GAIN = 1.0  # nats the repeat loss must end below the first-occurrence los
 
 
 @dataclass
-class InductionSettings:
+class InductionSettings(TrainSettings):
     layers: int = 2
     heads: int = 4
     width: int = 64
     ff: int = 0  # d_ff; 0 = attention-only
     positions: str = "rope"  # see the module docstring: why not learned by default
-    seed: int = 0
-    steps: int = 1500
     every: int = 25
-    batch: int = 32
     lr: float = 3e-3
     vocab: int = 64
     length: int = 48
@@ -59,20 +56,29 @@ class InductionSettings:
     eval_batch: int = 128
 
     def task(self) -> RepeatTask:
-        return RepeatTask(self.vocab, self.length, self.min_len, self.max_len, fixed_offset=self.fixed_offset,
-                          fixed_start=0)
+        return RepeatTask(
+            self.vocab, self.length, self.min_len, self.max_len, fixed_offset=self.fixed_offset, fixed_start=0
+        )
 
     def config(self) -> TinyConfig:
-        return TinyConfig(vocab=self.vocab, d_model=self.width, n_layers=self.layers, n_heads=self.heads,
-                          d_ff=self.ff, max_len=self.length, positions=self.positions)
+        return TinyConfig(
+            vocab=self.vocab,
+            d_model=self.width,
+            n_layers=self.layers,
+            n_heads=self.heads,
+            d_ff=self.ff,
+            max_len=self.length,
+            positions=self.positions,
+        )
 
 
 def run(settings: InductionSettings | None = None, progress=None) -> dict:
     """Train, read, find the phase change, ablate every head; everything the plot and verdict need."""
     s = settings or InductionSettings()
     if s.layers < 2:
-        raise ValueError("an induction circuit needs two layers (previous-token, then induction); got --layers "
-                         f"{s.layers}")
+        raise InputError(
+            f"an induction circuit needs two layers (previous-token, then induction); got --layers {s.layers}"
+        )
     task = s.task()
     model = build_model(s.config(), s.seed)
     eval_batch = task.sample(s.eval_batch, torch.Generator().manual_seed(10_000 + s.seed))
@@ -86,11 +92,14 @@ def run(settings: InductionSettings | None = None, progress=None) -> dict:
             row["positional"] = positional_scores(m, scrambled, s.fixed_offset - 1).tolist()
         return row
 
-    hist = train(model, task, TrainSettings(steps=s.steps, batch=s.batch, lr=s.lr, every=s.every, seed=s.seed),
-                 evaluate=evaluate, progress=progress)
+    hist = train(model, task, s, evaluate=evaluate, progress=progress)
     curves = hist.to_dict()
-    result = {"experiment": "induction", "settings": {**asdict(s), "probe_periods": list(s.probe_periods)},
-              "curves": curves, "params": sum(p.numel() for p in model.parameters())}
+    result = {
+        "experiment": "induction",
+        "settings": {**asdict(s), "probe_periods": list(s.probe_periods)},
+        "curves": curves,
+        "params": sum(p.numel() for p in model.parameters()),
+    }
     result.update(find_circuit(curves, s))
     groups = {k: h["group"] for k, h in result["heads"].items()}
     if "positional_head" in result:
@@ -104,14 +113,17 @@ def run(settings: InductionSettings | None = None, progress=None) -> dict:
 def summary(result: dict) -> dict:
     c, h, abl = result["curves"], result["heads"], result["ablation"]
     p, i = h["previous_token"], h["induction"]
-    out = {"verdict": result["verdict"]["kind"],
-           "phase change (step of fastest repeat-loss fall)": result["phase_change"]["step"] if
-           result["phase_change"]["exists"] else "none",
-           "repeat loss, start → end": f"{c['loss_repeat'][0]:.2f} → {c['loss_repeat'][-1]:.2f}",
-           "first-occurrence loss, end": f"{c['loss_first'][-1]:.2f}",
-           f"previous-token score L{p['layer']}H{p['head']}, start → end": f"{p['curve'][0]:.2f} → {p['final']:.2f}",
-           f"induction score L{i['layer']}H{i['head']}, start → end": f"{i['curve'][0]:.2f} → {i['final']:.2f}",
-           "half-rise steps (previous-token, induction)": f"{p['rise_step']}, {i['rise_step']}"}
+    out = {
+        "verdict": result["verdict"]["kind"],
+        "phase change (step of fastest repeat-loss fall)": result["phase_change"]["step"]
+        if result["phase_change"]["exists"]
+        else "none",
+        "repeat loss, start → end": f"{c['loss_repeat'][0]:.2f} → {c['loss_repeat'][-1]:.2f}",
+        "first-occurrence loss, end": f"{c['loss_first'][-1]:.2f}",
+        f"previous-token score L{p['layer']}H{p['head']}, start → end": f"{p['curve'][0]:.2f} → {p['final']:.2f}",
+        f"induction score L{i['layer']}H{i['head']}, start → end": f"{i['curve'][0]:.2f} → {i['final']:.2f}",
+        "half-rise steps (previous-token, induction)": f"{p['rise_step']}, {i['rise_step']}",
+    }
     for name, share in abl["group_removed"].items():
         out[f"gain removed by zeroing the {name.replace('_', '-')} heads"] = f"{share:.0%}"
     out["largest gain removed by any other head"] = f"{result['verdict']['other_max']:.0%}"
@@ -153,8 +165,9 @@ def positional_scores(model, scrambled, offset: int) -> np.ndarray:
     diag = PerLayer(lambda: Diagonals([offset]))
     model(inputs, impl="eager", probes=[diag])
     w = rows.float()[:, None, :]  # (B, 1, T)
-    return np.stack([((diag[layer].rows(offset) * w).sum((0, 2)) / w.sum((0, 2))).numpy()
-                     for layer in range(model.cfg.n_layers)])
+    return np.stack(
+        [((diag[layer].rows(offset) * w).sum((0, 2)) / w.sum((0, 2))).numpy() for layer in range(model.cfg.n_layers)]
+    )
 
 
 def find_circuit(curves: dict, s: InductionSettings) -> dict:
@@ -178,18 +191,29 @@ def find_circuit(curves: dict, s: InductionSettings) -> dict:
     heads, window = {}, max(2 * s.every, s.steps // 10)
     for name, (score, (layer, head), layers) in roles.items():
         curve = score[:, layer, head]
-        heads[name] = {"layer": layer, "head": head, "curve": curve.tolist(), "final": float(curve[-1]),
-                       "rise_step": rise_step(steps, curve), "formed": bool(curve[-1] >= SCORE_MIN),
-                       "group": _formed(score[-1], layers)}
+        heads[name] = {
+            "layer": layer,
+            "head": head,
+            "curve": curve.tolist(),
+            "final": float(curve[-1]),
+            "rise_step": rise_step(steps, curve),
+            "formed": bool(curve[-1] >= SCORE_MIN),
+            "group": _formed(score[-1], layers),
+        }
     together = phase["exists"] and all(
         h["formed"] and h["rise_step"] is not None and abs(h["rise_step"] - phase["step"]) <= window
-        for h in heads.values())
-    out = {"phase_change": phase, "heads": heads, "together_window": window, "rose_together": bool(together),
-           "duplicate_best": _describe_best(np.array(curves["duplicate"])[-1])}
+        for h in heads.values()
+    )
+    out = {
+        "phase_change": phase,
+        "heads": heads,
+        "together_window": window,
+        "rose_together": bool(together),
+        "duplicate_best": _describe_best(np.array(curves["duplicate"])[-1]),
+    }
     if "positional" in curves:
         pos = np.array(curves["positional"])[-1]  # (L, H)
-        out["positional_head"] = {**_describe_best(pos), "offset": s.fixed_offset - 1,
-                                  "group": _formed(pos, range(L))}
+        out["positional_head"] = {**_describe_best(pos), "offset": s.fixed_offset - 1, "group": _formed(pos, range(L))}
     return out
 
 
@@ -208,8 +232,9 @@ def _describe_best(score: np.ndarray) -> dict:
 
 def _formed(score: np.ndarray, layers) -> list[list[int]]:
     """[layer, head] of every head in ``layers`` whose final score [L, H] reaches SCORE_MIN."""
-    return [[int(layer), int(head)] for layer in layers for head in range(score.shape[1])
-            if score[layer, head] >= SCORE_MIN]
+    return [
+        [int(layer), int(head)] for layer in layers for head in range(score.shape[1]) if score[layer, head] >= SCORE_MIN
+    ]
 
 
 # -------------------------------------------------------------------------------------------- ablation
@@ -233,10 +258,17 @@ def ablate_all(model, batch, groups: dict[str, list]) -> dict:
         for head in range(H):
             lost = ablate(model, batch, [(layer, head)])
             repeat[layer, head], removed[layer, head] = lost["loss_repeat"], share(lost)
-    group_removed = {name: float(share(ablate(model, batch, heads))) if heads else 0.0
-                     for name, heads in groups.items()}
-    return {"clean_first": clean["loss_first"], "clean_repeat": clean["loss_repeat"], "gain": gain,
-            "ablated_repeat": repeat.tolist(), "gain_removed": removed.tolist(), "group_removed": group_removed}
+    group_removed = {
+        name: float(share(ablate(model, batch, heads))) if heads else 0.0 for name, heads in groups.items()
+    }
+    return {
+        "clean_first": clean["loss_first"],
+        "clean_repeat": clean["loss_repeat"],
+        "gain": gain,
+        "ablated_repeat": repeat.tolist(),
+        "gain_removed": removed.tolist(),
+        "group_removed": group_removed,
+    }
 
 
 def verdict(result: dict, s: InductionSettings) -> dict:
@@ -245,52 +277,84 @@ def verdict(result: dict, s: InductionSettings) -> dict:
     p, i = heads["previous_token"], heads["induction"]
     removed = np.array(abl["gain_removed"])
     in_circuit = {tuple(x) for h in [*heads.values(), result.get("positional_head", {"group": []})] for x in h["group"]}
-    others = {f"L{l_}H{h_}": float(removed[l_, h_]) for l_, h_ in np.ndindex(removed.shape) if (l_, h_) not in in_circuit}
+    others = {
+        f"L{l_}H{h_}": float(removed[l_, h_]) for l_, h_ in np.ndindex(removed.shape) if (l_, h_) not in in_circuit
+    }
     other_max = max(others.values()) if others else 0.0
     groups = abl["group_removed"]
-    causal = (phase["exists"] and all(groups[k] >= GAIN_MOST for k in heads) and other_max < GAIN_MOST)
+    causal = phase["exists"] and all(groups[k] >= GAIN_MOST for k in heads) and other_max < GAIN_MOST
     formed = p["formed"] and i["formed"]
     names = lambda g: ", ".join(f"L{l_}H{h_}" for l_, h_ in g) or "none"  # noqa: E731
     lines, kind = [], "none"
     if formed and causal:
         kind = "induction circuit"
-        lines.append(f"Induction circuit: previous-token head{'s' * (len(p['group']) > 1)} {names(p['group'])} "
-                     f"(best {p['final']:.2f}) and induction head{'s' * (len(i['group']) > 1)} {names(i['group'])} "
-                     f"(best {i['final']:.2f}).")
+        lines.append(
+            f"Induction circuit: previous-token head{'s' * (len(p['group']) > 1)} {names(p['group'])} "
+            f"(best {p['final']:.2f}) and induction head{'s' * (len(i['group']) > 1)} {names(i['group'])} "
+            f"(best {i['final']:.2f})."
+        )
     elif s.fixed_offset and not i["formed"] and result.get("positional_head", {}).get("score", 0) >= SCORE_MIN:
         kind = "positional shortcut"
         ph = result["positional_head"]
-        prev_said = (f"no previous-token head (best {p['final']:.2f} < {SCORE_MIN})" if not p["formed"] else
-                     f"previous-token-like heads {names(p['group'])} (best {p['final']:.2f}) that no induction head reads")
-        lines.append(f"Positional shortcut, not an induction circuit: head L{ph['layer']}H{ph['head']} puts "
-                     f"{ph['score']:.2f} of its weight exactly {ph['offset']} positions back even where nothing "
-                     f"repeats; no induction head (best {i['final']:.2f}); {prev_said}.")
+        prev_said = (
+            f"no previous-token head (best {p['final']:.2f} < {SCORE_MIN})"
+            if not p["formed"]
+            else f"previous-token-like heads {names(p['group'])} (best {p['final']:.2f}) that no induction head reads"
+        )
+        lines.append(
+            f"Positional shortcut, not an induction circuit: head L{ph['layer']}H{ph['head']} puts "
+            f"{ph['score']:.2f} of its weight exactly {ph['offset']} positions back even where nothing "
+            f"repeats; no induction head (best {i['final']:.2f}); {prev_said}."
+        )
     else:
         d = result["duplicate_best"]
-        lines.append(f"No induction circuit: best previous-token score {p['final']:.3f} (L{p['layer']}H{p['head']}), "
-                     f"best induction score {i['final']:.3f} (L{i['layer']}H{i['head']}); a formed head needs "
-                     f"≥ {SCORE_MIN}. Best duplicate-token score {d['score']:.2f} (L{d['layer']}H{d['head']}).")
+        lines.append(
+            f"No induction circuit: best previous-token score {p['final']:.3f} (L{p['layer']}H{p['head']}), "
+            f"best induction score {i['final']:.3f} (L{i['layer']}H{i['head']}); a formed head needs "
+            f"≥ {SCORE_MIN}. Best duplicate-token score {d['score']:.2f} (L{d['layer']}H{d['head']})."
+        )
     if phase["exists"]:
-        lines.append(f"Repeat loss {curves['loss_repeat'][0]:.2f} → {curves['loss_repeat'][-1]:.2f} (first occurrence "
-                     f"{curves['loss_first'][-1]:.2f}); it fell fastest at step {phase['step']} "
-                     f"({-phase['rate']:.1f} nats per 1,000 steps): the phase change.")
+        lines.append(
+            f"Repeat loss {curves['loss_repeat'][0]:.2f} → {curves['loss_repeat'][-1]:.2f} (first occurrence "
+            f"{curves['loss_first'][-1]:.2f}); it fell fastest at step {phase['step']} "
+            f"({-phase['rate']:.1f} nats per 1,000 steps): the phase change."
+        )
     else:
-        lines.append(f"No phase change: the repeat loss ends {curves['loss_first'][-1] - curves['loss_repeat'][-1]:.2f} "
-                     f"nats below the first-occurrence loss (a phase change means ≥ {PHASE_GAIN}).")
+        lines.append(
+            f"No phase change: the repeat loss ends {curves['loss_first'][-1] - curves['loss_repeat'][-1]:.2f} "
+            f"nats below the first-occurrence loss (a phase change means ≥ {PHASE_GAIN})."
+        )
     if kind == "induction circuit":
-        lines.append(("Both heads rose with the phase change" if result["rose_together"] else
-                      "The two heads did not both rise with the phase change")
-                     + f" (half their rise by steps {p['rise_step']} and {i['rise_step']}; window ±{result['together_window']}).")
+        lines.append(
+            (
+                "Both heads rose with the phase change"
+                if result["rose_together"]
+                else "The two heads did not both rise with the phase change"
+            )
+            + f" (half their rise by steps {p['rise_step']} and {i['rise_step']}; window ±{result['together_window']})."
+        )
     if kind == "positional shortcut":
         g = result["positional_head"]["group"]
-        lines.append(f"Zero-ablation of the positional head{'s' * (len(g) > 1)} {names(g)} together removes "
-                     f"{groups['positional']:.0%} of the repeat-loss gain; any other single head at most {other_max:.0%}.")
+        lines.append(
+            f"Zero-ablation of the positional head{'s' * (len(g) > 1)} {names(g)} together removes "
+            f"{groups['positional']:.0%} of the repeat-loss gain; any other single head at most {other_max:.0%}."
+        )
     elif abl["gain"] < PHASE_GAIN / 2:
-        lines.append(f"No ablation verdict: the repeat loss is only {abl['gain']:.2f} nats below the first-occurrence "
-                     "loss, so there is no gain for a head to remove.")
+        lines.append(
+            f"No ablation verdict: the repeat loss is only {abl['gain']:.2f} nats below the first-occurrence "
+            "loss, so there is no gain for a head to remove."
+        )
     else:
-        lines.append(f"Zero-ablation removes {groups['previous_token']:.0%} (previous-token heads together) and "
-                     f"{groups['induction']:.0%} (induction heads together) of the repeat-loss gain; any other single "
-                     f"head at most {other_max:.0%}.")
-    return {"kind": kind, "causal": bool(causal), "formed": bool(formed), "lines": lines, "others_removed": others,
-            "other_max": other_max}
+        lines.append(
+            f"Zero-ablation removes {groups['previous_token']:.0%} (previous-token heads together) and "
+            f"{groups['induction']:.0%} (induction heads together) of the repeat-loss gain; any other single "
+            f"head at most {other_max:.0%}."
+        )
+    return {
+        "kind": kind,
+        "causal": bool(causal),
+        "formed": bool(formed),
+        "lines": lines,
+        "others_removed": others,
+        "other_max": other_max,
+    }

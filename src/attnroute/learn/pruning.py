@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..build import TinyConfig
+from ..engine import TinyConfig
 from ..read.effects import HeadGate
 from .tasks import TASK_TOKENS, Batch, MixtureTask
 from .train import TrainSettings, batch_loss, build_model, region_losses, train
@@ -28,7 +28,7 @@ TOLERANCE = 0.10  # nats of mixture loss a pruning may cost and still count as "
 
 
 @dataclass
-class PruneSettings:
+class PruneSettings(TrainSettings):
     head_counts: tuple[int, ...] = (1, 2, 4, 8)
     layers: int = 2
     width: int = 128  # 8 heads → d_k = 16: at d_k = 8 RoPE leaves too few slow dims to match content (induction)
@@ -36,14 +36,18 @@ class PruneSettings:
     steps: int = 1200
     every: int = 100
     lr: float = 3e-3
-    batch: int = 32
-    seed: int = 0
     fraction: float = 0.10  # of all heads, removed per pruning step (Michel et al.)
     score_batch: int = 8  # examples per |∂L/∂ξ| term (Michel et al. accumulate per batch)
 
     def config(self, heads: int) -> TinyConfig:
-        return TinyConfig(vocab=TASK.vocab, d_model=self.width, n_layers=self.layers, n_heads=heads,
-                          max_len=TASK.length, positions=self.positions)
+        return TinyConfig(
+            vocab=TASK.vocab,
+            d_model=self.width,
+            n_layers=self.layers,
+            n_heads=heads,
+            max_len=TASK.length,
+            positions=self.positions,
+        )
 
 
 TASK = MixtureTask(length=32)
@@ -82,7 +86,7 @@ def prune_curve(model, batch: Batch, s: PruneSettings) -> list[dict]:
     while gates.sum() > 0:
         score = importance(model, batch, gates, s.score_batch)
         score[gates.numpy() == 0] = math.inf  # already pruned
-        order = np.argsort(score, axis=None)[:min(per_step, int(gates.sum()))]
+        order = np.argsort(score, axis=None)[: min(per_step, int(gates.sum()))]
         for flat in order:
             gates[np.unravel_index(flat, (L, H))] = 0.0
         pruned = [[int(x) for x in np.unravel_index(f, (L, H))] for f in order]
@@ -94,14 +98,20 @@ def prune_curve(model, batch: Batch, s: PruneSettings) -> list[dict]:
 
 def run_one(s: PruneSettings, heads: int, eval_batch: Batch, progress=None) -> dict:
     model = build_model(s.config(heads), s.seed)
-    hist = train(model, TASK, TrainSettings(steps=s.steps, batch=s.batch, lr=s.lr, every=s.every, seed=s.seed),
-                 evaluate=lambda m, step: region_losses(m, eval_batch, impl="sdpa"), progress=progress)
+    hist = train(model, TASK, s, evaluate=lambda m, step: region_losses(m, eval_batch, impl="sdpa"), progress=progress)
     model.eval()
     curve = prune_curve(model, eval_batch, s)
     base = curve[0]["loss"]
     cheap = [r["fraction"] for r in curve if r["loss"] - base <= TOLERANCE]
-    return {"heads": heads, "total_heads": heads * s.layers, "head_dim": s.width // heads, "train": hist.to_dict(),
-            "prune": curve, "prunable_fraction": max(cheap), "loss_at_voita": _interp(curve, VOITA_FRACTION)}
+    return {
+        "heads": heads,
+        "total_heads": heads * s.layers,
+        "head_dim": s.width // heads,
+        "train": hist.to_dict(),
+        "prune": curve,
+        "prunable_fraction": max(cheap),
+        "loss_at_voita": _interp(curve, VOITA_FRACTION),
+    }
 
 
 def _interp(curve: list[dict], fraction: float) -> float:
@@ -116,13 +126,21 @@ def run(settings: PruneSettings | None = None, progress=None) -> dict:
     for i, h in enumerate(s.head_counts):
         tick = (lambda step, _n, done=i * s.steps: progress(done + step, total)) if progress else None
         runs.append(run_one(s, h, eval_batch, tick))
-    result = {"experiment": "heads", "settings": {**asdict(s), "head_counts": list(s.head_counts)}, "runs": runs,
-              "voita": {"pruned": 38, "of": 48, "fraction": VOITA_FRACTION, "cost": "0.15 BLEU"},
-              "tolerance_nats": TOLERANCE, "tasks": list(TASK_TOKENS)}
+    result = {
+        "experiment": "heads",
+        "settings": {**asdict(s), "head_counts": list(s.head_counts)},
+        "runs": runs,
+        "voita": {"pruned": 38, "of": 48, "fraction": VOITA_FRACTION, "cost": "0.15 BLEU"},
+        "tolerance_nats": TOLERANCE,
+        "tasks": list(TASK_TOKENS),
+    }
     result["verdict"] = verdict(result)
-    result["summary"] = {f"{r['heads']} head(s)/layer: trained loss, prunable at ≤ +{TOLERANCE} nats, loss at 79% pruned":
-                         f"{r['prune'][0]['loss']:.3f}, {r['prunable_fraction']:.0%}, {r['loss_at_voita']:.3f}"
-                         for r in runs}
+    result["summary"] = {
+        f"{r['heads']} head(s)/layer: trained loss, prunable at ≤ +{TOLERANCE} nats, loss at 79% pruned": (
+            f"{r['prune'][0]['loss']:.3f}, {r['prunable_fraction']:.0%}, {r['loss_at_voita']:.3f}"
+        )
+        for r in runs
+    }
     return result
 
 
@@ -131,9 +149,13 @@ def verdict(result: dict) -> dict:
     for r in result["runs"]:
         first = r["prune"][0]
         per_task = ", ".join(f"{t} {first[f'loss_{t}']:.2f}" for t in result["tasks"])
-        lines.append(f"{r['heads']} head(s) per layer ({r['total_heads']} heads, d_k = {r['head_dim']}): trained loss "
-                     f"{first['loss']:.3f} ({per_task}); {r['prunable_fraction']:.0%} of heads pruned for ≤ "
-                     f"{result['tolerance_nats']} nats; at 79% pruned the loss is {r['loss_at_voita']:.2f}.")
-    lines.append("Voita et al. 2019 pruned 38 of 48 encoder heads (79%) for 0.15 BLEU on WMT En→Ru; BLEU and nats "
-                 "are different units, so compare the fractions, not the costs.")
+        lines.append(
+            f"{r['heads']} head(s) per layer ({r['total_heads']} heads, d_k = {r['head_dim']}): trained loss "
+            f"{first['loss']:.3f} ({per_task}); {r['prunable_fraction']:.0%} of heads pruned for ≤ "
+            f"{result['tolerance_nats']} nats; at 79% pruned the loss is {r['loss_at_voita']:.2f}."
+        )
+    lines.append(
+        "Voita et al. 2019 pruned 38 of 48 encoder heads (79%) for 0.15 BLEU on WMT En→Ru; BLEU and nats "
+        "are different units, so compare the fractions, not the costs."
+    )
     return {"lines": lines}

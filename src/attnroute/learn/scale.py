@@ -21,15 +21,15 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..build import CallbackProbe, TinyConfig
-from ..read.probes import row_stats_probe
+from ..engine import CallbackProbe, TinyConfig
+from ..engine.probes import row_stats_probe
 from .induction import PHASE_GAIN
 from .tasks import RepeatTask
 from .train import TrainSettings, batch_loss, build_model, region_losses, train
 
 
 @dataclass
-class ScaleSettings:
+class ScaleSettings(TrainSettings):
     head_dims: tuple[int, ...] = (16, 32, 64, 128, 256)  # trained with and without the scale
     init_dims: tuple[int, ...] = (16, 32, 64, 128, 256, 512)  # measured at init only
     layers: int = 2
@@ -37,14 +37,19 @@ class ScaleSettings:
     width: int = 64
     positions: str = "rope"
     steps: int = 1000
-    every: int = 50
     lr: float = 3e-3
-    batch: int = 32
-    seed: int = 0
 
     def config(self, head_dim: int, scaled: bool) -> TinyConfig:
-        return TinyConfig(vocab=64, d_model=self.width, n_layers=self.layers, n_heads=self.heads, max_len=48,
-                          positions=self.positions, scaled=scaled, head_dim=head_dim)
+        return TinyConfig(
+            vocab=64,
+            d_model=self.width,
+            n_layers=self.layers,
+            n_heads=self.heads,
+            max_len=48,
+            positions=self.positions,
+            scaled=scaled,
+            head_dim=head_dim,
+        )
 
 
 TASK = RepeatTask(vocab=64, length=48, min_len=8, max_len=24)
@@ -88,8 +93,10 @@ def routing_state(model, inputs) -> dict:
     model(inputs, impl="eager", probes=[moments, rows])
     L = model.cfg.n_layers
     valid = torch.cat([(rows[layer].n_visible >= 2).float() for layer in range(L)])  # (L·B, H, T)
-    mean = lambda name: float((torch.cat([getattr(rows[layer], name) for layer in range(L)]) * valid).sum()  # noqa: E731
-                              / valid.sum())
+
+    def mean(name: str) -> float:
+        return float((torch.cat([getattr(rows[layer], name) for layer in range(L)]) * valid).sum() / valid.sum())
+
     return {"logit_std": moments.std, "max_weight": mean("max_weight"), "entropy": mean("entropy")}
 
 
@@ -132,8 +139,11 @@ def gradients(model, batch) -> dict:
         logits = model(batch.inputs, impl="eager", probes=[probe])  # (B, T, V)
         batch_loss(logits, batch).backward()
     norm = lambda ps: float(torch.sqrt(sum((p.grad.float() ** 2).sum() for p in ps)))  # noqa: E731
-    out = {"grad_logits": math.sqrt(probe.sumsq), "grad_q": norm([b.attn.q_proj.weight for b in model.blocks]),
-           "grad_k": norm([b.attn.k_proj.weight for b in model.blocks])}
+    out = {
+        "grad_logits": math.sqrt(probe.sumsq),
+        "grad_q": norm([b.attn.q_proj.weight for b in model.blocks]),
+        "grad_k": norm([b.attn.k_proj.weight for b in model.blocks]),
+    }
     model.zero_grad(set_to_none=True)
     return out
 
@@ -149,12 +159,10 @@ def run_one(s: ScaleSettings, head_dim: int, scaled: bool, eval_batch, progress=
         row.update(gradients(m, grad_batch))
         return row
 
-    hist = train(model, TASK, TrainSettings(steps=s.steps, batch=s.batch, lr=s.lr, every=s.every, seed=s.seed),
-                 evaluate=evaluate, progress=progress)
+    hist = train(model, TASK, s, evaluate=evaluate, progress=progress)
     curves = hist.to_dict()
     gain = curves["loss_first"][-1] - curves["loss_repeat"][-1]
-    return {"head_dim": head_dim, "scaled": scaled, "curves": curves, "learned": bool(gain >= PHASE_GAIN),
-            "gain": gain}
+    return {"head_dim": head_dim, "scaled": scaled, "curves": curves, "learned": bool(gain >= PHASE_GAIN), "gain": gain}
 
 
 def run(settings: ScaleSettings | None = None, progress=None) -> dict:
@@ -168,9 +176,12 @@ def run(settings: ScaleSettings | None = None, progress=None) -> dict:
             done = len(runs) * s.steps
             tick = (lambda step, _n, done=done: progress(done + step, total)) if progress else None
             runs.append(run_one(s, d, scaled, eval_batch, tick))
-    result = {"experiment": "scale", "settings": {**asdict(s), "head_dims": list(s.head_dims),
-                                                   "init_dims": list(s.init_dims)},
-              "init": init, "runs": runs}
+    result = {
+        "experiment": "scale",
+        "settings": {**asdict(s), "head_dims": list(s.head_dims), "init_dims": list(s.init_dims)},
+        "init": init,
+        "runs": runs,
+    }
     result["verdict"] = verdict(result)
     result["summary"] = summary(result)
     return result
@@ -183,30 +194,44 @@ def _by(result, d, scaled):
 def verdict(result: dict) -> dict:
     init = result["init"]
     ratios = [r["unscaled_std"] / r["predicted_unscaled"] for r in init]
-    lines = [f"At init the unscaled logit std follows √d_k: measured/predicted {min(ratios):.2f}–{max(ratios):.2f} over "
-             f"d_k = {init[0]['head_dim']}…{init[-1]['head_dim']} (e.g. "
-             + ", ".join(f"{r['unscaled_std']:.2f} vs {r['predicted_unscaled']:.2f} at {r['head_dim']}"
-                         for r in init if r["head_dim"] in (64, 512)) + "); with the scale it stays near 1 "
-             f"({min(r['scaled_std'] for r in init):.2f}–{max(r['scaled_std'] for r in init):.2f})."]
+    lines = [
+        f"At init the unscaled logit std follows √d_k: measured/predicted {min(ratios):.2f}–{max(ratios):.2f} over "
+        f"d_k = {init[0]['head_dim']}…{init[-1]['head_dim']} (e.g. "
+        + ", ".join(
+            f"{r['unscaled_std']:.2f} vs {r['predicted_unscaled']:.2f} at {r['head_dim']}"
+            for r in init
+            if r["head_dim"] in (64, 512)
+        )
+        + "); with the scale it stays near 1 "
+        f"({min(r['scaled_std'] for r in init):.2f}–{max(r['scaled_std'] for r in init):.2f})."
+    ]
     stalled = [d for d in result["settings"]["head_dims"] if not _by(result, d, False)["learned"]]
     learned_scaled = [d for d in result["settings"]["head_dims"] if _by(result, d, True)["learned"]]
-    lines.append(f"With the scale the induction task is learned at d_k = {_list(learned_scaled)}; without it, "
-                 f"training stalls at d_k = {_list(stalled)} (repeat loss within {PHASE_GAIN} nat of the "
-                 "first-occurrence loss after "
-                 f"{result['settings']['steps']} steps).")
+    lines.append(
+        f"With the scale the induction task is learned at d_k = {_list(learned_scaled)}; without it, "
+        f"training stalls at d_k = {_list(stalled)} (repeat loss within {PHASE_GAIN} nat of the "
+        "first-occurrence loss after "
+        f"{result['settings']['steps']} steps)."
+    )
     big = max(result["settings"]["head_dims"])
     u, sc = _by(result, big, False)["curves"], _by(result, big, True)["curves"]
-    lines.append(f"At d_k = {big} the unscaled softmax is saturated from the start: mean max weight "
-                 f"{u['max_weight'][0]:.2f} at step 0 and {u['max_weight'][-1]:.2f} at the end (scaled: "
-                 f"{sc['max_weight'][0]:.2f} → {sc['max_weight'][-1]:.2f}); entropy {u['entropy'][0]:.2f} vs "
-                 f"{sc['entropy'][0]:.2f} nats at step 0.")
+    lines.append(
+        f"At d_k = {big} the unscaled softmax is saturated from the start: mean max weight "
+        f"{u['max_weight'][0]:.2f} at step 0 and {u['max_weight'][-1]:.2f} at the end (scaled: "
+        f"{sc['max_weight'][0]:.2f} → {sc['max_weight'][-1]:.2f}); entropy {u['entropy'][0]:.2f} vs "
+        f"{sc['entropy'][0]:.2f} nats at step 0."
+    )
     gl_u, gl_s = float(np.mean(u["grad_logits"])), float(np.mean(sc["grad_logits"]))
-    line = (f"Gradient reaching the logits, mean over training: {gl_u:.2g} unscaled vs {gl_s:.2g} scaled "
-            f"({_ratio(gl_u, gl_s)}). At W_q and W_k at step 0 the unscaled gradient is "
-            f"{_ratio(u['grad_q'][0], sc['grad_q'][0])} and {_ratio(u['grad_k'][0], sc['grad_k'][0])}")
+    line = (
+        f"Gradient reaching the logits, mean over training: {gl_u:.2g} unscaled vs {gl_s:.2g} scaled "
+        f"({_ratio(gl_u, gl_s)}). At W_q and W_k at step 0 the unscaled gradient is "
+        f"{_ratio(u['grad_q'][0], sc['grad_q'][0])} and {_ratio(u['grad_k'][0], sc['grad_k'][0])}"
+    )
     if u["grad_q"][0] > sc["grad_q"][0]:
-        line += (": without the scale the chain rule is not divided by √d_k, so saturation does not show as a "
-                 "small gradient norm at W_q and W_k; it shows at the logits.")
+        line += (
+            ": without the scale the chain rule is not divided by √d_k, so saturation does not show as a "
+            "small gradient norm at W_q and W_k; it shows at the logits."
+        )
     lines.append(line if line.endswith(".") else line + ".")
     return {"lines": lines, "stalled_unscaled": stalled, "learned_scaled": learned_scaled}
 
@@ -215,13 +240,16 @@ def summary(result: dict) -> dict:
     out = {}
     for r in result["init"]:
         out[f"init logit std d_k={r['head_dim']} (unscaled / √d_k / scaled)"] = (
-            f"{r['unscaled_std']:.2f} / {r['predicted_unscaled']:.2f} / {r['scaled_std']:.2f}")
+            f"{r['unscaled_std']:.2f} / {r['predicted_unscaled']:.2f} / {r['scaled_std']:.2f}"
+        )
     for d in result["settings"]["head_dims"]:
         u, sc = _by(result, d, False), _by(result, d, True)
         out[f"final repeat loss d_k={d} (scaled / unscaled)"] = (
-            f"{sc['curves']['loss_repeat'][-1]:.2f} / {u['curves']['loss_repeat'][-1]:.2f}")
+            f"{sc['curves']['loss_repeat'][-1]:.2f} / {u['curves']['loss_repeat'][-1]:.2f}"
+        )
         out[f"first step with a {PHASE_GAIN}-nat repeat gain d_k={d} (scaled / unscaled)"] = (
-            f"{first_learned_step(sc) or 'never'} / {first_learned_step(u) or 'never'}")
+            f"{first_learned_step(sc) or 'never'} / {first_learned_step(u) or 'never'}"
+        )
     return out
 
 

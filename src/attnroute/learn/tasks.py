@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..engine import InputError
+
 
 @dataclass
 class Batch:
@@ -36,8 +38,13 @@ class Batch:
 
     def take(self, rows: slice) -> Batch:
         """The same batch cut to some examples (``rows`` slices the batch dimension)."""
-        return Batch(self.inputs[rows], self.targets[rows], self.loss_rows[rows],
-                     {k: v[rows] for k, v in self.regions.items()}, None if self.weights is None else self.weights[rows])
+        return Batch(
+            self.inputs[rows],
+            self.targets[rows],
+            self.loss_rows[rows],
+            {k: v[rows] for k, v in self.regions.items()},
+            None if self.weights is None else self.weights[rows],
+        )
 
 
 @dataclass(frozen=True)
@@ -60,13 +67,17 @@ class RepeatTask:
 
     def __post_init__(self):
         if not 2 <= self.min_len <= self.max_len:
-            raise ValueError(f"segment lengths need 2 <= min_len <= max_len, got {self.min_len}..{self.max_len}")
+            raise InputError(f"segment lengths need 2 <= min_len <= max_len, got {self.min_len}..{self.max_len}")
         span = self.fixed_start + self.fixed_offset + self.max_len if self.fixed_offset else 2 * self.max_len
         if span > self.length:
-            raise ValueError(f"a segment of up to {self.max_len} tokens repeated does not fit in {self.length} "
-                             f"positions (needs {span}); lower max_len or raise length")
+            raise InputError(
+                f"a segment of up to {self.max_len} tokens repeated does not fit in {self.length} "
+                f"positions (needs {span}); lower max_len or raise length"
+            )
         if self.fixed_offset is not None and self.fixed_offset < self.max_len:
-            raise ValueError(f"fixed_offset={self.fixed_offset} must be at least max_len={self.max_len} (copies overlap)")
+            raise InputError(
+                f"fixed_offset={self.fixed_offset} must be at least max_len={self.max_len} (copies overlap)"
+            )
 
     def sample(self, batch: int, g: torch.Generator) -> Batch:
         B, T = batch, self.length
@@ -107,7 +118,7 @@ class LookupTask:
 
     def __post_init__(self):
         if self.kind not in ("permutation", "table"):
-            raise ValueError(f"kind must be 'permutation' or 'table', got {self.kind!r}")
+            raise InputError(f"kind must be 'permutation' or 'table', got {self.kind!r}")
 
     def rule(self) -> torch.Tensor:
         g = torch.Generator().manual_seed(self.seed)

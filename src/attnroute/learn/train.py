@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..build import TinyConfig, TinyTransformer
+from ..engine import TinyConfig, TinyTransformer
 from .tasks import Batch
 
 

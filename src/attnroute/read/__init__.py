@@ -1,0 +1,31 @@
+"""read/: real models through the engine — loading, the transformers adapter, stimuli, head
+statistics, roles, ablation effects, and the data the routing report shows.
+
+Analysis only: numbers and data classes; no printing, no figures, no argparse.
+"""
+
+from .adapter import routed
+from .capture import RoutingView, capture_weights, routing_view
+from .heads import DEFAULT_TEXT, ReadError, read_heads
+from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable
+from .models import BUNDLED, LoadedModel, ModelLoadError, load
+from .roles import ROLES, Role
+
+__all__ = [
+    "BUNDLED",
+    "COLUMNS",
+    "DEFAULT_TEXT",
+    "OFFSET_BUCKETS",
+    "ROLES",
+    "HeadTable",
+    "LoadedModel",
+    "ModelLoadError",
+    "ReadError",
+    "Role",
+    "RoutingView",
+    "capture_weights",
+    "load",
+    "read_heads",
+    "routed",
+    "routing_view",
+]

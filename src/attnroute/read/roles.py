@@ -1,7 +1,7 @@
-"""Role labels from head statistics, with documented thresholds.
+"""Role labels from head statistics: the one home of every role's name, rule, threshold and colour.
 
-A head gets the first role whose rule holds, in this order (scores as defined in
-../shared/SCORES.md and stimuli.py; masses are means over query rows that see ≥ 2 keys):
+A head gets the first role whose rule holds, in this order (scores defined in docs/head-scores.md;
+masses are means over query rows that see ≥ 2 keys):
 
     induction        induction ≥ 0.30 and induction > prev_token
     previous-token   prev_token ≥ 0.50
@@ -14,14 +14,38 @@ A head gets the first role whose rule holds, in this order (scores as defined in
 The thresholds are round numbers set where TransformerLens' demos call heads "pretty much perfect"
 previous-token heads (scores near 1) and induction heads that "score extremely highly"; a score of
 0.3 on a 40-token stimulus is already ~12× the uniform baseline. They are constants here so a
-reader can change them and see the labels move.
+reader can change them and see the labels move; the terminal tables, the PNG figures and the HTML
+page all read names and colours from ROLES (the page receives them as data).
 """
 
 from __future__ import annotations
 
-ROLES = ("induction", "previous-token", "duplicate", "sink/delimiter", "local", "broad", "mixed")
-THRESHOLDS = {"induction": 0.30, "previous-token": 0.50, "duplicate": 0.30, "sink/delimiter": 0.60,
-              "local": 0.70, "broad": 0.80}
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    column: str  # the HeadTable column that ranks heads of this role
+    threshold: float | None  # None: the fallback role
+    color: str  # one colour per role everywhere it is drawn
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+ROLES = (
+    Role("induction", "induction", 0.30, "#d62728"),
+    Role("previous-token", "prev_token", 0.50, "#1f77b4"),
+    Role("duplicate", "duplicate", 0.30, "#9467bd"),
+    Role("sink/delimiter", "sink_mass", 0.60, "#7f7f7f"),
+    Role("local", "local", 0.70, "#2ca02c"),
+    Role("broad", "entropy_norm", 0.80, "#ff7f0e"),
+    Role("mixed", "max_weight", None, "#c7c7c7"),
+)
+ROLE_NAMES = tuple(r.name for r in ROLES)
+THRESHOLDS = {r.name: r.threshold for r in ROLES if r.threshold is not None}
+COLORS = {r.name: r.color for r in ROLES}
 
 
 def label(stats: dict) -> str:
@@ -39,3 +63,6 @@ def label(stats: dict) -> str:
     if stats["entropy_norm"] >= THRESHOLDS["broad"]:
         return "broad"
     return "mixed"
+
+
+__all__ = ["COLORS", "ROLES", "ROLE_NAMES", "THRESHOLDS", "Role", "label"]

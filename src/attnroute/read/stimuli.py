@@ -38,16 +38,19 @@ class Repeated:
         return torch.arange(self.prefix + self.S, self.prefix + 2 * self.S)
 
     def describe(self) -> str:
-        return (f"{self.input_ids.shape[0]} sequences of {self.S} random tokens repeated twice, seed {self.seed}, "
-                f"{'BOS/[CLS] prepended' if self.prefix else 'no BOS'}")
+        return (
+            f"{self.input_ids.shape[0]} sequences of {self.S} random tokens repeated twice, seed {self.seed}, "
+            f"{'BOS/[CLS] prepended' if self.prefix else 'no BOS'}"
+        )
 
 
 def special_ids(tokenizer) -> set[int]:
     return {int(i) for i in (tokenizer.all_special_ids or [])}
 
 
-def repeated_random_tokens(tokenizer, S: int = DEFAULT_LEN, batch: int = DEFAULT_BATCH, seed: int = 0,
-                           causal: bool = True) -> Repeated:
+def repeated_random_tokens(
+    tokenizer, S: int = DEFAULT_LEN, batch: int = DEFAULT_BATCH, seed: int = 0, causal: bool = True
+) -> Repeated:
     """[BOS] r r (causal LMs) or [CLS] r r [SEP] (encoders), r uniform over ordinary token ids."""
     vocab = len(tokenizer)
     specials = special_ids(tokenizer)

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROLE_COLORS = {"induction": "#d62728", "previous-token": "#1f77b4", "duplicate": "#9467bd",
-               "sink/delimiter": "#7f7f7f", "local": "#2ca02c", "broad": "#ff7f0e", "mixed": "#c7c7c7"}
+from ..read.roles import COLORS as ROLE_COLORS
 
 
 def write_pngs(data: dict, out_dir) -> list[Path]:
@@ -30,8 +29,12 @@ def write_pngs(data: dict, out_dir) -> list[Path]:
     ax.set_xlabel("query head")
     ax.set_ylabel("layer")
     ax.set_title(f"{data['model']}: head roles")
-    ax.legend(handles=[Patch(color=ROLE_COLORS[n], label=n) for n in names], bbox_to_anchor=(1.02, 1), loc="upper left",
-              fontsize=8)
+    ax.legend(
+        handles=[Patch(color=ROLE_COLORS[n], label=n) for n in names],
+        bbox_to_anchor=(1.02, 1),
+        loc="upper left",
+        fontsize=8,
+    )
     paths.append(_save(fig, out / "head_roles.png"))
 
     fig, ax = plt.subplots(figsize=(5, 3.4))
@@ -58,8 +61,12 @@ def write_pngs(data: dict, out_dir) -> list[Path]:
     il = data["meta"].get("induction_loss")
     if il:
         fig, ax = plt.subplots(figsize=(3.6, 3.4))
-        ax.bar(["first repeat", "second repeat"], [il["first_repeat"], il["second_repeat"]], color=["#999", "#d62728"],
-               label="mean next-token loss")
+        ax.bar(
+            ["first repeat", "second repeat"],
+            [il["first_repeat"], il["second_repeat"]],
+            color=["#999", "#d62728"],
+            label="mean next-token loss",
+        )
         ax.set_ylabel("next-token loss (nats)")
         ax.set_title(f"induction probe (S = {il['S']})")
         ax.legend(fontsize=8)

@@ -10,7 +10,15 @@ import io
 
 import numpy as np
 
-ROLE = {"previous_token": "#1f77b4", "induction": "#d62728", "positional": "#2ca02c", "other": "#bbbbbb"}
+from ..read.roles import COLORS
+
+# the two roles a trained circuit shares with real models take their colours from read/roles.py
+ROLE = {
+    "previous_token": COLORS["previous-token"],
+    "induction": COLORS["induction"],
+    "positional": "#2ca02c",
+    "other": "#bbbbbb",
+}
 
 
 def _plt():
@@ -57,14 +65,20 @@ def induction(result: dict):
             if layer > 0:
                 ax.plot(steps, ind[:, layer, head], color=ROLE["induction"], alpha=0.18, lw=0.8)
     p, i = heads["previous_token"], heads["induction"]
-    ax.plot(steps, p["curve"], color=ROLE["previous_token"], lw=2,
-            label=f"previous-token score, L{p['layer']}H{p['head']}")
+    ax.plot(
+        steps, p["curve"], color=ROLE["previous_token"], lw=2, label=f"previous-token score, L{p['layer']}H{p['head']}"
+    )
     ax.plot(steps, i["curve"], color=ROLE["induction"], lw=2, label=f"induction score, L{i['layer']}H{i['head']}")
     if "positional" in c and "positional_head" in result:
         ph = result["positional_head"]
         pos = np.array(c["positional"])[:, ph["layer"], ph["head"]]
-        ax.plot(steps, pos, color=ROLE["positional"], lw=2,
-                label=f"weight {ph['offset']} back (no repeat), L{ph['layer']}H{ph['head']}")
+        ax.plot(
+            steps,
+            pos,
+            color=ROLE["positional"],
+            lw=2,
+            label=f"weight {ph['offset']} back (no repeat), L{ph['layer']}H{ph['head']}",
+        )
     _mark_phase(ax, phase)
     ax.set_ylim(0, 1)
     ax.set_xlabel("training step")
@@ -85,8 +99,7 @@ def induction(result: dict):
     for name, share in abl.get("group_removed", {}).items():
         if result["heads"].get(name, result.get("positional_head", {})).get("group"):
             short = {"previous_token": "all prev.", "induction": "all ind.", "positional": "all pos."}[name]
-            ax.bar(short, share * 100, color=ROLE.get(name, "#555"), hatch="//",
-                   edgecolor="white")
+            ax.bar(short, share * 100, color=ROLE.get(name, "#555"), hatch="//", edgecolor="white")
     ax.axhline(50, color="#444", ls=":", lw=1, label="half the gain")
     ax.set_ylabel("repeat-loss gain removed (%)")
     ax.set_title(f"zero-ablation (gain {abl['gain']:.2f} nats)")
@@ -122,14 +135,22 @@ def scale(result: dict):
     dims = result["settings"]["head_dims"]
     cmap = plt.get_cmap("viridis")
     colors = {dd: cmap(i / max(1, len(dims) - 1)) for i, dd in enumerate(dims)}
-    panels = [("loss_repeat", "repeat loss (nats)", "loss on the repeat", False),
-              ("max_weight", "mean max weight", "softmax saturation", False),
-              ("grad_logits", "‖∂loss/∂logits‖", "gradient reaching the logits", True)]
+    panels = [
+        ("loss_repeat", "repeat loss (nats)", "loss on the repeat", False),
+        ("max_weight", "mean max weight", "softmax saturation", False),
+        ("grad_logits", "‖∂loss/∂logits‖", "gradient reaching the logits", True),
+    ]
     for ax, (key, ylabel, title, logy) in zip(axes[1:], panels):
         for run in result["runs"]:
             c = run["curves"]
-            ax.plot(c["steps"], c[key], color=colors[run["head_dim"]], ls="-" if run["scaled"] else "--", lw=1.4,
-                    label=f"d_k={run['head_dim']}" if run["scaled"] else None)
+            ax.plot(
+                c["steps"],
+                c[key],
+                color=colors[run["head_dim"]],
+                ls="-" if run["scaled"] else "--",
+                lw=1.4,
+                label=f"d_k={run['head_dim']}" if run["scaled"] else None,
+            )
         if logy:
             ax.set_yscale("log")
         ax.set_xlabel("training step")
@@ -149,8 +170,14 @@ def heads(result: dict):
     runs = result["runs"]
     for i, r in enumerate(runs):
         xs = [p["fraction"] * 100 for p in r["prune"]]
-        ax.plot(xs, [p["loss"] for p in r["prune"]], "o-", ms=3, color=cmap(i / max(1, len(runs) - 1)),
-                label=f"{r['heads']} head(s)/layer ({r['total_heads']} heads)")
+        ax.plot(
+            xs,
+            [p["loss"] for p in r["prune"]],
+            "o-",
+            ms=3,
+            color=cmap(i / max(1, len(runs) - 1)),
+            label=f"{r['heads']} head(s)/layer ({r['total_heads']} heads)",
+        )
     ax.axvline(result["voita"]["fraction"] * 100, color="#444", ls="--", lw=1, label="Voita et al.: 38/48 pruned")
     ax.set_yscale("log")
     ax.set_xlabel("heads pruned (% of all heads)")
@@ -161,8 +188,13 @@ def heads(result: dict):
     tasks = result["tasks"]
     width = 0.8 / len(runs)
     for i, r in enumerate(runs):
-        ax.bar(np.arange(len(tasks)) + i * width, [max(r["prune"][0][f"loss_{t}"], 1e-4) for t in tasks], width,
-               color=cmap(i / max(1, len(runs) - 1)), label=f"{r['heads']} head(s)/layer")
+        ax.bar(
+            np.arange(len(tasks)) + i * width,
+            [max(r["prune"][0][f"loss_{t}"], 1e-4) for t in tasks],
+            width,
+            color=cmap(i / max(1, len(runs) - 1)),
+            label=f"{r['heads']} head(s)/layer",
+        )
     ax.set_xticks(np.arange(len(tasks)) + 0.4 - width / 2, tasks)
     ax.set_yscale("log")
     ax.set_ylabel("loss after training (nats)")
@@ -181,8 +213,12 @@ def ff(result: dict):
         for r in result["runs"]:
             if r["task"] == task:
                 c = r["curves"]
-                ax.plot(c["steps"], c["loss"], color=colors.get(r["model"], "#555"),
-                        label=f"{r['model']} ({r['layers']} layers, {r['params']:,} params)")
+                ax.plot(
+                    c["steps"],
+                    c["loss"],
+                    color=colors.get(r["model"], "#555"),
+                    label=f"{r['model']} ({r['layers']} layers, {r['params']:,} params)",
+                )
         ax.axhline(result["chance"], color="#999", ls=":", lw=1, label="chance")
         ax.set_xlabel("training step")
         ax.set_ylabel("loss (nats)")

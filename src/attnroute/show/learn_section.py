@@ -13,8 +13,12 @@ from importlib import resources
 
 from . import learn_figures
 
-TITLES = {"induction": "Learn: an induction circuit forms", "scale": "Learn: the 1/√d_k scale",
-          "heads": "Learn: how many heads can go", "ff": "Learn: what a feed-forward layer adds to routing"}
+TITLES = {
+    "induction": "Learn: an induction circuit forms",
+    "scale": "Learn: the 1/√d_k scale",
+    "heads": "Learn: how many heads can go",
+    "ff": "Learn: what a feed-forward layer adds to routing",
+}
 SECTIONS_MARK = "<!--__SECTIONS__-->"
 
 
@@ -24,14 +28,18 @@ def section(result: dict, png: bytes | None = None) -> str:
     png = base64.b64encode(png or learn_figures.png(result)).decode()
     title = TITLES.get(result["experiment"], result["experiment"])
     lines = "".join(f"<li>{escape(line)}</li>" for line in result["verdict"]["lines"])
-    rows = "".join(f"<tr><td>{escape(str(k))}</td><td class=\"num\">{escape(_fmt(v))}</td></tr>"
-                   for k, v in result.get("summary", {}).items())
+    rows = "".join(
+        f'<tr><td>{escape(str(k))}</td><td class="num">{escape(_fmt(v))}</td></tr>'
+        for k, v in result.get("summary", {}).items()
+    )
     settings = ", ".join(f"{k}={v}" for k, v in result.get("settings", {}).items())
-    return (f'<div class="card learn" data-experiment="{escape(result["experiment"])}">'
-            f"<h2>{escape(title)}</h2>"
-            f'<img alt="{escape(title)}" style="max-width:100%" src="data:image/png;base64,{png}">'
-            f"<ul>{lines}</ul><table class=\"kv\">{rows}</table>"
-            f'<div class="note">settings: {escape(settings)}</div></div>')
+    return (
+        f'<div class="card learn" data-experiment="{escape(result["experiment"])}">'
+        f"<h2>{escape(title)}</h2>"
+        f'<img alt="{escape(title)}" style="max-width:100%" src="data:image/png;base64,{png}">'
+        f'<ul>{lines}</ul><table class="kv">{rows}</table>'
+        f'<div class="note">settings: {escape(settings)}</div></div>'
+    )
 
 
 def _rows(results: list[dict], pngs=None) -> str:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from dataclasses import dataclass
+from html import escape
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
-import torch
+
+from ..cost.kv import spec_from_config
+from ..read.capture import RoutingView
+from ..read.roles import ROLES
 
 WEIGHT_BUDGET = 3_000_000  # bytes of attention weights embedded in the page
 
@@ -32,23 +35,10 @@ class Report:
         return path
 
     def _repr_html_(self) -> str:  # Jupyter: the page inline, in a sandboxed iframe (its scripts stay in it)
-        from html import escape
-
-        return (f'<iframe srcdoc="{escape(self.html, quote=True)}" style="width:100%;height:900px;border:0" '
-                'sandbox="allow-scripts"></iframe>')
-
-
-@torch.no_grad()
-def capture_weights(loaded, ids: torch.Tensor) -> list[np.ndarray]:
-    """Every layer's weights for one text: L × [H, T, T] float32 (short texts; eager backend)."""
-    from ..build import CallbackProbe
-    from ..read.adapter import routed
-
-    per_layer: dict[int, np.ndarray] = {}
-    probe = CallbackProbe(lambda block: per_layer.__setitem__(block.layer, block.weights[0].float().numpy()))
-    with routed(loaded, probes=[probe], impl="eager"):
-        loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids))
-    return [per_layer[layer] for layer in range(loaded.n_layers)]
+        return (
+            f'<iframe srcdoc="{escape(self.html, quote=True)}" style="width:100%;height:900px;border:0" '
+            'sandbox="allow-scripts"></iframe>'
+        )
 
 
 def pack_weights(weights: list[np.ndarray], budget: int = WEIGHT_BUDGET) -> dict:
@@ -65,32 +55,54 @@ def pack_weights(weights: list[np.ndarray], budget: int = WEIGHT_BUDGET) -> dict
         idx = np.argsort(-w, axis=-1)[..., :k]  # (H, T, k)
         val = np.take_along_axis(w, idx, -1)
         dropped.append(1 - val.sum(-1))
-        rec = np.concatenate([idx.astype("<u2").view(np.uint8).reshape(H, T, k, 2),
-                              np.round(val * 255).clip(0, 255).astype(np.uint8)[..., None]], -1)
+        rec = np.concatenate(
+            [
+                idx.astype("<u2").view(np.uint8).reshape(H, T, k, 2),
+                np.round(val * 255).clip(0, 255).astype(np.uint8)[..., None],
+            ],
+            -1,
+        )
         blobs.append(base64.b64encode(rec.tobytes()).decode())
     d = np.stack(dropped)
-    return {"format": "topk", "T": T, "k": int(k), "layers": blobs, "dropped_mean": float(d.mean()),
-            "dropped_max": float(d.max())}
+    return {
+        "format": "topk",
+        "T": T,
+        "k": int(k),
+        "layers": blobs,
+        "dropped_mean": float(d.mean()),
+        "dropped_max": float(d.max()),
+    }
 
 
-def report_data(table, loaded, ids: torch.Tensor, weights: list[np.ndarray], seconds: float) -> dict:
-    from ..cost.kv import spec_from_config
-
-    spec = spec_from_config(loaded.model.config, "fp32")
-    spec16 = spec_from_config(loaded.model.config, "fp16")
-    ctx = loaded.max_positions or int(ids.shape[1])
-    tokens = loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist())
-    tokens = [t.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\\n") for t in tokens]
+def report_data(view: RoutingView) -> dict:
+    """The page's data (also its --json): [L, H] statistics, roles, tokens, packed weights, KV card."""
+    table = view.table
+    spec = spec_from_config(view.config, "fp32")
+    spec16 = spec_from_config(view.config, "fp16")
+    ctx = view.context or len(view.tokens)
+    tokens = [t.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\\n") for t in view.tokens]
     cols = {c: np.nan_to_num(v, nan=0.0).round(5).tolist() for c, v in table.columns.items()}
     return {
-        "model": table.model, "layers": table.layers, "heads": table.heads, "kv_heads": loaded.n_kv_heads,
-        "tokens": tokens, "columns": cols, "roles": table.roles, "meta": _jsonable(table.meta),
+        "model": table.model,
+        "layers": table.layers,
+        "heads": table.heads,
+        "kv_heads": view.kv_heads,
+        "tokens": tokens,
+        "columns": cols,
+        "roles": table.roles,
+        "meta": _jsonable(table.meta),
         "has_effects": "grad_vs_ablation" in table.meta,
-        "weights": pack_weights(weights),
-        "kv": {"bytes_per_token_fp32": spec.bytes_per_token, "bytes_per_token_fp16": spec16.bytes_per_token,
-               "context": ctx, "at_context_fp16": spec16.cache_bytes(ctx), "layers": spec.layers,
-               "kv_heads": spec.kv_heads, "head_dim": spec.head_dim},
-        "seconds": round(seconds, 1),
+        "weights": pack_weights(view.weights),
+        "kv": {
+            "bytes_per_token_fp32": spec.bytes_per_token,
+            "bytes_per_token_fp16": spec16.bytes_per_token,
+            "context": ctx,
+            "at_context_fp16": spec16.cache_bytes(ctx),
+            "layers": spec.layers,
+            "kv_heads": spec.kv_heads,
+            "head_dim": spec.head_dim,
+        },
+        "seconds": round(view.seconds, 1),
     }
 
 
@@ -106,32 +118,26 @@ def _jsonable(x):
 
 def script_safe_json(data: dict) -> str:
     """JSON that cannot close its <script> element or open a comment: <, >, & become \\u escapes."""
-    return (json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def render(data: dict) -> str:
     template = resources.files("attnroute.show").joinpath("report.html").read_text(encoding="utf-8")
-    return template.replace("/*__DATA__*/null", script_safe_json(data))
+    page_data = {**data, "role_info": [r.to_dict() for r in ROLES]}  # names and colours: one home, read/roles.py
+    return template.replace("/*__DATA__*/null", script_safe_json(page_data))
 
 
-def build(model="smollm2", text: str | None = None, *, ablation: bool = True, max_tokens: int = 256,
-          progress=None) -> Report:
-    """Read the model on the text and render the page (the `attnroute report` pipeline)."""
-    from ..read.heads import DEFAULT_TEXT, read
-    from ..read.models import LoadedModel, load
-    from ..read.stimuli import encode_text
-
-    t0 = time.perf_counter()
-    say = progress or (lambda *a: None)
-    loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
-    text = DEFAULT_TEXT if text is None else text
-    # Sized for a one-minute page on 2 cores: 2 probe seeds of 4 sequences, zero ablation on one
-    # sequence of 16 tokens repeated (`attnroute heads` runs the full 8 × 40 sweep in all modes).
-    table = read(loaded, text, max_tokens=max_tokens, seeds=(0, 1), ablation=ablation, effect_batch=1,
-                 effect_len=16, modes=("zero",), stimulus_batch=4, progress=say)
-    ids, _ = encode_text(loaded.tokenizer, text, max_tokens)
-    weights = capture_weights(loaded, ids)
-    data = report_data(table, loaded, ids, weights, time.perf_counter() - t0)
+def build(view: RoutingView) -> Report:
+    """The page for a RoutingView (read.capture.routing_view gathers one)."""
+    data = report_data(view)
     return Report(render(data), data)
+
+
+__all__ = ["Report", "WEIGHT_BUDGET", "build", "pack_weights", "render", "report_data", "script_safe_json"]

@@ -4,71 +4,94 @@ from __future__ import annotations
 
 from rich.table import Table
 
-
-def fmt_bytes(n) -> str:
-    if n is None:
-        return "n/a"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
+from ..read.roles import ROLES
+from .units import fmt_bytes
 
 
 def bench_tables(result: dict) -> list[Table]:
     s = result["settings"]
-    t = Table(title=f"attention backends: B={s['B']}, H={s['H']}, D={s['D']}, {s['mask']}, {s['dtype']}, "
-                    f"{s['threads']} threads")
+    t = Table(
+        title=f"attention backends: B={s['B']}, H={s['H']}, D={s['D']}, {s['mask']}, {s['dtype']}, "
+        f"{s['threads']} threads"
+    )
     for col in ("T", "impl", "time", "× sdpa time", "peak extra memory", "× eager memory"):
         t.add_column(col, justify="right")
     for r in result["backends"]:
         mem = "" if r["memory_vs_eager"] is None else f"{r['memory_vs_eager']:.3f}"
-        t.add_row(str(r["T"]), r["impl"], f"{r['seconds'] * 1e3:.1f} ms", f"{r['time_vs_sdpa']:.2f}",
-                  fmt_bytes(r["peak_extra_bytes"]), mem)
+        t.add_row(
+            str(r["T"]),
+            r["impl"],
+            f"{r['seconds'] * 1e3:.1f} ms",
+            f"{r['time_vs_sdpa']:.2f}",
+            fmt_bytes(r["peak_extra_bytes"]),
+            mem,
+        )
     p = Table(title="ProbSparse (factor 5, no mask) against full attention (torch SDPA)")
     for col in ("T", "full", "ProbSparse", "speed-up", "relative error ‖Δ‖/‖full‖"):
         p.add_column(col, justify="right")
     for r in result["probsparse"]:
-        p.add_row(str(r["T"]), f"{r['full_seconds'] * 1e3:.1f} ms", f"{r['probsparse_seconds'] * 1e3:.1f} ms",
-                  f"{r['speedup']:.2f}×", f"{r['relative_error']:.3f}")
+        p.add_row(
+            str(r["T"]),
+            f"{r['full_seconds'] * 1e3:.1f} ms",
+            f"{r['probsparse_seconds'] * 1e3:.1f} ms",
+            f"{r['speedup']:.2f}×",
+            f"{r['relative_error']:.3f}",
+        )
     g = result["generation"]
     d = Table(title=f"TinyTransformer decoding of {g['new_tokens']} tokens after a {g['prompt']}-token prompt")
     for col in ("KV cache", "recompute", "speed-up", "same tokens"):
         d.add_column(col, justify="right")
-    d.add_row(f"{g['cached_seconds']:.2f} s", f"{g['recompute_seconds']:.2f} s", f"{g['speedup']:.1f}×",
-              str(g["same_tokens"]))
+    d.add_row(
+        f"{g['cached_seconds']:.2f} s", f"{g['recompute_seconds']:.2f} s", f"{g['speedup']:.1f}×", str(g["same_tokens"])
+    )
     return [t, p, d]
 
 
 def bench_markdown(result: dict) -> str:
     """The same figures as markdown, for the README."""
     s = result["settings"]
-    lines = [f"B={s['B']}, H={s['H']}, D={s['D']}, {s['mask']}, {s['dtype']}, {s['threads']} threads, torch {s['torch']}",
-             "", "| T | impl | time | × SDPA time | peak extra memory | × eager memory |", "|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        f"B={s['B']}, H={s['H']}, D={s['D']}, {s['mask']}, {s['dtype']}, {s['threads']} threads, torch {s['torch']}",
+        "",
+        "| T | impl | time | × SDPA time | peak extra memory | × eager memory |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
     for r in result["backends"]:
         mem = "" if r["memory_vs_eager"] is None else f"{r['memory_vs_eager']:.3f}"
-        lines.append(f"| {r['T']} | {r['impl']} | {r['seconds'] * 1e3:.1f} ms | {r['time_vs_sdpa']:.2f} | "
-                     f"{fmt_bytes(r['peak_extra_bytes'])} | {mem} |")
-    lines += ["", "| T | full (SDPA) | ProbSparse (c=5) | speed-up | relative error ‖Δ‖/‖full‖ |",
-              "|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {r['T']} | {r['impl']} | {r['seconds'] * 1e3:.1f} ms | {r['time_vs_sdpa']:.2f} | "
+            f"{fmt_bytes(r['peak_extra_bytes'])} | {mem} |"
+        )
+    lines += [
+        "",
+        "| T | full (SDPA) | ProbSparse (c=5) | speed-up | relative error ‖Δ‖/‖full‖ |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for r in result["probsparse"]:
-        lines.append(f"| {r['T']} | {r['full_seconds'] * 1e3:.1f} ms | {r['probsparse_seconds'] * 1e3:.1f} ms | "
-                     f"{r['speedup']:.2f}× | {r['relative_error']:.3f} |")
+        lines.append(
+            f"| {r['T']} | {r['full_seconds'] * 1e3:.1f} ms | {r['probsparse_seconds'] * 1e3:.1f} ms | "
+            f"{r['speedup']:.2f}× | {r['relative_error']:.3f} |"
+        )
     g = result["generation"]
-    lines += ["", f"| decoding {g['new_tokens']} tokens after {g['prompt']} ({g.get('model', '')}) | KV cache | "
-              "recompute | speed-up | same tokens |", "|---|---:|---:|---:|---|",
-              f"| greedy | {g['cached_seconds']:.2f} s | {g['recompute_seconds']:.2f} s | {g['speedup']:.1f}× | "
-              f"{g['same_tokens']} |"]
+    lines += [
+        "",
+        f"| decoding {g['new_tokens']} tokens after {g['prompt']} ({g.get('model', '')}) | KV cache | "
+        "recompute | speed-up | same tokens |",
+        "|---|---:|---:|---:|---|",
+        f"| greedy | {g['cached_seconds']:.2f} s | {g['recompute_seconds']:.2f} s | {g['speedup']:.1f}× | "
+        f"{g['same_tokens']} |",
+    ]
     return "\n".join(lines)
 
 
-ROLE_COLUMNS = {"induction": "induction", "previous-token": "prev_token", "duplicate": "duplicate",
-                "sink/delimiter": "sink_mass", "local": "local", "broad": "entropy_norm", "mixed": "max_weight"}
+ROLE_COLUMNS = {r.name: r.column for r in ROLES}  # the column that ranks heads of each role
 
 
 def headtable_tables(table) -> list[Table]:
     """Top heads per role, then weight versus effect."""
-    t = Table(title=f"{table.model}: {table.layers} layers × {table.heads} heads, "
-                    f"{table.meta.get('text_tokens')} text tokens")
+    t = Table(
+        title=f"{table.model}: {table.layers} layers × {table.heads} heads, {table.meta.get('text_tokens')} text tokens"
+    )
     for col in ("role", "heads", "top heads (layer.head: score)"):
         t.add_column(col)
     for role, col in ROLE_COLUMNS.items():
@@ -78,29 +101,41 @@ def headtable_tables(table) -> list[Table]:
     out = [t]
     if "grad_vs_ablation" in table.meta:
         e = Table(title="weight versus effect: top heads by zero-ablation Δ")
-        for col in ("head", "role", "sink mass", "norm-weighted sink", "grad estimate", "Δ zero", "Δ mean",
-                    "Δ uniform"):
+        for col in (
+            "head",
+            "role",
+            "sink mass",
+            "norm-weighted sink",
+            "grad estimate",
+            "Δ zero",
+            "Δ mean",
+            "Δ uniform",
+        ):
             e.add_column(col, justify="right")
         for l, h, _ in table.top("ablation_delta", 8):
-            e.add_row(f"L{l}.H{h}", table.roles[l][h], *(f"{table[c][l, h]:.3f}" for c in (
-                "sink_mass", "norm_mass", "grad_attr", "ablation_delta", "ablation_mean", "ablation_uniform")))
+            e.add_row(
+                f"L{l}.H{h}",
+                table.roles[l][h],
+                *(
+                    f"{table[c][l, h]:.3f}"
+                    for c in (
+                        "sink_mass",
+                        "norm_mass",
+                        "grad_attr",
+                        "ablation_delta",
+                        "ablation_mean",
+                        "ablation_uniform",
+                    )
+                ),
+            )
         a = table.meta["grad_vs_ablation"]
         k = a["k"]
-        e.caption = (f"gradient estimate vs exact zero-ablation: Spearman {a['spearman']:.2f}, "
-                     f"top-{k} overlap {a['top%d_overlap' % k]}/{k}")
+        e.caption = (
+            f"gradient estimate vs exact zero-ablation: Spearman {a['spearman']:.2f}, "
+            f"top-{k} overlap {a[f'top{k}_overlap']}/{k}"
+        )
         out.append(e)
     return out
-
-
-def headtable_html(table) -> str:
-    from html import escape
-
-    rows = "".join(
-        f"<tr><td>{escape(role)}</td><td>{len(table.with_role(role))}</td><td>"
-        + escape(", ".join(f"L{l}.H{h}" for l, h in table.with_role(role)[:8])) + "</td></tr>"
-        for role in ROLE_COLUMNS)
-    return (f"<table><caption>{escape(table.model)}: {table.layers} × {table.heads} heads</caption>"
-            f"<tr><th>role</th><th>heads</th><th>examples</th></tr>{rows}</table>")
 
 
 class ReadProgress:
@@ -109,8 +144,14 @@ class ReadProgress:
     def __init__(self, console):
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                 TimeElapsedColumn(), console=console, transient=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
         self.tasks = {}
 
     def __enter__(self):
@@ -126,24 +167,35 @@ class ReadProgress:
             return
         key = kind if kind != "ablate" else f"ablate {payload[0]}"
         if key not in self.tasks:
-            desc = {"layer": "text statistics (layers)"}.get(kind, f"ablation sweep, {payload[0] if kind == 'ablate' else ''}")
+            desc = {"layer": "text statistics (layers)"}.get(
+                kind, f"ablation sweep, {payload[0] if kind == 'ablate' else ''}"
+            )
             self.tasks[key] = self.progress.add_task(desc, total=None)
         self.progress.advance(self.tasks[key])
 
 
 def read_bench_markdown(result: dict) -> str:
     e = result["effects"]
-    lines = [f"Ablation effects on SmolLM2 ({e['heads']} heads; {e['stimulus']}):", "",
-             "| method | time | speed-up vs plain | agreement with exact |", "|---|---:|---:|---|",
-             f"| plain: one forward per head (timed on {e['plain_heads_timed']} heads, scaled) | "
-             f"{e['plain_seconds_all_heads']:.0f} s | 1.0× | — |",
-             f"| attnroute exact sweep (residual reuse, batched copies) | {e['exact_seconds']:.0f} s | "
-             f"{e['exact_speedup']:.1f}× | max abs diff {e['exact_vs_plain_max_abs_diff']:.1e} on the timed heads |",
-             f"| attnroute gradient estimate (1 forward + 1 backward) | {e['estimate_seconds']:.1f} s | "
-             f"{e['estimate_speedup']:.0f}× | top-10 overlap {e['top10_overlap']}/10, Spearman {e['spearman']:.2f} |",
-             "", "| T | what | time | peak RSS |", "|---:|---|---:|---:|"]
-    names = {"sdpa": "transformers SDPA forward (no weights)",
-             "eager": "transformers eager + output_attentions", "headtable": "attnroute HeadTable (text statistics)"}
+    lines = [
+        f"Ablation effects on SmolLM2 ({e['heads']} heads; {e['stimulus']}):",
+        "",
+        "| method | time | speed-up vs plain | agreement with exact |",
+        "|---|---:|---:|---|",
+        f"| plain: one forward per head (timed on {e['plain_heads_timed']} heads, scaled) | "
+        f"{e['plain_seconds_all_heads']:.0f} s | 1.0× | — |",
+        f"| attnroute exact sweep (residual reuse, batched copies) | {e['exact_seconds']:.0f} s | "
+        f"{e['exact_speedup']:.1f}× | max abs diff {e['exact_vs_plain_max_abs_diff']:.1e} on the timed heads |",
+        f"| attnroute gradient estimate (1 forward + 1 backward) | {e['estimate_seconds']:.1f} s | "
+        f"{e['estimate_speedup']:.0f}× | top-10 overlap {e['top10_overlap']}/10, Spearman {e['spearman']:.2f} |",
+        "",
+        "| T | what | time | peak RSS |",
+        "|---:|---|---:|---:|",
+    ]
+    names = {
+        "sdpa": "transformers SDPA forward (no weights)",
+        "eager": "transformers eager + output_attentions",
+        "headtable": "attnroute HeadTable (text statistics)",
+    }
     for r in result["long_context"]:
         if "error" in r:
             lines.append(f"| {r['T']} | {names[r['mode']]} | failed: {r['error']} | |")
@@ -189,11 +241,17 @@ def _curves(result: dict):
         c, h = result["curves"], result["heads"]
         yield "first-occurrence loss", c["loss_first"]
         yield "repeat loss", c["loss_repeat"]
-        yield f"previous-token score L{h['previous_token']['layer']}H{h['previous_token']['head']}", h["previous_token"]["curve"]
+        yield (
+            f"previous-token score L{h['previous_token']['layer']}H{h['previous_token']['head']}",
+            h["previous_token"]["curve"],
+        )
         yield f"induction score L{h['induction']['layer']}H{h['induction']['head']}", h["induction"]["curve"]
     elif kind == "scale":
         for r in result["runs"]:
-            yield f"repeat loss d_k={r['head_dim']} {'1/√d_k' if r['scaled'] else 'no scale'}", r["curves"]["loss_repeat"]
+            yield (
+                f"repeat loss d_k={r['head_dim']} {'1/√d_k' if r['scaled'] else 'no scale'}",
+                r["curves"]["loss_repeat"],
+            )
     elif kind == "heads":
         for r in result["runs"]:
             yield f"loss vs heads pruned, {r['heads']} head(s)/layer", [p["loss"] for p in r["prune"]]

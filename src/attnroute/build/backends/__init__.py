@@ -1,1 +1,0 @@
-"""Backends: each computes the same attention and states what it holds in memory."""

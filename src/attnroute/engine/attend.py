@@ -1,0 +1,107 @@
+"""attnroute.attend: one entry point, explicit backends, no silent fallback.
+
+    out = attend(q, k, v, mask=causal())                    # q [B,H,Tq,D], k/v [B,Hkv,Tk,D|Dv]
+    out, trace = attend(q, k, v, impl="eager", return_trace=True)
+
+impl      holds in memory                              probes/interventions
+reference Python lists of every score (small inputs)   no
+eager     scores and weights [B, H, Tq, Tk]            yes (one block: all rows)
+blocked   one block of rows [B, H, bq, kspan]          yes (block by block)
+sdpa      torch's fused kernel; no weights             no (raises UnsupportedRequest)
+auto      sdpa when nothing needs weights; else eager when its scores fit memory_budget,
+          else blocked. The choice and its reason are in trace.impl / trace.reason and
+          returned by choose_impl().
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .backends import blocked, eager, reference, sdpa
+from .backends.common import Request, UnsupportedRequest
+from .errors import InputError, InputTypeError
+from .masks import Mask, TensorMask
+from .stages import default_scale
+from .trace import Trace
+from .validate import validate_keep, validate_qkv
+
+BACKENDS = {"reference": reference.run, "eager": eager.run, "blocked": blocked.run, "sdpa": sdpa.run}
+IMPLS = ("auto",) + tuple(BACKENDS)
+
+
+def _as_mask(mask, B, H, Tq, Tk) -> Mask | None:
+    if mask is None or isinstance(mask, Mask):
+        return mask
+    if isinstance(mask, torch.Tensor):
+        validate_keep(mask, B, H, Tq, Tk)
+        return TensorMask(mask)
+    raise InputTypeError(
+        f"mask must be None, an attnroute Mask or a bool tensor (True = may attend), got {type(mask).__name__}"
+    )
+
+
+def choose_impl(req: Request) -> tuple[str, str]:
+    """The backend impl='auto' runs for this request, and why."""
+    if sdpa.why_not(req) is None:
+        return "sdpa", "nothing needs the weights: torch's fused kernel"
+    B, H, Hkv, Tq, Tk, D, Dv = req.dims
+    budget = eager.DEFAULT_MEMORY_BUDGET if req.memory_budget is None else req.memory_budget
+    if eager.score_matrix_bytes(B, H, Tq, Tk) <= budget:
+        return "eager", "weights needed and the score matrix fits memory_budget"
+    return "blocked", "weights needed and the score matrix exceeds memory_budget"
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask=None,
+    *,
+    scale: float | None = None,
+    impl: str = "auto",
+    probes=(),
+    interventions=(),
+    softcap: float | None = None,
+    layer: int | None = None,
+    return_trace: bool = False,
+    memory_budget: int | None = None,
+    block_size: int | None = None,
+):
+    """softmax(q·kᵀ·scale, masked) · v for q [B,H,Tq,D], k [B,Hkv,Tk,D], v [B,Hkv,Tk,Dv] -> [B,H,Tq,Dv].
+
+    mask: None, an attnroute Mask, or a bool tensor broadcastable to [B, H, Tq, Tk], True = may
+    attend. scale defaults to 1/√D. softcap None or 0 both mean no soft-cap. A row that may attend
+    to nothing returns zeros.
+    """
+    if impl not in IMPLS:
+        raise InputError(f"impl must be one of {IMPLS}, got {impl!r}")
+    B, H, Hkv, Tq, Tk, D, Dv = validate_qkv(q, k, v)
+    req = Request(
+        q,
+        k,
+        v,
+        _as_mask(mask, B, H, Tq, Tk),
+        default_scale(D) if scale is None else float(scale),
+        softcap=softcap or None,
+        probes=tuple(probes),
+        interventions=tuple(interventions),
+        layer=layer,
+        want_trace=return_trace,
+        memory_budget=memory_budget,
+        block_size=block_size,
+    )
+    reason = "asked for by name"
+    if impl == "auto":
+        impl, reason = choose_impl(req)
+    if Tq == 0 or Tk == 0:
+        out, trace = q.new_zeros(B, H, Tq, Dv), Trace(impl, notes=["empty query or key set"])
+    else:
+        out, trace = BACKENDS[impl](req)
+    if not return_trace:
+        return out
+    trace = trace or Trace(impl, out=out)
+    trace.impl, trace.reason = impl, reason
+    return out, trace
+
+
+__all__ = ["attend", "choose_impl", "IMPLS", "UnsupportedRequest"]

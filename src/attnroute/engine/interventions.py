@@ -1,0 +1,147 @@
+"""Interventions: per-head edits at one stage of one attention call.
+
+An intervention names query heads (in grouped models a head is a query head, never its kv
+group) and optionally a layer, and edits one of three places:
+
+    edit_scores(masked_scores, block)  before normalize   (temperature)
+    edit_weights(weights, block)       after normalize    (uniform, substitute)
+    edit_out(out, q0, q1)              per-head output    (zero, replace)
+
+Edits are out-of-place and touch only the named heads.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import InputError
+from .trace import WeightBlock
+
+
+class Intervention:
+    def __init__(self, heads, layer: int | None = None):
+        self.heads = [int(h) for h in ([heads] if isinstance(heads, int) else heads)]
+        self.layer = layer
+
+    def applies(self, layer: int | None) -> bool:
+        return self.layer is None or layer is None or self.layer == layer
+
+    def head_mask(self, H: int, device) -> torch.Tensor:
+        bad = [h for h in self.heads if not 0 <= h < H]
+        if bad:
+            raise InputError(f"{type(self).__name__}: head indices must lie in [0, {H}), got {bad}")
+        m = torch.zeros(H, dtype=torch.bool, device=device)
+        m[self.heads] = True
+        return m.view(1, H, 1, 1)  # (1, H, 1, 1)
+
+    def edit_scores(self, masked_scores: torch.Tensor, block: WeightBlock) -> torch.Tensor:
+        return masked_scores
+
+    def edit_weights(self, weights: torch.Tensor, block: WeightBlock) -> torch.Tensor:
+        return weights
+
+    def edit_out(self, out: torch.Tensor, q0: int, q1: int) -> torch.Tensor:
+        return out
+
+
+class ZeroHead(Intervention):
+    """The head's output is zero: as if it were pruned (Michel et al. 2019)."""
+
+    def edit_out(self, out, q0, q1):
+        return torch.where(self.head_mask(out.shape[1], out.device), torch.zeros_like(out), out)
+
+
+class ReplaceOutput(Intervention):
+    """The head's output is replaced by a fixed vector per head (mean ablation): ``value`` [len(heads), Dv]
+    or broadcastable to [B, len(heads), Tq, Dv]."""
+
+    def __init__(self, heads, value: torch.Tensor, layer: int | None = None):
+        super().__init__(heads, layer)
+        self.value = value
+
+    def edit_out(self, out, q0, q1):
+        val = self.value
+        if val.dim() == 2:
+            val = val[None, :, None, :]  # (1, h, 1, Dv)
+        elif val.dim() == 4 and val.shape[2] > 1:
+            val = val[:, :, q0:q1]
+        out = out.clone()
+        out[:, self.heads] = val.to(out.dtype).expand(out.shape[0], len(self.heads), out.shape[2], out.shape[3])
+        return out
+
+
+class UniformWeights(Intervention):
+    """The head spreads its weight evenly over the keys it may see (ProbSparse's lazy query)."""
+
+    def edit_weights(self, weights, block):
+        H = weights.shape[1]
+        return torch.where(self.head_mask(H, weights.device), uniform_over_visible(weights, block), weights)
+
+
+def uniform_over_visible(weights: torch.Tensor, block: WeightBlock) -> torch.Tensor:
+    """1/n on each of the n keys a row may see (0 for a row that sees nothing), shaped like weights."""
+    B, H = weights.shape[:2]
+    keep = block.keep_full(B, H).to(weights.dtype)
+    n = keep.sum(-1, keepdim=True)
+    return keep / torch.where(n > 0, n, torch.ones_like(n))
+
+
+class Temperature(Intervention):
+    """Divide the head's masked scores by ``t`` before the softmax (t > 1 flattens, t < 1 sharpens)."""
+
+    def __init__(self, heads, t: float, layer: int | None = None):
+        super().__init__(heads, layer)
+        if not t > 0:
+            raise InputError(f"temperature must be > 0, got {t}")
+        self.t = float(t)
+
+    def edit_scores(self, masked_scores, block):
+        H = masked_scores.shape[1]
+        return torch.where(self.head_mask(H, masked_scores.device), masked_scores / self.t, masked_scores)
+
+
+class SubstituteWeights(Intervention):
+    """Replace the head's weights by given ones, ``weights`` broadcastable to [B, len(heads), Tq, Tk].
+
+    Only keys the mask lets the row see keep their substituted weight (the same in every backend:
+    the blocked backend never visits keys no row of a block can see).
+    """
+
+    def __init__(self, heads, weights: torch.Tensor, layer: int | None = None):
+        super().__init__(heads, layer)
+        w = torch.as_tensor(weights)
+        self.weights = w.reshape((1,) * (4 - w.dim()) + tuple(w.shape))  # (B?, h?, Tq, Tk)
+
+    def edit_weights(self, weights, block):
+        B, H = weights.shape[:2]
+        if self.weights.shape[-2:] != (block.Tq, block.Tk):
+            raise InputError(
+                f"SubstituteWeights: weights must end in [Tq, Tk] = [{block.Tq}, {block.Tk}], "
+                f"got {list(self.weights.shape)}"
+            )
+        sub = self.weights[..., block.q0 : block.q1, block.kv0 : block.kv1].to(weights)
+        keep = block.keep_full(B, H).to(weights.dtype)
+        out = weights.clone()
+        out[:, self.heads] = sub.expand(B, len(self.heads), *sub.shape[-2:]) * keep[:, self.heads]
+        return out
+
+
+def apply_scores(interventions, masked_scores, block):
+    for iv in interventions:
+        if iv.applies(block.layer):
+            masked_scores = iv.edit_scores(masked_scores, block)
+    return masked_scores
+
+
+def apply_weights(interventions, weights, block):
+    for iv in interventions:
+        if iv.applies(block.layer):
+            weights = iv.edit_weights(weights, block)
+    return weights
+
+
+def apply_out(interventions, out, q0, q1, layer):
+    for iv in interventions:
+        if iv.applies(layer):
+            out = iv.edit_out(out, q0, q1)
+    return out

@@ -1,0 +1,70 @@
+"""One place for input validation: every error says what was expected, what came, what to do.
+
+Letters (used across attnroute):
+    B batch, H query heads, Hkv key/value heads, G = H // Hkv query heads per kv head,
+    Tq queries, Tk keys, D query/key head dim, Dv value head dim.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import InputError, InputTypeError
+
+
+def shape_of(t: torch.Tensor) -> str:
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int, int, int, int]:
+    """Check q [B,H,Tq,D], k [B,Hkv,Tk,D], v [B,Hkv,Tk,Dv]; return (B, H, Hkv, Tq, Tk, D, Dv)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise InputTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            letters = "[B, H, Tq, D]" if name == "q" else "[B, Hkv, Tk, D]"
+            raise InputError(f"{name} must be 4-D {letters}, got shape {shape_of(t)}")
+    B, H, Tq, D = q.shape
+    Bk, Hkv, Tk, Dk = k.shape
+    Bv, Hv, Tv, Dv = v.shape
+    if Dk != D:
+        raise InputError(f"q and k must share the head dim D: q {shape_of(q)} has D={D}, k {shape_of(k)} has D={Dk}")
+    if (Bk, Tk, Hkv) != (Bv, Tv, Hv):
+        raise InputError(f"k and v must agree on [B, Hkv, Tk]: k {shape_of(k)}, v {shape_of(v)}")
+    if Bk != B:
+        raise InputError(f"q and k must share the batch size B: q {shape_of(q)}, k {shape_of(k)}")
+    if Hkv == 0 or H % Hkv != 0:
+        raise InputError(
+            f"query heads H={H} must be a multiple of kv heads Hkv={Hkv} (q {shape_of(q)}, k {shape_of(k)}); "
+            "grouped-query attention needs H = G * Hkv"
+        )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise InputError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    return B, H, Hkv, Tq, Tk, D, Dv
+
+
+def validate_keep(keep: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> torch.Tensor:
+    """A bool keep-mask (True = may attend) must broadcast to [B, H, Tq, Tk]; return it as 4-D."""
+    if keep.dtype != torch.bool:
+        raise InputTypeError(
+            f"mask tensor must be bool (True = may attend), got {keep.dtype}; convert it first with "
+            "attnroute.from_additive / from_hf / from_mha_mask so its polarity is explicit"
+        )
+    if keep.dim() > 4:
+        raise InputError(f"mask must broadcast to [B, H, Tq, Tk] = [{B}, {H}, {Tq}, {Tk}], got {shape_of(keep)}")
+    keep4 = keep.reshape((1,) * (4 - keep.dim()) + tuple(keep.shape))  # (b?, h?, tq?, tk?)
+    for have, want, letter in zip(keep4.shape, (B, H, Tq, Tk), ("B", "H", "Tq", "Tk")):
+        if have not in (1, want):
+            raise InputError(
+                f"mask of shape {shape_of(keep)} does not broadcast to [B, H, Tq, Tk] = [{B}, {H}, {Tq}, {Tk}]: "
+                f"its {letter} is {have}; was it built for another length?"
+            )
+    return keep4
+
+
+def validate_heads(heads, H: int, what: str) -> list[int]:
+    heads = [int(h) for h in ([heads] if isinstance(heads, int) else heads)]
+    bad = [h for h in heads if not 0 <= h < H]
+    if bad:
+        raise InputError(f"{what}: head indices must lie in [0, {H}), got {bad}")
+    return heads

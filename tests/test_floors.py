@@ -1,0 +1,115 @@
+"""The floors run one way: engine → read, check, cost, learn → show → cli (docs/architecture.md).
+
+The test reads every module's imports with `ast` (no import is executed), resolves relative
+imports to attnroute's top-level folders and fails on any arrow the table below does not allow.
+The same walk is run on a synthetic tree with an upward import to show that it can fail.
+"""
+
+import ast
+from pathlib import Path
+
+import attnroute
+
+SRC = Path(attnroute.__file__).parent
+
+# floor -> the floors its modules may import. Sideways arrows are listed where they are meant:
+# learn reads TinyTransformer with read's probes and stimuli; check loads `hf:` models with read's loader.
+ALLOWED = {
+    "engine": {"engine"},
+    "read": {"engine", "read"},
+    "check": {"engine", "check", "read"},
+    "cost": {"engine", "cost"},
+    "learn": {"engine", "learn", "read"},
+    "show": {"engine", "read", "check", "cost", "learn", "show"},
+    "bench": {"engine", "read", "check", "cost", "learn", "bench"},
+    "cli": {"engine", "read", "check", "cost", "learn", "show", "bench", "cli"},
+    "__init__": {"engine", "read", "check", "cost", "learn"},
+}
+ANALYSIS = ("engine", "read", "check", "cost", "learn")
+NOT_IN_ANALYSIS = ("matplotlib", "argparse", "rich")  # analysis floors return data; they draw and parse nothing
+
+
+def floor_of(path: Path, root: Path) -> str:
+    rel = path.relative_to(root)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def imports(path: Path, root: Path, package: str = "attnroute"):
+    """(imported attnroute floor or outside module, line) for every import in the file."""
+    tree = ast.parse(path.read_text())
+    here = path.relative_to(root).with_suffix("").parts  # ('read', 'heads') or ('read', '__init__')
+    pkg = here[:-1]  # the package the module lives in
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                yield (parts[1] if parts[0] == package and len(parts) > 1 else parts[0]), node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                parts = (node.module or "").split(".")
+                if parts[0] == package:
+                    targets = parts[1:2] or [a.name for a in node.names]
+                    yield from ((t, node.lineno) for t in targets)
+                else:
+                    yield parts[0], node.lineno
+                continue
+            base = pkg[: len(pkg) - (node.level - 1)]
+            target = list(base) + (node.module.split(".") if node.module else [])
+            names = target[:1] or [a.name for a in node.names]  # `from . import x` at the root
+            yield from ((n, node.lineno) for n in names)
+
+
+def violations(root: Path, floors=ALLOWED, package: str = "attnroute") -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        floor = floor_of(path, root)
+        if floor not in floors:
+            continue
+        for target, line in imports(path, root, package):
+            rel = path.relative_to(root)
+            if target in floors and target not in floors[floor]:
+                found.append(f"{rel}:{line} ({floor}) imports {target}")
+            if floor in ANALYSIS and target in NOT_IN_ANALYSIS:
+                found.append(f"{rel}:{line} ({floor}) imports {target}, which belongs to show/ or cli")
+    return found
+
+
+def test_attnroute_floors_run_one_way():
+    assert violations(SRC) == []
+
+
+def test_nothing_but_the_cli_imports_bench():
+    importers = {
+        floor_of(path, SRC) for path in SRC.rglob("*.py") for target, _ in imports(path, SRC) if target == "bench"
+    }
+    assert importers <= {"cli", "bench"}
+
+
+def _synthetic(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "attnroute"
+    for name, text in files.items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+def test_the_walk_catches_an_upward_and_a_sideways_import(tmp_path):
+    root = _synthetic(
+        tmp_path,
+        {
+            "engine/__init__.py": "",
+            "engine/stages.py": "from ..read.heads import read_heads\n",  # engine reaching up
+            "read/__init__.py": "",
+            # read reaching up to show, relative and absolute
+            "read/headtable.py": "from ..show.terminal import table\nimport attnroute.show.figures\n",
+            "cost/bill.py": "from ..bench.measure import seconds\nimport matplotlib\n",  # sideways, and drawing
+            "show/report.py": "from ..read.capture import view\n",  # allowed
+        },
+    )
+    found = violations(root)
+    assert "engine/stages.py:1 (engine) imports read" in found
+    assert "read/headtable.py:1 (read) imports show" in found and "read/headtable.py:2 (read) imports show" in found
+    assert "cost/bill.py:1 (cost) imports bench" in found
+    assert any("imports matplotlib" in v for v in found)
+    assert not any(v.startswith("show/") for v in found)
