@@ -1,4 +1,4 @@
-"""Positions: what the seeds claim, proved."""
+"""Positions: what the position schemes promise (relative shifts, RoPE, conversions), proved."""
 
 import pytest
 import torch

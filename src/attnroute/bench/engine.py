@@ -1,6 +1,6 @@
 """The engine benchmark: every backend side by side, ProbSparse vs full, cached vs uncached decoding.
 
-Settings are the issue's: B=1, H=8, D=64, causal, fp32, Tq = Tk ∈ {1024, 4096, 8192}. torch SDPA
+Settings (docs/benchmarks.md): B=1, H=8, D=64, causal, fp32, Tq = Tk ∈ {1024, 4096, 8192}. torch SDPA
 is the tool a user would pick instead; ratios are against it.
 """
 

@@ -15,12 +15,18 @@ auto      sdpa when nothing needs weights; else eager when its scores fit memory
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Literal, overload
+
 import torch
+from torch import Tensor
 
 from .backends import blocked, eager, reference, sdpa
 from .backends.common import Request, UnsupportedRequest
 from .errors import InputError, InputTypeError
+from .interventions import Intervention
 from .masks import Mask, TensorMask
+from .probes import Probe
 from .stages import default_scale
 from .trace import Trace
 from .validate import validate_keep, validate_qkv
@@ -51,27 +57,77 @@ def choose_impl(req: Request) -> tuple[str, str]:
     return "blocked", "weights needed and the score matrix exceeds memory_budget"
 
 
+@overload
 def attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask=None,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Mask | Tensor | None = None,
     *,
     scale: float | None = None,
     impl: str = "auto",
-    probes=(),
-    interventions=(),
+    probes: Sequence[Probe] = (),
+    interventions: Sequence[Intervention] = (),
+    softcap: float | None = None,
+    layer: int | None = None,
+    return_trace: Literal[False] = False,
+    memory_budget: int | None = None,
+    block_size: int | None = None,
+) -> Tensor: ...
+
+
+@overload
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Mask | Tensor | None = None,
+    *,
+    scale: float | None = None,
+    impl: str = "auto",
+    probes: Sequence[Probe] = (),
+    interventions: Sequence[Intervention] = (),
+    softcap: float | None = None,
+    layer: int | None = None,
+    return_trace: Literal[True],
+    memory_budget: int | None = None,
+    block_size: int | None = None,
+) -> tuple[Tensor, Trace]: ...
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Mask | Tensor | None = None,
+    *,
+    scale: float | None = None,
+    impl: str = "auto",
+    probes: Sequence[Probe] = (),
+    interventions: Sequence[Intervention] = (),
     softcap: float | None = None,
     layer: int | None = None,
     return_trace: bool = False,
     memory_budget: int | None = None,
     block_size: int | None = None,
-):
-    """softmax(q·kᵀ·scale, masked) · v for q [B,H,Tq,D], k [B,Hkv,Tk,D], v [B,Hkv,Tk,Dv] -> [B,H,Tq,Dv].
+) -> Tensor | tuple[Tensor, Trace]:
+    """softmax(q·kᵀ·scale, masked) · v, through the backend ``impl`` names.
 
-    mask: None, an attnroute Mask, or a bool tensor broadcastable to [B, H, Tq, Tk], True = may
-    attend. scale defaults to 1/√D. softcap None or 0 both mean no soft-cap. A row that may attend
-    to nothing returns zeros.
+    Shapes::
+
+        q     [B, H,   Tq, D]     queries; H = G · Hkv query heads
+        k     [B, Hkv, Tk, D]     keys; query heads g·G … (g+1)·G − 1 read kv head g
+        v     [B, Hkv, Tk, Dv]    values
+        mask  broadcastable to [B, H, Tq, Tk], True = may attend; or a Mask; or None (all visible)
+        out   [B, H,   Tq, Dv]
+
+    scale: defaults to 1/√D. softcap: cap·tanh(s/cap) before masking; None and 0 both mean none.
+    probes read the weights block by block; interventions edit scores, weights or head outputs
+    (both need impl "eager" or "blocked"; "auto" picks one). layer: passed to probes and
+    interventions. return_trace: also return a Trace (scores, weights, lse when the backend holds
+    them, and which backend ran and why). memory_budget: bytes eager's score matrix may take
+    (auto switches to blocked above it). block_size: query rows per block for blocked.
+    A row that may attend to nothing returns zeros. Bad input raises InputError.
     """
     if impl not in IMPLS:
         raise InputError(f"impl must be one of {IMPLS}, got {impl!r}")

@@ -46,6 +46,3 @@ class KVCache:
         self.v[layer][:, :, n : n + t] = v
         self.lengths[layer] = n + t
         return self.k[layer][:, :, : n + t], self.v[layer][:, :, : n + t]
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)

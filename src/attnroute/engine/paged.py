@@ -143,17 +143,6 @@ class PagedKVCache:
     def used_blocks(self) -> int:
         return sum(1 for r in self.refcount if r > 0)
 
-    def stored_tokens(self) -> int:
-        """Token slots holding real tokens (shared blocks counted once)."""
-        seen, total = set(), 0
-        for seq, table in self.tables.items():
-            for i, b in enumerate(table):
-                if b in seen:
-                    continue
-                seen.add(b)
-                total += min(self.block_size, self.lengths[seq] - i * self.block_size)
-        return total
-
 
 class PagedView:
     """A batch of sequences of a PagedKVCache seen through the contiguous KVCache interface

@@ -33,9 +33,6 @@ class WeightBlock:
         """Absolute positions of this block's queries, [bq]."""
         return torch.arange(self.q0, self.q1, device=device) + (self.Tk - self.Tq)
 
-    def kv_positions(self, device=None) -> torch.Tensor:
-        return torch.arange(self.kv0, self.kv1, device=device)
-
     def keep_full(self, B: int, H: int) -> torch.Tensor:
         """keep expanded to [B, H, bq, kspan] (a view; no copy)."""
         shape = (B, H, self.q1 - self.q0, self.kv1 - self.kv0)

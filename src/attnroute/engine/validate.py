@@ -60,11 +60,3 @@ def validate_keep(keep: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> torch
                 f"its {letter} is {have}; was it built for another length?"
             )
     return keep4
-
-
-def validate_heads(heads, H: int, what: str) -> list[int]:
-    heads = [int(h) for h in ([heads] if isinstance(heads, int) else heads)]
-    bad = [h for h in heads if not 0 <= h < H]
-    if bad:
-        raise InputError(f"{what}: head indices must lie in [0, {H}), got {bad}")
-    return heads

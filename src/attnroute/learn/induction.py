@@ -5,7 +5,7 @@ training: the loss on repeated text falls suddenly, at the same time as a previo
 (layer 0: "copy the previous token's identity into my position") and an induction head (layer 1:
 "attend to the position after an earlier copy of my token") form together. Here the model is
 trained on RepeatTask and read every K steps with read/'s repeat probe (the previous-token and
-induction scores of ../shared/SCORES.md, on repeated random tokens), then proved causally by
+induction scores of docs/head-scores.md, on repeated random tokens), then proved causally by
 zero-ablating each head.
 
 The shortcut contrast (``fixed_offset``): when the repeat always sits at the same place, learned
@@ -33,7 +33,7 @@ from .tasks import RepeatTask
 from .train import TrainSettings, build_model, region_losses, train
 
 SCORE_MIN = 0.30  # a formed head: ≥ 0.3 of a row's weight on the one right key (uniform: ~0.05; read/roles.py's
-#                   induction threshold; the issue's reference run reached 0.35–0.42)
+#                   induction threshold; an earlier reference run reached 0.35–0.42)
 GAIN_MOST = 0.5  # "most of the repeat-loss gain": more than half
 PHASE_GAIN = 1.0  # nats the repeat loss must end below the first-occurrence loss to call it a phase change
 

@@ -55,7 +55,7 @@ class RepeatTask:
     so only content says where to look. ``fixed_offset``: both copies start at the same
     positions in every example (a = start, b = start + offset), so absolute positions suffice.
     The training loss reads every row (plain language modelling); the regions "first" and
-    "repeat" say where the two losses of the issue are read.
+    "repeat" say where the two losses (first occurrence, repeat) are read.
     """
 
     vocab: int = 64

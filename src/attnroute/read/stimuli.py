@@ -1,6 +1,6 @@
 """Inputs that make routing visible.
 
-Repeated random tokens (TransformerLens' induction stimulus, ../shared/SCORES.md §5.2): S tokens
+Repeated random tokens (TransformerLens' induction stimulus; docs/head-scores.md): S tokens
 drawn uniformly from the vocabulary's ordinary range, repeated twice, with the model's BOS (or
 [CLS]) prepended when it has one and [SEP] appended for BERT-style encoders. With P prefix
 positions (1 with BOS, else 0) and q the absolute query position:
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-DEFAULT_LEN = 40  # the issue's 8 sequences × 40 tokens, repeated twice
+DEFAULT_LEN = 40  # 8 sequences × 40 tokens, repeated twice (the effect batch)
 DEFAULT_BATCH = 8
 
 
@@ -30,9 +30,6 @@ class Repeated:
     S: int
     prefix: int  # positions before the first repeat (BOS / [CLS])
     seed: int
-
-    def first_rows(self) -> torch.Tensor:
-        return torch.arange(self.prefix + 1, self.prefix + self.S)
 
     def second_rows(self) -> torch.Tensor:
         return torch.arange(self.prefix + self.S, self.prefix + 2 * self.S)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -28,7 +28,6 @@ class Request:
     want_trace: bool = False
     memory_budget: int | None = None
     block_size: int | None = None
-    options: dict = field(default_factory=dict)
     v_finite: bool | None = None  # set once per call by backends that walk blocks
 
     @property
