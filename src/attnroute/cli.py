@@ -171,19 +171,30 @@ def _check(args) -> int:
     from .check.report import check, select
     from .check.targets import resolve
 
+    output_path(args.json, "json")
     only = args.only.split(",") if args.only else None
     skip = args.skip.split(",") if args.skip else None
-    select(only, skip)
     targets = resolve(args.target, args.convention)
-    reports = []
-    for t in targets:
-        try:
-            reports.append(check(t.fn, t.convention, only=only, skip=skip, name=t.name))
-        except Exception as e:  # noqa: BLE001  (a target that cannot be called at all)
-            raise InputError(f"cannot call {t.name}: {type(e).__name__}: {e}", field="target") from None
-    callable_at_all = any(not c.skipped for r in reports for c in r.checks)
-    if not callable_at_all:
-        first = reports[0].checks[0].detail if reports and reports[0].checks else "no checks ran"
+    select(only, skip, {n for t in targets for n in t.extras})
+    reports = [
+        check(
+            t.fn,
+            t.convention,
+            only=only,
+            skip=skip,
+            name=t.name,
+            scale=args.scale,
+            strict=args.strict,
+            timeout=args.timeout,
+            head_dim=t.head_dim,
+            mask_family=t.mask_family,
+            mask_source=t.mask_source,
+            extras=t.extras,
+        )
+        for t in targets
+    ]
+    if not any(r.called_at_all for r in reports):
+        first = next((c.detail for r in reports for c in r.checks), "no checks ran")
         raise InputError(f"cannot call {args.target} with [B, H, Tq, D] tensors: {first}", field="target")
     if args.json:
         data = (
@@ -192,6 +203,7 @@ def _check(args) -> int:
             else {
                 "target": args.target,
                 "passed": all(r.passed for r in reports),
+                "strict": args.strict,
                 "targets": [r.to_dict() for r in reports],
                 "checks": [c for r in reports for c in r.to_dict()["checks"]],
             }
@@ -441,7 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _json_flag(c, "the report")
     c.add_argument("--only", help="comma-separated check names to run")
-    c.add_argument("--skip", help="comma-separated check names to skip")
+    c.add_argument("--skip", help="comma-separated check names to mark not applicable")
+    c.add_argument("--scale", type=float, help="the temperature the target means to use (e.g. 1 for T5); default 1/√d")
+    c.add_argument("--strict", action="store_true", help="hazards fail too (exit 1)")
+    c.add_argument("--timeout", type=float, default=10.0, help="seconds per call before the target counts as hung")
     c.set_defaults(fn=_check)
 
     r = sub.add_parser("report", help="the routing report: one self-contained interactive HTML page")

@@ -134,6 +134,80 @@ def ignores_documents(q, k, v, attn_mask=None):
     return correct(q, k, v, attn_mask)
 
 
-def mha_convention_in_sdpa_slot(q, k, v, attn_mask=None):
-    """Written for nn.MultiheadAttention (True = masked out) but given an SDPA keep-mask."""
-    return correct(q, k, v, None if attn_mask is None else ~attn_mask)
+def crashes_in_fp16(q, k, v, attn_mask=None):
+    """masked_fill(mask == 0, -1e9): fp16 cannot hold -1e9 and torch raises (a tutorial's habit)."""
+    k, v = _expand(k, v, q.shape[1])
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if attn_mask is not None:
+        s = s.masked_fill(attn_mask == 0, -1e9)
+    return torch.softmax(s, -1) @ v
+
+
+def always_causal(q, k, v, attn_mask=None):
+    """Ignores the mask it is given and applies its own causal mask."""
+    Tq, Tk = q.shape[2], k.shape[2]
+    return correct(q, k, v, torch.ones(Tq, Tk, dtype=torch.bool).tril(Tk - Tq))
+
+
+def none_means_causal(q, k, v, attn_mask=None):
+    """Right with a mask; with None it still hides the future."""
+    if attn_mask is None:
+        Tq, Tk = q.shape[2], k.shape[2]
+        attn_mask = torch.ones(Tq, Tk, dtype=torch.bool).tril(Tk - Tq)
+    return correct(q, k, v, attn_mask)
+
+
+def bool_mask_added(q, k, v, attn_mask=None):
+    """softmax(s + mask): a bool keep-mask added to the scores as 0/1 (a vision library's bug)."""
+    k, v = _expand(k, v, q.shape[1])
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if attn_mask is not None:
+        s = s + attn_mask.to(s.dtype)
+    return torch.softmax(s, -1) @ v
+
+
+def divides_by_sqrt_dv(q, k, v, attn_mask=None):
+    """Scales by the value head dim (an older GPT-2 used value.size(-1))."""
+    return correct(q * math.sqrt(q.shape[-1] / v.shape[-1]), k, v, attn_mask)
+
+
+def finite_sentinel(q, k, v, attn_mask=None):
+    """torch.where(mask, s, -1e4): visible logits below -1e4 lose to the padding (an older GPT-2)."""
+    k, v = _expand(k, v, q.shape[1])
+    s = q.float() @ k.float().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if attn_mask is not None:
+        s = torch.where(attn_mask, s, torch.tensor(-1e4))
+    return (torch.softmax(s, -1) @ v.float()).to(q.dtype)
+
+
+def full_shape_masks_only(q, k, v, attn_mask=None):
+    """Accepts only [B, 1, Tq, Tk] masks (an older Llama raised on anything else)."""
+    if attn_mask is not None and tuple(attn_mask.shape) != (q.shape[0], 1, q.shape[2], k.shape[2]):
+        raise ValueError(f"Attention mask should be of size {(q.shape[0], 1, q.shape[2], k.shape[2])}")
+    return correct(q, k, v, attn_mask)
+
+
+def raises_always(q, k, v, attn_mask=None):
+    raise RuntimeError("not implemented")
+
+
+def raises_on_masks(q, k, v, attn_mask=None):
+    if attn_mask is not None:
+        raise RuntimeError("masks are not supported")
+    return correct(q, k, v, None)
+
+
+def wrong_shape(q, k, v, attn_mask=None):
+    return correct(q, k, v, attn_mask).transpose(1, 2)  # (B, Tq, H, Dv)
+
+
+def mutates_inputs(q, k, v, attn_mask=None):
+    """Doubles q in place: a doubled temperature, on the caller's tensor."""
+    q.mul_(2)
+    return correct(q, k, v, attn_mask)
+
+
+def hangs(q, k, v, attn_mask=None):
+    import time
+
+    time.sleep(3600)

@@ -33,13 +33,21 @@ def run(capsys, *argv):
 
 
 def test_user_function_passes_with_exit_0_and_json(capsys, user_module):
-    code, out, _ = run(
-        capsys, "myattn:good", "--json", "--skip", "masked_garbage,masked_garbage_fp16,masked_garbage_bf16"
-    )
+    code, out, _ = run(capsys, "myattn:good", "--json")
     data = json.loads(out)
     assert code == 0 and data["passed"] is True and data["target"] == "myattn:good"
-    assert {"name", "passed", "skipped", "detail"} <= set(data["checks"][0])
-    assert "masked_garbage" not in {c["name"] for c in data["checks"]}
+    assert {"name", "outcome", "passed", "detail"} <= set(data["checks"][0])
+    assert data["counts"]["fail"] == 0 and data["counts"]["hazard"] == 6  # NaN/inf behind the mask: torch SDPA
+    code, out, _ = run(capsys, "myattn:good", "--json", "--strict")
+    assert code == 1 and json.loads(out)["strict"] is True
+    code, out, _ = run(capsys, "myattn:good", "--json", "--skip", "causal")
+    assert next(c for c in json.loads(out)["checks"] if c["name"] == "causal")["outcome"] == "n/a"
+
+
+def test_json_to_a_file_and_summary_on_stdout(capsys, user_module, tmp_path):
+    code, out, _ = run(capsys, "myattn:good", "--only", "causal", "--json", str(tmp_path / "c.json"))
+    assert code == 0 and json.loads((tmp_path / "c.json").read_text())["checks"][0]["outcome"] == "pass"
+    assert "myattn:good: PASS" in out
 
 
 def test_failing_check_gives_exit_1_and_names_the_row(capsys, user_module):
@@ -72,18 +80,82 @@ def test_builtin_torch_mha_finding(capsys):
     code, out, _ = run(capsys, "torch.mha", "--json", "--only", "empty_rows,causal")
     data = json.loads(out)
     by = {c["name"]: c for c in data["checks"]}
-    assert code == 1 and by["causal"]["passed"]
-    assert not by["empty_rows"]["passed"] and "NaN" in by["empty_rows"]["detail"]
+    assert code == 1 and by["causal"]["outcome"] == "pass"
+    assert by["empty_rows"]["outcome"] == "fail" and "NaN" in by["empty_rows"]["detail"]
 
 
-def test_hf_targets_run_each_attention_implementation(capsys):
-    code, out, _ = run(capsys, "hf:minilm", "--json", "--only", "causal,padding_right,empty_rows")
+def test_a_target_that_always_raises_never_exits_0(capsys, user_module):
+    code, _, err = run(capsys, "myattn:wrong_signature")
+    assert code == 2 and "cannot call" in err
+
+
+def test_hf_targets_run_transformers_own_code_end_to_end(capsys):
+    code, out, _ = run(capsys, "hf:minilm", "--json", "--only", "causal,padding_right,empty_rows,scale")
     data = json.loads(out)
     names = [t["target"] for t in data["targets"]]
     assert names == ["hf:minilm[eager]", "hf:minilm[sdpa]"]
     eager = {c["name"]: c for c in data["targets"][0]["checks"]}
     sdpa = {c["name"]: c for c in data["targets"][1]["checks"]}
     # transformers' eager path gives a row that may attend to nothing uniform weights over masked keys
-    assert not eager["empty_rows"]["passed"] and "took 1.00 in total" in eager["empty_rows"]["detail"]
-    assert sdpa["empty_rows"]["passed"] and eager["causal"]["passed"] and eager["padding_right"]["passed"]
-    assert code == 1
+    assert eager["empty_rows"]["outcome"] == "hazard" and "took 1.00 in total" in eager["empty_rows"]["detail"]
+    assert sdpa["empty_rows"]["outcome"] == "pass" and eager["padding_right"]["outcome"] == "pass"
+    assert eager["causal"]["outcome"] == "n/a"  # an encoder cannot be causal
+    assert eager["scale"]["outcome"] == "pass" and "d=32" in eager["scale"]["detail"]  # the model's own head dim
+    assert code == 0
+
+
+def _verdicts(target, only):
+    import attnroute as ar
+    from attnroute.check.targets import resolve
+
+    out = {}
+    for t in resolve(target):
+        r = ar.check(
+            t.fn,
+            t.convention,
+            only=only,
+            name=t.name,
+            head_dim=t.head_dim,
+            mask_family=t.mask_family,
+            mask_source=t.mask_source,
+            extras=t.extras,
+        )
+        out[t.name] = {c.name: c for c in r.checks}
+    return out
+
+
+@pytest.mark.parametrize("model", ["smollm2", "minilm"])
+def test_hf_verdicts_follow_transformers_mask_function_and_the_models_scaling(model, monkeypatch, request):
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    loaded = request.getfixturevalue(model)  # the bundled model, loaded once per session
+    monkeypatch.setattr("attnroute.read.models.load", lambda name, **kw: loaded)  # hf: targets read this one
+    only = ["scale", "padding_right"]
+    clean = _verdicts(f"hf:{model}", only)
+    assert all(c.outcome.value == "pass" for v in clean.values() for c in v.values()), clean
+
+    real = ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]
+
+    def inverted_sdpa_mask(*args, **kwargs):
+        return ~real(*args, **kwargs)
+
+    monkeypatch.setitem(ALL_MASK_ATTENTION_FUNCTIONS._global_mapping, "sdpa", inverted_sdpa_mask)
+    broken_mask = _verdicts(f"hf:{model}", only)[f"hf:{model}[sdpa]"]["padding_right"]
+    assert broken_mask.outcome.value == "fail" and "→ sdpa_mask" in broken_mask.detail
+    monkeypatch.setitem(ALL_MASK_ATTENTION_FUNCTIONS._global_mapping, "sdpa", real)
+
+    monkeypatch.setattr(loaded.attention_modules[0], "scaling", 1.0)
+    wrong_scale = _verdicts(f"hf:{model}", only)
+    for impl in ("eager", "sdpa"):
+        assert wrong_scale[f"hf:{model}[{impl}]"]["scale"].outcome.value == "fail"
+        assert "1/√d is missing" in wrong_scale[f"hf:{model}[{impl}]"]["scale"].detail
+        assert wrong_scale[f"hf:{model}[{impl}]"]["padding_right"].outcome.value == "pass"  # masks judged at τ
+
+
+def test_hf_decoder_decodes_with_its_cache_like_recomputation(capsys):
+    code, out, _ = run(capsys, "hf:smollm2", "--json", "--only", "cached_decode,decode_alignment")
+    data = json.loads(out)
+    for t in data["targets"]:
+        by = {c["name"]: c for c in t["checks"]}
+        assert by["cached_decode"]["outcome"] == "pass" and by["decode_alignment"]["outcome"] == "pass"
+    assert code == 0

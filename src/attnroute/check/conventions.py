@@ -1,28 +1,44 @@
-"""How a target wants its mask, and how to call it.
+"""How a target wants its mask, and how to call it without being fooled by it.
 
-A target is called as ``fn(q, k, v, attn_mask=mask)`` with q [B, H, Tq, D], k/v [B, Hkv, Tk, D]; it
-returns [B, H, Tq, D] or a tuple whose first item is that. attnroute holds one logical mask
+A target is called as ``fn(q, k, v, attn_mask=mask)`` with q [B, H, Tq, D], k/v [B, Hkv, Tk, D|Dv];
+it returns [B, H, Tq, Dv] or a tuple whose first item is that. attnroute holds one logical mask
 (bool, True = may attend) and converts it to the target's declared convention here:
 
     sdpa       bool, True = may attend (torch SDPA)
     mha        bool, True = masked out (nn.MultiheadAttention attn_mask)
     additive   float, 0 = may attend, -inf = masked
     hf         float, 0 = may attend, finfo(dtype).min = masked (transformers' eager 4-D mask)
+    causal     no mask argument: ``fn(q, k, v)`` always applies causal attention itself; a case whose
+               mask is not bottom-right causal cannot be said in this convention (n/a)
+
+Calling guards (each a lesson from a real target):
+- the target gets *copies* of q, k, v; a target that changes its inputs in place is named, and the
+  reference always sees the pristine tensors;
+- masks are sent in the smallest broadcast shape first ([1, 1, Tq, Tk], [B, 1, 1, Tk], …); when the
+  target raises on it, the full [B, 1, Tq, Tk] shape is tried, and the shapes accepted are recorded;
+- every call has a timeout (a hung target is a failure, and later calls are not attempted);
+- ``Unsupported`` means n/a; any other exception, and a wrong output shape, is a failure.
 """
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
-from ..engine import to_additive, to_mha
+from ..engine import causal, to_additive, to_mha
+from .outcome import Unsupported
 
-CONVENTIONS = ("sdpa", "mha", "additive", "hf")
+CONVENTIONS = ("sdpa", "mha", "additive", "hf", "causal")
+DEFAULT_TIMEOUT = 10.0  # seconds per call; the battery's tensors are tiny, so this is generous
+
+
+class TargetFailed(Exception):
+    """The target raised, hung, mutated its inputs or returned the wrong shape: the check fails."""
 
 
 def convert(keep: torch.Tensor | None, convention: str, dtype: torch.dtype):
-    if keep is None:
-        return None
-    if convention == "sdpa":
+    if keep is None or convention == "sdpa":
         return keep
     if convention == "mha":
         return to_mha(keep)
@@ -33,19 +49,101 @@ def convert(keep: torch.Tensor | None, convention: str, dtype: torch.dtype):
     raise ValueError(f"unknown convention {convention!r}; expected one of {CONVENTIONS}")
 
 
-class TargetRejected(Exception):
-    """The target raised for this shape or dtype: the check is reported as skipped."""
-
-
-def call(fn, q, k, v, keep, convention):
-    mask = convert(keep, convention, q.dtype)
-    try:
-        out = fn(q, k, v, attn_mask=mask)
-    except Exception as e:  # a target that rejects a shape is skipped for that check, not failed
-        raise TargetRejected(f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}") from None
-    if isinstance(out, (tuple, list)):
-        out = out[0]
-    if not isinstance(out, torch.Tensor) or out.shape[:3] != q.shape[:3]:
-        shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise TargetRejected(f"returned {shape}, expected [B, H, Tq, Dv] = {list(q.shape[:3])} + [Dv]")
+def minimal(keep: torch.Tensor) -> torch.Tensor:
+    """The smallest broadcast shape that says the same mask: size-1 dims where every slice agrees."""
+    out = keep
+    for dim in (0, 1, 2):
+        if out.shape[dim] > 1 and bool((out == out.narrow(dim, 0, 1)).all()):
+            out = out.narrow(dim, 0, 1)
     return out
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).splitlines()[0][:160] if str(e) else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+class Caller:
+    """Calls one target, remembering what it accepted and whether it ever hung."""
+
+    def __init__(self, fn, convention: str, timeout: float = DEFAULT_TIMEOUT):
+        if convention not in CONVENTIONS:
+            raise ValueError(f"unknown convention {convention!r}; expected one of {CONVENTIONS}")
+        self.fn, self.convention, self.timeout = fn, convention, timeout
+        self.hung: str | None = None
+        # "minimal": it accepted broadcast shapes ([1, 1, Tq, Tk], [B, 1, 1, Tk]); "full": it needed [B, 1, Tq, Tk]
+        self.shapes: set[str] = set()
+        self.mutated: str | None = None
+
+    def __call__(self, q, k, v, keep: torch.Tensor | None) -> torch.Tensor:
+        """The target's output [B, H, Tq, Dv] for the logical keep-mask, or TargetFailed / Unsupported."""
+        if self.convention == "causal":
+            return self._call_causal(q, k, v, keep)
+        if keep is None:
+            return self._run(q, k, v, None)
+        small = minimal(keep)
+        full_shape = (q.shape[0], keep.shape[1], q.shape[2], k.shape[2])  # [B, 1|H, Tq, Tk]
+        try:
+            out = self._run(q, k, v, convert(small, self.convention, q.dtype))
+            if tuple(small.shape) != full_shape:
+                self.shapes.add("minimal")
+            return out
+        except TargetFailed as first:
+            if self.hung or tuple(small.shape) == full_shape:
+                raise
+            full = keep.expand(*full_shape)
+            try:
+                out = self._run(q, k, v, convert(full.contiguous(), self.convention, q.dtype))
+            except TargetFailed:
+                raise first from None
+            self.shapes.add("full")
+            return out
+
+    def _call_causal(self, q, k, v, keep):
+        Tq, Tk = q.shape[2], k.shape[2]
+        expected = causal().materialize(1, 1, Tq, Tk)
+        if keep is None or not bool((keep == expected).all()):
+            raise Unsupported("the target takes no mask and always applies causal attention")
+        return self._run(q, k, v, None, with_mask=False)
+
+    def _run(self, q, k, v, mask, with_mask: bool = True) -> torch.Tensor:
+        if self.hung:
+            raise TargetFailed(f"not called: the target hung earlier ({self.hung})")
+        copies = [t.clone() for t in (q, k, v)]
+        args = (*copies, mask) if with_mask else tuple(copies)
+        result: dict = {}
+
+        def work():
+            try:
+                result["out"] = self.fn(*args[:3], attn_mask=args[3]) if with_mask else self.fn(*args)
+            except BaseException as e:  # noqa: BLE001  (whatever the target raises is reported)
+                result["error"] = e
+
+        worker = threading.Thread(target=work, daemon=True)  # a hung target cannot hold the process
+        worker.start()
+        worker.join(self.timeout)
+        if worker.is_alive():
+            self.hung = f"no answer within {self.timeout:g} s"
+            raise TargetFailed(f"the target did not return within {self.timeout:g} s")
+        if "error" in result:
+            if isinstance(result["error"], Unsupported):
+                raise result["error"]
+            raise TargetFailed(f"raised {_describe(result['error'])}")
+        for name, original, copy in zip("qkv", (q, k, v), copies):
+            if not torch.equal(torch.nan_to_num(original), torch.nan_to_num(copy)) or copy.dtype != original.dtype:
+                self.mutated = self.mutated or name
+        return _output(result["out"], q, v)
+
+
+def _output(out, q, v) -> torch.Tensor:
+    if isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    want = (*q.shape[:3], v.shape[-1])
+    if not isinstance(out, torch.Tensor):
+        raise TargetFailed(f"returned {type(out).__name__}, expected a tensor [B, H, Tq, Dv] = {list(want)}")
+    if tuple(out.shape) != want:
+        raise TargetFailed(f"returned shape {list(out.shape)}, expected [B, H, Tq, Dv] = {list(want)}")
+    return out
+
+
+__all__ = ["CONVENTIONS", "Caller", "TargetFailed", "Unsupported", "convert", "minimal"]

@@ -1,14 +1,20 @@
-"""Running the battery and reporting: CheckReport with summary(), JSON, exit status."""
+"""Running the battery and reporting: CheckReport with counts per outcome, summary(), JSON.
+
+Exit status the CLI derives from it: 0 no check failed, 1 a check failed (or, with strict, a hazard),
+2 the target could not be called at all.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-import torch
-
 from ..engine import InputError
-from .battery import CHECKS, CheckResult, Ctx
+from .battery import CHECKS, Ctx, run_check
+from .conventions import CONVENTIONS
+from .outcome import CheckResult, Outcome
+
+NOT_ABOUT_MASKS = ("scale", "normalization_axis", "cached_decode")
 
 
 @dataclass
@@ -16,62 +22,122 @@ class CheckReport:
     target: str
     checks: list[CheckResult] = field(default_factory=list)
     seconds: float = 0.0
+    strict: bool = False
+    mask_shapes: list[str] = field(default_factory=list)  # "minimal", "full": the shapes the target accepted
 
-    @property
-    def passed(self) -> bool:
-        return all(c.passed or c.skipped for c in self.checks)
+    def count(self, outcome: Outcome) -> int:
+        return sum(c.outcome is outcome for c in self.checks)
 
     @property
     def failed(self) -> list[CheckResult]:
-        return [c for c in self.checks if not c.passed and not c.skipped]
+        bad = {Outcome.FAIL, Outcome.HAZARD} if self.strict else {Outcome.FAIL}
+        return [c for c in self.checks if c.outcome in bad]
+
+    @property
+    def passed(self) -> bool:
+        """No check failed (with strict: no hazard either). n/a never counts as passed *or* failed."""
+        return not self.failed
+
+    @property
+    def called_at_all(self) -> bool:
+        """False when every check is n/a or failed because the target could not be called."""
+        return any(c.outcome in (Outcome.PASS, Outcome.HAZARD) for c in self.checks) or any(
+            c.outcome is Outcome.FAIL and not c.detail.startswith("the target raised") for c in self.checks
+        )
+
+    def headline(self) -> str:
+        n = len(self.checks)
+        counts = ", ".join(f"{self.count(o)} {o.value}" for o in Outcome)
+        verdict = "PASS" if self.passed else "FAIL"
+        line = f"{self.target}: {verdict} ({counts}; {self.seconds:.2f} s)"
+        if n and self.count(Outcome.NA) * 2 > n:
+            line += f" — most checks ({self.count(Outcome.NA)} of {n}) are not applicable to this target"
+        return line
 
     def summary(self) -> str:
-        lines = [
-            f"{self.target}: {'PASS' if self.passed else 'FAIL'} "
-            f"({sum(c.passed for c in self.checks)} passed, {len(self.failed)} failed, "
-            f"{sum(c.skipped for c in self.checks)} skipped, {self.seconds:.2f} s)"
-        ]
-        for c in self.checks:
-            mark = "skip" if c.skipped else ("ok  " if c.passed else "FAIL")
-            lines.append(f"  {mark} {c.name}: {c.detail}")
+        marks = {Outcome.PASS: "ok    ", Outcome.FAIL: "FAIL  ", Outcome.HAZARD: "hazard", Outcome.NA: "n/a   "}
+        lines = [self.headline()]
+        if self.mask_shapes:
+            lines.append(f"  mask shapes accepted: {', '.join(self.mask_shapes)}")
+        lines += [f"  {marks[c.outcome]} {c.name}: {c.detail}" for c in self.checks]
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         return {
             "target": self.target,
             "passed": self.passed,
-            "checks": [
-                {"name": c.name, "passed": c.passed, "skipped": c.skipped, "detail": c.detail} for c in self.checks
-            ],
+            "strict": self.strict,
+            "counts": {o.value: self.count(o) for o in Outcome},
+            "mask_shapes": self.mask_shapes,
+            "seconds": round(self.seconds, 3),
+            "checks": [c.to_dict() for c in self.checks],
         }
 
 
-def select(only=None, skip=None) -> list[str]:
-    names = list(CHECKS)
-    unknown = [n for n in (only or []) + (skip or []) if n not in CHECKS]
+def select(only=None, skip=None, extra=()) -> list[str]:
+    names = list(CHECKS) + list(extra)
+    unknown = [n for n in (only or []) + (skip or []) if n not in names]
     if unknown:
         raise InputError(f"unknown check(s) {unknown}; known: {', '.join(names)}", field="only")
     if only:
         names = [n for n in names if n in only]
-    return [n for n in names if n not in (skip or [])]
+    return names
 
 
-def check(fn, convention: str = "sdpa", *, only=None, skip=None, name: str | None = None) -> CheckReport:
-    """Run the battery on ``fn(q, k, v, attn_mask=mask)``; ``assert report.passed, report.summary()``."""
-    from .conventions import CONVENTIONS
+def check(
+    fn,
+    convention: str = "sdpa",
+    *,
+    only=None,
+    skip=None,
+    name: str | None = None,
+    scale: float | None = None,
+    strict: bool = False,
+    timeout: float | None = None,
+    head_dim: int | None = None,
+    mask_family: str = "any",
+    mask_source: str = "",
+    extras: dict | None = None,
+) -> CheckReport:
+    """Run the battery on ``fn(q, k, v, attn_mask=mask)``; ``assert report.passed, report.summary()``.
 
+    scale: the temperature the target means to use (e.g. 1.0 for T5); default 1/√D.
+    strict: hazards count as failures. timeout: seconds per call. Checks in ``skip`` are n/a.
+    head_dim / mask_family / mask_source / extras describe a target (check.targets.Target): the D to
+    test with, the masks it can express (any, causal, bidirectional), who built its masks (named in a failing mask
+    check), and checks beyond the battery (name -> () -> CheckResult).
+    """
     if convention not in CONVENTIONS:
         raise InputError(f"unknown convention {convention!r}; expected one of {CONVENTIONS}", field="convention")
-    ctx = Ctx(fn, convention)
-    report = CheckReport(name or getattr(fn, "__name__", repr(fn)))
+    if scale is not None and not (scale > 0 and scale < float("inf")):
+        raise InputError(f"scale must be a positive finite number, got {scale}", field="scale")
+    ctx = Ctx(fn, convention, scale=scale, head_dim=head_dim, timeout=timeout, mask_family=mask_family)
+    report = CheckReport(name or getattr(fn, "__name__", repr(fn)), strict=strict)
+    skipped = set(skip or [])
     t0 = time.perf_counter()
-    with torch.no_grad():
-        for check_name in select(only, skip):
-            try:
-                result = CHECKS[check_name](ctx)
-            except Exception as e:  # a target that breaks in an unexpected way fails that check, loudly
-                result = CheckResult.fail(check_name, f"raised {type(e).__name__}: {e}")
-            result.name = check_name
-            report.checks.append(result)
+    extras = extras or {}
+    for check_name in select(only, None, extras):
+        if check_name in skipped:
+            result = CheckResult.na(check_name, "skipped by request")
+        elif check_name in extras:
+            result = extras[check_name]()
+        else:
+            result = run_check(ctx, check_name)
+        if mask_source and result.outcome is Outcome.FAIL and not check_name.startswith(NOT_ABOUT_MASKS):
+            result.detail += f" (mask built by transformers' {mask_source})"
+        report.checks.append(result)
+    if ctx.call.mutated:
+        report.checks.append(
+            CheckResult.fail(
+                "inputs_untouched",
+                f"the target changed its input {ctx.call.mutated!r} "
+                "in place; every verdict above used pristine copies "
+                "for the reference",
+            )
+        )
+    report.mask_shapes = sorted(ctx.call.shapes)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+__all__ = ["CheckReport", "check", "select"]

@@ -10,11 +10,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from ..engine import InputError
+from ..engine import InputError, causal
+from .outcome import CheckResult, Unsupported
 
 
 class TargetError(InputError):
@@ -26,6 +27,10 @@ class Target:
     name: str
     fn: object
     convention: str
+    head_dim: int | None = None  # the D the battery uses (a model's own head dim)
+    mask_family: str = "any"  # the masks it can express: any, causal (its nature), bidirectional (an encoder)
+    mask_source: str = ""  # who built the masks, named in a failing mask check
+    extras: dict = field(default_factory=dict)  # name -> () -> CheckResult, checks beyond the battery
 
 
 def resolve(spec: str, convention: str = "sdpa") -> list[Target]:
@@ -75,7 +80,9 @@ def _torch_mha():
     def mha(q, k, v, attn_mask=None):
         B, H, Tq, D = q.shape
         if k.shape[1] != H:
-            raise ValueError("nn.MultiheadAttention has no grouped-query heads")
+            raise Unsupported("nn.MultiheadAttention has no grouped-query heads")
+        if v.shape[-1] != D:
+            raise Unsupported("nn.MultiheadAttention's heads share one size for q, k and v")
         E = H * D
         m = torch.nn.MultiheadAttention(E, H, bias=False, batch_first=True, dtype=q.dtype)
         with torch.no_grad():
@@ -113,7 +120,7 @@ def _probsparse():
             Tq, Tk = q.shape[2], k.shape[2]
             full = causal().materialize(1, 1, Tq, Tk)
             if Tq != Tk or not bool((attn_mask == full).all()):
-                raise ValueError("ProbSparse takes no arbitrary mask, only its causal flag (Tq = Tk)")
+                raise Unsupported("ProbSparse takes no arbitrary mask, only its causal flag (Tq = Tk)")
             is_causal = True
         return probsparse_attend(q, k, v, factor=q.shape[2] + k.shape[2], causal=is_causal)  # every query active
 
@@ -134,24 +141,35 @@ BUILTINS = {
 
 
 def hf_targets(name: str) -> list[Target]:
-    """transformers' own mask construction (sdpa_mask / eager_mask from its mask interface, fed the
-    logical mask as a mask function) and its own attention function (sdpa_attention_forward, or the
-    model's eager_attention_forward), called with a stub of the model's attention module."""
-    from ..read.models import ModelLoadError, load
+    """transformers' own code end to end, once per attention implementation (eager, sdpa): the mask
+    comes from the model's own mask construction (create_causal_mask / create_bidirectional_mask with
+    the model's config, a 2-D padding mask and, for decoding, a DynamicCache), the attention from the
+    implementation's own function (the model's eager_attention_forward, sdpa_attention_forward),
+    called with the model's own ``scaling`` read from its attention module at call time."""
+    from ..read.models import load
 
-    try:
-        lm = load(name)
-    except ModelLoadError as e:
-        raise TargetError(str(e)) from None
+    lm = load(name)
     module = lm.attention_modules[0]
     eager_fn = _eager_function(module)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
+    causal_model = bool(getattr(module, "is_causal", False))
+    head_dim = int(getattr(module, "head_dim", 0) or lm.model.config.hidden_size // lm.n_heads)
+    builder = "create_causal_mask" if causal_model else "create_bidirectional_mask"
     targets = []
     for impl, attn_fn in (("eager", eager_fn), ("sdpa", sdpa_attention_forward)):
+        mask_fn = f"{builder} → {impl}_mask"
+        extras = {"cached_decode": _cached_decode(lm, impl)} if causal_model else {}
         targets.append(
-            Target(f"hf:{name}[{impl}]", _hf_call(module, attn_fn, ALL_MASK_ATTENTION_FUNCTIONS[impl], impl), "sdpa")
+            Target(
+                f"hf:{name}[{impl}]",
+                _hf_call(lm, module, attn_fn, impl, causal_model),
+                "sdpa",
+                head_dim=head_dim,
+                mask_family="causal" if causal_model else "bidirectional",
+                mask_source=mask_fn,
+                extras=extras,
+            )
         )
     return targets
 
@@ -165,36 +183,114 @@ def _eager_function(module):
 
 
 class _Stub(torch.nn.Module):
+    """The model's attention module as the attention function sees it, with the battery's head
+    grouping; ``scaling`` is read from the real module on every call (so a wrong one is caught)."""
+
     def __init__(self, real, H, Hkv):
         super().__init__()
+        self.real = [real]  # a list: not registered as a submodule
         self.is_causal = getattr(real, "is_causal", False)
         self.num_key_value_groups = H // Hkv
         self.layer_idx = 0
         self.training = False
         self.config = real.config
 
+    @property
+    def scaling(self):
+        return self.real[0].scaling
 
-def _hf_call(real_module, attn_fn, mask_fn, impl):
+
+def _padding_of(keep: torch.Tensor) -> torch.Tensor:
+    """transformers' 2-D attention_mask [B, Tk]: a key is real when some query of its example sees it."""
+    return keep.any(dim=2).any(dim=1).long()
+
+
+def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool):
+    import copy
+
+    from transformers import DynamicCache
+    from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+
+    config = copy.deepcopy(lm.model.config)
+    config._attn_implementation = impl
+
     def fn(q, k, v, attn_mask=None):
         B, H, Tq, D = q.shape
         Tk = k.shape[2]
-        stub = _Stub(real_module, H, k.shape[1])
-        # "no mask" becomes an all-True mask: a causal module given None would apply is_causal itself
-        keep = torch.ones(1, 1, Tq, Tk, dtype=torch.bool) if attn_mask is None else attn_mask
-        keep = keep.expand(B, 1, Tq, Tk)
-        offset = Tk - Tq  # queries sit bottom-right, as a cache position would put them
-        mask = mask_fn(
-            batch_size=B,
-            q_length=Tq,
-            kv_length=Tk,
-            q_offset=offset,
-            mask_function=lambda b, h, qi, kv: keep[b, 0, qi - offset, kv],
-            attention_mask=None,
-            dtype=q.dtype,
-            device=q.device,
-            allow_is_causal_skip=False,
-        )
-        out, _ = attn_fn(stub, q, k, v, mask, scaling=D**-0.5, dropout=0.0)
-        return out.transpose(1, 2)  # (B, H, Tq, D)
+        if k.shape[1] != H and getattr(config, "num_key_value_heads", None) is None:
+            raise Unsupported(f"{type(real_module).__name__} has no grouped-query heads")
+        keep = torch.ones(B, 1, Tq, Tk, dtype=torch.bool) if attn_mask is None else attn_mask.expand(B, 1, Tq, Tk)
+        am = _padding_of(keep)
+        expressible = am[:, None, None, :].bool().expand(B, 1, Tq, Tk)
+        if causal_model:
+            if Tq > Tk:
+                raise Unsupported("a transformers decoder's queries are a suffix of its keys (Tq <= Tk)")
+            expressible = expressible & causal().materialize(1, 1, Tq, Tk)
+        if not bool((expressible == keep).all()):
+            raise Unsupported(
+                "transformers builds this model's masks from a 2-D padding mask"
+                + (" and causal order" if causal_model else "")
+                + "; this mask is not one of them"
+            )
+        embeds = torch.zeros(B, Tq, config.hidden_size, dtype=q.dtype)
+        if causal_model:
+            cache = DynamicCache(config=config)
+            past = Tk - Tq
+            if past:
+                filler = torch.zeros(B, lm.n_kv_heads, past, D, dtype=q.dtype)
+                for layer in range(config.num_hidden_layers):
+                    cache.update(filler, filler, layer)
+            positions = torch.arange(past, Tk)[None].expand(B, -1)
+            mask = create_causal_mask(
+                config=config,
+                inputs_embeds=embeds,
+                attention_mask=am,
+                cache=cache,
+                position_ids=positions,
+                allow_is_causal_skip=False,
+            )
+        else:
+            mask = create_bidirectional_mask(
+                config=config, inputs_embeds=embeds, attention_mask=am, allow_is_bidirectional_skip=False
+            )
+        out, _ = attn_fn(_Stub(real_module, H, k.shape[1]), q, k, v, mask, scaling=real_module.scaling, dropout=0.0)
+        return out.transpose(1, 2)  # (B, H, Tq, Dv)
 
     return fn
+
+
+def _cached_decode(lm, impl: str):
+    """Prefill then decode token by token with the model's own cache, against recomputing the whole
+    sequence each step: the last logits must agree (the model end to end, not one attention call)."""
+
+    def run() -> CheckResult:
+        from transformers import DynamicCache
+
+        model = lm.model
+        previous = model.config._attn_implementation
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(100, min(5000, model.config.vocab_size), (1, 9), generator=g)
+        try:
+            model.set_attn_implementation(impl)
+            with torch.no_grad():
+                cache = DynamicCache(config=model.config)
+                out = model(input_ids=ids[:, :6], cache=cache, use_cache=True)
+                worst = 0.0
+                for t in range(6, 9):
+                    out = model(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
+                    full = model(input_ids=ids[:, : t + 1]).logits[:, -1]
+                    worst = max(worst, float((out.logits[:, -1] - full).abs().max()))
+        finally:
+            model.set_attn_implementation(previous)
+        tol = 1e-3
+        if worst <= tol:
+            return CheckResult.ok(
+                "cached_decode",
+                f"3 cached decoding steps after a 6-token prefill equal full recomputation (max |Δlogit| {worst:.1e})",
+            )
+        return CheckResult.fail(
+            "cached_decode",
+            f"cached decoding differs from recomputation by {worst:.3g} in the logits (tolerance {tol:g})",
+        )
+
+    return run

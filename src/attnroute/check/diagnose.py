@@ -1,0 +1,101 @@
+"""Naming the one root cause of a failure, by competing explanations.
+
+Each explanation is an alternative attention a buggy target might compute (no mask, an inverted
+mask, top-left causal, a bool mask *added* to the scores, tiled heads…). The first whose output
+matches the target's within the dtype's tolerance names the cause. Matching outputs, not support
+patterns, keeps the diagnosis alive in bf16 (where small weights round away).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..engine import causal, predicate
+
+
+def _softmax_rows(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over keys that gives 0 (not NaN) to rows with no finite score."""
+    w = torch.softmax(scores, dim=-1)
+    return torch.nan_to_num(w, nan=0.0)
+
+
+def weights_under(q, k, keep, scale: float, *, added: bool = False) -> torch.Tensor:
+    """fp64 weights of q·kᵀ·scale with ``keep`` applied as a mask (or, with ``added``, as a number
+    added to the scores: the bug of adding a bool mask), query heads grouped in repeat_interleave order."""
+    G = q.shape[1] // k.shape[1]
+    kk = k.double().repeat_interleave(G, dim=1)
+    s = (q.double() @ kk.transpose(-1, -2)) * scale  # (B, H, Tq, Tk)
+    if keep is None:
+        return _softmax_rows(s)
+    keep = keep.expand_as(s)
+    if added:
+        return _softmax_rows(s + keep.double())
+    return _softmax_rows(s.masked_fill(~keep, float("-inf")))
+
+
+def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, rows=None) -> str:
+    """The cause whose weights match ``obs`` [B, H, Tq, Tk] within ``tol``, or ''. ``rows`` (bool,
+    broadcastable to [B, H, Tq, 1]) limits the comparison to the rows that were judged."""
+    B, H, Tq, Tk = obs.shape
+    cands: list[tuple[str, torch.Tensor]] = []
+    if keep is not None:
+        cands.append(
+            ("the mask is inverted (rows attend exactly where they must not)", weights_under(q, k, ~keep, scale))
+        )
+        cands.append(
+            (
+                "a bool mask is added to the scores (softmax(s + mask)) instead of hiding the keys",
+                weights_under(q, k, keep, scale, added=True),
+            )
+        )
+        cands.append(("ignores the mask it is given (never masked)", weights_under(q, k, None, scale)))
+        always_causal = causal().materialize(1, 1, Tq, Tk)
+        if not bool((keep.expand(B, 1, Tq, Tk) == always_causal).all()):
+            cands.append(("ignores the mask it is given (always causal)", weights_under(q, k, always_causal, scale)))
+    if causal_case:
+        shifted_ahead = predicate(lambda b, h, qi, kv: kv <= qi + 1).materialize(1, 1, Tq, Tk)
+        shifted_back = predicate(lambda b, h, qi, kv: kv < qi).materialize(1, 1, Tq, Tk)
+        top_left = causal("top_left").materialize(1, 1, Tq, Tk)
+        cands += [
+            (
+                "the causal diagonal is shifted: each query also sees the next key",
+                weights_under(q, k, shifted_ahead, scale),
+            ),
+            ("the causal diagonal is shifted: queries do not see themselves", weights_under(q, k, shifted_back, scale)),
+            (
+                "causal is aligned top-left (query 0 sees only key 0), wrong for KV-cache decoding",
+                weights_under(q, k, top_left, scale),
+            ),
+        ]
+    judged = torch.ones_like(obs, dtype=torch.bool) if rows is None else rows.expand_as(obs)
+    if not bool(torch.isfinite(obs[judged]).all()):
+        return ""
+    for text, w in cands:
+        if float((obs - w).abs()[judged].max()) <= tol:
+            return text
+    return ""
+
+
+def tiled_heads(obs, q, k, keep, scale: float, tol: float) -> str:
+    """Query heads grouped by tiling (repeat) instead of repeat_interleave."""
+    G = q.shape[1] // k.shape[1]
+    kk = k.double().repeat(1, G, 1, 1)
+    s = (q.double() @ kk.transpose(-1, -2)) * scale
+    if keep is not None:
+        s = s.masked_fill(~keep.expand_as(s), float("-inf"))
+    alt = _softmax_rows(s)
+    if float((obs - alt).abs().max()) <= tol:
+        return "query heads are grouped by tiling (repeat), not repeat_interleave"
+    return ""
+
+
+def window_hint(obs, W: int, start: int, tol: float) -> str:
+    """Only when rows far from the start see W + 1 or W − 1 keys: a window convention mix-up."""
+    seen = (obs > tol).sum(-1)[..., start:]
+    n = int(seen.float().median())
+    if n in (W - 1, W + 1):
+        return f"rows far from the start see {n} keys, expected W = {W}: a W{'+' if n > W else '−'}1 window convention"
+    return ""
+
+
+__all__ = ["explain", "tiled_heads", "weights_under", "window_hint"]

@@ -1,0 +1,70 @@
+"""The battery on real attention code (tests/check/real/): every outcome as decided from reading.
+
+Each gallery file says where its code comes from (repository, path, commit, license) and what its
+outcome per check must be. Checks a target's convention cannot express default to n/a (the causal
+convention) or pass (the others); dtype-specific expectations (`causal_fp16`) override the base name.
+"""
+
+import importlib
+import pkgutil
+
+import pytest
+
+import attnroute as ar
+from attnroute.check import CHECKS, Outcome
+
+from . import real
+
+TARGETS = [
+    t for m in pkgutil.iter_modules(real.__path__) for t in importlib.import_module(f"{real.__name__}.{m.name}").TARGETS
+]
+
+
+def expected(target: dict, name: str) -> str:
+    base = name.removesuffix("_fp16").removesuffix("_bf16")
+    default = "n/a" if target["convention"] == "causal" else "pass"
+    return target["expect"].get(name, target["expect"].get(base, default))
+
+
+def run(target: dict):
+    return ar.check(
+        target["fn"],
+        target["convention"],
+        name=target["name"],
+        scale=target.get("scale"),
+        mask_family=target.get("mask_family", "any"),
+    )
+
+
+def test_the_gallery_holds_ten_implementations_from_ten_repositories():
+    modules = {t["fn"].__module__ for t in TARGETS}
+    assert len(modules) >= 10
+    for name in modules:
+        doc = importlib.import_module(name).__doc__
+        assert "Source: https://github.com/" in doc and "License:" in doc and ("commit" in doc or "release" in doc)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t["name"])
+def test_every_outcome_is_the_one_decided_from_reading(target):
+    report = run(target)
+    got = {c.name: c.outcome.value for c in report.checks}
+    want = {name: expected(target, name) for name in CHECKS}
+    wrong = {
+        n: (got[n], want[n], next(c.detail for c in report.checks if c.name == n)) for n in CHECKS if got[n] != want[n]
+    }
+    assert not wrong, wrong
+    cause = target.get("cause")
+    if cause:
+        assert cause in next(c.detail for c in report.checks if c.name == "causal")
+
+
+def test_correct_code_exits_0_and_buggy_code_exits_1():
+    verdicts = {t["name"]: run(t).passed for t in TARGETS}
+    buggy = {
+        "Annotated Transformer",
+        "GPT-2 (transformers 4.x _attn)",
+        "timm Attention (unfused)",
+        "T5 eager (no scale declared)",
+    }
+    assert {n for n, ok in verdicts.items() if not ok} == buggy
+    assert all(run(t).count(Outcome.FAIL) == 0 for t in TARGETS if t["name"] not in buggy)
