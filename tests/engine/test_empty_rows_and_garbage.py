@@ -30,7 +30,7 @@ COMBOS = [("reference", torch.float32)] + [(i, d) for i in IMPLS[1:] for d in DT
 @pytest.mark.parametrize("name", list(empty_row_masks()))
 def test_empty_rows_are_zero_with_finite_gradients(impl, dtype, name):
     mask = empty_row_masks()[name]
-    q, k, v = (t.requires_grad_(True) for t in qkv(2, 4, 2, 9, 6, 8, dtype=dtype))
+    q, k, v = (t.requires_grad_(impl != "reference") for t in qkv(2, 4, 2, 9, 6, 8, dtype=dtype))
     out = ar.attend(q, k, v, mask, impl=impl, block_size=2)
     keep = (mask if isinstance(mask, torch.Tensor) else mask.materialize(2, 4, 9, 6)).expand(2, 4, 9, 6)
     empty = ~keep.any(-1)  # (B, H, Tq)

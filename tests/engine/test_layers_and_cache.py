@@ -76,9 +76,10 @@ def test_multihead_attention_self_cross_gqa_mqa_and_no_out_proj():
     out = bare(x, context=ctx)
     assert out.shape == (2, 5, 24)
     # the layer is exactly project -> attend -> merge heads
-    q = ar.project(x, bare.q_proj.weight, None, 4)
-    k = ar.project(ctx, bare.k_proj.weight, None, 2)
-    v = ar.project(ctx, bare.v_proj.weight, None, 2)
+    with torch.no_grad():  # the list reference carries no gradients (it refuses tensors that require them)
+        q = ar.project(x, bare.q_proj.weight, None, 4)
+        k = ar.project(ctx, bare.k_proj.weight, None, 2)
+        v = ar.project(ctx, bare.v_proj.weight, None, 2)
     ref = ar.attend(q, k, v, impl="reference").transpose(1, 2).reshape(2, 5, 24)
     torch.testing.assert_close(out, ref.float(), atol=1e-5, rtol=0)
 

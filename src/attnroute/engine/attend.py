@@ -15,6 +15,7 @@ auto      sdpa when nothing needs weights; else eager when its scores fit memory
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal, overload
 
@@ -132,6 +133,8 @@ def attend(
     if impl not in IMPLS:
         raise InputError(f"impl must be one of {IMPLS}, got {impl!r}")
     B, H, Hkv, Tq, Tk, D, Dv = validate_qkv(q, k, v)
+    if scale is not None and not math.isfinite(float(scale)):
+        raise InputError(f"scale must be a finite number, got {scale}", field="scale")
     req = Request(
         q,
         k,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .errors import InputError
+from .validate import as_int
 
 
 class KVCache:
@@ -23,6 +24,16 @@ class KVCache:
         device=None,
         value_dim: int | None = None,
     ):
+        n_layers, batch, kv_heads, head_dim, max_len = (
+            as_int(x, name)
+            for x, name in (
+                (n_layers, "n_layers"),
+                (batch, "batch"),
+                (kv_heads, "kv_heads"),
+                (head_dim, "head_dim"),
+                (max_len, "max_len"),
+            )
+        )
         if min(n_layers, batch, kv_heads, head_dim, max_len) < 1:
             raise InputError(
                 f"KVCache sizes must be >= 1, got layers={n_layers} batch={batch} kv_heads={kv_heads} "
@@ -39,6 +50,16 @@ class KVCache:
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k/v [B, Hkv, T_new, D] after what is cached; return views of all [B, Hkv, T, D]."""
+        layer = as_int(layer, "layer", minimum=0)
+        if layer >= len(self.k):
+            raise InputError(f"layer must be in [0, {len(self.k)}), got {layer}")
+        for name, new, buf in (("k", k, self.k[layer]), ("v", v, self.v[layer])):
+            want = (buf.shape[0], buf.shape[1], buf.shape[3])
+            if new.dim() != 4 or (new.shape[0], new.shape[1], new.shape[3]) != want:
+                raise InputError(
+                    f"{name} must be [B, Hkv, T_new, D] = [{want[0]}, {want[1]}, T_new, {want[2]}] "
+                    f"for this cache, got {list(new.shape)} (no broadcasting into the cache)"
+                )
         n, t = self.lengths[layer], k.shape[2]
         if n + t > self.max_len:
             raise InputError(f"KVCache full: {n} cached + {t} new > max_len={self.max_len}; make a larger cache")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import InputError, InputTypeError
+from .validate import as_int
 
 Predicate = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 ALIGNMENTS = ("bottom_right", "top_left")
@@ -181,6 +182,7 @@ def sliding_window(window: int, align: str = "bottom_right") -> Mask:
 
     Other libraries count differently; see :func:`window_from`.
     """
+    window = as_int(window, "window")
     if window < 1:
         raise InputError(f"sliding window must be >= 1 key (it includes the query's own position), got {window}")
     return Predicated(lambda b, h, q, kv: (kv <= q) & (kv > q - window), align=align, name=f"window{window}")
@@ -212,7 +214,10 @@ def padding(lengths, Tk: int | None = None, side: str = "right") -> Mask:
     """
     if side not in ("right", "left"):
         raise InputError(f"padding side must be 'right' or 'left', got {side!r}")
-    lengths = torch.as_tensor(lengths, dtype=torch.long).reshape(-1)
+    raw = torch.as_tensor(lengths)
+    if raw.is_floating_point() or raw.is_complex() or raw.dtype == torch.bool:
+        raise InputTypeError(f"padding lengths must be integers, got {raw.tolist()} ({raw.dtype})")
+    lengths = raw.to(torch.long).reshape(-1)
     if (lengths < 0).any():
         raise InputError(f"padding lengths must be >= 0, got {lengths.tolist()}")
     if Tk is not None and (lengths > Tk).any():
@@ -220,6 +225,8 @@ def padding(lengths, Tk: int | None = None, side: str = "right") -> Mask:
     B = lengths.numel()
 
     def keep(b, h, q, kv):
+        if int(lengths.max()) > kv.shape[-1]:  # a length beyond Tk would silently mean "all visible"
+            raise InputError(f"padding lengths {lengths.tolist()} exceed the {kv.shape[-1]} keys this mask meets")
         n = lengths.to(kv.device)[b]  # (B, 1, 1, 1)
         start = (kv.shape[-1] - n) if side == "left" else torch.zeros_like(n)
         return (kv >= start) & (kv < start + n)
@@ -258,6 +265,11 @@ def document(doc_ids: torch.Tensor) -> Mask:
     B, Tk = ids2.shape
 
     def keep(b, h, q, kv):
+        if int(q.min()) < 0:  # Tq > Tk: the top queries have no position among the keys, hence no document
+            raise InputError(
+                "a document mask needs Tq <= Tk (query ids are the ids of the keys at the queries' "
+                f"positions); got {int(q.max()) - int(q.min()) + 1} queries for {kv.shape[-1]} keys"
+            )
         d = ids2.to(kv.device)
         bb = b if B > 1 else torch.zeros_like(b)
         return d[bb, q] == d[bb, kv]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from .errors import InputError
+from .validate import as_int
 
 
 class OutOfBlocks(RuntimeError):
@@ -36,6 +37,16 @@ class PagedKVCache:
         dtype: torch.dtype = torch.float32,
         device=None,
     ):
+        n_blocks, block_size, n_layers, kv_heads, head_dim = (
+            as_int(x, name)
+            for x, name in (
+                (n_blocks, "n_blocks"),
+                (block_size, "block_size"),
+                (n_layers, "n_layers"),
+                (kv_heads, "kv_heads"),
+                (head_dim, "head_dim"),
+            )
+        )
         if min(n_blocks, block_size, n_layers, kv_heads, head_dim) < 1:
             raise InputError(
                 f"PagedKVCache sizes must be >= 1, got blocks={n_blocks} block_size={block_size} "
@@ -67,6 +78,10 @@ class PagedKVCache:
         if self.refcount[b] == 0:
             self.free.append(b)
 
+    def _known(self, seq: int) -> None:
+        if seq not in self.tables:
+            raise InputError(f"unknown sequence id {seq!r}; known: {sorted(self.tables)} (add_sequence first)")
+
     def add_sequence(self, seq: int) -> None:
         if seq in self.tables:
             raise InputError(f"sequence {seq} already exists")
@@ -74,6 +89,7 @@ class PagedKVCache:
 
     def fork(self, parent: int, child: int) -> None:
         """child shares all of parent's blocks (refcounts rise); writes copy on demand."""
+        self._known(parent)
         if child in self.tables:
             raise InputError(f"sequence {child} already exists")
         self.tables[child] = list(self.tables[parent])
@@ -82,6 +98,7 @@ class PagedKVCache:
             self.refcount[b] += 1
 
     def free_sequence(self, seq: int) -> None:
+        self._known(seq)
         for b in self.tables.pop(seq):
             self._release(b)
         del self.lengths[seq]
@@ -99,7 +116,16 @@ class PagedKVCache:
 
     def append(self, seq: int, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write k/v [Hkv, T_new, D] of ``layer`` after the sequence's tokens. Call for every layer,
-        then ``advance(seq, T_new)``; blocks are reserved on the layer-0 call."""
+        then ``advance(seq, T_new)``; blocks are reserved on the layer-0 call. Shapes are checked
+        before anything is reserved, so a bad append takes no block."""
+        self._known(seq)
+        layer = as_int(layer, "layer", minimum=0)
+        if layer >= self.n_layers:
+            raise InputError(f"layer must be in [0, {self.n_layers}), got {layer}")
+        Hkv, D = self.k.shape[2], self.k.shape[4]
+        for name, t in (("k", k), ("v", v)):
+            if t.dim() != 3 or t.shape[0] != Hkv or t.shape[2] != D or t.shape[1] != k.shape[1]:
+                raise InputError(f"{name} must be [Hkv, T_new, D] = [{Hkv}, T_new, {D}], got {list(t.shape)}")
         T_new = k.shape[1]
         n, bs = self.lengths[seq], self.block_size
         if layer == 0:
@@ -130,6 +156,7 @@ class PagedKVCache:
 
     def gather(self, seq: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The sequence's keys and values for ``layer``: [1, Hkv, T, D] each, contiguous."""
+        self._known(seq)
         n, table = self.lengths[seq], self.tables[seq]
         idx = torch.tensor(table, dtype=torch.long, device=self.k.device)
         k = self.k[idx, layer]  # (n_blk, Hkv, bs, D)

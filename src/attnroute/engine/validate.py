@@ -16,6 +16,18 @@ def shape_of(t: torch.Tensor) -> str:
     return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
 
+def as_int(value, name: str, minimum: int | None = None) -> int:
+    """An integer argument (Python or tensor integer; never a float, bool or string), >= minimum."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputTypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise InputError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
 def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int, int, int, int]:
     """Check q [B,H,Tq,D], k [B,Hkv,Tk,D], v [B,Hkv,Tk,Dv]; return (B, H, Hkv, Tq, Tk, D, Dv)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -40,6 +52,10 @@ def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int
         )
     if not (q.dtype == k.dtype == v.dtype):
         raise InputError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.dtype.is_floating_point:
+        raise InputTypeError(f"q, k, v must be real floating point (fp16, bf16, fp32, fp64), got {q.dtype}")
+    if D < 1 or Dv < 1:
+        raise InputError(f"head dims must be >= 1: q {shape_of(q)} has D={D}, v {shape_of(v)} has Dv={Dv}")
     return B, H, Hkv, Tq, Tk, D, Dv
 
 

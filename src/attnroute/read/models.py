@@ -9,9 +9,11 @@ its quantization_config.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,24 +131,91 @@ def _load_dir(path: Path, say):
         if pickles:
             raise ModelLoadError(_pickle_refusal(pickles[0]))
         raise ModelLoadError(f"{path} has a config.json but no .safetensors weights")
+    for f in safes:
+        check_safetensors(f)
     say(f"loading {path.name}")
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
         causal = any(a.endswith("ForCausalLM") for a in (config.architectures or []))
         cls = AutoModelForCausalLM if causal else AutoModel
-        model = cls.from_pretrained(path, use_safetensors=True, trust_remote_code=False, dtype=torch.float32)
+        model, info = cls.from_pretrained(
+            path, use_safetensors=True, trust_remote_code=False, dtype=torch.float32, output_loading_info=True
+        )
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as e:
-        raise ModelLoadError(f"transformers could not load {path}: {str(e).splitlines()[0]}") from None
+    except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a bad directory; each is a refusal)
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelLoadError(f"transformers could not load {path}: {type(e).__name__}: {first[:200]}") from None
+    refuse_partial_weights(path, info)
     return model.eval(), tokenizer, causal
 
 
+def check_safetensors(path: Path) -> None:
+    """Read a safetensors file's header (and each tensor's extent) before transformers does: an empty,
+    truncated or malformed file is named in one line instead of a SafetensorError traceback."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            keys = list(f.keys())
+    except Exception as e:  # noqa: BLE001  (SafetensorError, OSError, …)
+        raise ModelLoadError(f"{path}: not a readable safetensors file ({str(e).splitlines()[0][:160]})") from None
+    if not keys:
+        raise ModelLoadError(f"{path}: the safetensors file holds no tensors")
+
+
+def refuse_partial_weights(path: Path, info: dict) -> None:
+    """A checkpoint that lacks weights the model needs (they would be random) or holds weights it does
+    not use (a different architecture) is refused by name: random weights give plausible numbers."""
+    missing = sorted(info.get("missing_keys") or [])
+    unexpected = sorted(info.get("unexpected_keys") or [])
+    mismatched = sorted(str(m[0]) if isinstance(m, tuple) else str(m) for m in info.get("mismatched_keys") or [])
+    problems = [
+        (what, keys)
+        for what, keys in (("missing", missing), ("unexpected", unexpected), ("wrong-shape", mismatched))
+        if keys
+    ]
+    if problems:
+        said = "; ".join(f"{len(k)} {what} ({', '.join(k[:3])}{', …' if len(k) > 3 else ''})" for what, k in problems)
+        raise ModelLoadError(
+            f"{path}: the weights do not match the model ({said}); attnroute reads trained weights "
+            "only, never randomly initialised ones"
+        )
+
+
+def content_key(path: Path) -> str:
+    """The first 16 hex digits of the file's SHA-256: the cache follows the bytes, not the name."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def check_gguf(path: Path) -> None:
+    """Parse the GGUF header and tensor table: a 4-byte, truncated or malformed file is named in one line."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+        n = len(reader.tensors)
+    except Exception as e:  # noqa: BLE001  (struct.error, ValueError, IndexError, …)
+        raise ModelLoadError(
+            f"{path}: not a readable GGUF file ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]})"
+        ) from None
+    if n == 0:
+        raise ModelLoadError(f"{path}: the GGUF file holds no tensors")
+
+
 def _load_gguf_cached(gguf: Path, say):
-    stat = gguf.stat()
-    target = cache_dir() / f"{gguf.stem}-{stat.st_size}"
+    check_gguf(gguf)
+    target = cache_dir() / f"{gguf.stem}-{content_key(gguf)}"
     if (target / "model.safetensors").exists() and (target / "attnroute-complete").exists():
         say(f"loading {gguf.name} from the safetensors cache {target}")
-        return _load_dir(target, lambda m: None)
+        try:
+            return _load_dir(target, lambda m: None)
+        except ModelLoadError as e:  # a damaged cache is rebuilt, not reported forever
+            say(f"the cache {target} could not be read ({e}); rebuilding it")
+            shutil.rmtree(target, ignore_errors=True)
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -154,8 +223,9 @@ def _load_gguf_cached(gguf: Path, say):
     try:
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    except (OSError, ValueError, KeyError, RuntimeError) as e:
-        raise ModelLoadError(f"transformers could not load the GGUF file {gguf}: {str(e).splitlines()[0]}") from None
+    except Exception as e:  # noqa: BLE001  (a malformed GGUF fails in many ways inside transformers)
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelLoadError(f"transformers could not load the GGUF file {gguf}: {first[:200]}") from None
     try:
         target.mkdir(parents=True, exist_ok=True)
         tied = bool(getattr(model.config, "tie_word_embeddings", False))

@@ -12,6 +12,7 @@ import torch
 from ..errors import InputError
 from ..stages import all_finite
 from ..trace import Trace
+from ..validate import as_int
 from .common import Request
 from .eager import attend_rows
 
@@ -20,6 +21,7 @@ BLOCK_BYTES = 16 << 20  # one block's fp32 scores; measured best at 4096 (128 ro
 
 def rows_per_block(B: int, H: int, Tk: int, block_size: int | None) -> int:
     if block_size is not None:
+        block_size = as_int(block_size, "block_size")
         if block_size < 1:
             raise InputError(f"block_size must be >= 1, got {block_size}")
         return block_size

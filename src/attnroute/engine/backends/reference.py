@@ -17,6 +17,11 @@ REFERENCE_LIMIT = 2_000_000  # B·H·Tq·Tk·D multiply-adds
 
 
 def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (req.q, req.k, req.v)):
+        raise UnsupportedRequest(
+            "reference computes in Python floats and carries no gradients; use impl='eager' "
+            "for autograd (or torch.no_grad() to compare values)"
+        )
     if req.probes or req.interventions:
         raise UnsupportedRequest("reference is the specification and runs no probes or interventions; use 'eager'")
     B, H, Hkv, Tq, Tk, D, Dv = req.dims

@@ -28,7 +28,11 @@ def why_not(req: Request) -> str | None:
         return "sdpa cannot edit scores, weights or per-head outputs; use impl='eager' or 'blocked'"
     if req.softcap:
         return "torch SDPA has no soft-cap; use impl='eager' or 'blocked'"
-    return None
+    if not req.scale > 0:
+        return f"torch SDPA returns NaN for scale <= 0 under a causal mask (scale={req.scale:g}); use impl='eager'"
+    if not all_finite(req.q):
+        return "torch SDPA turns a row with a non-finite query into zeros; use impl='eager' (NaN propagates)"
+    return _garbage(req)[1]
 
 
 def _is_plain_causal(req: Request) -> bool:
@@ -37,28 +41,41 @@ def _is_plain_causal(req: Request) -> bool:
     return isinstance(m, Predicated) and m.name == "causal" and (Tq == Tk or m.align == "top_left")
 
 
-def _sanitize_masked(req: Request):
-    """Zero non-finite k/v at keys no query may see: SDPA's matmul would turn 0·NaN into NaN
-    (pytorch #101967). A non-finite k/v at a key only some rows see cannot be kept out of the
-    others by a fused kernel, so that case is refused."""
+def _garbage(req: Request) -> tuple[torch.Tensor | None, str | None]:
+    """Where non-finite k/v sit: (keys to zero [B, Hkv, Tk, 1] or None, reason sdpa cannot run or None).
+
+    A fused kernel computes q·k for every key before masking and sums weights·v over every key, so
+    NaN/inf at a masked key would leak (0·NaN = NaN: pytorch #101967) — such keys are zeroed, which
+    changes nothing a row may see. A non-finite key that some row *may* see cannot be handled:
+    torch SDPA turns that row into zeros, where IEEE arithmetic (and eager) give NaN."""
     k, v = req.k, req.v
     if all_finite(k, v):
-        return k, v
-    bad = ~(torch.isfinite(k).all(-1) & torch.isfinite(v).all(-1))  # (B, Hkv, Tk)
+        return None, None
+    bad_k = ~torch.isfinite(k).all(-1)  # (B, Hkv, Tk)
+    bad = bad_k | ~torch.isfinite(v).all(-1)
     B, H, Hkv, Tq, Tk, D, Dv = req.dims
     keep = req.keep_rows(0, Tq)  # materialized only when there is garbage to place
-    if keep is None:
-        return k, v  # every key is visible: NaN in, NaN out, as in the reference
     G = H // Hkv
-    seen = keep.expand(B, H, Tq, Tk).any(dim=2).view(B, Hkv, G, Tk).any(dim=2)  # (B, Hkv, Tk)
-    partly = bad & seen & ~keep.expand(B, H, Tq, Tk).all(dim=2).view(B, Hkv, G, Tk).all(dim=2)
+    full = torch.ones(B, H, Tq, Tk, dtype=torch.bool) if keep is None else keep.expand(B, H, Tq, Tk)
+    seen = full.any(dim=2).view(B, Hkv, G, Tk).any(dim=2)  # (B, Hkv, Tk): some row may see the key
+    if bool((bad_k & seen).any()):
+        return None, "a non-finite key that some row may see: torch SDPA gives that row zeros, not NaN; use eager"
+    partly = bad & seen & ~full.all(dim=2).view(B, Hkv, G, Tk).all(dim=2)
     if bool(partly.any()):
-        raise UnsupportedRequest(
-            "sdpa: a non-finite key/value sits at a key that some rows may see and others may not; a fused "
-            "kernel would leak it into the rows that mask it. Use impl='eager' or 'blocked'"
+        return None, (
+            "a non-finite value at a key that some rows may see and others may not: a fused kernel "
+            "would leak it into the rows that mask it; use eager or blocked"
         )
-    hide = (bad & ~seen)[..., None]  # (B, Hkv, Tk, 1)
-    return k.masked_fill(hide, 0.0), v.masked_fill(hide, 0.0)
+    hide = bad & ~seen
+    return (hide[..., None] if bool(hide.any()) else None), None
+
+
+def _clean(req: Request):
+    """k, v with non-finite entries at keys no row may see set to zero (see _garbage)."""
+    hide, _ = _garbage(req)
+    if hide is None:
+        return req.k, req.v
+    return req.k.masked_fill(hide, 0.0), req.v.masked_fill(hide, 0.0)
 
 
 def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
@@ -68,10 +85,10 @@ def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
     B, H, Hkv, Tq, Tk, D, Dv = req.dims
     gqa = H != Hkv
     if _is_plain_causal(req):
-        k, v = _sanitize_masked(req)
+        k, v = _clean(req)
         out = F.scaled_dot_product_attention(req.q, k, v, is_causal=True, scale=req.scale, enable_gqa=gqa)
         return out, (Trace("sdpa", out=out, notes=["is_causal fast path"]) if req.want_trace else None)
     keep = req.keep_rows(0, Tq)
-    k, v = _sanitize_masked(req)
+    k, v = _clean(req)
     out = F.scaled_dot_product_attention(req.q, k, v, attn_mask=keep, scale=req.scale, enable_gqa=gqa)
     return out, (Trace("sdpa", out=out, notes=["explicit bool mask"]) if req.want_trace else None)

