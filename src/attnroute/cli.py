@@ -22,6 +22,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .engine import InputError
+from .engine.jsonable import strict
 
 console = Console(stderr=True)
 STDOUT = "-"
@@ -45,13 +46,56 @@ def output_path(path: str | None, field: str, *, suffixes: tuple[str, ...] = ())
 
 
 def emit_json(data, path: str | None) -> None:
-    """Print JSON to stdout for '-', else write it to ``path`` and say so on stderr."""
-    text = json.dumps(data, indent=2)
+    """Print JSON to stdout for '-', else write it to ``path`` and say so on stderr. NaN and inf are
+    written as null: bare NaN is not JSON, and strict parsers refuse it."""
+    text = json.dumps(strict(data), indent=2, allow_nan=False)
     if path == STDOUT:
         print(text)
         return
     Path(path).write_text(text)
-    console.print(f"wrote {path}")
+    say(f"wrote {path}")
+
+
+def say(message: str) -> None:
+    """A line on stderr, printed as it is (a file name like [bold].png is not Rich markup)."""
+    console.print(message, markup=False, highlight=False)
+
+
+def distinct(inputs: dict[str, str | None], outputs: dict[str, str | None]) -> None:
+    """No output may be an input or another output: nothing the user gave is overwritten."""
+    seen: dict[Path, str] = {}
+    for role, group in (("input", inputs), ("output", outputs)):
+        for field, path in group.items():
+            if not path or path == STDOUT:
+                continue
+            key = Path(path).resolve()
+            if key in seen:
+                raise InputError(
+                    f"{field} {path} is also the {seen[key]}; give a different file so that nothing "
+                    "you gave is overwritten",
+                    field=field,
+                )
+            seen[key] = f"{role} of {flag_name(field)}"
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def output_dir(path: str | None, field: str) -> Path | None:
+    """A folder the command will create or fill: it may exist as a folder, never as a file."""
+    if not path:
+        return None
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{field} {path} is a file; give a folder", field=field)
+    return p
+
+
+def int_in(value: int | None, field: str, lo: int, hi: int | None = None) -> None:
+    if value is not None and (value < lo or (hi is not None and value > hi)):
+        bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise InputError(f"{field} must be {bound}, got {value}", field=field)
 
 
 def tables_console(json_path: str | None) -> Console:
@@ -87,10 +131,11 @@ def _bench(args) -> int:
     from .show.terminal import bench_markdown, bench_tables, read_bench_markdown
 
     if args.from_json:
-        data = json.loads(Path(args.from_json).read_text())
-        print(read_bench_markdown(data) if "effects" in data else bench_markdown(data))
+        print(_bench_markdown_of(args.from_json, bench_markdown, read_bench_markdown))
         return 0
-    out_dir = Path(args.out) if args.out else None
+    for T in args.sizes:
+        int_in(T, "sizes", 16)
+    out_dir = output_dir(args.out, "out")
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
     if args.suite in ("engine", "all"):
@@ -122,12 +167,28 @@ def _bench(args) -> int:
     return 0
 
 
+def _bench_markdown_of(path: str, bench_markdown, read_bench_markdown) -> str:
+    """The markdown tables of an earlier run's JSON, or a one-line refusal naming what is wrong."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(
+            f"from_json {path}: no such file (write one with `attnroute bench --out DIR`)", field="from_json"
+        )
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        return read_bench_markdown(data) if "effects" in data else bench_markdown(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, IndexError) as e:
+        raise InputError(
+            f"from_json {path}: not the JSON of `attnroute bench` ({type(e).__name__}: {e})", field="from_json"
+        ) from None
+
+
 def _write_bench(out_dir, name, result, markdown):
     if markdown:
         print(markdown)
     if out_dir:
-        (out_dir / name).write_text(json.dumps(result, indent=2))
-        console.print(f"wrote {out_dir / name}")
+        (out_dir / name).write_text(json.dumps(strict(result), indent=2, allow_nan=False))
+        say(f"wrote {out_dir / name}")
 
 
 def _heads(args) -> int:
@@ -136,13 +197,14 @@ def _heads(args) -> int:
 
     output_path(args.json, "json")
     output_path(args.csv, "csv")
+    distinct({"file": args.file}, {"json": args.json, "csv": args.csv})
+    int_in(args.seed, "seed", 0, 2**32 - 3)  # three probe seeds: seed, seed + 1, seed + 2
     text = read_text_arg(args.text, args.file)
     if text is not None and not text.strip():
         raise InputError(
             "text is empty: give a non-empty --text or --file, or neither for the built-in text", field="text"
         )
-    if args.max_tokens is not None and args.max_tokens < 2:
-        raise InputError(f"max_tokens must be at least 2, got {args.max_tokens}", field="max_tokens")
+    int_in(args.max_tokens, "max_tokens", 2)
     with read_progress() as progress:
         table = read_heads(
             args.model,
@@ -163,7 +225,7 @@ def _heads(args) -> int:
         emit_json(table.to_dict(), args.json)
     if args.csv:
         table.to_csv(args.csv)
-        console.print(f"wrote {args.csv}")
+        say(f"wrote {args.csv}")
     return 0
 
 
@@ -222,6 +284,9 @@ def _report(args) -> int:
 
     output_path(args.out, "out")
     output_path(args.json, "json")
+    output_dir(args.png_dir, "png_dir")
+    distinct({"file": args.file, **{f"learn {p}": p for p in args.learn or []}}, {"out": args.out, "json": args.json})
+    int_in(args.max_tokens, "max_tokens", 2)
     text = read_text_arg(args.text, args.file)
     if text is not None and not text.strip():
         raise InputError("text is empty: give a non-empty text, or none for the built-in one", field="text")
@@ -236,10 +301,10 @@ def _report(args) -> int:
 
         rep.html = insert(rep.html, learned)
     path = rep.save(args.out)
-    console.print(f"wrote {path.resolve()} ({path.stat().st_size / 1e6:.2f} MB, built in {rep.data['seconds']} s)")
+    say(f"wrote {path.resolve()} ({path.stat().st_size / 1e6:.2f} MB, built in {rep.data['seconds']} s)")
     if args.png_dir:
         for p in write_pngs(rep.data, args.png_dir):
-            console.print(f"wrote {p}")
+            say(f"wrote {p}")
     if args.json:
         emit_json(rep.data, args.json)
     return 0
@@ -273,11 +338,11 @@ def _learn(args) -> int:
         print(line)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+        (out / f"{name}.json").write_text(json.dumps(strict(result), indent=1, allow_nan=False))
         png = learn_figures.png(result)
         (out / f"{name}.png").write_bytes(png)
         (out / f"{name}.html").write_text(learn_section.page([result], [png]), encoding="utf-8")
-        console.print(f"wrote {out / name}.png, .json and .html")
+        say(f"wrote {out / name}.png, .json and .html")
     return 0
 
 
@@ -291,9 +356,12 @@ def _learn_options(args, Settings) -> dict:
             opts[k] = tuple(opts[k])
     if args.experiment == "induction" and opts.get("fixed_offset") and "positions" not in opts:
         opts["positions"] = "learned"  # the shortcut needs absolute positions to exist
+    may_be_zero = {"seed", "ff"}  # ff = 0 is the attention-only model the help documents
     for k, v in opts.items():
-        if isinstance(v, int) and not isinstance(v, bool) and v <= 0 and k != "seed":
-            raise InputError(f"{k} must be positive, got {v}", field=k)
+        values = v if isinstance(v, tuple) else (v,)
+        for x in values:
+            if isinstance(x, int) and not isinstance(x, bool) and (x < 0 or (x == 0 and k not in may_be_zero)):
+                raise InputError(f"{k} must be {'>= 0' if k in may_be_zero else 'positive'}, got {x}", field=k)
     return opts
 
 
@@ -309,6 +377,15 @@ def _learn_result(path) -> dict:
         raise InputError(f"learn {path}: not a JSON file ({e})", field="learn") from None
     if not isinstance(data, dict) or data.get("experiment") not in EXPERIMENTS:
         raise InputError(f"learn {path}: not an `attnroute learn` result (no experiment field)", field="learn")
+    from .show.learn_section import section
+
+    try:  # render it now: a result missing a field fails here, not after minutes of reading
+        section(data)
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise InputError(
+            f"learn {path}: an `attnroute learn` result with a missing or malformed field ({type(e).__name__}: {e})",
+            field="learn",
+        ) from None
     return data
 
 
@@ -318,6 +395,16 @@ def _kv_spec(args):
     from .cost.kv import DTYPE_BYTES, spec_from_config, spec_from_sizes
 
     if args.model:
+        given = [
+            f"--{n.replace('_', '-')}"
+            for n in ("layers", "heads", "kv_heads", "head_dim")
+            if getattr(args, n, None) is not None
+        ]
+        if given:
+            raise InputError(
+                f"give --model or explicit sizes, not both: {', '.join(given)} would be ignored for "
+                f"--model {args.model}"
+            )
         if Path(args.model).suffix == ".json":
             cfg = read_config_json(Path(args.model))
             return spec_from_config(cfg, args.dtype, args.window, source=args.model), None, args.model
@@ -358,6 +445,7 @@ def _cost_simulate(args) -> int:
 
     output_path(args.json, "json")
     output_path(args.plot, "plot", suffixes=(".png",))
+    distinct({"requests": args.requests}, {"json": args.json, "plot": args.plot})
     serving.validate_settings(args.budget_gb, args.block_size, args.max_len, args.n)
     spec, _, what = _kv_spec(args)
     reqs = (
@@ -375,7 +463,7 @@ def _cost_simulate(args) -> int:
     if args.json != STDOUT:
         Console().print(simulate_table(data, args.budget_gb))
     if args.plot:
-        console.print(f"wrote {args.plot}")
+        say(f"wrote {args.plot}")
     return 0
 
 
@@ -386,6 +474,7 @@ def _cost_bill(args) -> int:
 
     output_path(args.json, "json")
     output_path(args.plot, "plot", suffixes=(".png",))
+    distinct({}, {"json": args.json, "plot": args.plot})
     with console.status("measuring…") as status:
         data = bill.rows(tuple(args.lengths), progress=status.update)
     if args.plot:

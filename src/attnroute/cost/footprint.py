@@ -35,6 +35,8 @@ def kv_bill(spec: KVSpec, context: int, batch: int, weight_bytes: int | None) ->
         "head_dim": spec.head_dim,
         "dtype": spec.dtype,
         "window": spec.window,
+        "sliding_layers": spec.sliding_layers,
+        "layer_windows": list(spec.windows()),
         "context": context,
         "batch": batch,
         "bytes_per_layer_per_token": spec.bytes_per_layer_per_token,

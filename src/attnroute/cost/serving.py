@@ -50,6 +50,12 @@ def synthetic(dist: str, n: int, max_len: int, seed: int = 0) -> list[ServeReque
     if dist not in DISTRIBUTIONS:
         raise ServingInputError(f"unknown dist {dist!r}; expected one of {', '.join(DISTRIBUTIONS)}", field="dist")
     p_med, o_med, sigma, shared = DISTRIBUTIONS[dist]
+    if max_len < 2 * (shared + 1):  # every request carries the shared prompt plus its own tokens
+        raise ServingInputError(
+            f"max_len must be at least {2 * (shared + 1)} for the {dist!r} stream (its shared "
+            f"system prompt is {shared} tokens), got {max_len}",
+            field="max_len",
+        )
     rng = random.Random(seed)
     out = []
     for _ in range(n):
@@ -72,7 +78,7 @@ def from_csv(path: Path, max_len: int) -> list[ServeRequest]:
         try:
             p, o = int(r["prompt_tokens"]), int(r["output_tokens"])
             pre, grp = int(r.get("prefix_tokens") or 0), int(r.get("prefix_group") or 0)
-        except ValueError:
+        except (TypeError, ValueError):  # a short row gives None for its missing fields
             raise ServingInputError(f"requests {path}, line {i}: lengths must be integers", field="requests") from None
         if p < 1 or o < 1 or p + o > max_len or not 0 <= pre <= p:
             raise ServingInputError(
@@ -134,6 +140,14 @@ def simulate(
 ) -> Result:
     if policy not in POLICIES:
         raise ServingInputError(f"unknown policy {policy!r}")
+    too_long = [r for r in requests if r.prompt + r.output > max_len]
+    if too_long:
+        r = too_long[0]
+        raise ServingInputError(
+            f"{len(too_long)} request(s) longer than max_len={max_len} (e.g. {r.prompt} prompt + "
+            f"{r.output} output tokens): a contiguous reservation could not hold them",
+            field="max_len",
+        )
     queue, running = list(requests), []
     steps = preempt = max_batch = 0
     share_sum = share_n = 0.0
@@ -163,6 +177,11 @@ def simulate(
         timeline.append((steps, reserved, real, len(running)))
         running = [r for r in running if r.done < r.req.output]
         steps += 1
+    if queue or running:
+        raise ServingInputError(
+            f"the {policy} run hit the cap of {max_steps:,} steps with {len(queue) + len(running)} "
+            "requests unserved; its figures would not compare with finished runs"
+        )
     return Result(policy, steps, share_sum / max(1, share_n), max_batch, preempt, timeline)
 
 
@@ -178,8 +197,10 @@ def validate_settings(budget_gb: float, block_size: int, max_len: int, n: int = 
         ("max_len", max_len, 2),
         ("n", n, 1),
     ):
-        if not v >= lo or (name == "budget_gb" and v == 0):
-            raise ServingInputError(f"{name} must be positive (at least {lo or 'above 0'}), got {v}", field=name)
+        if not v >= lo or (name == "budget_gb" and (v == 0 or not math.isfinite(v))):
+            raise ServingInputError(
+                f"{name} must be a positive finite number (at least {lo or 'above 0'}), got {v}", field=name
+            )
 
 
 def serve(

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..engine.jsonable import strict
+
 # JSON/CSV columns, in order (the CLI contract adds layer, head and role)
 COLUMNS = (
     "entropy",
@@ -62,7 +64,7 @@ class HeadTable:
         return {"model": self.model, "layers": self.layers, "heads": self.heads, "meta": self.meta, "rows": self.rows()}
 
     def to_json(self, path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+        Path(path).write_text(json.dumps(strict(self.to_dict()), indent=1, allow_nan=False))  # NaN -> null
 
     def to_csv(self, path) -> None:
         rows = self.rows()

@@ -13,7 +13,15 @@ BILL_COLUMNS = ("T", "variant", "FLOPs (formula)", "time", "GFLOP/s", "extra mem
 
 def kv_table(result: dict) -> Table:
     """`attnroute cost kv`: bytes per layer per token, per token, for the batch, and the weights."""
-    window = f", window {result['window']}" if result["window"] else ""
+    sliding = result.get("sliding_layers", 0)
+    windows = {w for w in result.get("layer_windows", []) if w}
+    window = (
+        f", window {result['window']}"
+        if result["window"]
+        else f", {sliding} of {result['layers']} layers slide over {', '.join(map(str, sorted(windows)))} tokens"
+        if sliding
+        else ""
+    )
     t = Table(
         title=f"KV cache: {result['source']}, {result['layers']} layers × {result['kv_heads']} kv heads × "
         f"{result['head_dim']} dims, {result['dtype']}{window}"

@@ -1,0 +1,255 @@
+"""Bad input, class by class: a one-line refusal (InputError / exit 2), the right number where the
+input is legal, and nothing the user gave overwritten."""
+
+import json
+import math
+
+import pytest
+import torch
+
+import attnroute as ar
+from attnroute.cli import main
+from attnroute.cost.kv import spec_from_config
+from attnroute.engine.jsonable import strict
+from attnroute.engine.paged import PagedKVCache
+
+
+def qkv(B=1, H=2, T=6, D=8, dtype=torch.float32):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(B, H, T, D, generator=g).to(dtype) for _ in range(3)]
+
+
+# ------------------------------------------------------------------------------------ the API
+
+
+def _paged_wrong_d():
+    pool = PagedKVCache(4, 2, 1, 2, 8)
+    pool.add_sequence(0)
+    try:
+        pool.append(0, 0, torch.zeros(2, 3, 5), torch.zeros(2, 3, 5))
+    finally:
+        assert len(pool.free) == 4  # nothing was reserved for the refused append
+
+
+API_CASES = {
+    "window 2.5": (lambda: ar.sliding_window(2.5), "window must be an integer"),
+    "window 0": (lambda: ar.sliding_window(0), "sliding window must be >= 1"),
+    "padding beyond Tk": (lambda: ar.attend(*qkv(T=5), ar.padding([9])), "exceed the 5 keys"),
+    "padding float lengths": (lambda: ar.padding([2.5]), "padding lengths must be integers"),
+    "document Tq > Tk": (
+        lambda: ar.attend(qkv(T=6)[0], *qkv(T=4)[1:], ar.document(torch.tensor([0, 0, 1, 1]))),
+        "needs Tq <= Tk",
+    ),
+    "cache broadcast": (
+        lambda: ar.KVCache(1, 3, 2, 8, 16).append(0, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8)),
+        "no broadcasting",
+    ),
+    "cache layer -1": (
+        lambda: ar.KVCache(2, 1, 2, 8, 16).append(-1, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8)),
+        "layer must be >= 0",
+    ),
+    "cache 2.5 batch": (lambda: ar.KVCache(1, 2.5, 2, 8, 16), "batch must be an integer"),
+    "paged wrong D": (_paged_wrong_d, "must be [Hkv, T_new, D] = [2, T_new, 8]"),
+    "paged unknown id": (lambda: PagedKVCache(4, 2, 1, 2, 8).gather(7, 0), "unknown sequence id 7"),
+    "D = 0": (lambda: ar.attend(*qkv(D=0)), "head dims must be >= 1"),
+    "integer q": (lambda: ar.attend(*(t.long() for t in qkv())), "must be real floating point"),
+    "complex q": (lambda: ar.attend(*(t.to(torch.complex64) for t in qkv())), "must be real floating point"),
+    "block_size 2.5": (
+        lambda: ar.attend(*qkv(), ar.causal(), impl="blocked", block_size=2.5),
+        "block_size must be an integer",
+    ),
+    "nan scale": (lambda: ar.attend(*qkv(), scale=float("nan")), "scale must be a finite number"),
+    "reference with grad": (
+        lambda: ar.attend(*(t.requires_grad_() for t in qkv()), impl="reference"),
+        "carries no gradients",
+    ),
+    "sdpa with scale 0": (lambda: ar.attend(*qkv(), ar.causal(), impl="sdpa", scale=0.0), "scale <= 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(API_CASES))
+def test_api_refuses_with_an_input_error_naming_the_field(case):
+    fn, words = API_CASES[case]
+    with pytest.raises(ar.InputError, match=words.replace("[", r"\[").replace("]", r"\]")) as e:
+        fn()
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.5])
+def test_auto_keeps_scales_sdpa_cannot_do_off_the_fused_path(scale):
+    q, k, v = qkv()
+    out, trace = ar.attend(q, k, v, ar.causal(), scale=scale, return_trace=True)
+    assert trace.impl != "sdpa" and torch.isfinite(out).all()
+    torch.testing.assert_close(out, ar.attend(q, k, v, ar.causal(), scale=scale, impl="eager"))
+
+
+def test_nan_inputs_propagate_and_never_turn_into_zeros():
+    q, k, v = qkv()
+    q[0, 0, 2, 0] = float("nan")
+    out = ar.attend(q, k, v, ar.causal())
+    assert torch.isnan(out[0, 0, 2]).all() and torch.isfinite(out[0, 0, :2]).all()
+    k2 = qkv()[1]
+    k2[0, 0, 0, 0] = float("nan")  # key 0 is visible to every causal row
+    out = ar.attend(qkv()[0], k2, qkv()[2], ar.causal())
+    assert torch.isnan(out[0, 0]).all() and torch.isfinite(out[0, 1]).all()  # head 0 reads the NaN key
+    with pytest.raises(ar.UnsupportedRequest, match="non-finite query"):
+        ar.attend(q, k, v, ar.causal(), impl="sdpa")
+
+
+# ------------------------------------------------------------------------------------ cost
+
+
+GEMMA2_9B = {
+    "model_type": "gemma2",
+    "num_hidden_layers": 42,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 256,
+    "hidden_size": 3584,
+    "sliding_window": 4096,
+}
+QWEN2_7B = {
+    "model_type": "qwen2",
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "hidden_size": 3584,
+    "sliding_window": 4096,
+    "use_sliding_window": False,
+    "max_window_layers": 28,
+}
+
+
+def test_kv_windows_are_read_per_layer():
+    # Gemma-2 alternates sliding (4,096) and global layers: 21 · 8,192 + 21 · 4,096 tokens · 8,192 B
+    assert spec_from_config(GEMMA2_9B, "fp16").cache_bytes(8192) == 2_113_929_216
+    # Qwen2 with use_sliding_window false keeps every token in every layer
+    assert spec_from_config(QWEN2_7B, "fp16").cache_bytes(32768) == 1_879_048_192
+    sliding = {**QWEN2_7B, "use_sliding_window": True, "max_window_layers": 14}  # layers 14… slide
+    assert spec_from_config(sliding, "fp16").cache_bytes(32768) == 14 * (32768 + 4096) * 2048
+    mistral = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "sliding_window": 10}
+    assert spec_from_config(mistral, "fp32").cache_bytes(100) == 2 * 10 * 2 * 4 * 16 * 4
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--layers", "2", "--heads", "0", "--head-dim", "8"], "--heads must be a positive integer"),
+        (["--model", "smollm2", "--layers", "3"], "give --model or explicit sizes, not both"),
+    ],
+)
+def test_cost_kv_refusals(capsys, argv, words):
+    assert main(["cost", "kv", *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("num_hidden_layers", 2.5, "num_hidden_layers must be a positive integer"),
+        ("num_attention_heads", "8", "num_attention_heads must be a positive integer"),
+        ("num_attention_heads", 0, "num_attention_heads must be a positive integer"),
+    ],
+)
+def test_cost_kv_config_fields_are_validated(tmp_path, capsys, field, value, words):
+    cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, field: value}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["cost", "kv", "--model", str(path)]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_simulate_refuses_impossible_streams(tmp_path, capsys):
+    assert main(["cost", "simulate", "--max-len", "50"]) == 2
+    assert "max-len must be at least 130" in capsys.readouterr().err
+    long = tmp_path / "long.csv"
+    long.write_text("prompt_tokens,output_tokens\n100,100\n")
+    assert main(["cost", "simulate", "--requests", str(long), "--max-len", "150"]) == 2
+    assert "prompt + output ≤ max_len=150" in capsys.readouterr().err
+    for argv in (["--budget-gb", "inf"], ["--budget-gb", "nan"], ["--n", "0"]):
+        assert main(["cost", "simulate", *argv]) == 2
+    short = tmp_path / "short.csv"
+    short.write_text("prompt_tokens,output_tokens\n10\n")
+    assert main(["cost", "simulate", "--requests", str(short)]) == 2
+    assert "line 2" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ the CLI
+
+BAD = [
+    ["heads", "--model", "minilm", "--max-tokens", "0"],
+    ["heads", "--model", "minilm", "--seed", "-1"],
+    ["heads", "--model", "nosuchmodel"],
+    ["heads", "--model", "minilm", "--json", "/nonexistent/dir/h.json"],
+    ["heads", "--model", "minilm", "--text", "x", "--file", "y"],
+    ["report", "--max-tokens", "-3"],
+    ["report", "--out", "/nonexistent/dir/r.html"],
+    ["report", "--learn", "/nonexistent.json"],
+    ["check", "nosuchmodule:fn"],
+    ["check", "torch.sdpa", "--only", "telepathy"],
+    ["check", "torch.sdpa", "--scale", "-1"],
+    ["check", "torch.sdpa", "--json", "/nonexistent/dir/c.json"],
+    ["cost", "kv"],
+    ["cost", "kv", "--layers", "2", "--heads", "3", "--kv-heads", "2", "--head-dim", "8"],
+    ["cost", "kv", "--layers", "2", "--heads", "4", "--head-dim", "8", "--dtype", "fp4"],
+    ["cost", "simulate", "--block-size", "0"],
+    ["cost", "simulate", "--plot", "out.jpeg"],
+    ["cost", "bill", "--lengths", "8"],
+    ["learn", "scale", "--head-dims", "0"],
+    ["learn", "heads", "--head-counts", "0"],
+    ["learn", "induction", "--layers", "1"],
+    ["bench", "--sizes", "-5"],
+    ["bench", "--from-json", "/nonexistent.json"],
+]
+
+
+@pytest.mark.parametrize("argv", BAD, ids=lambda a: " ".join(a))
+def test_every_command_refuses_in_one_line_with_exit_2(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and err[-1].startswith("error: ") and sum(line.startswith("error:") for line in err) == 1
+    assert not any("Traceback" in line for line in err)
+
+
+@pytest.mark.parametrize(
+    "argv, paths",
+    [
+        (["report", "--model", "minilm", "--file", "{a}", "--out", "{a}"], ["a"]),
+        (["report", "--model", "minilm", "--out", "{a}", "--json", "{a}"], ["a"]),
+        (["heads", "--model", "minilm", "--file", "{a}", "--json", "{a}"], ["a"]),
+        (["cost", "simulate", "--requests", "{a}", "--json", "{a}"], ["a"]),
+    ],
+)
+def test_no_output_overwrites_an_input_or_another_output(tmp_path, capsys, argv, paths):
+    files = {p: tmp_path / f"{p}.txt" for p in paths}
+    for f in files.values():
+        f.write_text("prompt_tokens,output_tokens\n10,5\n")
+    before = {p: f.read_bytes() for p, f in files.items()}
+    assert main([a.format(**{p: str(f) for p, f in files.items()}) for a in argv]) == 2
+    assert {p: f.read_bytes() for p, f in files.items()} == before
+    assert "nothing you gave is overwritten" in capsys.readouterr().err
+
+
+def test_output_paths_are_checked_before_any_work(monkeypatch, capsys):
+    import attnroute.read.heads as heads
+
+    monkeypatch.setattr(heads, "read_heads", lambda *a, **k: pytest.fail("the model was read before the check"))
+    assert main(["heads", "--json", "/nonexistent/dir/h.json"]) == 2
+    assert main(["heads", "--csv", "/tmp"]) == 2
+
+
+def test_learn_out_naming_a_file_and_report_learn_with_missing_fields(tmp_path, capsys):
+    f = tmp_path / "out.txt"
+    f.write_text("keep me")
+    assert main(["learn", "induction", "--steps", "2", "--out", str(f)]) == 2 and f.read_text() == "keep me"
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"experiment": "induction"}))
+    assert main(["report", "--model", "minilm", "--learn", str(partial)]) == 2
+    assert "missing or malformed field" in capsys.readouterr().err
+
+
+def test_json_never_holds_bare_nan():
+    data = {"a": float("nan"), "b": [1.0, float("inf")], "c": torch.tensor(float("-inf"))}
+    assert strict(data) == {"a": None, "b": [1.0, None], "c": None}
+    json.dumps(strict(data), allow_nan=False)  # strict parsers accept it
+    assert math.isnan(float("nan"))
