@@ -453,7 +453,10 @@ def _cost_simulate(args) -> int:
         if args.requests
         else serving.synthetic(args.dist, args.n, args.max_len, args.seed)
     )
-    figures, results = serving.serve(reqs, spec.bytes_per_token, args.budget_gb, args.block_size, args.max_len)
+    with console.status("serving the stream…") as status:  # a long CSV takes a while: show where it is
+        figures, results = serving.serve(
+            reqs, spec.bytes_per_token, args.budget_gb, args.block_size, args.max_len, progress=status.update
+        )
     source = args.requests or f"{args.n} synthetic '{args.dist}' requests (seed {args.seed})"
     data = {"model": what, **figures, "requests": source}
     if args.plot:

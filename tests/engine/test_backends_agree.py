@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import attnroute as ar
@@ -12,7 +12,7 @@ from .helpers import eager64, qkv
 FAST = ("eager", "blocked", "sdpa")
 
 
-def make_mask(kind, B, Tq, Tk, seed):
+def make_mask(kind, B, Tq, Tk, seed, window=None):
     g = torch.Generator().manual_seed(seed)
     if kind == "none":
         return None
@@ -24,7 +24,7 @@ def make_mask(kind, B, Tq, Tk, seed):
         lengths = torch.randint(0, Tk + 1, (B,), generator=g)
         return ar.padding(lengths, Tk=Tk, side="left" if seed % 2 else "right")
     if kind == "window":
-        return ar.sliding_window(1 + seed % 3)
+        return ar.sliding_window(window or 1 + seed % 3)
     if kind == "causal_padding":
         return ar.causal() & ar.padding(torch.randint(1, Tk + 1, (B,), generator=g), Tk=Tk)
     return torch.rand(B, 1, Tq, Tk, generator=g) < 0.6  # a random bool tensor
@@ -45,6 +45,14 @@ MASKS = ["none", "causal", "causal_top_left", "padding", "window", "causal_paddi
     block=st.integers(1, 6),
     seed=st.integers(0, 1000),
 )
+# every mask kind is drawn at least once, whatever the profile's example budget
+@example(B=2, Hkv=2, G=2, Tq=7, Tk=9, D=8, Dv=5, kind="window", block=3, seed=4)
+@example(B=2, Hkv=1, G=3, Tq=9, Tk=9, D=3, Dv=None, kind="causal_padding", block=2, seed=5)
+@example(B=2, Hkv=2, G=1, Tq=5, Tk=11, D=16, Dv=None, kind="padding", block=4, seed=7)
+@example(B=1, Hkv=3, G=1, Tq=8, Tk=5, D=8, Dv=5, kind="causal_top_left", block=1, seed=2)
+@example(B=2, Hkv=1, G=2, Tq=6, Tk=6, D=1, Dv=None, kind="random", block=5, seed=9)
+@example(B=1, Hkv=2, G=2, Tq=12, Tk=13, D=8, Dv=None, kind="causal", block=6, seed=1)
+@example(B=1, Hkv=1, G=1, Tq=3, Tk=13, D=16, Dv=5, kind="none", block=2, seed=0)
 def test_backends_match_list_reference_fp32(B, Hkv, G, Tq, Tk, D, Dv, kind, block, seed):
     q, k, v = qkv(B, Hkv * G, Hkv, Tq, Tk, D, Dv, seed=seed)
     mask = make_mask(kind, B, Tq, Tk, seed)
@@ -71,13 +79,13 @@ def naive_same_dtype(q, k, v, keep):
     [
         (1, 4, 2, 97, 97, 59, 59, "causal"),
         (2, 6, 3, 33, 97, 64, 40, "causal_padding"),  # Tq < Tk: decode/chunked-prefill alignment
-        (1, 3, 1, 1025, 1025, 16, 16, "window"),  # MQA, long odd length
+        (1, 3, 1, 1025, 1025, 16, 16, "window"),  # MQA, long odd length, a window of 257 keys
         (2, 2, 2, 65, 31, 111, 111, "none"),  # Tq > Tk, odd head dim
     ],
 )
 def test_low_precision_within_twice_plain_error(dtype, B, H, Hkv, Tq, Tk, D, Dv, kind):
     q, k, v = qkv(B, H, Hkv, Tq, Tk, D, Dv, dtype=dtype, seed=7)
-    mask = make_mask(kind, B, Tq, Tk, 3)
+    mask = make_mask(kind, B, Tq, Tk, 3, window=257)
     ref = eager64(q, k, v, mask)
     keep = None if mask is None else mask.materialize(B, H, Tq, Tk)
     plain = naive_same_dtype(q, k, v, keep)

@@ -79,3 +79,24 @@ def test_tiny_transformer_generates_from_the_paged_cache(block_size):
     paged = model.generate(prompt, 12, cache=PagedView(pool, [0, 1]))
     assert torch.equal(paged, model.generate(prompt, 12))
     assert pool.lengths[0] == 9 + 11  # the last generated token is never fed back
+
+
+def test_attention_over_forked_sequences_equals_their_contiguous_copies():
+    """Fork, diverge, then attend: each branch reads the shared prefix and only its own tokens."""
+    g = torch.Generator().manual_seed(0)
+    pool = shuffled_pool(12, 3, n_layers=1, kv_heads=2, head_dim=4)
+    pool.add_sequence(0)
+    prefix = torch.randn(2, 7, 4, generator=g)
+    pool.append(0, 0, prefix, prefix * 2)
+    pool.advance(0, 7)
+    pool.fork(0, 1)
+    tails = {s: torch.randn(2, 4, 4, generator=g) for s in (0, 1)}
+    for s, t in tails.items():
+        pool.append(s, 0, t, t * 2)
+        pool.advance(s, 4)
+    q = torch.randn(1, 4, 2, 4, generator=g)  # 4 query heads over 2 kv heads, 2 new queries
+    for s, t in tails.items():
+        k, v = pool.gather(s, 0)
+        whole = torch.cat([prefix, t], dim=1)[None]  # (1, Hkv, 11, D): the contiguous copy
+        assert torch.equal(k, whole) and torch.equal(v, whole * 2)
+        torch.testing.assert_close(ar.attend(q, k, v, ar.causal()), ar.attend(q, whole, whole * 2, ar.causal()))

@@ -66,3 +66,33 @@ def test_cross_attention_shapes_and_causal_needs_equal_lengths():
     assert ar.probsparse_attend(q, k, v).shape == (1, 2, 40, 8)
     with pytest.raises(ValueError, match="L_Q == L_K"):
         ar.probsparse_attend(q, k, v, causal=True)
+
+
+def _active_set_by_loops(q, k, U_part, u, divisor, seed):
+    """An independent oracle: M(q_i) = max_j s_ij − Σ_j s_ij / (L_K or U_part) over the sampled keys,
+    one query at a time in Python floats; the u largest are active. Only the key sample is drawn the
+    way the implementation draws it (one torch.randint per call), so both see the same keys."""
+    L_Q, L_K = q.shape[2], k.shape[2]
+    idx = torch.randint(L_K, (L_Q, U_part), generator=torch.Generator().manual_seed(seed)).tolist()
+    qq, kk = q[0, 0].double().tolist(), k[0, 0].double().tolist()
+    m = []
+    for i in range(L_Q):
+        s = [sum(a * b for a, b in zip(qq[i], kk[j])) for j in idx[i]]
+        m.append(max(s) - sum(s) / (L_K if divisor == "keys" else U_part))
+    return set(sorted(range(L_Q), key=lambda i: -m[i])[:u])
+
+
+def test_active_queries_match_a_loop_oracle_under_both_divisors_where_they_disagree():
+    q, k, v = qkv(1, 1, 1, 60, 60, 4, seed=11)
+    U_part, u = ar.probsparse_sizes(60, 60, 2)
+    found_disagreement = False
+    for seed in range(20):
+        sets = {}
+        for divisor in ("keys", "samples"):
+            _, top = ar.probsparse_attend(
+                q, k, v, factor=2, divisor=divisor, return_index=True, generator=torch.Generator().manual_seed(seed)
+            )
+            sets[divisor] = set(top[0, 0].tolist())
+            assert sets[divisor] == _active_set_by_loops(q, k, U_part, u, divisor, seed)
+        found_disagreement |= sets["keys"] != sets["samples"]
+    assert found_disagreement  # the divisor changes the selection on this input: the test can tell them apart

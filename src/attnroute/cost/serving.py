@@ -137,6 +137,7 @@ def simulate(
     block_size: int,
     max_len: int,
     max_steps: int = 1_000_000,
+    progress=None,
 ) -> Result:
     if policy not in POLICIES:
         raise ServingInputError(f"unknown policy {policy!r}")
@@ -157,6 +158,8 @@ def simulate(
         return _slots(policy, running + extra, block_size, max_len)[0] <= capacity_tokens
 
     while (queue or running) and steps < max_steps:
+        if progress and steps % 1000 == 0:
+            progress(f"{policy}: step {steps:,}, {len(queue):,} queued, {len(running):,} running")
         while queue and fits([_Running(queue[0], 1)]):  # admit: the prompt plus the first new token
             running.append(_Running(queue.pop(0)))
         if not running:
@@ -185,8 +188,8 @@ def simulate(
     return Result(policy, steps, share_sum / max(1, share_n), max_batch, preempt, timeline)
 
 
-def run_all(requests, capacity_tokens, block_size, max_len) -> list[Result]:
-    return [simulate(requests, p, capacity_tokens, block_size, max_len) for p in POLICIES]
+def run_all(requests, capacity_tokens, block_size, max_len, progress=None) -> list[Result]:
+    return [simulate(requests, p, capacity_tokens, block_size, max_len, progress=progress) for p in POLICIES]
 
 
 def validate_settings(budget_gb: float, block_size: int, max_len: int, n: int = 1) -> None:
@@ -204,7 +207,12 @@ def validate_settings(budget_gb: float, block_size: int, max_len: int, n: int = 
 
 
 def serve(
-    requests: list[ServeRequest], bytes_per_token: int, budget_gb: float, block_size: int, max_len: int
+    requests: list[ServeRequest],
+    bytes_per_token: int,
+    budget_gb: float,
+    block_size: int,
+    max_len: int,
+    progress=None,
 ) -> tuple[dict, list[Result]]:
     """Every policy on one stream under a KV budget of ``budget_gb`` GB (10⁹ bytes).
 
@@ -213,7 +221,7 @@ def serve(
     """
     validate_settings(budget_gb, block_size, max_len)
     capacity = int(budget_gb * 1e9) // bytes_per_token
-    results = run_all(requests, capacity, block_size, max_len)
+    results = run_all(requests, capacity, block_size, max_len, progress)
     data = {
         "bytes_per_token": bytes_per_token,
         "budget_bytes": int(budget_gb * 1e9),
