@@ -253,3 +253,8 @@ def test_json_never_holds_bare_nan():
     assert strict(data) == {"a": None, "b": [1.0, None], "c": None}
     json.dumps(strict(data), allow_nan=False)  # strict parsers accept it
     assert math.isnan(float("nan"))
+
+
+def test_documented_zero_is_accepted_where_the_help_says_so(tmp_path, capsys):
+    # `learn induction --ff 0` is the attention-only model its help documents
+    assert main(["learn", "induction", "--ff", "0", "--steps", "2", "--every", "1"]) == 0

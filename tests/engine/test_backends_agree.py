@@ -112,7 +112,7 @@ def test_auto_reports_its_choice():
 
 
 def test_grouped_heads_follow_repeat_interleave_not_tile():
-    # PITFALLS 18: Hq=6, Hkv=2 equals MHA with K/V expanded by repeat_interleave.
+    # docs/pitfalls.md: Hq=6, Hkv=2 equals MHA with K/V expanded by repeat_interleave.
     q, k, v = qkv(1, 6, 2, 5, 5, 8)
     for impl in ("reference",) + FAST:
         out = ar.attend(q, k, v, ar.causal(), impl=impl)
@@ -141,10 +141,14 @@ def test_softcap_none_and_zero_mean_the_same_and_sdpa_refuses():
 
 
 def test_large_magnitude_bf16_logits_stay_finite():
-    # PITFALLS 8: bf16 q=k=v filled with 133120.0 (pytorch #121558).
+    # docs/pitfalls.md: bf16 q = k filled with 133120.0 (pytorch #121558).
     q = torch.full((1, 2, 4, 8), 133120.0, dtype=torch.bfloat16)
-    ref = eager64(q, q, q, ar.causal())
+    v = torch.arange(32, dtype=torch.bfloat16).view(1, 1, 4, 8).expand(1, 2, 4, 8)  # distinct values show the weights
+    ref = eager64(q, q, v, ar.causal())
+    # equal logits: each causal row averages the values it may see
+    expected = torch.stack([v[0, 0, : i + 1].double().mean(0) for i in range(4)])
+    torch.testing.assert_close(ref[0, 0], expected)
     for impl in FAST:
-        out = ar.attend(q, q, q, ar.causal(), impl=impl)
+        out = ar.attend(q, q, v, ar.causal(), impl=impl)
         assert torch.isfinite(out).all(), impl
         torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=0)

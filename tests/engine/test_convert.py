@@ -1,4 +1,4 @@
-"""Conventions round-trip; polarity never flips silently (PITFALLS A)."""
+"""Conventions round-trip; polarity never flips silently (docs/pitfalls.md)."""
 
 import pytest
 import torch
@@ -59,7 +59,7 @@ def test_torch_mha_with_converted_masks_matches_attend():
 
 
 def test_zero_one_float_in_additive_slot_is_rejected():
-    # PITFALLS 2 (huggingface/transformers #46458): never silently add 1.0 to logits.
+    # docs/pitfalls.md (huggingface/transformers #46458): never silently add 1.0 to logits.
     with pytest.raises(ValueError, match="0/1 keep-mask"):
         ar.from_additive(torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
     with pytest.raises(ValueError, match="positional bias"):
@@ -76,7 +76,7 @@ def test_bool_byte_float_give_the_same_mask_or_a_clear_error():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_combining_min_sentinels_never_overflows(dtype):
-    # PITFALLS 7: finfo.min + finfo.min = -inf in fp16 (transformers PR #17306).
+    # docs/pitfalls.md: finfo.min + finfo.min = -inf in fp16 (transformers PR #17306).
     a = ar.to_additive(ar.causal().materialize(1, 1, 4, 4), dtype, sentinel="min")
     b = ar.to_additive(ar.padding([2], Tk=4).materialize(1, 1, 1, 4), dtype, sentinel="min")
     assert torch.isneginf(a + b).any()  # the naive sum overflows

@@ -1,4 +1,4 @@
-"""Rows that see nothing give zeros with finite gradients; masked garbage never leaks (PITFALLS B)."""
+"""Rows that see nothing give zeros with finite gradients; masked garbage never leaks (docs/pitfalls.md)."""
 
 import pytest
 import torch
@@ -53,7 +53,7 @@ def test_q_longer_than_k_top_rows_zero_exact_keep():
 @pytest.mark.parametrize("impl", ["eager", "blocked", "sdpa"])
 @pytest.mark.parametrize("garbage", [float("nan"), float("inf"), float("-inf"), 1e10])
 def test_garbage_in_masked_keys_and_values_never_leaks(impl, garbage):
-    # PITFALLS 6 (pytorch #101967, flash-attention #1228): padding beyond each length holds garbage.
+    # docs/pitfalls.md (pytorch #101967, flash-attention #1228): padding beyond each length holds garbage.
     q, k, v = qkv(2, 4, 2, 6, 8, 8)
     mask = ar.causal() & ar.padding([8, 5], Tk=8)
     clean = ar.attend(q, k, v, mask, impl=impl)
@@ -77,7 +77,7 @@ def test_visible_non_finite_value_propagates_like_ieee_in_eager():
 
 
 def test_empty_sequences_give_empty_or_zero_outputs():
-    # PITFALLS 24: zero-length query or key sets.
+    # docs/pitfalls.md: zero-length query or key sets.
     q, k, v = qkv(1, 2, 2, 0, 5, 4)
     assert ar.attend(q, k, v).shape == (1, 2, 0, 4)
     q, k, v = qkv(1, 2, 2, 3, 0, 4)

@@ -1,4 +1,4 @@
-"""Layers and the contiguous KV cache: decoding equals recomputation (PITFALLS 10)."""
+"""Layers and the contiguous KV cache: decoding equals recomputation (docs/pitfalls.md)."""
 
 import pytest
 import torch

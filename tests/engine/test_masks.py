@@ -13,7 +13,7 @@ def rows(grid: str) -> list[str]:
 
 
 def test_causal_alignment_matches_flash_attn_readme_and_pytorch_108108():
-    # PITFALLS 9: exact keep-matrices for (q=2, k=5) and (q=5, k=2), both alignments.
+    # docs/pitfalls.md: exact keep-matrices for (q=2, k=5) and (q=5, k=2), both alignments.
     assert rows(ar.causal().grid(2, 5)) == ["11110", "11111"]
     assert rows(ar.causal().grid(5, 2)) == ["00", "00", "00", "10", "11"]
     assert rows(ar.causal("top_left").grid(2, 5)) == ["10000", "11000"]
@@ -30,7 +30,7 @@ def test_docstring_grids_are_the_masks():
 
 @pytest.mark.parametrize("W", [1, 2, 5, 8])
 def test_sliding_window_counts_w_keys_including_self(W):
-    # PITFALLS 12: far from the start every row sees exactly W keys.
+    # docs/pitfalls.md: far from the start every row sees exactly W keys.
     m = ar.sliding_window(W).materialize(1, 1, 20, 20)[0, 0]
     assert (m[W:].sum(-1) == W).all()
     assert m.diagonal().all()
@@ -85,7 +85,7 @@ def test_predicate_sees_absolute_positions_and_heads():
 
 
 def test_mask_built_for_one_length_refuses_another():
-    # PITFALLS 15 (xformers #1122): a mask for Tk=20 with 1..17 keys must error, not broadcast.
+    # docs/pitfalls.md (xformers #1122): a mask for Tk=20 with 1..17 keys must error, not broadcast.
     q, k, v = qkv(2, 2, 2, 3, 17, 8)
     for mask in (
         ar.padding([20, 10], Tk=20),
@@ -101,7 +101,7 @@ def test_mask_built_for_one_length_refuses_another():
 
 
 def test_packed_documents_do_not_see_each_other():
-    # PITFALLS 14: pack A|B; outputs equal separate runs and d out_B / d x_A = 0.
+    # docs/pitfalls.md: pack A|B; outputs equal separate runs and d out_B / d x_A = 0.
     q, k, v = qkv(1, 2, 2, 10, 10, 8, seed=4)
     ids = torch.tensor([0] * 4 + [1] * 6)
     k.requires_grad_(True)

@@ -1,4 +1,4 @@
-"""Paged KV cache: equals the contiguous cache exactly; prefix sharing with copy-on-write (PITFALLS 23)."""
+"""Paged KV cache: equals the contiguous cache exactly; prefix sharing with copy-on-write (docs/pitfalls.md)."""
 
 import random
 

@@ -1,4 +1,4 @@
-"""ProbSparse (Informer) against its definition and against full attention (PITFALLS G)."""
+"""ProbSparse (Informer) against its definition and against full attention (docs/pitfalls.md)."""
 
 import math
 
