@@ -212,6 +212,7 @@ def _heads(args) -> int:
             max_tokens=args.max_tokens,
             seeds=(args.seed, args.seed + 1, args.seed + 2),
             ablation=not args.no_ablation,
+            max_weight=args.max_weight,
             progress=progress,
         )
     if table.meta.get("tokens_cut"):
@@ -529,6 +530,11 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(h, "the HeadTable")
     h.add_argument("--csv", help="write the HeadTable as CSV")
     h.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep and gradient estimate")
+    h.add_argument(
+        "--max-weight",
+        action="store_true",
+        help="also the row maximum and argmax offsets (a second, blocked pass over the weights)",
+    )
     h.set_defaults(fn=_heads)
 
     c = sub.add_parser("check", help="audit an attention implementation for mask, scale and precision bugs")

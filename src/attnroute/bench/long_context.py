@@ -41,8 +41,11 @@ def main(mode: str, T: int, model: str = "smollm2") -> None:
 
     def run(ids):
         with torch.no_grad():
-            if mode == "headtable":
-                text_statistics(lm, ids, lambda *a: None)
+            if mode in ("headtable", "headtable-max"):
+                text_statistics(lm, ids, lambda *a: None, max_weight=mode == "headtable-max")
+            elif mode == "sdpa-body":  # the model body only: what the statistics pass runs, without the LM head
+                lm.model.set_attn_implementation("sdpa")
+                lm.model.base_model(input_ids=ids)
             else:
                 lm.model.set_attn_implementation(mode)
                 out = lm.model(input_ids=ids, output_attentions=(mode == "eager"))

@@ -16,6 +16,7 @@ from .convert import (
     to_mha,
 )
 from .errors import InputError, InputTypeError
+from .fused_probes import FusedKeyMass, FusedRowStats
 from .interventions import Intervention, ReplaceOutput, SubstituteWeights, Temperature, UniformWeights, ZeroHead
 from .kvcache import KVCache
 from .layers import Block, FeedForward, MultiHeadAttention, TinyConfig, TinyTransformer
@@ -94,6 +95,8 @@ __all__ = [
     "PerLayer",
     "Diagonals",
     "KeyVectors",
+    "FusedRowStats",
+    "FusedKeyMass",
     "Intervention",
     "ZeroHead",
     "ReplaceOutput",

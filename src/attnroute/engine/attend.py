@@ -8,6 +8,8 @@ reference Python lists of every score (small inputs)   no
 eager     scores and weights [B, H, Tq, Tk]            yes (one block: all rows)
 blocked   one block of rows [B, H, bq, kspan]          yes (block by block)
 sdpa      torch's fused kernel; no weights             no (raises UnsupportedRequest)
+fused     the fused flash kernel with each row's lse;   fused probes only (FusedRowStats, FusedKeyMass):
+          statistics from one more fused pass          entropy, masses, named weights; no n×n
 auto      sdpa when nothing needs weights; else eager when its scores fit memory_budget,
           else blocked. The choice and its reason are in trace.impl / trace.reason and
           returned by choose_impl().
@@ -22,7 +24,7 @@ from typing import Literal, overload
 import torch
 from torch import Tensor
 
-from .backends import blocked, eager, reference, sdpa
+from .backends import blocked, eager, fused, reference, sdpa
 from .backends.common import Request, UnsupportedRequest
 from .errors import InputError, InputTypeError
 from .interventions import Intervention
@@ -32,7 +34,13 @@ from .stages import default_scale
 from .trace import Trace
 from .validate import validate_keep, validate_qkv
 
-BACKENDS = {"reference": reference.run, "eager": eager.run, "blocked": blocked.run, "sdpa": sdpa.run}
+BACKENDS = {
+    "reference": reference.run,
+    "eager": eager.run,
+    "blocked": blocked.run,
+    "sdpa": sdpa.run,
+    "fused": fused.run,
+}
 IMPLS = ("auto",) + tuple(BACKENDS)
 
 

@@ -160,12 +160,25 @@ class PerLayer(Probe):
     def __init__(self, factory):
         self.factory = factory
         self.by_layer: dict[int, Probe] = {}
+        sample = factory()  # what the layers' probes can read (blocks of weights, or fused statistics)
+        self.reads_fused = getattr(sample, "reads_fused", False)
+        self.needs_key_sums = getattr(sample, "needs_key_sums", False)
+
+    def _probe(self, layer) -> Probe:
+        probe = self.by_layer.get(layer)
+        if probe is None:
+            probe = self.by_layer[layer] = self.factory()
+        return probe
 
     def update(self, block) -> None:
-        probe = self.by_layer.get(block.layer)
-        if probe is None:
-            probe = self.by_layer[block.layer] = self.factory()
-        probe.update(block)
+        self._probe(block.layer).update(block)
+
+    def update_fused(self, block) -> None:
+        self._probe(block.layer).update_fused(block)
+
+    def key_channels(self, block):
+        probe = self._probe(block.layer)
+        return probe.key_channels(block) if hasattr(probe, "key_channels") else None
 
     def __getitem__(self, layer: int):
         return self.by_layer[layer]

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..engine import InputError
+from ..engine.fused_probes import FusedKeyMass, FusedRowStats
 from ..engine.probes import Diagonals, KeyVectors, PerLayer, row_stats_probe, value_norms
 from . import effects, roles
 from .adapter import routed
@@ -49,6 +50,7 @@ def read_heads(
     effect_len: int = 40,
     modes=effects.MODES,
     stimulus_batch: int = 8,
+    max_weight: bool = False,
     progress=None,
 ) -> HeadTable:
     """Read a model's routing on a text. ``model``: a LoadedModel, or 'smollm2' / 'minilm' / a path."""
@@ -64,7 +66,7 @@ def read_heads(
         say("warn", f"the text has {ids.shape[1] + cut} tokens; kept the first {ids.shape[1]} (cut {cut})")
 
     t0 = time.perf_counter()
-    cols, offsets = text_statistics(loaded, ids, say)
+    cols, offsets, meta["column_paths"] = text_statistics(loaded, ids, say, max_weight=max_weight)
     meta["timings_s"]["text"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -114,13 +116,27 @@ def key_sets(tokenizer, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return sink, is_punct & ~sink
 
 
+FUSED_COLUMNS = ("entropy", "entropy_norm", "sink_mass", "punct_mass", "local", "norm_mass")
+MAX_COLUMNS = ("max_weight",)  # and the argmax offsets: not linear in the weights, the blocked path only
+
+
 @torch.no_grad()
-def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say) -> tuple[dict, np.ndarray]:
-    """One forward of the text: RowStats per layer, and one KeyVectors matmul per block giving
-    the sink mass, punctuation mass, and (Kobayashi) the norm-weighted total and sink parts."""
+def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: bool = False):
+    """One forward of the text; no LM head (no logits are needed).
+
+    Default: the fused backend — the flash kernel with each row's log-sum-exp, and one more fused pass
+    whose values are [K | sink, punctuation, ‖f(x_j)‖, ‖f(x_j)‖·sink] — gives entropy, masses and the
+    local band at about the cost of the model's own attention. ``max_weight`` adds the row maximum and
+    argmax offsets, which need the weights themselves: then the blocked backend reads every column.
+    Returns (columns, offsets, path per column)."""
     sink_keys, punct_keys = key_sets(loaded.tokenizer, ids)  # (B, T) each
-    rows, keyvec = row_stats_probe(band=4), PerLayer(KeyVectors)
     H = loaded.n_heads
+    impl = "blocked" if max_weight else "fused"
+    if impl == "fused" and (reason := _fused_refusal(loaded)):
+        say("warn", f"statistics through the blocked backend: {reason}")
+        impl = "blocked"
+    rows = row_stats_probe(band=4) if impl == "blocked" else PerLayer(lambda: FusedRowStats(band=4))
+    keyvec = PerLayer(KeyVectors if impl == "blocked" else FusedKeyMass)
 
     def set_key_vectors(layer, module, q, k, v):
         proj = loaded.out_projections[layer]
@@ -131,33 +147,45 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say) -> tuple[dict, 
         )
         ind = torch.stack([sink_keys, punct_keys], -1).float()[:, None].expand(-1, H, -1, -1)  # (B, H, T, 2)
         vec = torch.cat([ind, fn[..., None], (fn * sink_keys[:, None])[..., None]], -1)  # (B, H, T, 4)
-        if layer not in keyvec.by_layer:
-            keyvec.by_layer[layer] = KeyVectors()
-        keyvec.by_layer[layer].vectors = vec
+        keyvec._probe(layer).vectors = vec
         say("layer", layer)
 
-    with routed(loaded, probes=[rows, keyvec], impl="blocked", before_attend=[set_key_vectors]):
+    with routed(loaded, probes=[rows, keyvec], impl=impl, before_attend=[set_key_vectors]):
         loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids))  # no LM head: no logits needed
     L = loaded.n_layers
-    cols = {
-        c: np.zeros((L, H))
-        for c in ("entropy", "entropy_norm", "max_weight", "sink_mass", "punct_mass", "local", "norm_mass")
-    }
-    offsets = np.zeros((L, H, len(OFFSET_BUCKETS)))
+    cols = {c: np.full((L, H), np.nan) for c in FUSED_COLUMNS + MAX_COLUMNS}
+    offsets = np.full((L, H, len(OFFSET_BUCKETS)), np.nan)
     for layer in range(L):
         r, kv = rows[layer], keyvec[layer].rows()  # kv: (B, H, T, 4)
-        valid = (r.n_visible >= 2).float()  # (B, H, T): rows with a choice to make
+        valid = (r.get("n_visible") >= 2).float()  # (B, H, T): rows with a choice to make
 
         def mean(x, valid=valid):  # over the rows with a choice to make, per head
             return ((x.float() * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)).numpy()
 
-        cols["entropy"][layer], cols["entropy_norm"][layer] = mean(r.entropy), mean(r.entropy_norm())
-        cols["max_weight"][layer], cols["local"][layer] = mean(r.max_weight), mean(r.band_mass)
+        cols["entropy"][layer], cols["entropy_norm"][layer] = mean(r.get("entropy")), mean(r.entropy_norm())
+        cols["local"][layer] = mean(r.get("band_mass"))
         cols["sink_mass"][layer], cols["punct_mass"][layer] = mean(kv[..., 0]), mean(kv[..., 1])
         share = torch.where(kv[..., 2] > 0, kv[..., 3] / kv[..., 2].clamp_min(1e-30), torch.zeros_like(kv[..., 2]))
         cols["norm_mass"][layer] = mean(share)
-        offsets[layer] = offset_histogram(r.argmax, ids.shape[1], valid)
-    return cols, offsets
+        if impl == "blocked":
+            cols["max_weight"][layer] = mean(r.get("max_weight"))
+            offsets[layer] = offset_histogram(r.get("argmax"), ids.shape[1], valid)
+    paths = {c: impl for c in FUSED_COLUMNS}
+    paths.update(
+        {
+            c: ("blocked" if impl == "blocked" else "not computed (ask for max_weight)")
+            for c in MAX_COLUMNS + ("argmax_offsets",)
+        }
+    )
+    return cols, offsets, paths
+
+
+def _fused_refusal(loaded: LoadedModel) -> str | None:
+    """Why the fused path cannot read this model (soft-capped scores are not linear in the weights)."""
+    cfg = loaded.model.config
+    if getattr(cfg, "attn_logit_softcapping", None):
+        return "the model soft-caps its attention scores, which the fused kernel cannot"
+    return None
 
 
 def offset_histogram(argmax: torch.Tensor, T: int, valid: torch.Tensor) -> np.ndarray:
@@ -188,8 +216,10 @@ def offset_histogram(argmax: torch.Tensor, T: int, valid: torch.Tensor) -> np.nd
 @torch.no_grad()
 def repeated_scores(loaded: LoadedModel, stim: Repeated) -> dict:
     """prev_token, duplicate, induction [L, H] on one repeated-random-token batch."""
-    diag = repeat_probe(stim.S)
-    with routed(loaded, probes=[diag], impl="eager"):
+    fused = _fused_refusal(loaded) is None
+    S = stim.S
+    diag = PerLayer(lambda: FusedRowStats(diagonals=(1, S, S - 1), entropy=False)) if fused else repeat_probe(S)
+    with routed(loaded, probes=[diag], impl="fused" if fused else "eager"):  # three named weights per row
         loaded.model.base_model(input_ids=stim.input_ids, attention_mask=stim.attention_mask)
     return diagonal_scores(diag, stim, loaded.n_layers, loaded.n_heads)
 

@@ -221,11 +221,14 @@ def _load_gguf_cached(gguf: Path, say):
 
     say(f"dequantizing {gguf.name} (once; about 20 s)")
     try:
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        model, info = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, output_loading_info=True
+        )
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     except Exception as e:  # noqa: BLE001  (a malformed GGUF fails in many ways inside transformers)
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelLoadError(f"transformers could not load the GGUF file {gguf}: {first[:200]}") from None
+    refuse_partial_weights(gguf, info)
     try:
         target.mkdir(parents=True, exist_ok=True)
         tied = bool(getattr(model.config, "tie_word_embeddings", False))

@@ -41,7 +41,7 @@ ROLES = (
     Role("sink/delimiter", "sink_mass", 0.60, "#7f7f7f"),
     Role("local", "local", 0.70, "#2ca02c"),
     Role("broad", "entropy_norm", 0.80, "#ff7f0e"),
-    Role("mixed", "max_weight", None, "#c7c7c7"),
+    Role("mixed", "entropy", None, "#c7c7c7"),
 )
 ROLE_NAMES = tuple(r.name for r in ROLES)
 THRESHOLDS = {r.name: r.threshold for r in ROLES if r.threshold is not None}

@@ -1,0 +1,176 @@
+"""fused: torch's fused CPU flash kernel, with each row's log-sum-exp, and statistics without n×n.
+
+The kernel (``_scaled_dot_product_flash_attention_for_cpu``) returns (out, lse). With lse_i in hand
+every weight is a dot product away, p_ij = exp(scale·q_i·k_j − lse_i), and every statistic that is
+linear in the weights is one more fused pass with other "values":
+
+    Σ_j p_ij k_j         (V = K)      entropy  H_i = lse_i − scale · q_i · Σ_j p_ij k_j
+    Σ_j p_ij c_j         (V = c)      mass on a key set (c = indicator), norm-weighted mass (c = ‖f(x_j)‖)
+
+The kernel wants Q, K and V of one head size, so everything goes into the one call that computes the
+output: the values are [V | K | c], and q and k are padded with zero channels to that width (zeros
+add nothing to q·k). Measured on this CPU, one call of width 2D + 8 costs ~1.4–2× one of width D,
+less than two calls (the softmax is computed once). Named weights (diagonals, a band of keys, the
+first position) cost O(T · w · D) dot products. Nothing n×n is ever held.
+
+What is not linear in the weights — the row maximum and argmax, soft-capped scores — is refused
+here (UnsupportedRequest names ``blocked``). Probes that read this backend implement
+``update_fused(block: FusedBlock)`` and set ``reads_fused = True`` (engine/fused_probes.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ..masks import Predicated
+from ..trace import Trace
+from .common import Request, UnsupportedRequest
+
+ROWS_PER_BLOCK = 256  # query rows whose keep-mask is materialised at once for named weights
+
+
+@dataclass
+class FusedBlock:
+    """What one fused call knows, for probes: every row of the call at once (no weights)."""
+
+    q: torch.Tensor  # (B, H, Tq, D)
+    k: torch.Tensor  # (B, Hkv, Tk, D)
+    scale: float
+    lse: torch.Tensor | None  # (B, H, Tq); -inf for rows that see nothing
+    n_visible: torch.Tensor  # (B, H, Tq) keys each row may see
+    req: Request
+    layer: int | None = None
+    key_sums: torch.Tensor | None = None  # (B, H, Tq, D): Σ_j p_ij k_j
+    channel_sums: dict = field(default_factory=dict)  # id(key vectors) -> (B, H, Tq, C): Σ_j p_ij c_j
+
+    @property
+    def Tq(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def Tk(self) -> int:
+        return self.k.shape[2]
+
+    def named_weights(self, offsets) -> torch.Tensor:
+        """p_{i, i − off} for every row and offset (query position minus key position): [B, H, Tq, len(offsets)];
+        0 where that key does not exist or the row may not see it."""
+        B, H, Tq, D = self.q.shape
+        G = H // self.k.shape[1]
+        offs = torch.as_tensor(list(offsets), dtype=torch.long)
+        out = self.q.new_zeros(B, H, Tq, len(offs), dtype=torch.float32)
+        for q0 in range(0, Tq, ROWS_PER_BLOCK):
+            q1 = min(Tq, q0 + ROWS_PER_BLOCK)
+            qpos = torch.arange(q0, q1) + (self.Tk - Tq)  # absolute positions (bottom-right)
+            cols = qpos[:, None] - offs[None, :]  # (bq, n_off)
+            ok = (cols >= 0) & (cols < self.Tk)
+            c = cols.clamp(0, self.Tk - 1)
+            keep = self.req.keep_rows(q0, q1)  # (b?, h?, bq, Tk) or None
+            if keep is not None:
+                seen = keep.expand(B, H, q1 - q0, self.Tk).gather(-1, c.expand(B, H, -1, -1))  # (B, H, bq, n_off)
+                ok = ok & seen
+            kk = self.k.repeat_interleave(G, dim=1)[:, :, c]  # (B, H, bq, n_off, D)
+            s = torch.einsum("bhqd,bhqod->bhqo", self.q[:, :, q0:q1].float(), kk.float()) * self.scale
+            p = torch.exp(s - self.lse[:, :, q0:q1, None].float())
+            out[:, :, q0:q1] = torch.where(ok, p, torch.zeros_like(p))
+        return out
+
+    def key_weights(self, keys: torch.Tensor) -> torch.Tensor:
+        """p_ij for a small set of key positions ``keys`` (1-D long): [B, H, Tq, len(keys)], 0 where not visible."""
+        B, H, Tq, D = self.q.shape
+        G = H // self.k.shape[1]
+        kk = self.k.repeat_interleave(G, dim=1)[:, :, keys]  # (B, H, n, D)
+        s = torch.einsum("bhqd,bhnd->bhqn", self.q.float(), kk.float()) * self.scale
+        p = torch.exp(s - self.lse[..., None].float())
+        out = torch.zeros_like(p)
+        for q0 in range(0, Tq, ROWS_PER_BLOCK):
+            q1 = min(Tq, q0 + ROWS_PER_BLOCK)
+            keep = self.req.keep_rows(q0, q1)
+            seen = torch.ones(1, dtype=torch.bool) if keep is None else keep.expand(B, H, q1 - q0, self.Tk)[..., keys]
+            out[:, :, q0:q1] = torch.where(seen, p[:, :, q0:q1], 0.0)
+        return out
+
+
+def why_not(req: Request) -> str | None:
+    if req.softcap:
+        return "the fused kernel has no soft-cap; use impl='blocked'"
+    if req.interventions:
+        return "the fused kernel cannot edit weights or head outputs; use impl='eager' or 'blocked'"
+    plain = [p for p in req.probes if not getattr(p, "reads_fused", False)]
+    if plain:
+        names = ", ".join(sorted({type(p).__name__ for p in plain}))
+        return f"{names} read the weights block by block, which the fused kernel never holds; use impl='blocked'"
+    if not req.scale > 0:
+        return f"the fused kernel needs a positive scale, got {req.scale:g}; use impl='eager'"
+    return None
+
+
+def _mask_args(req: Request):
+    """(is_causal, additive float mask or None, n_visible [B?, H?, Tq]) for the kernel."""
+    B, H, Hkv, Tq, Tk, D, Dv = req.dims
+    m = req.mask
+    if m is None:
+        return False, None, torch.full((1, 1, Tq), Tk)
+    if isinstance(m, Predicated) and m.name == "causal" and Tq == Tk:
+        return True, None, (torch.arange(Tq) + 1).view(1, 1, Tq)
+    keep = req.keep_rows(0, Tq)  # (b?, h?, Tq, Tk): one bool per pair (T² bits; the kernel needs it whole)
+    additive = torch.zeros(keep.shape, dtype=req.q.dtype).masked_fill(~keep, float("-inf"))
+    return False, additive, keep.sum(-1)
+
+
+def _kernel(q, k, v, is_causal, additive, scale):
+    """(out [B, H, Tq, Dv], lse [B, H, Tq]) with q/k padded or v padded to one head size."""
+    dq, dv = q.shape[-1], v.shape[-1]
+    if dv > dq:
+        q, k = F.pad(q, (0, dv - dq)), F.pad(k, (0, dv - dq))  # zero channels: q·k unchanged
+    elif dv < dq:
+        v = F.pad(v, (0, dq - dv))
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q.contiguous(), k.contiguous(), v.contiguous(), 0.0, is_causal, attn_mask=additive, scale=scale
+    )[:2]
+    return out[..., :dv], lse
+
+
+def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
+    reason = why_not(req)
+    if reason:
+        raise UnsupportedRequest(reason)
+    B, H, Hkv, Tq, Tk, D, Dv = req.dims
+    is_causal, additive, n_vis = _mask_args(req)
+    n_vis = n_vis.expand(B, H, Tq)
+    empty = (n_vis == 0)[..., None]
+    if not req.probes:
+        out, lse = _kernel(req.q, req.k, req.v, is_causal, additive, req.scale)
+        out = out.masked_fill(empty, 0.0)  # rows that see nothing: zeros (the kernel agrees)
+        return out, (Trace("fused", lse=lse, out=out, notes=["flash kernel"]) if req.want_trace else None)
+    # One call computes the output and every statistic: the values are [V | K | key channels], all per
+    # query head, and q, k are zero-padded to that width (the CPU kernel wants one head size). One
+    # call of width ~2D costs less than two of width D (the softmax and its exps are done once).
+    need_keys = any(getattr(p, "needs_key_sums", False) for p in req.probes)
+    G = H // Hkv
+    k_rep = req.k.repeat_interleave(G, dim=1)  # (B, H, Tk, D): copied once, read by every statistic
+    block = FusedBlock(req.q, k_rep, req.scale, None, n_vis, req, layer=req.layer)
+    channels = {}  # id of the key-vector tensor a probe handed in -> those vectors, per query head
+    for p in req.probes:
+        c = p.key_channels(block) if hasattr(p, "key_channels") else None
+        if c is not None:
+            channels[id(c)] = c.to(req.q.dtype).expand(B, H, Tk, c.shape[-1])  # (B, H, Tk, C)
+    parts = [req.v.repeat_interleave(G, dim=1)] + ([k_rep] if need_keys else []) + list(channels.values())
+    values = torch.cat(parts, dim=-1)  # (B, H, Tk, Dv + D? + ΣC)
+    width = -(-values.shape[-1] // 8) * 8  # a multiple of 8: the kernel is much slower at other widths
+    values = F.pad(values, (0, width - values.shape[-1]))
+    sums, lse = _kernel(req.q, k_rep, values, is_causal, additive, req.scale)  # (B, H, Tq, width)
+    sums = sums.masked_fill(empty, 0.0)
+    block.lse = lse.masked_fill(empty[..., 0], float("-inf"))
+    out, at = sums[..., :Dv], Dv
+    if need_keys:
+        block.key_sums, at = sums[..., at : at + D], at + D
+    for key, c in channels.items():
+        block.channel_sums[key] = sums[..., at : at + c.shape[-1]]
+        at += c.shape[-1]
+    for probe in req.probes:
+        probe.update_fused(block)
+    trace = Trace("fused", lse=block.lse, out=out, notes=["one flash call: [V | K | key channels]"])
+    return out.contiguous(), (trace if req.want_trace else None)
