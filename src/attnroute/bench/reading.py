@@ -64,7 +64,15 @@ def long_context_cell(mode: str, T: int, timeout: int = 1500) -> dict:
     return {"mode": mode, "T": T, **m} if "error" in m else m
 
 
-CELLS = [("sdpa", 4096), ("eager", 4096), ("headtable", 4096), ("sdpa", 16384), ("headtable", 16384)]
+CELLS = [
+    ("sdpa-body", 4096),
+    ("eager", 4096),
+    ("headtable", 4096),
+    ("headtable-max", 4096),
+    ("sdpa-body", 16384),
+    ("headtable", 16384),
+    ("headtable", 32768),
+]
 
 
 def long_context_rows(cells=CELLS, progress=None) -> list[dict]:
@@ -83,6 +91,6 @@ def run(progress=None, quick: bool = False, parts=("effects", "long_context"), p
     if "effects" in parts:
         out["effects"] = effects_rows(progress, batch=1, S=6) if quick else effects_rows(progress)
     if "long_context" in parts:
-        cells = [("sdpa", 256), ("headtable", 256)] if quick else CELLS
+        cells = [("sdpa-body", 256), ("headtable", 256)] if quick else CELLS
         out["long_context"] = long_context_rows(cells, progress)
     return out

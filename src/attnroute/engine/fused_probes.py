@@ -46,10 +46,11 @@ class FusedRowStats(Probe):
         named = block.named_weights(offsets)  # (B, H, Tq, n_off)
         at = {o: i for i, o in enumerate(offsets)}
         out["band_mass"] = named[..., [at[o] for o in band]].sum(-1)
-        out["prev_mass"] = named[..., at[1]]
+        out["prev_mass"] = named[..., at[1]].clone()
         for o in self.diagonals:
-            out[f"diag{o}"] = named[..., at[o]]
-        out["first_mass"] = block.key_weights(torch.tensor([0]))[..., 0]
+            out[f"diag{o}"] = named[..., at[o]].clone()
+        out["first_mass"] = block.key_weights(torch.tensor([0]))[..., 0].clone()
+        out["n_visible"] = out["n_visible"].contiguous()
         self.values = out
 
     def get(self, name: str) -> torch.Tensor:
@@ -86,7 +87,8 @@ class FusedKeyMass(Probe):
 
     def update_fused(self, block) -> None:
         if self.wants(block) and self.vectors is not None and id(self.vectors) in block.channel_sums:
-            self.result = block.channel_sums[id(self.vectors)].float()
+            # a copy: a view would keep the call's whole [V | K | channels] sums alive (memory ∝ layers · T)
+            self.result = block.channel_sums[id(self.vectors)].float().clone()
 
     def rows(self) -> torch.Tensor:
         return self.result

@@ -193,8 +193,10 @@ def read_bench_markdown(result: dict) -> str:
     ]
     names = {
         "sdpa": "transformers SDPA forward (no weights)",
+        "sdpa-body": "transformers SDPA forward of the model body (no LM head)",
         "eager": "transformers eager + output_attentions",
-        "headtable": "attnroute HeadTable (text statistics)",
+        "headtable": "attnroute HeadTable text statistics (fused)",
+        "headtable-max": "attnroute HeadTable text statistics with max weight (blocked)",
     }
     for r in result["long_context"]:
         if "error" in r:
