@@ -1,9 +1,10 @@
 """Child process for one long-context measurement; prints JSON {seconds, peak_rss_bytes}.
 
 python -m attnroute.bench.long_context MODE T
-MODE: sdpa (transformers' SDPA forward, no weights), eager (eager with output_attentions, what
-BertViz / TransformerLens' bridge / nnsight / Inseq read), headtable (attnroute's text statistics,
-blocked backend).
+MODE: sdpa (transformers' SDPA forward, no weights), sdpa-body (the same without the LM head), eager
+(eager with output_attentions, what BertViz / TransformerLens' bridge / nnsight / Inseq read),
+headtable (attnroute's text statistics, fused backend), headtable-masses (the same without entropy:
+masses, band and diagonals), headtable-max (with the row maximum and argmax: blocked backend).
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def main(mode: str, T: int, model: str = "smollm2") -> None:
 
     def run(ids):
         with torch.no_grad():
-            if mode in ("headtable", "headtable-max"):
-                text_statistics(lm, ids, lambda *a: None, max_weight=mode == "headtable-max")
+            if mode in ("headtable", "headtable-max", "headtable-masses"):
+                text_statistics(
+                    lm, ids, lambda *a: None, max_weight=mode == "headtable-max", entropy=mode != "headtable-masses"
+                )
             elif mode == "sdpa-body":  # the model body only: what the statistics pass runs, without the LM head
                 lm.model.set_attn_implementation("sdpa")
                 lm.model.base_model(input_ids=ids)

@@ -121,7 +121,7 @@ MAX_COLUMNS = ("max_weight",)  # and the argmax offsets: not linear in the weigh
 
 
 @torch.no_grad()
-def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: bool = False):
+def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: bool = False, entropy: bool = True):
     """One forward of the text; no LM head (no logits are needed).
 
     Default: the fused backend — the flash kernel with each row's log-sum-exp, and one more fused pass
@@ -135,7 +135,7 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
     if impl == "fused" and (reason := _fused_refusal(loaded)):
         say("warn", f"statistics through the blocked backend: {reason}")
         impl = "blocked"
-    rows = row_stats_probe(band=4) if impl == "blocked" else PerLayer(lambda: FusedRowStats(band=4))
+    rows = row_stats_probe(band=4) if impl == "blocked" else PerLayer(lambda: FusedRowStats(band=4, entropy=entropy))
     keyvec = PerLayer(KeyVectors if impl == "blocked" else FusedKeyMass)
 
     def set_key_vectors(layer, module, q, k, v):
@@ -162,7 +162,8 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
         def mean(x, valid=valid):  # over the rows with a choice to make, per head
             return ((x.float() * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)).numpy()
 
-        cols["entropy"][layer], cols["entropy_norm"][layer] = mean(r.get("entropy")), mean(r.entropy_norm())
+        if impl == "blocked" or entropy:
+            cols["entropy"][layer], cols["entropy_norm"][layer] = mean(r.get("entropy")), mean(r.entropy_norm())
         cols["local"][layer] = mean(r.get("band_mass"))
         cols["sink_mass"][layer], cols["punct_mass"][layer] = mean(kv[..., 0]), mean(kv[..., 1])
         share = torch.where(kv[..., 2] > 0, kv[..., 3] / kv[..., 2].clamp_min(1e-30), torch.zeros_like(kv[..., 2]))
@@ -171,6 +172,8 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
             cols["max_weight"][layer] = mean(r.get("max_weight"))
             offsets[layer] = offset_histogram(r.get("argmax"), ids.shape[1], valid)
     paths = {c: impl for c in FUSED_COLUMNS}
+    if impl == "fused" and not entropy:
+        paths.update({c: "not computed (entropy=False)" for c in ("entropy", "entropy_norm")})
     paths.update(
         {
             c: ("blocked" if impl == "blocked" else "not computed (ask for max_weight)")
