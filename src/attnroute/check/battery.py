@@ -428,45 +428,40 @@ def _garbage_case(ctx, dtype, where: str):
     return leaks
 
 
-def check_masked_keys(ctx, dtype):
-    """Garbage in masked-out *keys*: a large finite key must never reach a visible row (fail); NaN/inf
-    entering the q·k matmul before the mask is IEEE propagation (hazard)."""
-    leaks = _garbage_case(ctx, dtype, "keys")
+GARBAGE_ROUTE = {  # where garbage behind the mask enters, and what a finite leak means there
+    "keys": ("the q·k matmul before the mask", "the mask does not hide a key whose logit is large"),
+    "values": ("0·NaN in the weights·V matmul", "masked keys carry weight"),
+}
+
+
+def _garbage_verdict(ctx, dtype, where: str) -> CheckResult:
+    """A finite value behind the mask reaching a visible row fails (a mask must hold for any finite
+    input); NaN/inf that enters a matmul before the mask is IEEE propagation: a hazard."""
+    name = f"masked_{where}"
+    leaks = _garbage_case(ctx, dtype, where)
+    route, finite_means = GARBAGE_ROUTE[where]
     finite = [g for g in leaks if math.isfinite(g)]
     if finite:
         return CheckResult.fail(
-            "masked_keys",
-            f"a finite {finite[0]:g} in example 1's padded keys reached its real "
-            "rows: the mask does not hide a key whose logit is large",
+            name, f"a finite {finite[0]:g} in example 1's padded {where} reached its real rows: {finite_means}"
         )
     if leaks:
         return CheckResult.hazard(
-            "masked_keys",
-            f"{', '.join(map(str, leaks))} in masked-out keys reaches the real "
-            "rows through the q·k matmul before the mask (0·NaN); harmless "
-            "unless padded keys can hold non-finite numbers",
+            name,
+            f"{', '.join(map(str, leaks))} in masked-out {where} reaches the real rows "
+            f"through {route}; harmless unless padded {where} can hold non-finite numbers",
         )
-    return CheckResult.ok("masked_keys", "NaN, inf and large finite keys behind the mask never leak")
+    return CheckResult.ok(name, f"NaN, inf and large finite {where} behind the mask never leak")
+
+
+def check_masked_keys(ctx, dtype):
+    """Garbage in masked-out *keys* (see _garbage_verdict)."""
+    return _garbage_verdict(ctx, dtype, "keys")
 
 
 def check_masked_values(ctx, dtype):
-    """Garbage in masked-out *values*: NaN/inf reach visible outputs through 0·NaN in the weights·V
-    matmul (torch SDPA does this: pytorch #101967) — a hazard; a finite value leaking is a failure."""
-    leaks = _garbage_case(ctx, dtype, "values")
-    finite = [g for g in leaks if math.isfinite(g)]
-    if finite:
-        return CheckResult.fail(
-            "masked_values",
-            f"a finite {finite[0]:g} in example 1's padded values reached its real rows: masked keys carry weight",
-        )
-    if leaks:
-        return CheckResult.hazard(
-            "masked_values",
-            f"{', '.join(map(str, leaks))} in masked-out values reaches the "
-            "real rows through 0·NaN in the weights·V matmul; harmless unless "
-            "padded values can hold non-finite numbers",
-        )
-    return CheckResult.ok("masked_values", "NaN, inf and large finite values behind the mask never leak")
+    """Garbage in masked-out *values*: NaN/inf leak through 0·NaN (torch SDPA does: pytorch #101967)."""
+    return _garbage_verdict(ctx, dtype, "values")
 
 
 def check_sentinel_overrun(ctx, dtype):
