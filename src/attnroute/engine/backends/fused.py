@@ -29,7 +29,7 @@ from ..masks import Predicated
 from ..trace import Trace
 from .common import Request, UnsupportedRequest
 
-ROWS_PER_BLOCK = 256  # query rows whose keep-mask is materialised at once for named weights
+ROWS_PER_BLOCK = 1024  # query rows whose named weights (and keep-mask, if any) are built at once
 
 
 @dataclass
@@ -54,42 +54,60 @@ class FusedBlock:
     def Tk(self) -> int:
         return self.k.shape[2]
 
+    def _plain_causal(self) -> bool:
+        m = self.req.mask
+        return isinstance(m, Predicated) and m.name == "causal" and m.align == "bottom_right"
+
+    def _logits(self, q0: int, q1: int, cols: torch.Tensor) -> torch.Tensor:
+        """scale · q_i · k_j for rows q0..q1 and, per row, the key columns ``cols`` [bq, n]: [B, H, bq, n].
+        Query head h reads kv head h // G through a view: K is never copied per query head."""
+        B, H, Tq, D = self.q.shape
+        Hkv = self.k.shape[1]
+        q = self.q[:, :, q0:q1].float().reshape(B, Hkv, H // Hkv, q1 - q0, D)  # (B, Hkv, G, bq, D)
+        kk = self.k[:, :, cols].float()  # (B, Hkv, bq, n, D)
+        return torch.einsum("bkgqd,bkqnd->bkgqn", q, kk).reshape(B, H, q1 - q0, cols.shape[1]) * self.scale
+
     def named_weights(self, offsets) -> torch.Tensor:
         """p_{i, i − off} for every row and offset (query position minus key position): [B, H, Tq, len(offsets)];
         0 where that key does not exist or the row may not see it."""
         B, H, Tq, D = self.q.shape
-        G = H // self.k.shape[1]
         offs = torch.as_tensor(list(offsets), dtype=torch.long)
         out = self.q.new_zeros(B, H, Tq, len(offs), dtype=torch.float32)
+        causal = self._plain_causal()
         for q0 in range(0, Tq, ROWS_PER_BLOCK):
             q1 = min(Tq, q0 + ROWS_PER_BLOCK)
             qpos = torch.arange(q0, q1) + (self.Tk - Tq)  # absolute positions (bottom-right)
             cols = qpos[:, None] - offs[None, :]  # (bq, n_off)
             ok = (cols >= 0) & (cols < self.Tk)
-            c = cols.clamp(0, self.Tk - 1)
-            keep = self.req.keep_rows(q0, q1)  # (b?, h?, bq, Tk) or None
-            if keep is not None:
-                seen = keep.expand(B, H, q1 - q0, self.Tk).gather(-1, c.expand(B, H, -1, -1))  # (B, H, bq, n_off)
-                ok = ok & seen
-            kk = self.k.repeat_interleave(G, dim=1)[:, :, c]  # (B, H, bq, n_off, D)
-            s = torch.einsum("bhqd,bhqod->bhqo", self.q[:, :, q0:q1].float(), kk.float()) * self.scale
-            p = torch.exp(s - self.lse[:, :, q0:q1, None].float())
+            if causal:  # a bottom-right causal row sees exactly the keys at or before it
+                ok = ok & (offs[None, :] >= 0)
+            else:
+                keep = self.req.keep_rows(q0, q1)  # (b?, h?, bq, Tk) or None
+                if keep is not None:
+                    c = cols.clamp(0, self.Tk - 1)
+                    ok = ok & keep.expand(B, H, q1 - q0, self.Tk).gather(-1, c.expand(B, H, -1, -1))
+            p = torch.exp(self._logits(q0, q1, cols.clamp(0, self.Tk - 1)) - self.lse[:, :, q0:q1, None].float())
             out[:, :, q0:q1] = torch.where(ok, p, torch.zeros_like(p))
         return out
 
     def key_weights(self, keys: torch.Tensor) -> torch.Tensor:
         """p_ij for a small set of key positions ``keys`` (1-D long): [B, H, Tq, len(keys)], 0 where not visible."""
         B, H, Tq, D = self.q.shape
-        G = H // self.k.shape[1]
-        kk = self.k.repeat_interleave(G, dim=1)[:, :, keys]  # (B, H, n, D)
-        s = torch.einsum("bhqd,bhnd->bhqn", self.q.float(), kk.float()) * self.scale
-        p = torch.exp(s - self.lse[..., None].float())
-        out = torch.zeros_like(p)
+        out = self.q.new_zeros(B, H, Tq, len(keys), dtype=torch.float32)
+        causal = self._plain_causal()
         for q0 in range(0, Tq, ROWS_PER_BLOCK):
             q1 = min(Tq, q0 + ROWS_PER_BLOCK)
-            keep = self.req.keep_rows(q0, q1)
-            seen = torch.ones(1, dtype=torch.bool) if keep is None else keep.expand(B, H, q1 - q0, self.Tk)[..., keys]
-            out[:, :, q0:q1] = torch.where(seen, p[:, :, q0:q1], 0.0)
+            cols = keys[None, :].expand(q1 - q0, -1)
+            p = torch.exp(self._logits(q0, q1, cols) - self.lse[:, :, q0:q1, None].float())
+            if causal:
+                qpos = torch.arange(q0, q1) + (self.Tk - Tq)
+                seen = keys[None, :] <= qpos[:, None]  # (bq, n)
+            else:
+                keep = self.req.keep_rows(q0, q1)
+                seen = (
+                    torch.ones(1, dtype=torch.bool) if keep is None else keep.expand(B, H, q1 - q0, self.Tk)[..., keys]
+                )
+            out[:, :, q0:q1] = torch.where(seen, p, 0.0)
         return out
 
 
@@ -150,20 +168,24 @@ def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
     # call of width ~2D costs less than two of width D (the softmax and its exps are done once).
     need_keys = any(getattr(p, "needs_key_sums", False) for p in req.probes)
     G = H // Hkv
-    k_rep = req.k.repeat_interleave(G, dim=1)  # (B, H, Tk, D): copied once, read by every statistic
-    block = FusedBlock(req.q, k_rep, req.scale, None, n_vis, req, layer=req.layer)
+    block = FusedBlock(req.q, req.k, req.scale, None, n_vis, req, layer=req.layer)
     channels = {}  # id of the key-vector tensor a probe handed in -> those vectors, per query head
     for p in req.probes:
         c = p.key_channels(block) if hasattr(p, "key_channels") else None
         if c is not None:
             channels[id(c)] = c.to(req.q.dtype).expand(B, H, Tk, c.shape[-1])  # (B, H, Tk, C)
+    k_rep = req.k.repeat_interleave(G, dim=1)  # (B, H, Tk, D): the kernel takes K with the values' heads
     parts = [req.v.repeat_interleave(G, dim=1)] + ([k_rep] if need_keys else []) + list(channels.values())
-    values = torch.cat(parts, dim=-1)  # (B, H, Tk, Dv + D? + ΣC)
-    width = -(-values.shape[-1] // 8) * 8  # a multiple of 8: the kernel is much slower at other widths
-    values = F.pad(values, (0, width - values.shape[-1]))
+    used = sum(p.shape[-1] for p in parts)
+    width = -(-used // 8) * 8  # a multiple of 8: the kernel is much slower at other widths
+    values = F.pad(torch.cat(parts, dim=-1), (0, width - used))  # (B, H, Tk, Dv + D? + ΣC + pad)
+    del parts
+    # One call for the whole layer. (Calling it per kv-head group was tried: smaller copies, but the
+    # peak RSS rose — mid-sized blocks stay in malloc's heap where whole-layer ones are unmapped.)
     sums, lse = _kernel(req.q, k_rep, values, is_causal, additive, req.scale)  # (B, H, Tq, width)
-    sums = sums.masked_fill(empty, 0.0)
-    block.lse = lse.masked_fill(empty[..., 0], float("-inf"))
+    del values, k_rep
+    sums.masked_fill_(empty, 0.0)  # in place: no second copy of the sums
+    block.lse = lse.masked_fill_(empty[..., 0], float("-inf"))
     out, at = sums[..., :Dv], Dv
     if need_keys:
         block.key_sums, at = sums[..., at : at + D], at + D
