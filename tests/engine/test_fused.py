@@ -20,6 +20,7 @@ def mask_of(kind, B, Tq, Tk, seed):
     return {
         "none": None,
         "causal": ar.causal(),
+        "causal_tl": ar.causal(align="top_left"),  # torch's is_causal grid, also when Tq != Tk
         "left": ar.causal() & ar.padding(torch.randint(0, Tk + 1, (B,), generator=g), Tk=Tk, side="left"),
         "right": ar.padding(torch.randint(1, Tk + 1, (B,), generator=g), Tk=Tk),
         "window": ar.sliding_window(1 + seed % 4),
@@ -46,13 +47,14 @@ def fused_and_blocked(q, k, v, mask, vectors, diagonals=(1, 2)):
     Tq=st.integers(1, 12),
     Tk=st.integers(1, 12),
     D=st.sampled_from([2, 8, 16]),
-    kind=st.sampled_from(["none", "causal", "left", "right", "window"]),
+    kind=st.sampled_from(["none", "causal", "causal_tl", "left", "right", "window"]),
     seed=st.integers(0, 500),
 )
 @example(B=2, Hkv=2, G=2, Tq=9, Tk=9, D=8, kind="left", seed=3)  # grouped heads, rows that see nothing
 @example(B=1, Hkv=1, G=3, Tq=4, Tk=11, D=16, kind="causal", seed=1)  # decoding: Tq < Tk, bottom-right
 @example(B=2, Hkv=1, G=1, Tq=10, Tk=10, D=2, kind="window", seed=2)
 @example(B=2, Hkv=2, G=1, Tq=5, Tk=8, D=8, kind="right", seed=5)  # cross-attention shapes
+@example(B=1, Hkv=1, G=2, Tq=9, Tk=4, D=8, kind="causal_tl", seed=4)  # top-left, rows past Tk see every key
 def test_fused_statistics_equal_the_blocked_backends(B, Hkv, G, Tq, Tk, D, kind, seed):
     q, k, v = qkv(B, Hkv * G, Hkv, Tq, Tk, D, seed=seed)
     mask = mask_of(kind, B, Tq, Tk, seed)

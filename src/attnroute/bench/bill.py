@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from ..cost.long_context import call, predicted_bytes, predicted_flops
+from ..cost.long_context import VARIANTS, call, predicted_bytes, predicted_flops
 from ..engine import InputError
 from .child import run_child
 from .measure import peak_extra_bytes, seconds
@@ -36,8 +36,6 @@ def measure_one(variant: str, T: int, H: int = 8, D: int = 64) -> dict:
 
 def rows(lengths=(1024, 2048, 4096, 8192), progress=None) -> list[dict]:
     """Every variant at every length, formula beside measurement."""
-    from ..cost.long_context import VARIANTS
-
     if any(T < MIN_LENGTH for T in lengths):
         raise InputError(f"lengths must be at least {MIN_LENGTH} tokens each, got {list(lengths)}", field="lengths")
     out = []

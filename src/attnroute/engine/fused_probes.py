@@ -37,7 +37,7 @@ class FusedRowStats(Probe):
         if not self.wants(block):
             return
         seen = block.n_visible > 0
-        out = {"n_visible": block.n_visible.float()}
+        out = {"n_visible": block.n_visible.float().contiguous()}  # n_visible may be an expanded view
         if self.entropy:
             ws = block.scale * torch.linalg.vecdot(block.q.float(), block.key_sums.float())  # Σ_j p_ij s_ij
             out["entropy"] = torch.where(seen, block.lse.float() - ws, 0.0).clamp_min(0.0)
@@ -50,7 +50,6 @@ class FusedRowStats(Probe):
         for o in self.diagonals:
             out[f"diag{o}"] = named[..., at[o]].clone()
         out["first_mass"] = block.key_weights(torch.tensor([0]))[..., 0].clone()
-        out["n_visible"] = out["n_visible"].contiguous()
         self.values = out
 
     def get(self, name: str) -> torch.Tensor:

@@ -170,6 +170,26 @@ def causal(align: str = "bottom_right") -> Mask:
     return Predicated(lambda b, h, q, kv: kv <= q, align=align, name="causal")
 
 
+def causal_alignment(mask) -> str | None:
+    """The alignment of a plain :func:`causal` mask, or None for any other mask.
+
+    Backends read this to take a fast path (torch's ``is_causal``, a key-range shortcut) instead of
+    materialising the keep grid; one home, so every backend agrees on which masks qualify."""
+    return mask.align if isinstance(mask, Predicated) and mask.name == "causal" else None
+
+
+def is_torch_causal(mask, Tq: int, Tk: int) -> bool:
+    """True when ``mask`` draws the grid of torch's ``is_causal=True``: causal aligned top-left.
+    Bottom-right causal draws the same grid only when Tq == Tk.  Tq=2, Tk=4::
+
+        top_left (torch)   bottom_right (ours)
+        ■ ⬚ ⬚ ⬚            ■ ■ ■ ⬚
+        ■ ■ ⬚ ⬚            ■ ■ ■ ■
+    """
+    align = causal_alignment(mask)
+    return align == "top_left" or (align == "bottom_right" and Tq == Tk)
+
+
 def sliding_window(window: int, align: str = "bottom_right") -> Mask:
     """Causal window of ``window`` keys including the query's own (transformers' convention).
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..masks import Predicated
+from ..masks import causal_alignment, is_torch_causal
 from ..trace import Trace
 from .common import Request, UnsupportedRequest
 
@@ -55,8 +55,7 @@ class FusedBlock:
         return self.k.shape[2]
 
     def _plain_causal(self) -> bool:
-        m = self.req.mask
-        return isinstance(m, Predicated) and m.name == "causal" and m.align == "bottom_right"
+        return causal_alignment(self.req.mask) == "bottom_right"
 
     def _logits(self, q0: int, q1: int, cols: torch.Tensor) -> torch.Tensor:
         """scale · q_i · k_j for rows q0..q1 and, per row, the key columns ``cols`` [bq, n]: [B, H, bq, n].
@@ -131,8 +130,8 @@ def _mask_args(req: Request):
     m = req.mask
     if m is None:
         return False, None, torch.full((1, 1, Tq), Tk)
-    if isinstance(m, Predicated) and m.name == "causal" and Tq == Tk:
-        return True, None, (torch.arange(Tq) + 1).view(1, 1, Tq)
+    if is_torch_causal(m, Tq, Tk):  # row i sees keys 0..i (top-left), all of them once i >= Tk
+        return True, None, (torch.arange(Tq) + 1).clamp(max=Tk).view(1, 1, Tq)
     keep = req.keep_rows(0, Tq)  # (b?, h?, Tq, Tk): one bool per pair (T² bits; the kernel needs it whole)
     additive = torch.zeros(keep.shape, dtype=req.q.dtype).masked_fill(~keep, float("-inf"))
     return False, additive, keep.sum(-1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..masks import Predicated
+from ..masks import is_torch_causal
 from ..stages import all_finite
 from ..trace import Trace
 from .common import Request, UnsupportedRequest
@@ -33,12 +33,6 @@ def why_not(req: Request) -> str | None:
     if not all_finite(req.q):
         return "torch SDPA turns a row with a non-finite query into zeros; use impl='eager' (NaN propagates)"
     return _garbage(req)[1]
-
-
-def _is_plain_causal(req: Request) -> bool:
-    m = req.mask
-    B, H, Hkv, Tq, Tk, D, Dv = req.dims
-    return isinstance(m, Predicated) and m.name == "causal" and (Tq == Tk or m.align == "top_left")
 
 
 def _garbage(req: Request) -> tuple[torch.Tensor | None, str | None]:
@@ -84,7 +78,7 @@ def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
         raise UnsupportedRequest(reason)
     B, H, Hkv, Tq, Tk, D, Dv = req.dims
     gqa = H != Hkv
-    if _is_plain_causal(req):
+    if is_torch_causal(req.mask, Tq, Tk):
         k, v = _clean(req)
         out = F.scaled_dot_product_attention(req.q, k, v, is_causal=True, scale=req.scale, enable_gqa=gqa)
         return out, (Trace("sdpa", out=out, notes=["is_causal fast path"]) if req.want_trace else None)
