@@ -126,6 +126,20 @@ def test_a_hanging_target_fails_after_the_timeout_and_is_not_called_again():
     assert [c.outcome for c in report.checks] == [Outcome.FAIL] * 3
     assert "did not return within 0.5 s" in report.checks[0].detail
     assert "hung earlier" in report.checks[1].detail
+    assert report.called_at_all and report.calls_reached == 1  # it took the call; only its answer never came
+
+
+@pytest.mark.parametrize(
+    "fn, reached",
+    [(broken.raises_always, False), (broken.wrong_shape, True), (broken.raises_on_masks, True), (broken.correct, True)],
+    ids=lambda x: getattr(x, "__name__", str(x)),
+)
+def test_called_at_all_counts_calls_that_reached_the_target(fn, reached):
+    """A target that raises at every call was never reached (the CLI refuses it, exit 2); one that
+    answered wrongly was reached (its failures are findings)."""
+    report = ar.check(fn)
+    assert report.called_at_all is reached
+    assert (report.calls_reached > 0) is reached
 
 
 def test_full_shape_only_targets_are_checked_with_full_masks_and_the_report_says_so():

@@ -74,6 +74,7 @@ class Caller:
         # "minimal": it accepted broadcast shapes ([1, 1, Tq, Tk], [B, 1, 1, Tk]); "full": it needed [B, 1, Tq, Tk]
         self.shapes: set[str] = set()
         self.mutated: str | None = None
+        self.reached = 0  # calls the target took (it returned something or hung) rather than raised at
 
     def __call__(self, q, k, v, keep: torch.Tensor | None) -> torch.Tensor:
         """The target's output [B, H, Tq, Dv] for the logical keep-mask, or TargetFailed / Unsupported."""
@@ -123,12 +124,14 @@ class Caller:
         worker.start()
         worker.join(self.timeout)
         if worker.is_alive():
+            self.reached += 1
             self.hung = f"no answer within {self.timeout:g} s"
             raise TargetFailed(f"the target did not return within {self.timeout:g} s")
         if "error" in result:
             if isinstance(result["error"], Unsupported):
                 raise result["error"]
             raise TargetFailed(f"raised {_describe(result['error'])}")
+        self.reached += 1
         for name, original, copy in zip("qkv", (q, k, v), copies):
             if not torch.equal(torch.nan_to_num(original), torch.nan_to_num(copy)) or copy.dtype != original.dtype:
                 self.mutated = self.mutated or name

@@ -24,6 +24,7 @@ class CheckReport:
     seconds: float = 0.0
     strict: bool = False
     mask_shapes: list[str] = field(default_factory=list)  # "minimal", "full": the shapes the target accepted
+    calls_reached: int = 0  # battery calls the target took without raising (returned something or hung)
 
     def count(self, outcome: Outcome) -> int:
         return sum(c.outcome is outcome for c in self.checks)
@@ -40,10 +41,8 @@ class CheckReport:
 
     @property
     def called_at_all(self) -> bool:
-        """False when every check is n/a or failed because the target could not be called."""
-        return any(c.outcome in (Outcome.PASS, Outcome.HAZARD) for c in self.checks) or any(
-            c.outcome is Outcome.FAIL and not c.detail.startswith("the target raised") for c in self.checks
-        )
+        """False when no call reached the target (each raised or was refused) and no check passed."""
+        return self.calls_reached > 0 or any(c.outcome in (Outcome.PASS, Outcome.HAZARD) for c in self.checks)
 
     def headline(self) -> str:
         n = len(self.checks)
@@ -136,6 +135,7 @@ def check(
             )
         )
     report.mask_shapes = sorted(ctx.call.shapes)
+    report.calls_reached = ctx.call.reached
     report.seconds = time.perf_counter() - t0
     return report
 
