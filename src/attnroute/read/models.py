@@ -207,7 +207,8 @@ def check_gguf(path: Path) -> None:
 
 
 def _load_gguf_cached(gguf: Path, say):
-    check_gguf(gguf)
+    # The cache is keyed by content, so a complete cache entry means these very bytes parsed and
+    # converted before: the header check (2-3 s of GGUFReader) is only paid when converting.
     target = cache_dir() / f"{gguf.stem}-{content_key(gguf)}"
     if (target / "model.safetensors").exists() and (target / "attnroute-complete").exists():
         say(f"loading {gguf.name} from the safetensors cache {target}")
@@ -216,6 +217,7 @@ def _load_gguf_cached(gguf: Path, say):
         except ModelLoadError as e:  # a damaged cache is rebuilt, not reported forever
             say(f"the cache {target} could not be read ({e}); rebuilding it")
             shutil.rmtree(target, ignore_errors=True)
+    check_gguf(gguf)
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
