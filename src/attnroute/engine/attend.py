@@ -32,7 +32,7 @@ from .masks import Mask, TensorMask
 from .probes import Probe
 from .stages import default_scale
 from .trace import Trace
-from .validate import validate_keep, validate_qkv
+from .validate import validate_bias, validate_keep, validate_qkv, validate_sinks
 
 BACKENDS = {
     "reference": reference.run,
@@ -78,6 +78,8 @@ def attend(
     probes: Sequence[Probe] = (),
     interventions: Sequence[Intervention] = (),
     softcap: float | None = None,
+    bias: Tensor | None = None,
+    sinks: Tensor | None = None,
     layer: int | None = None,
     return_trace: Literal[False] = False,
     memory_budget: int | None = None,
@@ -97,6 +99,8 @@ def attend(
     probes: Sequence[Probe] = (),
     interventions: Sequence[Intervention] = (),
     softcap: float | None = None,
+    bias: Tensor | None = None,
+    sinks: Tensor | None = None,
     layer: int | None = None,
     return_trace: Literal[True],
     memory_budget: int | None = None,
@@ -115,6 +119,8 @@ def attend(
     probes: Sequence[Probe] = (),
     interventions: Sequence[Intervention] = (),
     softcap: float | None = None,
+    bias: Tensor | None = None,
+    sinks: Tensor | None = None,
     layer: int | None = None,
     return_trace: bool = False,
     memory_budget: int | None = None,
@@ -129,6 +135,11 @@ def attend(
         v     [B, Hkv, Tk, Dv]    values
         mask  broadcastable to [B, H, Tq, Tk], True = may attend; or a Mask; or None (all visible)
         out   [B, H,   Tq, Dv]
+
+        bias  float, broadcastable to [B, H, Tq, Tk]: added to the scaled (and soft-capped) scores
+              before masking — T5's relative position bias, ALiBi
+        sinks float [H]: one logit per query head in the softmax denominator (gpt-oss); the sink
+              takes mass and carries no value, so a row's weights sum to 1 − p_sink
 
     scale: defaults to 1/√D. softcap: cap·tanh(s/cap) before masking; None and 0 both mean none.
     probes read the weights block by block; interventions edit scores, weights or head outputs
@@ -150,6 +161,8 @@ def attend(
         _as_mask(mask, B, H, Tq, Tk),
         default_scale(D) if scale is None else float(scale),
         softcap=softcap or None,
+        bias=validate_bias(bias, B, H, Tq, Tk),
+        sinks=validate_sinks(sinks, H),
         probes=tuple(probes),
         interventions=tuple(interventions),
         layer=layer,

@@ -103,6 +103,11 @@ def row_entropy(w: torch.Tensor, block: WeightBlock, max_w: torch.Tensor) -> tor
     ws = torch.linalg.vecdot(w[..., :c0], s[..., :c0])  # (B, H, bq)
     if c0 < s.shape[-1]:
         ws = ws + torch.linalg.vecdot(w[..., c0:], s[..., c0:].masked_fill(~keep[..., c0:], 0.0))
+    if block.sink_mass is not None:
+        # The sink is one more outcome. Σ_j p_j = 1 − p_sink, so −Σ_j p_j log p_j = (1 − p_sink)·lse − Σ_j p_j s_j,
+        # and the sink adds −p_sink·log p_sink.
+        p = block.sink_mass.to(w.dtype)
+        return (1 - p) * lse - ws - torch.special.xlogy(p, p)
     return lse - ws
 
 

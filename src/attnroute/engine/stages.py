@@ -47,8 +47,11 @@ def scale_and_mask(
     keep: torch.Tensor | None,
     softcap: float | None = None,
     inplace: bool = False,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """scores·scale, optionally soft-capped (cap·tanh(s/cap), Gemma-2), then -inf where keep is False.
+    """scores·scale, optionally soft-capped (cap·tanh(s/cap), Gemma-2), plus an additive ``bias`` (T5's
+    relative position bias, ALiBi's slopes; after scaling, before masking, as both models do), then
+    -inf where keep is False.
 
     The mask is applied with masked_fill, never by adding a large negative: sums of fp16/bf16
     sentinels overflow (huggingface/transformers PR #17306, PR #27114). ``inplace`` reuses the
@@ -60,6 +63,8 @@ def scale_and_mask(
         s = scores.mul_(scale) if inplace else scores * scale
     if softcap:
         s = softcap * torch.tanh(s / softcap)
+    if bias is not None:
+        s = s.add_(bias) if inplace and s is scores else s + bias
     if keep is None:
         return s
     if not inplace:
@@ -76,6 +81,25 @@ def first_masked_column(keep: torch.Tensor) -> int:
     partial = ~keep.reshape(-1, keep.shape[-1]).all(dim=0)  # (Tk,)
     idx = torch.nonzero(partial).flatten()
     return int(idx[0]) if idx.numel() else keep.shape[-1]
+
+
+def normalize_with_sinks(
+    masked_scores: torch.Tensor, sinks: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Softmax over the keys and one sink logit per head (gpt-oss's attention sinks, Xiao et al. 2023's
+    learned variant): p_ij = exp(s_ij − lse_i) with lse_i = log(Σ_j e^{s_ij} + e^{sink_h}).
+
+    The weights of a row sum to 1 − p_sink: the sink takes mass and carries no value. A row that may
+    see nothing gives all its mass to the sink, so its output is zero (attnroute's convention) with
+    no special case. Returns (weights [.., Tq, Tk] in the input dtype, lse [.., Tq], sink mass [.., Tq]).
+    """
+    s = masked_scores.to(torch.promote_types(masked_scores.dtype, torch.float32))
+    sink = sinks.to(s.dtype).view(1, -1, 1)  # (1, H, 1)
+    m = torch.maximum(s.amax(dim=-1), sink)  # (B, H, Tq); finite: the sink is finite
+    z = torch.exp(s - m[..., None]).sum(-1) + torch.exp(sink - m)
+    lse = m + torch.log(z)  # (B, H, Tq)
+    weights = torch.exp(s - lse[..., None])
+    return weights.to(masked_scores.dtype), lse, torch.exp(sink - lse)
 
 
 def normalize(

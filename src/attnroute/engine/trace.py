@@ -28,6 +28,7 @@ class WeightBlock:
     weights: torch.Tensor | None = None  # (B, H, bq, kspan)
     weights_edited: bool = False  # an intervention changed the weights: they are not softmax(masked_scores)
     lse: torch.Tensor | None = None  # (B, H, bq), -inf for rows that see nothing; only for probes with needs_lse
+    sink_mass: torch.Tensor | None = None  # (B, H, bq): the mass the per-head sink logit took (attend(sinks=))
 
     def q_positions(self, device=None) -> torch.Tensor:
         """Absolute positions of this block's queries, [bq]."""

@@ -76,3 +76,37 @@ def validate_keep(keep: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> torch
                 f"its {letter} is {have}; was it built for another length?"
             )
     return keep4
+
+
+def validate_bias(bias, B: int, H: int, Tq: int, Tk: int) -> torch.Tensor | None:
+    """An additive score bias must be a float tensor broadcastable to [B, H, Tq, Tk], with no NaN or +inf
+    (-inf is a mask, which belongs in ``mask`` where its polarity is checked); return it as 4-D."""
+    if bias is None:
+        return None
+    if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+        raise InputTypeError(f"bias must be a float tensor (added to the scaled scores), got {shape_of(bias)}")
+    if bias.dim() > 4:
+        raise InputError(f"bias must broadcast to [B, H, Tq, Tk] = [{B}, {H}, {Tq}, {Tk}], got {shape_of(bias)}")
+    b4 = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+    for have, want, letter in zip(b4.shape, (B, H, Tq, Tk), ("B", "H", "Tq", "Tk")):
+        if have not in (1, want):
+            raise InputError(
+                f"bias of shape {shape_of(bias)} does not broadcast to [B, H, Tq, Tk] = [{B}, {H}, {Tq}, {Tk}]: "
+                f"its {letter} is {have}"
+            )
+    if bool(torch.isnan(b4).any()) or bool(torch.isposinf(b4).any()) or bool(torch.isneginf(b4).any()):
+        raise InputError("bias holds NaN or ±inf; a bias is finite (pass what may not be seen as a bool mask)")
+    return b4
+
+
+def validate_sinks(sinks, H: int) -> torch.Tensor | None:
+    """Sink logits: one finite float per query head, shape [H]."""
+    if sinks is None:
+        return None
+    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
+        raise InputTypeError(f"sinks must be a float tensor of shape [H] = [{H}], got {shape_of(sinks)}")
+    if tuple(sinks.shape) != (H,):
+        raise InputError(f"sinks must have shape [H] = [{H}] (one logit per query head), got {shape_of(sinks)}")
+    if not bool(torch.isfinite(sinks).all()):
+        raise InputError("sinks holds NaN or ±inf; sink logits must be finite")
+    return sinks

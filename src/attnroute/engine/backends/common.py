@@ -22,6 +22,8 @@ class Request:
     mask: Mask | None
     scale: float
     softcap: float | None = None
+    bias: torch.Tensor | None = None  # additive score bias, broadcastable to (B, H, Tq, Tk): T5, ALiBi
+    sinks: torch.Tensor | None = None  # (H,) per-head sink logits in the softmax denominator: gpt-oss
     probes: tuple = ()
     interventions: tuple = ()
     layer: int | None = None
@@ -35,6 +37,14 @@ class Request:
         B, H, Tq, D = self.q.shape
         Hkv, Tk, Dv = self.k.shape[1], self.k.shape[2], self.v.shape[3]
         return B, H, Hkv, Tq, Tk, D, Dv
+
+    def bias_rows(self, q0: int, q1: int, kv0: int, kv1: int) -> torch.Tensor | None:
+        """The bias for query rows q0..q1-1 and keys kv0..kv1-1 (broadcast dimensions stay 1)."""
+        if self.bias is None:
+            return None
+        b = self.bias
+        b = b if b.shape[-2] == 1 else b[..., q0:q1, :]
+        return b if b.shape[-1] == 1 else b[..., kv0:kv1]
 
     def keep_rows(self, q0: int, q1: int) -> torch.Tensor | None:
         """Keep-mask for query rows q0..q1-1: bool [b?, h?, q1-q0, Tk], or None for no mask."""

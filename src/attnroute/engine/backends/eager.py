@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import interventions as iv
-from ..stages import aggregate, normalize, scale_and_mask, score
+from ..stages import aggregate, normalize, normalize_with_sinks, scale_and_mask, score
 from ..trace import Trace, WeightBlock
 from .common import Request
 
@@ -31,15 +31,19 @@ def attend_rows(req: Request, q0: int, q1: int, kv0: int, kv1: int, keep: torch.
     v = req.v[:, :, kv0:kv1]  # (B, Hkv, kspan, Dv)
     block = WeightBlock(q0, q1, kv0, kv1, Tq, Tk, keep, layer=req.layer)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
+    bias = req.bias_rows(q0, q1, kv0, kv1)
     if req.want_trace or needs_grad:  # keep the raw scores: the trace shows them, autograd needs them
         scores = score(q, k)  # (B, H, bq, kspan)
-        masked = scale_and_mask(scores, req.scale, keep, req.softcap)
+        masked = scale_and_mask(scores, req.scale, keep, req.softcap, bias=bias)
     else:  # scale the [bq, D] queries instead of the [bq, kspan] scores, and reuse the scores' memory
         scores = score(q * req.scale, k)  # (B, H, bq, kspan), already scaled
-        masked = scale_and_mask(scores, 1.0, keep, req.softcap, inplace=True)
+        masked = scale_and_mask(scores, 1.0, keep, req.softcap, inplace=True, bias=bias)
     masked = iv.apply_scores(req.interventions, masked, block)
     want_lse = req.want_trace or any(getattr(p, "needs_lse", False) for p in req.probes)
-    weights, lse = normalize(masked, with_lse=want_lse, keep=keep)
+    if req.sinks is not None:
+        weights, lse, block.sink_mass = normalize_with_sinks(masked, req.sinks)
+    else:
+        weights, lse = normalize(masked, with_lse=want_lse, keep=keep)
     edited = iv.apply_weights(req.interventions, weights, block)
     block.weights_edited, weights = edited is not weights, edited
     block.masked_scores, block.weights, block.lse = masked, weights, lse

@@ -113,6 +113,10 @@ class FusedBlock:
 def why_not(req: Request) -> str | None:
     if req.softcap:
         return "the fused kernel has no soft-cap; use impl='blocked'"
+    if req.bias is not None:
+        return "the fused statistics assume scores = scale·q·k; a score bias needs impl='blocked' (or 'sdpa')"
+    if req.sinks is not None:
+        return "the fused kernel has no sink logits in the softmax denominator; use impl='blocked'"
     if req.interventions:
         return "the fused kernel cannot edit weights or head outputs; use impl='eager' or 'blocked'"
     plain = [p for p in req.probes if not getattr(p, "reads_fused", False)]

@@ -1,9 +1,10 @@
 """sdpa: torch's fused scaled_dot_product_attention. Holds no weights (may hold the bool mask).
 
-It expresses: any bool mask (bottom-right causal is passed as an explicit mask, because SDPA's
-``is_causal`` is top-left: pytorch #108108), grouped heads (``enable_gqa``), custom scale,
-D ≠ Dv. It cannot: return weights, run probes or interventions, soft-cap. For those it raises
-UnsupportedRequest naming eager/blocked; it never falls back silently.
+It expresses: an additive score bias (passed as a float mask), any bool mask (bottom-right causal
+is passed as an explicit mask, because SDPA's ``is_causal`` is top-left: pytorch #108108), grouped
+heads (``enable_gqa``), custom scale, D ≠ Dv. It cannot: return weights, run probes or
+interventions, soft-cap, sink logits. For those it raises UnsupportedRequest naming eager/blocked;
+it never falls back silently.
 
 torch 2.13 returns zeros for a fully masked row (the _safe_softmax of PR #131060), which is
 attnroute's convention; a test pins that.
@@ -28,6 +29,8 @@ def why_not(req: Request) -> str | None:
         return "sdpa cannot edit scores, weights or per-head outputs; use impl='eager' or 'blocked'"
     if req.softcap:
         return "torch SDPA has no soft-cap; use impl='eager' or 'blocked'"
+    if req.sinks is not None:
+        return "torch SDPA has no sink logits in the softmax denominator; use impl='eager' or 'blocked'"
     if not req.scale > 0:
         return f"torch SDPA returns NaN for scale <= 0 under a causal mask (scale={req.scale:g}); use impl='eager'"
     if not all_finite(req.q):
@@ -78,6 +81,16 @@ def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
         raise UnsupportedRequest(reason)
     B, H, Hkv, Tq, Tk, D, Dv = req.dims
     gqa = H != Hkv
+    if req.bias is not None:  # the bias travels as a float mask: bias where a key may be seen, -inf elsewhere
+        keep = req.keep_rows(0, Tq)
+        additive = req.bias.to(req.q.dtype)
+        if keep is not None:
+            additive = additive.masked_fill(~keep, float("-inf"))
+        k, v = _clean(req)
+        out = F.scaled_dot_product_attention(req.q, k, v, attn_mask=additive, scale=req.scale, enable_gqa=gqa)
+        if keep is not None:  # a row that may see nothing: zeros, whatever the kernel does with all -inf
+            out = out.masked_fill(~keep.any(-1, keepdim=True), 0.0)
+        return out, (Trace("sdpa", out=out, notes=["bias as a float mask"]) if req.want_trace else None)
     if is_torch_causal(req.mask, Tq, Tk):
         k, v = _clean(req)
         out = F.scaled_dot_product_attention(req.q, k, v, is_causal=True, scale=req.scale, enable_gqa=gqa)
