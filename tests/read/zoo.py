@@ -109,7 +109,20 @@ ARCHS: dict[str, dict] = {
 # not text models: refused
 OTHER = {
     "vit": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32),
-    "whisper": dict(d_model=64, encoder_layers=2, decoder_layers=2, vocab_size=VOCAB),
+    "whisper": dict(
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        vocab_size=VOCAB,
+        pad_token_id=0,
+        bos_token_id=101,
+        eos_token_id=102,
+        decoder_start_token_id=101,
+        max_target_positions=64,
+        max_source_positions=64,
+    ),
 }
 
 
@@ -133,18 +146,17 @@ def config(arch: str):
 
 
 def model_class(cfg):
-    """The head class attnroute's loader would pick (causal LM, seq2seq LM, or the bare encoder)."""
+    """The head class attnroute's loader picks (causal LM, seq2seq LM, or the bare encoder); for models it
+    refuses (images, audio) the bare model, so that the refusal is the loader's."""
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
-    )
 
-    if cfg.model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
-        return AutoModelForSeq2SeqLM
-    if cfg.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return AutoModelForCausalLM
-    return AutoModel
+    from attnroute.read.models import ModelLoadError, model_kind
+
+    try:
+        kind = model_kind(cfg)
+    except ModelLoadError:
+        return AutoModel
+    return {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "encoder": AutoModel}[kind]
 
 
 def build(arch: str, directory: Path) -> Path:

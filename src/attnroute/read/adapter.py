@@ -18,7 +18,64 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..engine import attend, causal, from_additive
+from ..engine import InputError, attend, causal, from_additive
+
+# Keyword arguments transformers' attention interface passes that say nothing about the attention
+# itself (bookkeeping for caches, outputs and positions already applied to q and k).
+BOOKKEEPING = frozenset(
+    {
+        "position_ids",
+        "cache_position",
+        "output_attentions",
+        "output_hidden_states",
+        "use_cache",
+        "past_key_values",
+        "past_key_value",
+        "return_dict",
+        "layer_idx",
+        "query_length",
+    }
+)
+# What attnroute implements, and how (see _engine_arguments).
+IMPLEMENTED = frozenset({"scaling", "dropout", "softcap", "sliding_window", "s_aux", "position_bias", "is_causal"})
+# What the arguments attnroute does not implement mean, for the refusal message.
+KNOWN_UNSUPPORTED = {
+    "head_mask": "a per-head mask on the weights",
+    "layer_head_mask": "a per-head mask on the weights",
+    "alibi": "ALiBi position slopes",
+    "sinks": "attention sinks",
+    "attention_chunk_size": "chunked attention",
+    "use_top_left_mask": "top-left causal alignment",
+}
+
+
+class UnsupportedModel(InputError):
+    """The model asks its attention for something attnroute does not implement; refused by name."""
+
+
+def _engine_arguments(module, Tk: int, kwargs: dict) -> dict:
+    """Map the interface's keyword arguments onto attend(): implemented ones are translated, pure
+    bookkeeping is ignored, and any other argument that is not None is refused by name — dropping
+    an argument silently gave wrong numbers (gpt-oss's sinks, T5's position bias)."""
+    for name, value in kwargs.items():
+        if name in IMPLEMENTED or name in BOOKKEEPING or value is None or value is False:
+            continue
+        what = KNOWN_UNSUPPORTED.get(name, "an argument")
+        raise UnsupportedModel(
+            f"this model passes `{name}` ({what}) to its attention, which attnroute does not implement; "
+            "it cannot be read without changing its numbers"
+        )
+    dropout = kwargs.get("dropout") or 0.0
+    if dropout and module.training:
+        raise UnsupportedModel(f"the model is in training mode with attention dropout {dropout}; call model.eval()")
+    window = kwargs.get("sliding_window")
+    return {
+        "scale": kwargs.get("scaling"),
+        "softcap": kwargs.get("softcap"),
+        "sinks": kwargs.get("s_aux"),
+        "bias": kwargs.get("position_bias"),
+        "_window": window if window and Tk > window else None,
+    }
 
 _counter = itertools.count()
 _SESSIONS: dict[str, Session] = {}
@@ -35,15 +92,23 @@ class Session:
 
 
 def _make_attention_fn(name: str):
-    def attnroute_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    def attnroute_attention(module, query, key, value, attention_mask, **kwargs):
         s = _SESSIONS[name]
         layer = s.layer_of.get(id(module))
+        args = _engine_arguments(module, key.shape[2], kwargs)
         if attention_mask is None:
-            mask, kind = (causal(), "causal") if getattr(module, "is_causal", False) else (None, "none")
+            if args.pop("_window") is not None:  # transformers builds the window into the mask; never absent
+                raise UnsupportedModel(
+                    f"layer {layer} has a sliding window of {kwargs['sliding_window']} but received no mask "
+                    f"for {key.shape[2]} keys; attnroute will not guess the window's alignment"
+                )
+            is_causal = kwargs.get("is_causal", getattr(module, "is_causal", False))
+            mask, kind = (causal(), "causal") if is_causal else (None, "none")
         elif attention_mask.dtype == torch.bool:
             mask, kind = attention_mask, "bool"
         else:  # eager-style additive masks, converted with their polarity checked
             mask, kind = from_additive(attention_mask), "additive"
+        args.pop("_window", None)
         s.calls.append((layer, query.shape[2], key.shape[2], kind))
         for hook in s.before_attend:
             hook(layer, module, query, key, value)
@@ -52,12 +117,11 @@ def _make_attention_fn(name: str):
             key,
             value,
             mask,
-            scale=scaling,
             impl=s.impl,
             probes=s.probes,
             interventions=s.interventions,
             layer=layer,
-            softcap=kwargs.get("softcap"),
+            **args,
         )
         return out.transpose(1, 2).contiguous(), None  # (B, Tq, H, Dv), as transformers expects
 

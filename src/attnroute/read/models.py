@@ -35,14 +35,31 @@ class ModelLoadError(InputError):
         super().__init__(message, field=field)
 
 
+KINDS = ("causal", "encoder", "seq2seq")
+ATTENTION_KINDS = ("self", "decoder-self", "cross")
+
+
 @dataclass
 class LoadedModel:
     model: torch.nn.Module
     tokenizer: object
     name: str
-    causal: bool  # causal LM (next-token loss) or encoder (sentence-embedding effect)
-    attention_modules: list = field(default_factory=list)  # one per layer, in order
+    kind: str  # "causal" (next-token loss), "encoder" (sentence-embedding effect) or "seq2seq"
+    attention_modules: list = field(default_factory=list)  # one per attention layer: encoder, decoder-self, cross
     out_projections: list = field(default_factory=list)  # per layer: the Linear after the heads (or None)
+    attention_kinds: list = field(default_factory=list)  # per layer: "self", "decoder-self" or "cross"
+
+    @property
+    def causal(self) -> bool:
+        return self.kind == "causal"
+
+    @property
+    def seq2seq(self) -> bool:
+        return self.kind == "seq2seq"
+
+    def stream_layer(self, layer: int) -> int:
+        """The index of ``layer`` among the layers of its own attention kind (encoder layer 0, cross layer 0 …)."""
+        return self.attention_kinds[:layer].count(self.attention_kinds[layer])
 
     @property
     def n_layers(self) -> int:
@@ -50,7 +67,8 @@ class LoadedModel:
 
     @property
     def n_heads(self) -> int:
-        return int(self.model.config.num_attention_heads)
+        heads = {int(getattr(m, "num_heads", 0) or self.model.config.num_attention_heads) for m in self.attention_modules}
+        return heads.pop() if len(heads) == 1 else int(self.model.config.num_attention_heads)
 
     @property
     def n_kv_heads(self) -> int:
@@ -120,8 +138,40 @@ def _pickle_refusal(path: Path) -> str:
     )
 
 
+NON_TEXT = {  # transformers registries of models whose input is not text -> what they take
+    "MODEL_FOR_IMAGE_MAPPING_NAMES": "images",
+    "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES": "images",
+    "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES": "audio",
+    "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES": "audio",
+    "MODEL_FOR_CTC_MAPPING_NAMES": "audio",
+    "MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES": "video",
+}
+
+
+def model_kind(config) -> str:
+    """causal / encoder / seq2seq from transformers' own registries (never from a class-name suffix:
+    GPT2LMHeadModel is a causal LM). Non-text models are refused in one line."""
+    from transformers.models.auto import modeling_auto as auto
+
+    mt = config.model_type
+    for registry, takes in NON_TEXT.items():
+        if mt in getattr(auto, registry, {}):
+            raise ModelLoadError(f"{mt} takes {takes}; attnroute reads text models (causal LMs, encoders, encoder-decoders)")
+    if getattr(config, "is_encoder_decoder", False) and mt in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        return "seq2seq"
+    if mt in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(config, "is_decoder", False):
+        return "encoder"
+    if mt in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return "causal"
+    if mt in getattr(auto, "MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES", {}):
+        return "encoder"
+    raise ModelLoadError(
+        f"{mt} is not in transformers' causal-LM, masked-LM or seq2seq registries; attnroute reads text models"
+    )
+
+
 def _load_dir(path: Path, say):
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     if not (path / "config.json").exists():
         raise ModelLoadError(f"{path} is not a model directory: it has no config.json")
@@ -136,8 +186,12 @@ def _load_dir(path: Path, say):
     say(f"loading {path.name}")
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-        causal = any(a.endswith("ForCausalLM") for a in (config.architectures or []))
-        cls = AutoModelForCausalLM if causal else AutoModel
+    except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a bad config)
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelLoadError(f"transformers could not read {path}/config.json: {type(e).__name__}: {first[:200]}") from None
+    kind = model_kind(config)
+    cls = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "encoder": AutoModel}[kind]
+    try:
         model, info = cls.from_pretrained(
             path, use_safetensors=True, trust_remote_code=False, dtype=torch.float32, output_loading_info=True
         )
@@ -146,7 +200,7 @@ def _load_dir(path: Path, say):
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelLoadError(f"transformers could not load {path}: {type(e).__name__}: {first[:200]}") from None
     refuse_partial_weights(path, info)
-    return model.eval(), tokenizer, causal
+    return model.eval(), tokenizer, kind
 
 
 def check_safetensors(path: Path) -> None:
@@ -244,29 +298,47 @@ def _load_gguf_cached(gguf: Path, say):
         (target / "attnroute-complete").write_text("ok\n")
     except OSError as e:  # a read-only cache only costs the next load 20 s
         say(f"could not write the cache {target}: {e}")
-    return model.eval(), tokenizer, True
+    return model.eval(), tokenizer, "causal"
 
 
 def _finish(loaded, name: str) -> LoadedModel:
-    model, tokenizer, causal = loaded
-    attn = attention_modules(model)
-    if not attn:
+    model, tokenizer, kind = loaded
+    found = attention_modules(model, kind)
+    if not found:
         raise ModelLoadError(
             f"{type(model).__name__} has no attention module that calls transformers' AttentionInterface "
             "(looked for modules named *Attention with a `scaling` attribute); attnroute cannot route it"
         )
-    return LoadedModel(model, tokenizer, name, causal, attn, [out_projection(model, m) for m in attn])
+    attn = [m for m, _ in found]
+    kinds = [k for _, k in found]
+    return LoadedModel(model, tokenizer, name, kind, attn, [out_projection(model, m) for m in attn], kinds)
 
 
-def attention_modules(model: torch.nn.Module) -> list:
-    """The self-attention modules in layer order: classes named *Attention carrying `scaling`
-    (what transformers' attention-interface models set before calling the interface)."""
-    found = []
-    for _, module in model.named_modules():
+CROSS_NAMES = ("encoder_attn", "encdecattention", "crossattention", "cross_attn", "encoder_decoder_attention")
+
+
+def attention_modules(model: torch.nn.Module, kind: str = "causal") -> list[tuple[torch.nn.Module, str]]:
+    """(module, attention kind) for every attention layer: classes named *Attention carrying `scaling`
+    (what transformers' attention-interface models set before calling the interface). Encoder-decoders
+    are ordered by stream — encoder self-attention, decoder self-attention, cross-attention — each in
+    layer order; a decoder-only or encoder model's layers are all "self"."""
+    found = {k: [] for k in ("self", "decoder-self", "cross")}
+    for path, module in model.named_modules():
         name = type(module).__name__
-        if name.endswith("Attention") and hasattr(module, "scaling") and "Cross" not in name:
-            found.append(module)
-    return found
+        if not (name.endswith("Attention") and hasattr(module, "scaling")):
+            continue
+        parts = path.lower().split(".")
+        if kind != "seq2seq":
+            if "Cross" not in name and not any(p in CROSS_NAMES for p in parts):
+                found["self"].append(module)
+            continue
+        if "decoder" not in parts:
+            found["self"].append(module)
+        elif "Cross" in name or any(p in CROSS_NAMES for p in parts):
+            found["cross"].append(module)
+        else:
+            found["decoder-self"].append(module)
+    return [(m, k) for k, mods in found.items() for m in mods]
 
 
 def out_projection(model: torch.nn.Module, attn: torch.nn.Module):

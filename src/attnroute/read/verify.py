@@ -1,0 +1,139 @@
+"""Right or refused, at run time: before a read, the model's output through attnroute's routed
+attention is compared with the model's own eager attention on a short padded batch.
+
+    check = routing_check(loaded)        # {"max_abs_diff": …, "tolerance": …, "layer": …, …}
+
+The batch is two texts of different lengths, padded on the right, so that padding masks are
+exercised; only real (non-padding) positions are compared. Compared: the logits of a causal LM or an
+encoder-decoder (the model's own head: soft-caps and logit scaling included), the last hidden state
+of an encoder. Every attention layer's output is compared too, so a mismatch names the first layer
+that differs. Above the tolerance the read stops (RoutingMismatch, one line, exit 2).
+
+Tolerance (absolute, on values of magnitude ``scale`` = max |reference|): REL[dtype] · max(1, scale).
+fp32: 1e-4 — the two paths sum in different orders; measured differences on the support matrix
+are ≤ 1e-5 relative (docs/support-matrix.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ..engine import InputError
+from .adapter import routed
+from .stimuli import encode_text
+
+REL = {torch.float32: 1e-4, torch.float64: 1e-9, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+TEXTS = (
+    "The quick brown fox jumps over the lazy dog, and the dog sleeps on in the warm afternoon sun.",
+    "Alice gave Bob the book.",
+)
+
+
+class RoutingMismatch(InputError):
+    """attnroute's routed attention does not reproduce the model's own attention."""
+
+
+def check_batch(loaded, texts=TEXTS) -> dict:
+    """The model's inputs for ``texts``, right-padded: input_ids, attention_mask (+ decoder ids for seq2seq)."""
+    encoded = [encode_text(loaded.tokenizer, t, loaded.max_positions or None)[0][0] for t in texts]
+    T = max(len(e) for e in encoded)
+    ids = torch.zeros(len(encoded), T, dtype=torch.long)
+    mask = torch.zeros(len(encoded), T, dtype=torch.long)
+    for i, e in enumerate(encoded):
+        ids[i, : len(e)], mask[i, : len(e)] = e, 1
+    return model_inputs(loaded, ids, mask)
+
+
+def model_inputs(loaded, ids: torch.Tensor, mask: torch.Tensor) -> dict:
+    """input_ids and attention_mask; for an encoder-decoder also the decoder's ids: the text shifted right,
+    as the model's own loss does (prepare_decoder_input_ids_from_labels)."""
+    batch = {"input_ids": ids, "attention_mask": mask}
+    if loaded.seq2seq:
+        labels = ids.masked_fill(mask == 0, -100)
+        batch["decoder_input_ids"] = loaded.model.prepare_decoder_input_ids_from_labels(labels=labels)
+        batch["decoder_attention_mask"] = mask
+    return batch
+
+
+@contextlib.contextmanager
+def _implementation(model, name: str):
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
+
+
+def _run(loaded, batch: dict, context) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(final output, each attention layer's output) for one forward under ``context``."""
+    outs: dict[int, torch.Tensor] = {}
+    hooks = [
+        m.register_forward_hook(lambda mod, a, out, i=i: outs.__setitem__(i, out[0] if isinstance(out, tuple) else out))
+        for i, m in enumerate(loaded.attention_modules)
+    ]
+    try:
+        with torch.no_grad(), context:
+            result = loaded.model(**batch)
+    finally:
+        for h in hooks:
+            h.remove()
+    final = result.logits if getattr(result, "logits", None) is not None else result.last_hidden_state
+    return final.float(), [outs.get(i) for i in range(loaded.n_layers)]
+
+
+def _rows(loaded, batch: dict, layer_kind: str | None = None) -> torch.Tensor:
+    """Which (example, position) rows are real for an output of this kind, bool [B, T]."""
+    if loaded.seq2seq and layer_kind != "self":
+        return batch["decoder_attention_mask"].bool()
+    return batch["attention_mask"].bool()
+
+
+def routing_check(loaded, impl: str = "blocked") -> dict:
+    """Compare the routed model with its own eager attention; raise RoutingMismatch beyond tolerance."""
+    batch = check_batch(loaded)
+    ref, ref_layers = _run(loaded, batch, _implementation(loaded.model, "eager"))
+    ours, our_layers = _run(loaded, batch, routed(loaded, impl=impl))
+    rows = _rows(loaded, batch)
+    diff = float((ours - ref).abs()[rows].max())
+    scale = float(ref.abs()[rows].max())
+    dtype = next(loaded.model.parameters()).dtype
+    tol = REL.get(dtype, 1e-4) * max(1.0, scale)
+    per_layer = []
+    for i, (a, b) in enumerate(zip(our_layers, ref_layers)):
+        if a is None or b is None:
+            per_layer.append(None)
+            continue
+        r = _rows(loaded, batch, loaded.attention_kinds[i])
+        per_layer.append(float((a.float() - b.float()).abs()[r].max()))
+    out = {
+        "compared": "logits" if loaded.kind != "encoder" else "last hidden state",
+        "against": "the model's own eager attention",
+        "batch": f"{len(TEXTS)} texts of {int(batch['attention_mask'].sum(1).max())} and "
+        f"{int(batch['attention_mask'].sum(1).min())} tokens, right-padded",
+        "impl": impl,
+        "max_abs_diff": diff,
+        "scale": scale,
+        "tolerance": tol,
+        "per_layer_max_abs_diff": per_layer,
+    }
+    if not diff <= tol:
+        layer_tol = [REL.get(dtype, 1e-4) * max(1.0, float(b.float().abs().max())) for b in ref_layers if b is not None]
+        bad = next((i for i, (d, t) in enumerate(zip(per_layer, layer_tol)) if d is not None and d > t), None)
+        where = (
+            f"first at layer {bad} ({loaded.attention_kinds[bad]}-attention, max |Δ| {per_layer[bad]:.3g})"
+            if bad is not None
+            else "no single attention layer differs beyond tolerance; the difference builds up across layers"
+        )
+        raise RoutingMismatch(
+            f"{loaded.name}: attnroute's routed attention does not reproduce the model's own: max |Δ {out['compared']}| "
+            f"= {diff:.3g} > tolerance {tol:.3g}, {where}; this model cannot be read correctly "
+            "(--no-verify skips this check at your own risk)",
+            field="model",
+        )
+    return out
+
+
+__all__ = ["REL", "RoutingMismatch", "check_batch", "model_inputs", "routing_check"]
