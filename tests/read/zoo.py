@@ -5,7 +5,7 @@ std 0.15 (so biases and norms matter), with the bundled MiniLM tokenizer's 30,52
 and saved as a safetensors directory that attnroute loads as a user's model would be loaded.
 Sliding windows are set to 6 tokens so that the short test texts cross them.
 
-    python -m tests.read.zoo          # print the support matrix (what tests/read/test_support_matrix.py checks)
+    python -m tests.read.zoo          # rewrite README.md's support matrix from tests/read/test_support_matrix.py
 """
 
 from __future__ import annotations
@@ -180,12 +180,65 @@ def build(arch: str, directory: Path) -> Path:
     return path
 
 
-if __name__ == "__main__":  # pragma: no cover
-    import tempfile
+# ------------------------------------------------------------------------------------ the support matrix
 
-    with tempfile.TemporaryDirectory() as d:
-        for arch in list(ARCHS) + list(OTHER):
-            try:
-                print(arch, build(arch, Path(d)))
-            except Exception as e:  # noqa: BLE001
-                print(arch, "BUILD FAILED", type(e).__name__, str(e)[:200])
+NOTES = {
+    "mistral": "sliding window",
+    "qwen2": "sliding window",
+    "qwen3": "sliding window, q/k norm",
+    "gemma2": "attention soft-cap, final logit soft-cap, sliding window",
+    "gemma3_text": "sliding/global layers",
+    "phi3": "sliding window",
+    "gpt2": "causal LM (from the registry, not the class name)",
+    "starcoder2": "sliding window",
+    "mixtral": "sliding window, mixture of experts",
+    "cohere": "logit scale",
+    "granite": "logits scaling, attention multiplier",
+    "gpt_oss": "attention sinks (s_aux), sliding window",
+    "deepseek_v3": "multi-head latent attention (D ≠ Dv)",
+    "roberta": "positions offset by padding_idx + 1",
+    "t5": "relative position bias; self / decoder-self / cross rows",
+    "bart": "self / decoder-self / cross rows",
+}
+
+
+def bound(x: float) -> str:
+    """An upper bound at a power of ten, machine-independent for small differences: ≤ 1e-5 covers 0 and
+    summation-order noise; larger ones show their order of magnitude."""
+    import math
+
+    if x <= 1e-5:
+        return "≤ 1e-5"
+    return f"< 1e{math.floor(math.log10(x)) + 1}"
+
+
+def matrix_markdown(results: dict) -> str:
+    lines = [
+        "| architecture | read or refused | max \\|Δ logit\\| vs eager | ablation shortcut | notes |",
+        "|---|---|---|---|---|",
+    ]
+    for arch, r in results.items():
+        if r["status"] == "read":
+            shortcut = "restart = full forward" if r["shortcut"] else "full forwards"
+            lines.append(f"| {arch} | read ({r['kind']}) | {bound(r['diff'])} | {shortcut} | {NOTES.get(arch, '')} |")
+        else:
+            lines.append(f"| {arch} | refused | — | — | {r['reason']} |")
+    return "\n".join(lines)
+
+
+def write_readme() -> None:  # pragma: no cover
+    """Regenerate README.md's support-matrix section from the test's own results."""
+    import re
+
+    from . import test_support_matrix as t
+
+    results = {a: t.result(a) for a in t.READ + list(t.REFUSED)}
+    readme = t.README
+    text = readme.read_text()
+    block = f"<!-- support-matrix:start -->\n{matrix_markdown(results)}\n<!-- support-matrix:end -->"
+    readme.write_text(re.sub(r"<!-- support-matrix:start -->.*?<!-- support-matrix:end -->", block, text, flags=re.S))
+    print(matrix_markdown(results))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    write_readme()

@@ -77,6 +77,7 @@ def _engine_arguments(module, Tk: int, kwargs: dict) -> dict:
         "_window": window if window and Tk > window else None,
     }
 
+
 _counter = itertools.count()
 _SESSIONS: dict[str, Session] = {}
 

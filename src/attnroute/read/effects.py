@@ -11,11 +11,14 @@ head, not its kv group.
 Effect: next-token loss for causal LMs; for encoders, 1 − cosine between the clean and the
 ablated mean-pooled sentence embedding. Δ = ablated − clean (higher = the head mattered).
 
-The exact sweep ("exact_sweep") reuses the clean residual stream up to the ablated layer (for
-Llama-style decoders) and batches several ablations per forward by repeating the batch, one
-copy per ablated head. The estimate ("gradient_estimate") gates each head's output with g = 1
-and takes one forward and one backward: −∂L/∂g is the first-order change of the loss when g
-goes to 0 (attribution patching; Michel et al.'s importance is |∂L/∂g|).
+The exact sweep ("exact_sweep") restarts from the ablated layer: the blocks before it are replaced
+by their recorded clean outputs and the rest is the model's own forward (its masks, position
+embeddings and output head, soft-caps and logit scaling included); a built-in check compares the
+shortcut's clean effect with the full forward's and falls back to full forwards when they differ.
+Several ablations share one forward by repeating the batch, one copy per ablated head.
+
+The estimate ("gradient_estimate") gates each head's output with g = 1 and takes one forward and
+one backward: −∂L/∂g is the first-order change of the loss when g goes to 0 (attribution patching; Michel et al.'s importance is |∂L/∂g|).
 """
 
 from __future__ import annotations
@@ -90,17 +93,24 @@ class OutputMean(Intervention):
 
 
 def effect_loss(loaded, batch: dict, outputs, clean_embedding=None) -> torch.Tensor:
-    """Per example: next-token cross-entropy (causal) or 1 − cos(clean, ablated) pooled embedding."""
+    """Per example: next-token cross-entropy (causal LM), the decoder's cross-entropy against the text
+    (encoder-decoder: the model's own loss), or 1 − cos(clean, ablated) pooled embedding (encoder)."""
     if loaded.causal:
         logits = outputs.logits[:, :-1].float()  # (B, T−1, V)
         target = batch["input_ids"][:, 1:]
         ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # (B, T−1)
         m = batch["attention_mask"][:, 1:].float()
         return (ce * m).sum(1) / m.sum(1)
+    if loaded.seq2seq:
+        logits = outputs.logits.float()  # (B, T, V): row t predicts token t of the text
+        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch["input_ids"], reduction="none")
+        m = batch["decoder_attention_mask"].float()
+        return (ce * m).sum(1) / m.sum(1)
     emb = pooled(outputs.last_hidden_state, batch["attention_mask"])
     if clean_embedding is None:
         return torch.zeros(emb.shape[0])
-    return 1 - torch.nn.functional.cosine_similarity(emb, clean_embedding.expand_as(emb), dim=-1)
+    copies = emb.shape[0] // clean_embedding.shape[0]  # a repeated batch: copy c holds rows c·B … (c+1)·B − 1
+    return 1 - torch.nn.functional.cosine_similarity(emb, clean_embedding.repeat(copies, 1), dim=-1)
 
 
 def pooled(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -113,74 +123,100 @@ def _repeat(batch: dict, k: int) -> dict:
     return {key: val.repeat(k, *([1] * (val.dim() - 1))) for key, val in batch.items()}
 
 
-# ------------------------------------------------------------------------------------ clean pass
+def _repeat_output(out, k: int):
+    """A block's output (a tensor or a tuple holding tensors) with every batch-major tensor repeated k times."""
+    if isinstance(out, torch.Tensor):
+        return out.repeat(k, *([1] * (out.dim() - 1)))
+    if isinstance(out, tuple):
+        return type(out)(_repeat_output(o, k) for o in out) if not hasattr(out, "_fields") else out
+    return out
+
+
+# ------------------------------------------------------------------------------------ the layer stack
+
+
+def layer_stack(loaded) -> list | None:
+    """The block (an element of the model's ModuleList of layers) that holds each attention layer, in
+    order; None for encoder-decoders (two stacks) or when the layers are not one ModuleList."""
+    if loaded.seq2seq:
+        return None
+    for module in loaded.model.modules():
+        if not isinstance(module, torch.nn.ModuleList) or len(module) != loaded.n_layers:
+            continue
+        blocks = []
+        for attn, block in zip(loaded.attention_modules, module):
+            if not any(m is attn for m in block.modules()):
+                break
+            blocks.append(block)
+        if len(blocks) == loaded.n_layers:
+            return blocks
+    return None
 
 
 @torch.no_grad()
 def clean_pass(loaded, batch: dict):
-    """Clean loss per example, per-head mean outputs, and each decoder layer's input hidden states."""
+    """Clean loss per example, per-head mean outputs, each block's output (for the restart shortcut)
+    and the clean embedding (encoders)."""
     recs = [OutputMean(layer) for layer in range(loaded.n_layers)]
-    inputs: dict[int, torch.Tensor] = {}
-    hooks = []
-    layers = decoder_layers(loaded)
-    for i, layer in enumerate(layers or []):
-        hooks.append(
-            layer.register_forward_pre_hook(
-                lambda mod, args, kwargs, i=i: inputs.__setitem__(i, (args[0] if args else kwargs["hidden_states"])),
-                with_kwargs=True,
-            )
-        )
+    outputs: dict[int, object] = {}
+    blocks = layer_stack(loaded) or []
+    hooks = [
+        b.register_forward_hook(lambda mod, args, out, i=i: outputs.__setitem__(i, out)) for i, b in enumerate(blocks)
+    ]
     try:
         with routed(loaded, interventions=recs, impl="eager"):
             out = loaded.model(**batch)
     finally:
         for h in hooks:
             h.remove()
-    clean_emb = None if loaded.causal else pooled(out.last_hidden_state, batch["attention_mask"])
+    clean_emb = None if loaded.kind != "encoder" else pooled(out.last_hidden_state, batch["attention_mask"])
     base = effect_loss(loaded, batch, out, clean_emb)
-    return base, {r.layer: r.mean for r in recs}, inputs, clean_emb
-
-
-def decoder_layers(loaded):
-    """Llama-style decoders expose model.model.layers, rotary_emb, norm and lm_head: the exact
-    sweep can restart from any layer. Other architectures return None (full forwards)."""
-    inner = getattr(loaded.model, "model", None)
-    needed = ("layers", "rotary_emb", "norm")
-    if (
-        loaded.causal
-        and inner is not None
-        and all(hasattr(inner, a) for a in needed)
-        and hasattr(loaded.model, "lm_head")
-    ):
-        return list(inner.layers)
-    return None
+    return base, {r.layer: r.mean for r in recs}, outputs, clean_emb
 
 
 @torch.no_grad()
-def _forward_from(loaded, layer: int, hidden: torch.Tensor, batch: dict, interventions, chunk: int) -> torch.Tensor:
-    """Run decoder layers layer… from a stored residual stream; return the next-token loss per example.
-
-    The LM head and the loss run ``chunk`` examples at a time: the logits of a whole repeated batch
-    (copies × B × T × vocab: 1.1 GB for SmolLM2's 72 × 81 × 49,152) would cost more in memory
-    traffic than the layers themselves."""
-    inner = loaded.model.model
-    T = hidden.shape[1]
-    position_ids = torch.arange(T)[None]
-    pos = inner.rotary_emb(hidden, position_ids=position_ids)
-    with routed(loaded, interventions=interventions, impl="eager"):
-        for block in inner.layers[layer:]:
-            hidden = block(hidden, attention_mask=None, position_ids=position_ids, position_embeddings=pos)
-    hidden = inner.norm(hidden)
-    losses = []
-    for i in range(0, hidden.shape[0], chunk):
-        part = {k: v[i : i + chunk] for k, v in batch.items()}
-        losses.append(effect_loss(loaded, part, _Logits(loaded.model.lm_head(hidden[i : i + chunk]))))
-    return torch.cat(losses)
+def forward_from(loaded, start: int, stored: dict, batch: dict, interventions, copies: int, clean_emb=None):
+    """The model's own forward on ``batch`` (``copies`` repeats of the effect batch), with blocks 0 … start−1
+    replaced by their clean outputs: everything else — masks, position embeddings, the output head with
+    its soft-cap or logit scaling — is the model's own code. Returns the effect per example."""
+    blocks = layer_stack(loaded) if start > 0 else []
+    for j in range(start):
+        out = _repeat_output(stored[j], copies) if j == start - 1 else stored[j]  # only the last one is read
+        blocks[j].forward = lambda *a, _out=out, **k: _out
+    try:
+        with routed(loaded, interventions=interventions, impl="eager"):
+            result = loaded.model(**batch)
+    finally:
+        for j in range(start):
+            del blocks[j].forward  # back to the class's forward
+    return effect_loss(loaded, batch, result, clean_emb)
 
 
-class _Logits:
-    def __init__(self, logits):
-        self.logits = logits
+def shortcut_check(loaded, batch: dict, base: torch.Tensor, stored: dict, clean_emb) -> dict:
+    """The restart shortcut's clean effect must equal the full forward's; measured from the middle layer."""
+    if layer_stack(loaded) is None:
+        return {"used": False, "reason": "no single stack of layers (encoder-decoder): full forwards"}
+    start = max(1, loaded.n_layers // 2)
+    again = forward_from(loaded, start, stored, batch, [], 1, clean_emb)
+    diff = float((again - base).abs().max())
+    tol = 1e-4 * max(1.0, float(base.abs().max()))
+    if diff <= tol:
+        return {"used": True, "restart_check_max_abs_diff": diff, "tolerance": tol}
+    return {
+        "used": False,
+        "reason": f"the layer-restart shortcut's clean effect differed from the full forward's by {diff:.3g} "
+        f"(tolerance {tol:.3g}): full forwards instead",
+    }
+
+
+def copies_per_forward(loaded, batch: dict, budget_bytes: int = 512 << 20) -> int:
+    """How many ablated copies of the batch one forward carries: the logits of all copies
+    (copies × B × T × vocab fp32) stay under ``budget_bytes`` (1.1 GB for 9 SmolLM2 copies otherwise)."""
+    if loaded.kind == "encoder":
+        return loaded.n_heads
+    B, T = batch["input_ids"].shape
+    vocab = int(getattr(loaded.model.config, "vocab_size", 50_000) or 50_000)
+    return int(max(1, min(loaded.n_heads, budget_bytes // max(1, B * T * vocab * 4))))
 
 
 # ------------------------------------------------------------------------------------ the sweeps
@@ -188,30 +224,43 @@ class _Logits:
 
 @torch.no_grad()
 def exact_sweep(
-    loaded, batch: dict, modes=MODES, heads_per_forward: int | None = None, progress=None, reuse_residual: bool = True
+    loaded,
+    batch: dict,
+    modes=("zero",),
+    heads: list[tuple[int, int]] | None = None,
+    progress=None,
+    reuse_residual: bool = True,
+    info: dict | None = None,
 ) -> dict:
-    """Δ effect for every (layer, head) and mode: {mode: np.ndarray [L, H]}."""
+    """Δ effect for the (layer, head) pairs ``heads`` (default: all) and each mode: {mode: np.ndarray [L, H]},
+    NaN where not measured. ``info`` (a dict) receives how it was computed (shortcut or full forwards)."""
     L, H = loaded.n_layers, loaded.n_heads
     B = batch["input_ids"].shape[0]
-    k = heads_per_forward or H
-    base, means, inputs, clean_emb = clean_pass(loaded, batch)
-    fast = reuse_residual and decoder_layers(loaded) is not None and bool(batch["attention_mask"].all())
+    pairs = heads if heads is not None else [(layer, h) for layer in range(L) for h in range(H)]
+    by_layer: dict[int, list[int]] = {}
+    for layer, h in pairs:
+        by_layer.setdefault(layer, []).append(h)
+    base, means, stored, clean_emb = clean_pass(loaded, batch)
+    check = shortcut_check(loaded, batch, base, stored, clean_emb) if reuse_residual else {"used": False}
+    k = copies_per_forward(loaded, batch)
+    if info is not None:
+        info.update({"shortcut": check, "copies_per_forward": k, "heads_measured": len(pairs)})
     deltas = {m: np.full((L, H), np.nan) for m in modes}
+    done, total = 0, len(pairs) * len(modes)
     for mode in modes:
-        for layer in range(L):
-            for start in range(0, H, k):
-                heads = list(range(start, min(H, start + k)))
-                iv = BatchedAblation(layer, heads, B, mode, means.get(layer))
-                rep = _repeat(batch, len(heads))
-                if fast:
-                    per = _forward_from(loaded, layer, inputs[layer].repeat(len(heads), 1, 1), rep, [iv], chunk=B)
-                else:
-                    with routed(loaded, interventions=[iv], impl="eager"):
-                        per = effect_loss(loaded, rep, loaded.model(**rep), clean_emb)
-                per = per.view(len(heads), B)  # (k, B)
-                deltas[mode][layer, heads] = (per - base[None]).mean(1).numpy()
-            if progress:
-                progress(mode, layer)
+        for layer in sorted(by_layer):
+            hs = by_layer[layer]
+            for i in range(0, len(hs), k):
+                chunk = hs[i : i + k]
+                iv = BatchedAblation(layer, chunk, B, mode, means.get(layer))
+                rep = _repeat(batch, len(chunk))
+                start = layer if check["used"] else 0
+                per = forward_from(loaded, start, stored, rep, [iv], len(chunk), clean_emb)
+                per = per.view(len(chunk), B)  # (k, B)
+                deltas[mode][layer, chunk] = (per - base[None]).mean(1).numpy()
+                done += len(chunk)
+                if progress:
+                    progress(mode, layer, done, total)
     return deltas
 
 
@@ -239,12 +288,13 @@ def gradient_estimate(loaded, batch: dict) -> np.ndarray:
     gates = torch.ones(L, H, requires_grad=True)
     ivs = [HeadGate(gates, layer) for layer in range(L)]
     clean_emb = None
-    if not loaded.causal:
+    encoder = loaded.kind == "encoder"
+    if encoder:
         with torch.no_grad(), routed(loaded, impl="eager"):
             clean_emb = pooled(loaded.model(**batch).last_hidden_state, batch["attention_mask"])
     with torch.enable_grad(), routed(loaded, interventions=ivs, impl="eager"):
         out = loaded.model(**batch)
-        if loaded.causal:
+        if not encoder:
             loss = effect_loss(loaded, batch, out).mean()
         else:  # 1 − cos is flat (zero gradient) at the clean point; use the embedding's distance instead
             emb = pooled(out.last_hidden_state, batch["attention_mask"])

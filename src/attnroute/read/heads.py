@@ -7,8 +7,10 @@ Three passes, each through attnroute's engine inside `routed(...)`:
    (memory linear in length: no [T, T] matrix is kept);
 2. repeated random tokens (stimuli.py), one batch per probe seed: previous-token, duplicate and
    induction scores, and the loss on the first versus the second repeat;
-3. (unless ablation=False) the effect batch: the exact ablation sweep (zero, mean, uniform) and the
-   one-backward gradient estimate (effects.py).
+3. (unless ablation=False) the effect batch: the one-backward gradient estimate for every head, then
+   exact ablation (zero; mean and uniform when asked) of the heads it ranks highest (effects.py).
+
+Before all of it (unless verify=False) the routed model is checked against its own eager attention.
 """
 
 from __future__ import annotations
@@ -27,12 +29,16 @@ from .adapter import routed
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable
 from .models import LoadedModel, load
 from .stimuli import Repeated, encode_text, repeated_random_tokens, special_ids
+from .verify import model_inputs, routing_check
 
 DEFAULT_TEXT = (
     "The quick brown fox jumps over the lazy dog. Alice gave Bob the book, and Bob gave the book back "
     "to Alice. Mary and John went to the store; John bought milk, and Mary bought bread. "
     "The quick brown fox jumps over the lazy dog again, because the dog was still lazy."
 )
+
+
+DEFAULT_EXACT = 20  # heads measured exactly by default; the rest are estimated (one backward)
 
 
 class ReadError(InputError):
@@ -48,28 +54,56 @@ def read_heads(
     ablation: bool = True,
     effect_batch: int = 8,
     effect_len: int = 40,
-    modes=effects.MODES,
+    modes=("zero",),
     stimulus_batch: int = 8,
     max_weight: bool = False,
+    exact: int | str = DEFAULT_EXACT,
+    verify: bool = True,
     progress=None,
 ) -> HeadTable:
-    """Read a model's routing on a text. ``model``: a LoadedModel, or 'smollm2' / 'minilm' / a path."""
+    """Read a model's routing on a text. ``model``: a LoadedModel, or 'smollm2' / 'minilm' / a path.
+
+    ``verify``: first compare the routed model with its own eager attention (verify.routing_check) and
+    stop with RoutingMismatch if they differ. ``exact``: how many heads get an exact ablation (the top
+    of the one-backward gradient estimate by magnitude), or "all" for the full sweep. ``modes``: the
+    ablations to run exactly (zero by default; mean and uniform when asked)."""
     say = progress or (lambda *a: None)
     loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
     text = DEFAULT_TEXT if inputs is None else inputs
     if not text or not text.strip():
         raise ReadError("text is empty: give a non-empty text, or none for the built-in paragraph", field="text")
+    exact = _exact_arg(exact)
+    bad_modes = [m for m in modes if m not in effects.MODES]
+    if bad_modes:
+        raise ReadError(
+            f"unknown ablation mode {bad_modes[0]!r}: expected some of {', '.join(effects.MODES)}", field="modes"
+        )
     limit = max_tokens or loaded.max_positions or None
     ids, cut = encode_text(loaded.tokenizer, text, limit)
-    meta = {"text_tokens": int(ids.shape[1]), "tokens_cut": cut, "max_tokens": limit, "timings_s": {}}
+    meta = {
+        "kind": loaded.kind,
+        "text_tokens": int(ids.shape[1]),
+        "tokens_cut": cut,
+        "max_tokens": limit,
+        "timings_s": {},
+    }
+    if verify:
+        t0 = time.perf_counter()
+        say("stage", "verifying routed attention against the model's own eager attention")
+        meta["routing_check"] = routing_check(loaded)
+        meta["timings_s"]["routing_check"] = time.perf_counter() - t0
+    else:
+        meta["routing_check"] = None
     if cut:
         say("warn", f"the text has {ids.shape[1] + cut} tokens; kept the first {ids.shape[1]} (cut {cut})")
 
     t0 = time.perf_counter()
+    say("stage", "text statistics")
     cols, offsets, meta["column_paths"] = text_statistics(loaded, ids, say, max_weight=max_weight)
     meta["timings_s"]["text"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    say("stage", f"repeated random tokens ({len(seeds)} seeds)")
     per_seed = [
         repeated_scores(
             loaded, repeated_random_tokens(loaded.tokenizer, batch=stimulus_batch, seed=s, causal=loaded.causal)
@@ -91,10 +125,22 @@ def read_heads(
     cols["role_stability"] = stability
     if ablation:
         t0 = time.perf_counter()
-        meta.update(effect_columns(loaded, cols, ids, effect_batch, effect_len, seeds[0], modes, say))
+        meta.update(effect_columns(loaded, cols, ids, effect_batch, effect_len, seeds[0], modes, exact, say))
         meta["timings_s"]["effects"] = time.perf_counter() - t0
     meta["role_thresholds"] = roles.THRESHOLDS
-    return HeadTable(loaded.name, L, H, cols, head_roles, offsets, meta)
+    return HeadTable(loaded.name, L, H, cols, head_roles, offsets, meta, attention=list(loaded.attention_kinds))
+
+
+def _exact_arg(exact) -> int | str:
+    if exact == "all":
+        return "all"
+    try:
+        k = int(exact)
+    except (TypeError, ValueError):
+        k = -1
+    if k < 0 or isinstance(exact, bool) or (isinstance(exact, float) and not exact.is_integer()):
+        raise ReadError(f"exact must be a number of heads (≥ 0) or 'all', got {exact!r}", field="exact")
+    return k
 
 
 # ------------------------------------------------------------------------------------ pass 1: text
@@ -129,7 +175,10 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
     local band at about the cost of the model's own attention. ``max_weight`` adds the row maximum and
     argmax offsets, which need the weights themselves: then the blocked backend reads every column.
     Returns (columns, offsets, path per column)."""
-    sink_keys, punct_keys = key_sets(loaded.tokenizer, ids)  # (B, T) each
+    batch = model_inputs(loaded, ids, torch.ones_like(ids))
+    sets = {"self": key_sets(loaded.tokenizer, ids)}  # (sink keys, punctuation keys), (B, T) each
+    if loaded.seq2seq:  # the decoder's keys are its own (shifted) tokens; cross-attention keys are the encoder's
+        sets["decoder-self"] = key_sets(loaded.tokenizer, batch["decoder_input_ids"])
     H = loaded.n_heads
     impl = "blocked" if max_weight else "fused"
     if impl == "fused" and (reason := _fused_refusal(loaded)):
@@ -139,6 +188,7 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
     keyvec = PerLayer(KeyVectors if impl == "blocked" else FusedKeyMass)
 
     def set_key_vectors(layer, module, q, k, v):
+        sink_keys, punct_keys = sets.get(loaded.attention_kinds[layer], sets["self"])
         proj = loaded.out_projections[layer]
         fn = (
             value_norms(v, proj.weight, H)
@@ -151,7 +201,7 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
         say("layer", layer)
 
     with routed(loaded, probes=[rows, keyvec], impl=impl, before_attend=[set_key_vectors]):
-        loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids))  # no LM head: no logits needed
+        body(loaded)(**batch)
     L = loaded.n_layers
     cols = {c: np.full((L, H), np.nan) for c in FUSED_COLUMNS + MAX_COLUMNS}
     offsets = np.full((L, H, len(OFFSET_BUCKETS)), np.nan)
@@ -170,7 +220,7 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
         cols["norm_mass"][layer] = mean(share)
         if impl == "blocked":
             cols["max_weight"][layer] = mean(r.get("max_weight"))
-            offsets[layer] = offset_histogram(r.get("argmax"), ids.shape[1], valid)
+            offsets[layer] = offset_histogram(r.get("argmax"), r.get("argmax").shape[-1], valid)
     paths = {c: impl for c in FUSED_COLUMNS}
     if impl == "fused" and not entropy:
         paths.update({c: "not computed (entropy=False)" for c in ("entropy", "entropy_norm")})
@@ -184,11 +234,22 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
 
 
 def _fused_refusal(loaded: LoadedModel) -> str | None:
-    """Why the fused path cannot read this model (soft-capped scores are not linear in the weights)."""
+    """Why the fused path cannot read this model: soft-capped scores, a score bias (T5) and sink logits
+    (gpt-oss) are not linear in q·k, which the fused statistics assume."""
     cfg = loaded.model.config
     if getattr(cfg, "attn_logit_softcapping", None):
         return "the model soft-caps its attention scores, which the fused kernel cannot"
+    if any(getattr(m, "has_relative_attention_bias", False) for m in loaded.attention_modules) or loaded.seq2seq:
+        return "the model adds a position bias to its scores (or is an encoder-decoder); the fused path does not read it"
+    if any(getattr(m, "sinks", None) is not None for m in loaded.attention_modules):
+        return "the model has sink logits in its softmax, which the fused kernel cannot"
     return None
+
+
+def body(loaded: LoadedModel):
+    """What to call for statistics: the model without its LM head (no logits needed), except for
+    encoder-decoders, whose bare model needs the decoder inputs anyway."""
+    return loaded.model if loaded.seq2seq else loaded.model.base_model
 
 
 def offset_histogram(argmax: torch.Tensor, T: int, valid: torch.Tensor) -> np.ndarray:
@@ -222,9 +283,17 @@ def repeated_scores(loaded: LoadedModel, stim: Repeated) -> dict:
     fused = _fused_refusal(loaded) is None
     S = stim.S
     diag = PerLayer(lambda: FusedRowStats(diagonals=(1, S, S - 1), entropy=False)) if fused else repeat_probe(S)
+    batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
+    if loaded.seq2seq:  # the decoder reads the stimulus itself, so its diagonals mean what the encoder's do
+        batch.update(decoder_input_ids=stim.input_ids, decoder_attention_mask=stim.attention_mask)
     with routed(loaded, probes=[diag], impl="fused" if fused else "eager"):  # three named weights per row
-        loaded.model.base_model(input_ids=stim.input_ids, attention_mask=stim.attention_mask)
-    return diagonal_scores(diag, stim, loaded.n_layers, loaded.n_heads)
+        body(loaded)(**batch)
+    scores = diagonal_scores(diag, stim, loaded.n_layers, loaded.n_heads)
+    for layer, kind in enumerate(loaded.attention_kinds):
+        if kind == "cross":  # a query and a key of two streams: "previous token" is not defined
+            for name in scores:
+                scores[name][layer] = np.nan
+    return scores
 
 
 def repeat_probe(S: int) -> PerLayer:
@@ -250,7 +319,7 @@ def diagonal_scores(diag: PerLayer, stim: Repeated, n_layers: int, n_heads: int)
 @torch.no_grad()
 def induction_loss(loaded: LoadedModel, stim: Repeated) -> dict:
     """Mean next-token loss predicting the first repeat's tokens versus the second's."""
-    with routed(loaded, impl="sdpa"):
+    with routed(loaded, impl="auto"):  # sdpa where it can; eager under a soft-cap or sinks
         logits = loaded.model(input_ids=stim.input_ids, attention_mask=stim.attention_mask).logits.float()
     ce = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), stim.input_ids[:, 1:], reduction="none")
     S, P = stim.S, stim.prefix
@@ -281,21 +350,47 @@ def label_heads(cols: dict, per_seed: list[dict]):
 # ------------------------------------------------------------------------------------ pass 3: effects
 
 
-def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, say) -> dict:
+def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, exact, say) -> dict:
+    """grad_attr for every head (one backward), then exact ablation for the ``exact`` heads the estimate
+    ranks highest by magnitude (or all): the columns of the modes not run stay NaN."""
     if loaded.causal:
         stim = repeated_random_tokens(loaded.tokenizer, S=S, batch=batch_size, seed=seed, causal=True)
         batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
         described = stim.describe() + "; effect = Δ mean next-token loss"
+    elif loaded.seq2seq:
+        batch = model_inputs(loaded, ids, torch.ones_like(ids))
+        described = "the text; effect = Δ the decoder's loss on the text (decoder ids: the text shifted right)"
     else:
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         described = "the text; effect = 1 − cosine of the mean-pooled sentence embedding"
-    deltas = effects.exact_sweep(loaded, batch, modes=modes, progress=lambda m, l: say("ablate", (m, l)))
+    say("stage", "gradient estimate (one forward, one backward)")
+    cols["grad_attr"] = effects.gradient_estimate(loaded, batch)
+    L, H = cols["grad_attr"].shape
+    n = L * H if exact == "all" else min(int(exact), L * H)
+    order = np.argsort(-np.abs(np.nan_to_num(cols["grad_attr"].ravel())), kind="stable")[:n]
+    pairs = [(int(i // H), int(i % H)) for i in order]
+    info: dict = {}
+    if pairs:
+        say("stage", f"exact {'/'.join(modes)} ablation of {len(pairs)} heads")
+    deltas = (
+        effects.exact_sweep(loaded, batch, modes=modes, heads=pairs, info=info, progress=lambda *p: say("ablate", p))
+        if pairs
+        else {}
+    )
     cols["ablation_delta"] = deltas.get("zero", cols["ablation_delta"])
     cols["ablation_mean"] = deltas.get("mean", cols["ablation_mean"])
     cols["ablation_uniform"] = deltas.get("uniform", cols["ablation_uniform"])
-    cols["grad_attr"] = effects.gradient_estimate(loaded, batch)
-    agree = effects.rank_agreement(cols["grad_attr"], cols["ablation_delta"])
-    return {"effect_batch": described, "grad_vs_ablation": agree}
+    agree = effects.rank_agreement(cols["grad_attr"], cols["ablation_delta"], k=min(10, max(1, len(pairs))))
+    statement = (
+        f"exact for all {L * H} heads"
+        if n == L * H
+        else f"exact for {n} heads (the top of the gradient estimate by magnitude), estimated for {L * H - n}"
+    )
+    return {
+        "effect_batch": described,
+        "grad_vs_ablation": agree,
+        "ablation": {"statement": statement, "modes": list(modes), "exact_heads": pairs, **info},
+    }
 
 
 __all__ = [

@@ -41,6 +41,15 @@ class HeadTable:
     roles: list  # [L][H] role names
     argmax_offsets: np.ndarray  # [L, H, len(OFFSET_BUCKETS)] fractions of rows
     meta: dict = field(default_factory=dict)
+    attention: list = field(default_factory=list)  # per layer: "self", "decoder-self" or "cross" (empty: all self)
+
+    def attention_kind(self, layer: int) -> str:
+        return self.attention[layer] if self.attention else "self"
+
+    def stream_layer(self, layer: int) -> int:
+        """The layer's index among the layers of its own attention kind."""
+        kind = self.attention_kind(layer)
+        return sum(1 for i in range(layer) if self.attention_kind(i) == kind)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.columns[name]
@@ -49,7 +58,12 @@ class HeadTable:
         out = []
         for layer in range(self.layers):
             for head in range(self.heads):
-                row = {"layer": layer, "head": head}
+                row = {
+                    "layer": layer,
+                    "head": head,
+                    "attention": self.attention_kind(layer),
+                    "stream_layer": self.stream_layer(layer),
+                }
                 for c in COLUMNS:
                     v = float(self.columns[c][layer, head])
                     row[c] = None if np.isnan(v) else round(v, 6)
@@ -69,7 +83,9 @@ class HeadTable:
     def to_csv(self, path) -> None:
         rows = self.rows()
         with open(path, "w", newline="") as f:
-            fields = ["layer", "head", *COLUMNS, "role"] + [f"argmax_{b}" for b in OFFSET_BUCKETS]
+            fields = ["layer", "head", "attention", "stream_layer", *COLUMNS, "role"] + [
+                f"argmax_{b}" for b in OFFSET_BUCKETS
+            ]
             w = csv.DictWriter(f, fieldnames=fields)
             w.writeheader()
             for r in rows:

@@ -67,7 +67,9 @@ class LoadedModel:
 
     @property
     def n_heads(self) -> int:
-        heads = {int(getattr(m, "num_heads", 0) or self.model.config.num_attention_heads) for m in self.attention_modules}
+        heads = {
+            int(getattr(m, "num_heads", 0) or self.model.config.num_attention_heads) for m in self.attention_modules
+        }
         return heads.pop() if len(heads) == 1 else int(self.model.config.num_attention_heads)
 
     @property
@@ -76,7 +78,15 @@ class LoadedModel:
 
     @property
     def max_positions(self) -> int:
-        return int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        """Tokens the model can take: its position table's size less any offset the table reserves
+        (RoBERTa-style learned positions start at padding_idx + 1, so 514 entries hold 512 tokens)."""
+        n = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        for name, module in self.model.named_modules():
+            if name.endswith("position_embeddings") and isinstance(module, torch.nn.Embedding):
+                if module.padding_idx is not None:
+                    n = min(n, module.num_embeddings - (module.padding_idx + 1)) if n else 0
+                break
+        return n
 
 
 def cache_dir() -> Path:
@@ -156,7 +166,9 @@ def model_kind(config) -> str:
     mt = config.model_type
     for registry, takes in NON_TEXT.items():
         if mt in getattr(auto, registry, {}):
-            raise ModelLoadError(f"{mt} takes {takes}; attnroute reads text models (causal LMs, encoders, encoder-decoders)")
+            raise ModelLoadError(
+                f"{mt} takes {takes}; attnroute reads text models (causal LMs, encoders, encoder-decoders)"
+            )
     if getattr(config, "is_encoder_decoder", False) and mt in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
         return "seq2seq"
     if mt in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(config, "is_decoder", False):
@@ -188,7 +200,9 @@ def _load_dir(path: Path, say):
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a bad config)
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ModelLoadError(f"transformers could not read {path}/config.json: {type(e).__name__}: {first[:200]}") from None
+        raise ModelLoadError(
+            f"transformers could not read {path}/config.json: {type(e).__name__}: {first[:200]}"
+        ) from None
     kind = model_kind(config)
     cls = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "encoder": AutoModel}[kind]
     try:
@@ -305,9 +319,11 @@ def _finish(loaded, name: str) -> LoadedModel:
     model, tokenizer, kind = loaded
     found = attention_modules(model, kind)
     if not found:
+        alibi = "alibi" in model.config.to_dict() or model.config.model_type in ("bloom", "mpt")
+        why = "it computes ALiBi attention itself, " if alibi else ""
         raise ModelLoadError(
-            f"{type(model).__name__} has no attention module that calls transformers' AttentionInterface "
-            "(looked for modules named *Attention with a `scaling` attribute); attnroute cannot route it"
+            f"{type(model).__name__} does not call transformers' AttentionInterface ({why}no *Attention module "
+            "with a `scaling` attribute); attnroute cannot route it"
         )
     attn = [m for m, _ in found]
     kinds = [k for _, k in found]
