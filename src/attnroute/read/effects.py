@@ -18,7 +18,8 @@ shortcut's clean effect with the full forward's and falls back to full forwards 
 Several ablations share one forward by repeating the batch, one copy per ablated head.
 
 The estimate ("gradient_estimate") gates each head's output with g = 1 and takes one forward and
-one backward: −∂L/∂g is the first-order change of the loss when g goes to 0 (attribution patching; Michel et al.'s importance is |∂L/∂g|).
+one backward: −∂L/∂g is the first-order change of the loss when g goes to 0 (attribution
+patching; Michel et al.'s importance is |∂L/∂g|).
 """
 
 from __future__ import annotations

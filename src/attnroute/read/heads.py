@@ -240,7 +240,7 @@ def _fused_refusal(loaded: LoadedModel) -> str | None:
     if getattr(cfg, "attn_logit_softcapping", None):
         return "the model soft-caps its attention scores, which the fused kernel cannot"
     if any(getattr(m, "has_relative_attention_bias", False) for m in loaded.attention_modules) or loaded.seq2seq:
-        return "the model adds a position bias to its scores (or is an encoder-decoder); the fused path does not read it"
+        return "the model adds a position bias to its scores (or is an encoder-decoder); fused does not read it"
     if any(getattr(m, "sinks", None) is not None for m in loaded.attention_modules):
         return "the model has sink logits in its softmax, which the fused kernel cannot"
     return None
