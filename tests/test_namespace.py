@@ -79,6 +79,8 @@ PUBLIC = [
     "read_routed",
     "HeadTable",
     "load_model",
+    "routing_check",
+    "RoutingMismatch",
     "check",
     "CheckReport",
     "run_experiment",

@@ -76,6 +76,7 @@ from .read.adapter import routed as read_routed
 from .read.heads import read_heads
 from .read.headtable import HeadTable
 from .read.models import load as load_model
+from .read.verify import RoutingMismatch, routing_check
 
 __version__ = "0.1.0"
 
@@ -147,6 +148,8 @@ __all__ = [
     "read_routed",
     "HeadTable",
     "load_model",
+    "routing_check",
+    "RoutingMismatch",
     "check",
     "CheckReport",
     "run_experiment",

@@ -205,6 +205,7 @@ def _heads(args) -> int:
             "text is empty: give a non-empty --text or --file, or neither for the built-in text", field="text"
         )
     int_in(args.max_tokens, "max_tokens", 2)
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     with read_progress() as progress:
         table = read_heads(
             args.model,
@@ -213,8 +214,19 @@ def _heads(args) -> int:
             seeds=(args.seed, args.seed + 1, args.seed + 2),
             ablation=not args.no_ablation,
             max_weight=args.max_weight,
+            modes=modes,
+            exact=args.exact,
+            verify=not args.no_verify,
             progress=progress,
         )
+    check = table.meta.get("routing_check")
+    if check:
+        console.print(
+            f"routing check: max |Δ {check['compared']}| = {check['max_abs_diff']:.2g} against the model's own eager "
+            f"attention (tolerance {check['tolerance']:.2g})"
+        )
+    if table.meta.get("ablation"):
+        console.print(f"ablation: {table.meta['ablation']['statement']}")
     if table.meta.get("tokens_cut"):
         console.print(
             f"[yellow]note:[/yellow] the text was cut to its first {table.meta['text_tokens']} tokens "
@@ -294,7 +306,12 @@ def _report(args) -> int:
     learned = [_learn_result(p) for p in args.learn or []]  # bad files fail before minutes of reading
     with read_progress() as progress:
         view = routing_view(
-            args.model, text, ablation=not args.no_ablation, max_tokens=args.max_tokens, progress=progress
+            args.model,
+            text,
+            ablation=not args.no_ablation,
+            max_tokens=args.max_tokens,
+            verify=not args.no_verify,
+            progress=progress,
         )
     rep = report_page.build(view)
     if learned:
@@ -531,6 +548,19 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--csv", help="write the HeadTable as CSV")
     h.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep and gradient estimate")
     h.add_argument(
+        "--exact",
+        default="20",
+        help="heads to ablate exactly: the top N of the gradient estimate (default 20), or 'all' for the full sweep",
+    )
+    h.add_argument(
+        "--modes", default="zero", help="exact ablation modes, comma-separated: zero (default), mean, uniform"
+    )
+    h.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the run-time check of routed attention against the model's own eager attention",
+    )
+    h.add_argument(
         "--max-weight",
         action="store_true",
         help="also the row maximum and argmax offsets (a second, blocked pass over the weights)",
@@ -566,6 +596,11 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(r, "the data behind the page")
     r.add_argument("--max-tokens", type=int, default=256, help="cut the text to this many tokens (default 256)")
     r.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep")
+    r.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the run-time check of routed attention against the model's own eager attention",
+    )
     r.add_argument("--learn", nargs="+", metavar="JSON", help="add sections from `attnroute learn` result files")
     r.set_defaults(fn=_report)
 

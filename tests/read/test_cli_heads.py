@@ -39,7 +39,7 @@ def test_heads_json_for_minilm_with_a_cut_text(capsys, tmp_path):
     assert "cut to its first 16 tokens" in err
     assert {r["layer"] for r in data["rows"]} == set(range(6)) and {r["head"] for r in data["rows"]} == set(range(12))
     assert data["rows"][0]["ablation_delta"] is None  # --no-ablation
-    assert (tmp_path / "h.csv").read_text().startswith("layer,head,entropy")
+    assert (tmp_path / "h.csv").read_text().startswith("layer,head,attention,stream_layer,entropy")
     assert "previous-token" in out
 
 
@@ -84,3 +84,45 @@ def test_an_architecture_without_routable_attention_is_named(capsys, tmp_path):
         shutil.copy(src / name, tmp_path / name)
     code, _, err = run(capsys, "--model", str(tmp_path), "--no-ablation")
     assert code == 2 and "MambaForCausalLM" in err and "cannot route" in err
+
+
+def test_heads_default_verifies_estimates_all_and_measures_the_top_k(capsys, tmp_path):
+    """On a tiny random GPT-2 (a user's directory): routing check in the JSON and on stderr, the gradient
+    estimate for every head, exact zero ablation for the top --exact of it, progress lines on stderr."""
+    from .zoo import build
+
+    model = build("gpt2", tmp_path)
+    path = tmp_path / "h.json"
+    code, out, err = run(capsys, "--model", str(model), "--exact", "3", "--json", str(path), "--text", "Alice and Bob.")
+    assert code == 0, err
+    data = json.loads(path.read_text())
+    assert data["meta"]["kind"] == "causal"  # GPT2LMHeadModel: a causal LM, from the registry
+    check = data["meta"]["routing_check"]
+    assert check["max_abs_diff"] <= check["tolerance"] and "routing check: max |Δ logits|" in err
+    rows = data["rows"]
+    measured = [r for r in rows if r["ablation_delta"] is not None]
+    assert len(measured) == 3 and all(r["grad_attr"] is not None for r in rows)
+    by_estimate = sorted(rows, key=lambda r: -abs(r["grad_attr"]))[:3]
+    assert {(r["layer"], r["head"]) for r in measured} == {(r["layer"], r["head"]) for r in by_estimate}
+    assert all(r["ablation_mean"] is None for r in rows)  # mean/uniform only when asked
+    assert data["meta"]["ablation"]["statement"].startswith("exact for 3 heads")
+    assert "stage: exact zero ablation of 3 heads" in err and "ETA" in err  # not a terminal: one line each
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--exact", "lots"], "--exact must be a number of heads"),
+        (["--modes", "zero,half"], "--modes: unknown ablation mode 'half'"),
+    ],
+)
+def test_heads_bad_effect_arguments_are_one_line(capsys, argv, message):
+    code, out, err = run(capsys, "--model", "minilm", *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_model_that_takes_images_is_refused_in_one_line(capsys, tmp_path):
+    from .zoo import build
+
+    code, out, err = run(capsys, "--model", str(build("vit", tmp_path)))
+    assert code == 2 and "vit takes images" in err and "Traceback" not in err

@@ -34,7 +34,7 @@ def effects_rows(progress=None, batch=8, S=40, plain_heads_per_layer=1) -> dict:
     plain = effects.plain_sweep(lm, b, heads=sample, progress=lambda l, h: progress and progress(f"plain L{l}.H{h}"))
     plain_s = (time.perf_counter() - t0) * (L * H) / len(sample)
     t0 = time.perf_counter()
-    exact = effects.exact_sweep(lm, b, modes=("zero",), progress=lambda m, l: progress and progress(f"exact L{l}"))[
+    exact = effects.exact_sweep(lm, b, modes=("zero",), progress=lambda m, l, *_: progress and progress(f"exact L{l}"))[
         "zero"
     ]
     exact_s = time.perf_counter() - t0

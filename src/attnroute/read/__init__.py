@@ -10,6 +10,7 @@ from .heads import DEFAULT_TEXT, ReadError, read_heads
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable
 from .models import BUNDLED, LoadedModel, ModelLoadError, load
 from .roles import ROLES, Role
+from .verify import RoutingMismatch, routing_check
 
 __all__ = [
     "BUNDLED",
@@ -22,10 +23,12 @@ __all__ = [
     "ModelLoadError",
     "ReadError",
     "Role",
+    "RoutingMismatch",
     "RoutingView",
     "capture_weights",
     "load",
     "read_heads",
     "routed",
+    "routing_check",
     "routing_view",
 ]

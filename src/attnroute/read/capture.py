@@ -42,7 +42,13 @@ def capture_weights(loaded: LoadedModel, ids: torch.Tensor) -> list[np.ndarray]:
 
 
 def routing_view(
-    model="smollm2", text: str | None = None, *, ablation: bool = True, max_tokens: int = 256, progress=None
+    model="smollm2",
+    text: str | None = None,
+    *,
+    ablation: bool = True,
+    max_tokens: int = 256,
+    verify: bool = True,
+    progress=None,
 ) -> RoutingView:
     """Read the model on the text and capture its weights (the `attnroute report` pipeline)."""
     t0 = time.perf_counter()
@@ -60,7 +66,9 @@ def routing_view(
         effect_batch=1,
         effect_len=16,
         modes=("zero",),
+        exact="all",  # the page's effect figure shows every head: on 16 tokens the full sweep is cheap
         stimulus_batch=4,
+        verify=verify,
         progress=say,
     )
     ids, _ = encode_text(loaded.tokenizer, text, max_tokens)

@@ -68,16 +68,15 @@ def read_heads(
     of the one-backward gradient estimate by magnitude), or "all" for the full sweep. ``modes``: the
     ablations to run exactly (zero by default; mean and uniform when asked)."""
     say = progress or (lambda *a: None)
-    loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
     text = DEFAULT_TEXT if inputs is None else inputs
     if not text or not text.strip():
         raise ReadError("text is empty: give a non-empty text, or none for the built-in paragraph", field="text")
     exact = _exact_arg(exact)
-    bad_modes = [m for m in modes if m not in effects.MODES]
+    bad_modes = [m for m in modes if m not in effects.MODES] or ([] if modes else ["(none)"])
     if bad_modes:
-        raise ReadError(
-            f"unknown ablation mode {bad_modes[0]!r}: expected some of {', '.join(effects.MODES)}", field="modes"
-        )
+        expected = ", ".join(effects.MODES)
+        raise ReadError(f"unknown ablation mode {bad_modes[0]!r}: expected some of {expected}", field="modes")
+    loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
     limit = max_tokens or loaded.max_positions or None
     ids, cut = encode_text(loaded.tokenizer, text, limit)
     meta = {

@@ -139,39 +139,69 @@ def headtable_tables(table) -> list[Table]:
 
 
 class ReadProgress:
-    """Progress bars for `attnroute heads`: loading, text layers, ablation layers per mode."""
+    """Progress of `attnroute heads` / `report` on stderr: loading, stages, text layers and the exact
+    ablation (layer, heads done, ETA). On a terminal: rich bars. Otherwise (stderr redirected to a
+    file or a CI log): one line per stage and one line per ablated layer, each with elapsed time and,
+    for the ablation, an ETA — never a bar that turns into megabytes of carriage returns."""
 
     def __init__(self, console):
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        import time
 
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        )
-        self.tasks = {}
+        self.console, self.live, self.clock = console, console.is_terminal, time.perf_counter
+        self.t0 = self.clock()
+        self.progress, self.tasks, self.ablate_started = None, {}, None
+        if self.live:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=console,
+                transient=True,
+            )
 
     def __enter__(self):
-        self.progress.__enter__()
+        if self.progress:
+            self.progress.__enter__()
         return self
 
     def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
+        return self.progress.__exit__(*exc) if self.progress else None
+
+    def _line(self, text: str) -> None:
+        self.console.print(f"[{self.clock() - self.t0:6.1f} s] {text}", highlight=False)
 
     def __call__(self, kind, payload=None):
-        if kind in ("load", "warn"):
-            self.progress.console.print(f"{'loading' if kind == 'load' else 'note'}: {payload}")
+        if kind in ("load", "warn", "stage"):
+            label = {"load": "loading", "warn": "note", "stage": "stage"}[kind]
+            (self.progress.console.print if self.progress else self._line)(f"{label}: {payload}")
             return
-        key = kind if kind != "ablate" else f"ablate {payload[0]}"
+        if kind == "layer":  # text statistics, one call per layer
+            if self.progress:
+                self._advance("text statistics (layers)", None)
+            return
+        if kind == "ablate":  # (mode, layer, heads done, heads total)
+            mode, layer, done, total = payload
+            self.ablate_started = self.ablate_started or self.clock()
+            spent = self.clock() - self.ablate_started
+            eta = spent / max(done, 1) * (total - done)
+            if self.progress:
+                self._advance(f"exact ablation ({mode}, layer {layer})", total, key="ablate", completed=done)
+            else:
+                self._line(f"ablation {mode}: layer {layer}, {done}/{total} heads, ETA {eta:.0f} s")
+
+    def _advance(self, desc, total, key=None, completed=None):
+        key = key or desc
         if key not in self.tasks:
-            desc = {"layer": "text statistics (layers)"}.get(
-                kind, f"ablation sweep, {payload[0] if kind == 'ablate' else ''}"
-            )
-            self.tasks[key] = self.progress.add_task(desc, total=None)
-        self.progress.advance(self.tasks[key])
+            self.tasks[key] = self.progress.add_task(desc, total=total)
+        if completed is None:
+            self.progress.advance(self.tasks[key])
+        else:
+            self.progress.update(self.tasks[key], completed=completed, description=desc)
 
 
 def read_bench_markdown(result: dict) -> str:
