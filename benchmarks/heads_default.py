@@ -4,9 +4,10 @@
     .venv/bin/python benchmarks/heads_default.py [--out benchmarks/results/heads_default.json]
 
 1. `attnroute heads --model smollm2 --json …` in a child process, timed (the default: one-backward
-   gradient estimate for all 270 heads, exact zero-ablation for the 20 it ranks highest).
+   gradient estimate for all 270 heads, exact zero-ablation for the 20 it ranks highest by magnitude,
+   then 10 more at a time until a round changes nothing in the exact top 10).
 2. read_heads(exact="all") in this process: the full exact zero-ablation sweep on the same effect batch.
-3. The top-10 heads by exact Δ loss among the default's 20 versus the top-10 of the full sweep.
+3. The top-10 heads by exact Δ loss among the default's measured heads versus the top-10 of the full sweep.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def main() -> None:
         "model": "smollm2",
         "default_command_seconds": default_s,
         "default_statement": default["meta"]["ablation"]["statement"],
+        "default_exact_heads": default["meta"]["ablation"]["heads_measured"],
+        "default_rounds": default["meta"]["ablation"]["rounds"],
         "routing_check_max_abs_diff": default["meta"]["routing_check"]["max_abs_diff"],
         "full_sweep_read_seconds": full_s,
         "full_sweep_effects_seconds": full.meta["timings_s"]["effects"],

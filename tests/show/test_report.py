@@ -91,3 +91,26 @@ def test_cli_report_writes_page_pngs_and_json(tmp_path, capsys):
     assert code == 0 and out.exists() and (tmp_path / "png" / "head_roles.png").exists()
     assert "wrote" in capsys.readouterr().err
     assert main(["report", "   ", "--model", "minilm"]) == 2
+
+
+def test_encoder_decoder_report_groups_rows_and_reads_each_streams_tokens(tmp_path, open_page):
+    """A tiny random T5: rows labelled E/D/X by attention kind, a cross-attention head shows decoder
+    queries against encoder keys, no KV card numbers (said why), no script error."""
+    from attnroute.read.models import load
+    from tests.read.zoo import build
+
+    lm = load(str(build("t5", tmp_path)))
+    rep = report_mod.build(routing_view(lm, "Alice gave Bob the book.", ablation=False))
+    assert rep.data["attention"] == lm.attention_kinds and rep.data["decoder_tokens"] != rep.data["tokens"]
+    assert "unavailable" in rep.data["kv"]
+    path = rep.save(tmp_path / "t5.html")
+    cross = lm.attention_kinds.index("cross")
+    with open_page(path, ready=f"rect.cell[data-layer='{cross}'][data-head='1']") as (page, events):
+        page.click(f"rect.cell[data-layer='{cross}'][data-head='1']")
+        assert "X0.H1" in page.text_content("#detail-title")
+        labels = page.eval_on_selector_all("#links text", "els => els.map(e => e.textContent)")
+        grid = page.eval_on_selector_all("#grid text", "els => els.map(e => e.textContent)")
+    assert {"E0", "E1", "D0", "D1", "X0", "X1"} <= set(grid)
+    dec, enc = rep.data["decoder_tokens"], rep.data["tokens"]
+    assert labels[2] == dec[0][:14] and labels[3] == enc[0][:14]  # left column: queries; right: keys
+    assert events["errors"] == []

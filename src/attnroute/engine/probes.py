@@ -28,7 +28,7 @@ class Probe:
 
 class RowStats(Probe):
     """Per query row: entropy, max weight, argmax key, visible-key count, and mass on the first key,
-    the previous key and a local band.
+    the previous key, a local band and (with sink logits) the sink.
 
     Entropy in one pass from scores and log-sum-exp: H = lse − Σ_j p_j s_j = log Σe^{s−m} + m −
     Σe^{s−m}·s / Σe^{s−m} (see row_entropy). A row that sees nothing has entropy 0, max weight 0
@@ -39,7 +39,7 @@ class RowStats(Probe):
     the weights (max, and the dot product Σ p·s) plus O(bq·band).
     """
 
-    FIELDS = ("entropy", "max_weight", "argmax", "n_visible", "first_mass", "prev_mass", "band_mass")
+    FIELDS = ("entropy", "max_weight", "argmax", "n_visible", "first_mass", "prev_mass", "band_mass", "sink_logit_mass")
 
     def __init__(self, band: int = 4, layer: int | None = None):
         self.band = band
@@ -63,6 +63,9 @@ class RowStats(Probe):
         self._put("first_mass", block, w[..., 0] if block.kv0 == 0 else w.new_zeros(B, H, bq))
         self._put("prev_mass", block, diagonal_mass(w, block, offsets=[1]))
         self._put("band_mass", block, diagonal_mass(w, block, offsets=range(-self.band + 1, self.band)))
+        # the mass a per-head sink logit took (attend(sinks=)); 0 where the attention has none
+        sink = block.sink_mass if block.sink_mass is not None else w.new_zeros(B, H, bq)
+        self._put("sink_logit_mass", block, sink)
 
     def _put(self, name: str, block: WeightBlock, value: torch.Tensor) -> None:
         # contiguous copy: a view (w[..., 0]) would keep the whole block of weights alive

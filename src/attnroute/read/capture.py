@@ -12,10 +12,11 @@ import torch
 
 from ..engine import CallbackProbe
 from .adapter import routed
-from .heads import DEFAULT_TEXT, read_heads
+from .heads import DEFAULT_TEXT, body, read_heads
 from .headtable import HeadTable
 from .models import LoadedModel, load
 from .stimuli import encode_text
+from .verify import model_inputs
 
 
 @dataclass
@@ -23,12 +24,13 @@ class RoutingView:
     """One text read by one model: everything the report page needs, as data."""
 
     table: HeadTable
-    tokens: list[str]  # the tokenizer's own strings, one per position
+    tokens: list[str]  # the tokenizer's own strings, one per position (the encoder's, for an encoder-decoder)
     weights: list[np.ndarray]  # per layer [H, T, T] float32
     config: object  # the model's transformers config (for the KV-cache card)
     kv_heads: int
     context: int  # the model's context length (0 when the config has none)
     seconds: float
+    decoder_tokens: list[str] | None = None  # an encoder-decoder's decoder input (the text shifted right)
 
 
 @torch.no_grad()
@@ -37,7 +39,7 @@ def capture_weights(loaded: LoadedModel, ids: torch.Tensor) -> list[np.ndarray]:
     per_layer: dict[int, np.ndarray] = {}
     probe = CallbackProbe(lambda block: per_layer.__setitem__(block.layer, block.weights[0].float().numpy()))
     with routed(loaded, probes=[probe], impl="eager"):
-        loaded.model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids))
+        body(loaded)(**model_inputs(loaded, ids, torch.ones_like(ids)))
     return [per_layer[layer] for layer in range(loaded.n_layers)]
 
 
@@ -74,8 +76,19 @@ def routing_view(
     ids, _ = encode_text(loaded.tokenizer, text, max_tokens)
     weights = capture_weights(loaded, ids)
     tokens = loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist())
+    decoder_tokens = None
+    if loaded.seq2seq:
+        dec = model_inputs(loaded, ids, torch.ones_like(ids))["decoder_input_ids"]
+        decoder_tokens = loaded.tokenizer.convert_ids_to_tokens(dec[0].tolist())
     return RoutingView(
-        table, tokens, weights, loaded.model.config, loaded.n_kv_heads, loaded.max_positions, time.perf_counter() - t0
+        table,
+        tokens,
+        weights,
+        loaded.model.config,
+        loaded.n_kv_heads,
+        loaded.max_positions,
+        time.perf_counter() - t0,
+        decoder_tokens,
     )
 
 

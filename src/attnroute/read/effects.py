@@ -223,7 +223,50 @@ def copies_per_forward(loaded, batch: dict, budget_bytes: int = 512 << 20) -> in
 # ------------------------------------------------------------------------------------ the sweeps
 
 
-@torch.no_grad()
+class Sweep:
+    """Exact ablations on one effect batch: the clean pass and the shortcut check once, then
+    ``measure(pairs)`` as many times as needed (the fast default measures in rounds)."""
+
+    def __init__(self, loaded, batch: dict, modes=("zero",), reuse_residual: bool = True, progress=None):
+        self.loaded, self.batch, self.modes, self.progress = loaded, batch, tuple(modes), progress
+        self.B = batch["input_ids"].shape[0]
+        self.base, self.means, self.stored, self.clean_emb = clean_pass(loaded, batch)
+        self.check = (
+            shortcut_check(loaded, batch, self.base, self.stored, self.clean_emb) if reuse_residual else {"used": False}
+        )
+        self.k = copies_per_forward(loaded, batch)
+        L, H = loaded.n_layers, loaded.n_heads
+        self.deltas = {m: np.full((L, H), np.nan) for m in self.modes}
+        self.measured: list[tuple[int, int]] = []
+
+    @property
+    def info(self) -> dict:
+        return {"shortcut": self.check, "copies_per_forward": self.k, "heads_measured": len(self.measured)}
+
+    @torch.no_grad()
+    def measure(self, pairs) -> None:
+        """Exact Δ effect of every (layer, head) in ``pairs``, in each mode, into self.deltas."""
+        by_layer: dict[int, list[int]] = {}
+        for layer, h in pairs:
+            by_layer.setdefault(layer, []).append(h)
+        done, total = 0, len(pairs) * len(self.modes)
+        for mode in self.modes:
+            for layer in sorted(by_layer):
+                hs = by_layer[layer]
+                for i in range(0, len(hs), self.k):
+                    chunk = hs[i : i + self.k]
+                    iv = BatchedAblation(layer, chunk, self.B, mode, self.means.get(layer))
+                    rep = _repeat(self.batch, len(chunk))
+                    start = layer if self.check["used"] else 0
+                    per = forward_from(self.loaded, start, self.stored, rep, [iv], len(chunk), self.clean_emb)
+                    per = per.view(len(chunk), self.B)  # (k, B)
+                    self.deltas[mode][layer, chunk] = (per - self.base[None]).mean(1).numpy()
+                    done += len(chunk)
+                    if self.progress:
+                        self.progress(mode, layer, done, total)
+        self.measured += [p for p in pairs if p not in self.measured]
+
+
 def exact_sweep(
     loaded,
     batch: dict,
@@ -236,33 +279,47 @@ def exact_sweep(
     """Δ effect for the (layer, head) pairs ``heads`` (default: all) and each mode: {mode: np.ndarray [L, H]},
     NaN where not measured. ``info`` (a dict) receives how it was computed (shortcut or full forwards)."""
     L, H = loaded.n_layers, loaded.n_heads
-    B = batch["input_ids"].shape[0]
     pairs = heads if heads is not None else [(layer, h) for layer in range(L) for h in range(H)]
-    by_layer: dict[int, list[int]] = {}
-    for layer, h in pairs:
-        by_layer.setdefault(layer, []).append(h)
-    base, means, stored, clean_emb = clean_pass(loaded, batch)
-    check = shortcut_check(loaded, batch, base, stored, clean_emb) if reuse_residual else {"used": False}
-    k = copies_per_forward(loaded, batch)
+    sweep = Sweep(loaded, batch, modes, reuse_residual, progress)
+    sweep.measure(pairs)
     if info is not None:
-        info.update({"shortcut": check, "copies_per_forward": k, "heads_measured": len(pairs)})
-    deltas = {m: np.full((L, H), np.nan) for m in modes}
-    done, total = 0, len(pairs) * len(modes)
-    for mode in modes:
-        for layer in sorted(by_layer):
-            hs = by_layer[layer]
-            for i in range(0, len(hs), k):
-                chunk = hs[i : i + k]
-                iv = BatchedAblation(layer, chunk, B, mode, means.get(layer))
-                rep = _repeat(batch, len(chunk))
-                start = layer if check["used"] else 0
-                per = forward_from(loaded, start, stored, rep, [iv], len(chunk), clean_emb)
-                per = per.view(len(chunk), B)  # (k, B)
-                deltas[mode][layer, chunk] = (per - base[None]).mean(1).numpy()
-                done += len(chunk)
-                if progress:
-                    progress(mode, layer, done, total)
-    return deltas
+        info.update(sweep.info)
+    return sweep.deltas
+
+
+def settled_sweep(
+    loaded,
+    batch: dict,
+    ranking: np.ndarray,
+    modes=("zero",),
+    first: int = 20,
+    step: int = 10,
+    top: int = 10,
+    progress=None,
+) -> tuple[dict, dict]:
+    """Exact ablation in the order of ``ranking`` (an [L, H] score, largest first): the first ``first``
+    heads, then ``step`` more at a time until a round changes nothing in the exact top-``top`` (of the
+    first mode) — a head the estimate ranked low but whose exact effect is large gets found when it
+    is near the cutoff. Returns (deltas, info)."""
+    L, H = ranking.shape
+    order = np.argsort(-np.nan_to_num(ranking.ravel(), nan=-np.inf), kind="stable")
+    pairs = [(int(i // H), int(i % H)) for i in order]
+    sweep = Sweep(loaded, batch, modes, progress=progress)
+    n = min(first, len(pairs))
+    sweep.measure(pairs[:n])
+    rounds = 1
+
+    def top_set():
+        d = sweep.deltas[sweep.modes[0]]
+        return set(sorted(sweep.measured, key=lambda p: -d[p])[:top])
+
+    while n < len(pairs):
+        before = top_set()
+        sweep.measure(pairs[n : n + step])
+        n, rounds = min(len(pairs), n + step), rounds + 1
+        if top_set() == before:
+            break
+    return sweep.deltas, {**sweep.info, "rounds": rounds, "first": first, "step": step, "top": top}
 
 
 @torch.no_grad()

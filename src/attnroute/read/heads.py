@@ -202,7 +202,8 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
     with routed(loaded, probes=[rows, keyvec], impl=impl, before_attend=[set_key_vectors]):
         body(loaded)(**batch)
     L = loaded.n_layers
-    cols = {c: np.full((L, H), np.nan) for c in FUSED_COLUMNS + MAX_COLUMNS}
+    has_sinks = impl == "blocked" and any(getattr(m, "sinks", None) is not None for m in loaded.attention_modules)
+    cols = {c: np.full((L, H), np.nan) for c in FUSED_COLUMNS + MAX_COLUMNS + ("sink_logit_mass",)}
     offsets = np.full((L, H, len(OFFSET_BUCKETS)), np.nan)
     for layer in range(L):
         r, kv = rows[layer], keyvec[layer].rows()  # kv: (B, H, T, 4)
@@ -217,10 +218,13 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
         cols["sink_mass"][layer], cols["punct_mass"][layer] = mean(kv[..., 0]), mean(kv[..., 1])
         share = torch.where(kv[..., 2] > 0, kv[..., 3] / kv[..., 2].clamp_min(1e-30), torch.zeros_like(kv[..., 2]))
         cols["norm_mass"][layer] = mean(share)
+        if has_sinks:
+            cols["sink_logit_mass"][layer] = mean(r.get("sink_logit_mass"))
         if impl == "blocked":
             cols["max_weight"][layer] = mean(r.get("max_weight"))
             offsets[layer] = offset_histogram(r.get("argmax"), r.get("argmax").shape[-1], valid)
     paths = {c: impl for c in FUSED_COLUMNS}
+    paths["sink_logit_mass"] = impl if has_sinks else "not applicable (the model has no sink logits)"
     if impl == "fused" and not entropy:
         paths.update({c: "not computed (entropy=False)" for c in ("entropy", "entropy_norm")})
     paths.update(
@@ -365,26 +369,34 @@ def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, exact, say) ->
     say("stage", "gradient estimate (one forward, one backward)")
     cols["grad_attr"] = effects.gradient_estimate(loaded, batch)
     L, H = cols["grad_attr"].shape
-    n = L * H if exact == "all" else min(int(exact), L * H)
-    order = np.argsort(-np.abs(np.nan_to_num(cols["grad_attr"].ravel())), kind="stable")[:n]
-    pairs = [(int(i // H), int(i % H)) for i in order]
-    info: dict = {}
-    if pairs:
-        say("stage", f"exact {'/'.join(modes)} ablation of {len(pairs)} heads")
-    deltas = (
-        effects.exact_sweep(loaded, batch, modes=modes, heads=pairs, info=info, progress=lambda *p: say("ablate", p))
-        if pairs
-        else {}
-    )
+    progress = lambda *p: say("ablate", p)  # noqa: E731
+    if exact == "all" or exact >= L * H:
+        say("stage", f"exact {'/'.join(modes)} ablation of all {L * H} heads")
+        info: dict = {}
+        deltas = effects.exact_sweep(loaded, batch, modes=modes, info=info, progress=progress)
+    elif exact == 0:
+        deltas, info = {}, {"heads_measured": 0}
+    else:
+        say("stage", f"exact {'/'.join(modes)} ablation: the top {exact} of the estimate, then 10 more at a time")
+        deltas, info = effects.settled_sweep(
+            loaded, batch, np.abs(cols["grad_attr"]), modes=modes, first=exact, progress=progress
+        )
     cols["ablation_delta"] = deltas.get("zero", cols["ablation_delta"])
     cols["ablation_mean"] = deltas.get("mean", cols["ablation_mean"])
     cols["ablation_uniform"] = deltas.get("uniform", cols["ablation_uniform"])
-    agree = effects.rank_agreement(cols["grad_attr"], cols["ablation_delta"], k=min(10, max(1, len(pairs))))
-    statement = (
-        f"exact for all {L * H} heads"
-        if n == L * H
-        else f"exact for {n} heads (the top of the gradient estimate by magnitude), estimated for {L * H - n}"
-    )
+    n = int(info.get("heads_measured", 0))
+    first = next(iter(deltas.values())) if deltas else np.full((L, H), np.nan)
+    pairs = [(int(i // H), int(i % H)) for i in np.flatnonzero(~np.isnan(first.ravel()))]
+    agree = effects.rank_agreement(cols["grad_attr"], first, k=min(10, max(1, n)))
+    if n == L * H:
+        statement = f"exact for all {L * H} heads"
+    elif n == 0:
+        statement = f"estimated for all {L * H} heads (no exact ablation asked)"
+    else:
+        statement = (
+            f"exact for {n} heads (by |gradient estimate|: the top {exact}, then 10 more at a time until a round "
+            f"changed nothing in the exact top 10), estimated for {L * H - n}"
+        )
     return {
         "effect_batch": described,
         "grad_vs_ablation": agree,

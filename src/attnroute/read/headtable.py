@@ -17,6 +17,7 @@ COLUMNS = (
     "entropy_norm",
     "max_weight",
     "sink_mass",
+    "sink_logit_mass",
     "punct_mass",
     "prev_token",
     "duplicate",

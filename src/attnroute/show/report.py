@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cost.kv import spec_from_config
+from ..engine import InputError
 from ..read.capture import RoutingView
 from ..read.roles import ROLES
 
@@ -77,10 +78,7 @@ def pack_weights(weights: list[np.ndarray], budget: int = WEIGHT_BUDGET) -> dict
 def report_data(view: RoutingView) -> dict:
     """The page's data (also its --json): [L, H] statistics, roles, tokens, packed weights, KV card."""
     table = view.table
-    spec = spec_from_config(view.config, "fp32")
-    spec16 = spec_from_config(view.config, "fp16")
-    ctx = view.context or len(view.tokens)
-    tokens = [t.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\\n") for t in view.tokens]
+    tokens = _readable(view.tokens)
     cols = {c: np.nan_to_num(v, nan=0.0).round(5).tolist() for c, v in table.columns.items()}
     return {
         "model": table.model,
@@ -88,21 +86,40 @@ def report_data(view: RoutingView) -> dict:
         "heads": table.heads,
         "kv_heads": view.kv_heads,
         "tokens": tokens,
+        "decoder_tokens": _readable(view.decoder_tokens) if view.decoder_tokens else None,
+        "attention": [table.attention_kind(layer) for layer in range(table.layers)],
+        "stream_layer": [table.stream_layer(layer) for layer in range(table.layers)],
         "columns": cols,
         "roles": table.roles,
         "meta": _jsonable(table.meta),
         "has_effects": "grad_vs_ablation" in table.meta,
         "weights": pack_weights(view.weights),
-        "kv": {
-            "bytes_per_token_fp32": spec.bytes_per_token,
-            "bytes_per_token_fp16": spec16.bytes_per_token,
-            "context": ctx,
-            "at_context_fp16": spec16.cache_bytes(ctx),
-            "layers": spec.layers,
-            "kv_heads": spec.kv_heads,
-            "head_dim": spec.head_dim,
-        },
+        "kv": kv_card(view),
         "seconds": round(view.seconds, 1),
+    }
+
+
+def _readable(tokens: list[str]) -> list[str]:
+    return [t.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\\n") for t in tokens]
+
+
+def kv_card(view: RoutingView) -> dict:
+    """The KV-cache card of a decoder-only model; for other kinds the reason there is none."""
+    if view.decoder_tokens is not None or any(k != "self" for k in view.table.attention):
+        return {"unavailable": "the KV-cache card covers decoder-only models; an encoder-decoder caches two streams"}
+    try:
+        spec, spec16 = spec_from_config(view.config, "fp32"), spec_from_config(view.config, "fp16")
+    except InputError as e:
+        return {"unavailable": str(e)}
+    ctx = view.context or len(view.tokens)
+    return {
+        "bytes_per_token_fp32": spec.bytes_per_token,
+        "bytes_per_token_fp16": spec16.bytes_per_token,
+        "context": ctx,
+        "at_context_fp16": spec16.cache_bytes(ctx),
+        "layers": spec.layers,
+        "kv_heads": spec.kv_heads,
+        "head_dim": spec.head_dim,
     }
 
 
