@@ -258,7 +258,7 @@ def _check(args) -> int:
             only=only,
             skip=skip,
             name=t.name,
-            scale=args.scale,
+            scale=args.scale if args.scale is not None else t.scale,
             strict=args.strict,
             timeout=args.timeout,
             head_dim=t.head_dim,
@@ -539,7 +539,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(fn=_bench)
 
     h = sub.add_parser("heads", help="per-head routing statistics, roles and ablation effects of a real model")
-    h.add_argument("--model", default="smollm2", help="smollm2 (default), minilm, a model directory or a .gguf file")
+    h.add_argument(
+        "--model",
+        default="smollm2",
+        help="smollm2 (default), minilm, a model directory, a .gguf file or a hub id org/name",
+    )
     h.add_argument("--text", help="the text to read (default: a built-in paragraph)")
     h.add_argument("--file", help="read the text from this UTF-8 file")
     h.add_argument("--max-tokens", type=int, help="cut the text to this many tokens (default: the model's context)")
@@ -590,7 +594,11 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="the routing report: one self-contained interactive HTML page")
     r.add_argument("text", nargs="?", help="the text to read (default: a built-in paragraph)")
     r.add_argument("--file", help="read the text from this UTF-8 file")
-    r.add_argument("--model", default="smollm2", help="smollm2 (default), minilm, a model directory or a .gguf file")
+    r.add_argument(
+        "--model",
+        default="smollm2",
+        help="smollm2 (default), minilm, a model directory, a .gguf file or a hub id org/name",
+    )
     r.add_argument("--out", default="routing-report.html", help="the HTML file to write (default routing-report.html)")
     r.add_argument("--png-dir", help="also write the main charts as PNG files here")
     _json_flag(r, "the data behind the page")

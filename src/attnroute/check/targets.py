@@ -31,6 +31,7 @@ class Target:
     mask_family: str = "any"  # the masks it can express: any, causal (its nature), bidirectional (an encoder)
     mask_source: str = ""  # who built the masks, named in a failing mask check
     extras: dict = field(default_factory=dict)  # name -> () -> CheckResult, checks beyond the battery
+    scale: float | None = None  # the temperature the target means to use (a model's own `scaling`)
 
 
 def resolve(spec: str, convention: str = "sdpa") -> list[Target]:
@@ -149,29 +150,81 @@ def hf_targets(name: str) -> list[Target]:
     from ..read.models import load
 
     lm = load(name)
-    module = lm.attention_modules[0]
+    layer = _full_attention_layer(lm.model.config)  # the layer the battery's calls stand for
+    module = lm.attention_modules[layer]
     eager_fn = _eager_function(module)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    beyond = _beyond_the_battery(module)
     causal_model = bool(getattr(module, "is_causal", False))
     head_dim = int(getattr(module, "head_dim", 0) or lm.model.config.hidden_size // lm.n_heads)
     builder = "create_causal_mask" if causal_model else "create_bidirectional_mask"
     targets = []
     for impl, attn_fn in (("eager", eager_fn), ("sdpa", sdpa_attention_forward)):
         mask_fn = f"{builder} → {impl}_mask"
-        extras = {"cached_decode": _cached_decode(lm, impl)} if causal_model else {}
+        why_not = beyond or _implementation_refused(lm.model, impl)
+        fn = _hf_call(lm, module, attn_fn, impl, causal_model, layer) if why_not is None else _not_checkable(why_not)
+        extras = {"cached_decode": _cached_decode(lm, impl)} if causal_model and why_not is None else {}
         targets.append(
             Target(
                 f"hf:{name}[{impl}]",
-                _hf_call(lm, module, attn_fn, impl, causal_model),
+                fn,
                 "sdpa",
                 head_dim=head_dim,
                 mask_family="causal" if causal_model else "bidirectional",
                 mask_source=mask_fn,
                 extras=extras,
+                scale=float(module.scaling),
             )
         )
     return targets
+
+
+def _beyond_the_battery(module) -> str | None:
+    """What a model's attention adds that the battery's reference does not model (every check would
+    fail for the battery's reason, not the model's)."""
+    if getattr(module, "sinks", None) is not None:
+        return (
+            f"{type(module).__name__} adds per-head sink logits to its softmax, which the battery's reference "
+            "does not model; `attnroute heads` compares attnroute's sinks with the model's own"
+        )
+    return None
+
+
+def _implementation_refused(model, impl: str) -> str | None:
+    """transformers refuses some implementations for some models (gemma2, gpt-oss: no sdpa)."""
+    previous = model.config._attn_implementation
+    try:
+        model.set_attn_implementation(impl)
+    except (ValueError, ImportError) as e:
+        return f"transformers refuses {impl} for this model: {' '.join(str(e).split())[:160]}"
+    finally:
+        model.set_attn_implementation(previous)
+    return None
+
+
+def _not_checkable(reason: str):
+    def fn(q, k, v, attn_mask=None):
+        raise Unsupported(reason)
+
+    return fn
+
+
+def _full_attention_layer(config) -> int:
+    """The first layer without a sliding window (gemma2/3, gpt-oss alternate), else 0."""
+    types = getattr(config, "layer_types", None) or []
+    return next((i for i, t in enumerate(types) if t != "sliding_attention"), 0)
+
+
+def _sliding_window(config, layer: int) -> int | None:
+    """The window of ``layer`` (the one the battery's calls stand for), or None."""
+    window = getattr(config, "sliding_window", None)
+    if not window or getattr(config, "use_sliding_window", True) is False:
+        return None
+    types = getattr(config, "layer_types", None)
+    if types and types[layer] != "sliding_attention":
+        return None
+    return int(window)
 
 
 def _eager_function(module):
@@ -186,12 +239,12 @@ class _Stub(torch.nn.Module):
     """The model's attention module as the attention function sees it, with the battery's head
     grouping; ``scaling`` is read from the real module on every call (so a wrong one is caught)."""
 
-    def __init__(self, real, H, Hkv):
+    def __init__(self, real, H, Hkv, layer: int = 0):
         super().__init__()
         self.real = [real]  # a list: not registered as a submodule
         self.is_causal = getattr(real, "is_causal", False)
         self.num_key_value_groups = H // Hkv
-        self.layer_idx = 0
+        self.layer_idx = layer
         self.training = False
         self.config = real.config
 
@@ -205,7 +258,7 @@ def _padding_of(keep: torch.Tensor) -> torch.Tensor:
     return keep.any(dim=2).any(dim=1).long()
 
 
-def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool):
+def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool, layer: int = 0):
     import copy
 
     from transformers import DynamicCache
@@ -222,6 +275,12 @@ def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool):
         keep = torch.ones(B, 1, Tq, Tk, dtype=torch.bool) if attn_mask is None else attn_mask.expand(B, 1, Tq, Tk)
         am = _padding_of(keep)
         expressible = am[:, None, None, :].bool().expand(B, 1, Tq, Tk)
+        window = _sliding_window(config, layer)
+        if window is not None and Tk > window:
+            raise Unsupported(
+                f"this model's layer {layer} attends within a sliding window of {window} tokens, so transformers "
+                f"builds a windowed mask (and cache) for {Tk} keys; the battery's masks are not windowed"
+            )
         if causal_model:
             if Tq > Tk:
                 raise Unsupported("a transformers decoder's queries are a suffix of its keys (Tq <= Tk)")
@@ -238,8 +297,8 @@ def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool):
             past = Tk - Tq
             if past:
                 filler = torch.zeros(B, lm.n_kv_heads, past, D, dtype=q.dtype)
-                for layer in range(config.num_hidden_layers):
-                    cache.update(filler, filler, layer)
+                for i in range(config.num_hidden_layers):
+                    cache.update(filler, filler, i)
             positions = torch.arange(past, Tk)[None].expand(B, -1)
             mask = create_causal_mask(
                 config=config,
@@ -253,7 +312,9 @@ def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool):
             mask = create_bidirectional_mask(
                 config=config, inputs_embeds=embeds, attention_mask=am, allow_is_bidirectional_skip=False
             )
-        out, _ = attn_fn(_Stub(real_module, H, k.shape[1]), q, k, v, mask, scaling=real_module.scaling, dropout=0.0)
+        out, _ = attn_fn(
+            _Stub(real_module, H, k.shape[1], layer), q, k, v, mask, scaling=real_module.scaling, dropout=0.0
+        )
         return out.transpose(1, 2)  # (B, H, Tq, Dv)
 
     return fn
