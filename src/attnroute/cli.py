@@ -124,6 +124,8 @@ def read_progress():
     return ReadProgress(console)
 
 
+MODEL_HELP = "smollm2 (default), minilm, a model directory, a .gguf file or a hub id org/name"
+
 # ------------------------------------------------------------------------------------ commands
 
 
