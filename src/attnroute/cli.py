@@ -544,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument(
         "--model",
         default="smollm2",
-        help="smollm2 (default), minilm, a model directory, a .gguf file or a hub id org/name",
+        help=MODEL_HELP,
     )
     h.add_argument("--text", help="the text to read (default: a built-in paragraph)")
     h.add_argument("--file", help="read the text from this UTF-8 file")
@@ -599,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--model",
         default="smollm2",
-        help="smollm2 (default), minilm, a model directory, a .gguf file or a hub id org/name",
+        help=MODEL_HELP,
     )
     r.add_argument("--out", default="routing-report.html", help="the HTML file to write (default routing-report.html)")
     r.add_argument("--png-dir", help="also write the main charts as PNG files here")
