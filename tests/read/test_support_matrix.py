@@ -154,3 +154,27 @@ def test_readme_table_is_this_tests_result():
     assert m.group(1).strip() == want.strip(), (
         "README's support matrix is out of date; regenerate it with `python -m tests.read.zoo --readme`"
     )
+
+
+@pytest.mark.parametrize("arch", READ)
+def test_heads_and_the_report_run_on_every_read_architecture(arch):
+    """End to end, as `attnroute heads` and `attnroute report` run: no exception, every head has its
+    estimate, the settled exact ablation measured some heads, rows labelled by attention kind."""
+    from attnroute.read.capture import routing_view
+    from attnroute.show import report
+
+    lm = loaded(arch)
+    table = read_heads(
+        lm,
+        "Alice gave Bob the book, and Bob gave it back.",
+        seeds=(0,),
+        stimulus_batch=2,
+        effect_batch=2,
+        effect_len=8,
+        exact=3,
+    )
+    assert table.meta["routing_check"]["max_abs_diff"] <= table.meta["routing_check"]["tolerance"]
+    assert not np.isnan(table["grad_attr"]).any() and table.meta["ablation"]["heads_measured"] >= 3
+    assert not np.isnan(table["entropy"]).any()
+    page = report.build(routing_view(lm, "Alice gave Bob the book.", ablation=False))
+    assert page.data["attention"] == lm.attention_kinds
