@@ -178,3 +178,27 @@ def test_heads_and_the_report_run_on_every_read_architecture(arch):
     assert not np.isnan(table["entropy"]).any()
     page = report.build(routing_view(lm, "Alice gave Bob the book.", ablation=False))
     assert page.data["attention"] == lm.attention_kinds
+
+
+def test_a_wrong_shortcut_is_caught_and_full_forwards_are_used(monkeypatch):
+    """If replaying the recorded block outputs does not reproduce the clean effect, the sweep says so
+    and falls back to full forwards — whose numbers are the truth."""
+    lm = loaded("qwen2")
+    batch = effect_batch(lm)
+    truth = effects.exact_sweep(lm, batch, reuse_residual=False)["zero"]
+    real = effects._repeat_output
+    monkeypatch.setattr(effects, "_repeat_output", lambda out, k: real(out, k) * 1.01)  # a subtly wrong replay
+    info: dict = {}
+    got = effects.exact_sweep(lm, batch, info=info)["zero"]
+    assert info["shortcut"]["used"] is False and "differed from the full forward's" in info["shortcut"]["reason"]
+    assert np.array_equal(got, truth)
+
+
+def test_sink_logit_mass_is_read_for_sink_models_and_null_otherwise():
+    text = "Alice gave Bob the book, and Bob gave it back."
+    oss = read_heads(loaded("gpt_oss"), text, seeds=(0,), stimulus_batch=2, ablation=False)
+    mass = oss["sink_logit_mass"]
+    assert np.all((mass > 0) & (mass < 1))
+    assert oss.meta["column_paths"]["sink_logit_mass"] == "blocked"
+    llama = read_heads(loaded("llama"), text, seeds=(0,), stimulus_batch=2, ablation=False)
+    assert np.isnan(llama["sink_logit_mass"]).all()
