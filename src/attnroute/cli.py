@@ -124,6 +124,19 @@ def read_progress():
     return ReadProgress(console)
 
 
+def say_routing_check(meta: dict) -> None:
+    """One line on stderr: how far routed attention was from the model's own (or that it was skipped)."""
+    check = meta.get("routing_check")
+    if check is None:
+        console.print("note: routing check skipped (--no-verify): numbers are not verified", soft_wrap=True)
+        return
+    console.print(
+        f"routing check: max |Δ {check['compared']}| = {check['max_abs_diff']:.2g} against the model's own eager "
+        f"attention (tolerance {check['tolerance']:.2g})",
+        soft_wrap=True,
+    )
+
+
 MODEL_HELP = "smollm2 (default), minilm, a model directory, a .gguf file or a hub id org/name"
 
 # ------------------------------------------------------------------------------------ commands
@@ -221,12 +234,7 @@ def _heads(args) -> int:
             verify=not args.no_verify,
             progress=progress,
         )
-    check = table.meta.get("routing_check")
-    if check:
-        console.print(
-            f"routing check: max |Δ {check['compared']}| = {check['max_abs_diff']:.2g} against the model's own eager "
-            f"attention (tolerance {check['tolerance']:.2g})"
-        )
+    say_routing_check(table.meta)
     if table.meta.get("ablation"):
         console.print(f"ablation: {table.meta['ablation']['statement']}")
     if table.meta.get("tokens_cut"):
@@ -315,6 +323,7 @@ def _report(args) -> int:
             verify=not args.no_verify,
             progress=progress,
         )
+    say_routing_check(view.table.meta)
     rep = report_page.build(view)
     if learned:
         from .show.learn_section import insert

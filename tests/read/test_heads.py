@@ -178,7 +178,7 @@ def test_gradient_estimate_ranks_like_the_exact_sweep(smollm2):
 
 
 def test_minilm_table_with_effects_and_json_contract(minilm, tmp_path):
-    table = ar.read_heads(minilm, "A short sentence, with a comma. And a second one.", seeds=(0,))
+    table = ar.read_heads(minilm, "A short sentence, with a comma. And a second one.", seeds=(0,), exact="all")
     path = tmp_path / "heads.json"
     table.to_json(path)
     data = json.loads(path.read_text())
@@ -202,4 +202,6 @@ def test_minilm_table_with_effects_and_json_contract(minilm, tmp_path):
     }
     assert needed <= set(data["rows"][0])
     assert all(r["ablation_delta"] is not None for r in data["rows"])
+    assert all(r["ablation_mean"] is None for r in data["rows"])  # mean and uniform only when asked
+    assert table.meta["ablation"]["statement"] == "exact for all 72 heads"
     assert table.top("ablation_delta", 1)[0][2] > 0

@@ -173,7 +173,8 @@ class ReadProgress:
         return self.progress.__exit__(*exc) if self.progress else None
 
     def _line(self, text: str) -> None:
-        self.console.print(f"[{self.clock() - self.t0:6.1f} s] {text}", highlight=False)
+        # soft_wrap: a log line stays one line (rich would wrap at 80 columns when stderr is a file)
+        self.console.print(f"[{self.clock() - self.t0:6.1f} s] {text}", highlight=False, soft_wrap=True, markup=False)
 
     def __call__(self, kind, payload=None):
         if kind in ("load", "warn", "stage"):
