@@ -207,6 +207,8 @@ def _write_bench(out_dir, name, result, markdown):
 
 
 def _heads(args) -> int:
+    if args.corpus:
+        return _heads_corpus(args)
     from .read.heads import read_heads
     from .show.terminal import headtable_tables
 
@@ -241,6 +243,72 @@ def _heads(args) -> int:
         console.print(
             f"[yellow]note:[/yellow] the text was cut to its first {table.meta['text_tokens']} tokens "
             f"({table.meta['tokens_cut']} dropped; --max-tokens or the model's context)"
+        )
+    for t in headtable_tables(table):
+        tables_console(args.json).print(t)
+    if args.json:
+        emit_json(table.to_dict(), args.json)
+    if args.csv:
+        table.to_csv(args.csv)
+        say(f"wrote {args.csv}")
+    return 0
+
+
+def _heads_corpus(args) -> int:
+    """`heads --corpus`: one process, or one rank of `torchrun -m attnroute heads …` (rank 0 writes)."""
+    import os
+
+    import torch.distributed as dist
+
+    from .read.corpus_read import read_corpus
+    from .show.terminal import headtable_tables
+
+    output_path(args.json, "json")
+    output_path(args.csv, "csv")
+    if args.text or args.file:
+        raise InputError("give --corpus or --text/--file, not both", field="corpus")
+    distinct({"corpus": args.corpus}, {"json": args.json, "csv": args.csv, "checkpoint": args.checkpoint})
+    int_in(args.limit, "limit", 1)
+    int_in(args.max_tokens, "max_tokens", 2)
+    int_in(args.checkpoint_every, "checkpoint_every", 1)
+    int_in(args.importance_tokens, "importance_tokens", 2)
+    if args.modes != "zero":
+        raise InputError("a corpus read measures zero ablation per document; --modes is for one text", field="modes")
+    started_here = False
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():  # launched by torchrun
+        import torch
+
+        dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+        started_here = True
+    try:
+        with read_progress() as progress:
+            table = read_corpus(
+                args.model,
+                args.corpus,
+                field=args.field,
+                per_line=args.per_line,
+                limit=args.limit,
+                max_tokens=args.max_tokens,
+                exact=args.exact,
+                importance_tokens=args.importance_tokens,
+                seeds=(args.seed, args.seed + 1, args.seed + 2),
+                checkpoint=args.checkpoint,
+                checkpoint_every=args.checkpoint_every,
+                verify=not args.no_verify,
+                progress=progress,
+            )
+    finally:
+        if started_here:
+            dist.destroy_process_group()
+    if table is None:  # not rank 0: rank 0 writes
+        return 0
+    say_routing_check(table.meta)
+    imp = table.meta["importance"]
+    if "n_significant" in imp:
+        console.print(
+            f"importance: {imp['n_significant']} of {len(imp['candidates'])} candidate heads change the loss "
+            f"significantly over {imp['documents']} documents ({imp['correction']})",
+            soft_wrap=True,
         )
     for t in headtable_tables(table):
         tables_console(args.json).print(t)
@@ -314,15 +382,36 @@ def _report(args) -> int:
     if text is not None and not text.strip():
         raise InputError("text is empty: give a non-empty text, or none for the built-in one", field="text")
     learned = [_learn_result(p) for p in args.learn or []]  # bad files fail before minutes of reading
+    int_in(args.limit, "limit", 1)
+    if args.corpus:
+        from .read.corpus import corpus_kind
+
+        corpus_kind(Path(args.corpus))  # a bad corpus fails before the model loads
     with read_progress() as progress:
+        from .read.models import load
+
+        loaded = load(args.model, progress=lambda m: progress("load", m))
         view = routing_view(
-            args.model,
+            loaded,
             text,
             ablation=not args.no_ablation,
             max_tokens=args.max_tokens,
             verify=not args.no_verify,
             progress=progress,
         )
+        if args.corpus:
+            from .read.corpus_read import read_corpus
+
+            view.corpus = read_corpus(
+                loaded,
+                args.corpus,
+                field=args.field,
+                per_line=args.per_line,
+                limit=args.limit,
+                exact=0 if args.no_ablation else 20,
+                verify=False,  # checked above, on the same model
+                progress=progress,
+            )
     say_routing_check(view.table.meta)
     rep = report_page.build(view)
     if learned:
@@ -576,6 +665,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip the run-time check of routed attention against the model's own eager attention",
     )
     h.add_argument(
+        "--corpus",
+        help="read a corpus instead of one text: a .txt (blank-line-separated documents), a .jsonl, a directory "
+        "of .txt files, a .parquet file or a saved Hugging Face dataset; streamed",
+    )
+    h.add_argument("--field", default="text", help="the .jsonl field / dataset column holding the text (default text)")
+    h.add_argument("--per-line", action="store_true", help="a .txt corpus holds one document per line")
+    h.add_argument("--limit", type=int, help="read at most this many documents")
+    h.add_argument(
+        "--importance-tokens",
+        type=int,
+        default=256,
+        help="per-document ablation effect on each document's first N tokens (default 256)",
+    )
+    h.add_argument(
+        "--checkpoint", help="write the corpus accumulator here every --checkpoint-every documents; rerun to resume"
+    )
+    h.add_argument("--checkpoint-every", type=int, default=10, help="documents between checkpoints (default 10)")
+    h.add_argument(
         "--max-weight",
         action="store_true",
         help="also the row maximum and argmax offsets (a second, blocked pass over the weights)",
@@ -615,6 +722,10 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(r, "the data behind the page")
     r.add_argument("--max-tokens", type=int, default=256, help="cut the text to this many tokens (default 256)")
     r.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep")
+    r.add_argument("--corpus", help="add a corpus read: means with 95 %% intervals and significant heads (see heads)")
+    r.add_argument("--field", default="text", help="the corpus's .jsonl field / dataset column (default text)")
+    r.add_argument("--per-line", action="store_true", help="a .txt corpus holds one document per line")
+    r.add_argument("--limit", type=int, help="read at most this many corpus documents")
     r.add_argument(
         "--no-verify",
         action="store_true",
@@ -748,6 +859,11 @@ def main(argv=None) -> int:
     try:
         return args.fn(args)
     except InputError as e:
+        from .read.corpus_read import CorpusInterrupted
+
+        if isinstance(e, CorpusInterrupted):  # Ctrl-C: where it stopped, how to resume
+            print(f"interrupted: {e}", file=sys.stderr)
+            return 130
         print(f"error: {refusal_line(e, command_parser(parser, args))}", file=sys.stderr)  # one line, never a traceback
         return 2
     except KeyboardInterrupt:

@@ -114,3 +114,46 @@ def test_encoder_decoder_report_groups_rows_and_reads_each_streams_tokens(tmp_pa
     dec, enc = rep.data["decoder_tokens"], rep.data["tokens"]
     assert labels[2] == dec[0][:14] and labels[3] == enc[0][:14]  # left column: queries; right: keys
     assert events["errors"] == []
+
+
+def test_corpus_card_shows_error_bars_and_significance(tmp_path, open_page, capsys):
+    """`attnroute report --corpus`: an error-bar card (mean ± 95 % over documents per head) and the
+    importance table with Holm-adjusted p, in a real browser, no script error."""
+    import json
+
+    from attnroute.cli import main
+    from tests.read.test_corpus import CORPUS
+    from tests.read.zoo import build
+
+    model = build("llama", tmp_path)
+    out, js = tmp_path / "r.html", tmp_path / "r.json"
+    code = main(
+        [
+            "report",
+            "--model",
+            str(model),
+            "--corpus",
+            str(CORPUS),
+            "--limit",
+            "5",
+            "--out",
+            str(out),
+            "--json",
+            str(js),
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    card = json.loads(js.read_text())["corpus"]
+    assert card["n_documents"] == 5 and len(card["importance_rows"]) > 0
+    assert all(v is not None for row in card["ci"]["entropy"] for v in row)
+    with open_page(out, ready="circle.corpus-dot") as (page, events):
+        assert page.is_visible("#corpus-row")
+        assert page.eval_on_selector_all("circle.corpus-dot", "els => els.length") == 2 * 4
+        assert page.eval_on_selector_all("line.errbar", "els => els.length") == 2 * 4
+        rows = page.eval_on_selector_all("#corpus-importance tr", "els => els.length")
+        note = page.text_content("#corpus-importance-note")
+        page.select_option("#corpus-metric", "sink_mass")
+        page.click("circle.corpus-dot >> nth=5")
+        title = page.text_content("#detail-title")
+    assert rows == len(card["importance_rows"]) + 1 and "Holm" in note and "L1.H1" in title
+    assert events["errors"] == []

@@ -31,6 +31,7 @@ class RoutingView:
     context: int  # the model's context length (0 when the config has none)
     seconds: float
     decoder_tokens: list[str] | None = None  # an encoder-decoder's decoder input (the text shifted right)
+    corpus: HeadTable | None = None  # a corpus read (read_corpus): means, intervals, significance
 
 
 @torch.no_grad()

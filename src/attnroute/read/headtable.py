@@ -68,15 +68,27 @@ class HeadTable:
                 for c in COLUMNS:
                     v = float(self.columns[c][layer, head])
                     row[c] = None if np.isnan(v) else round(v, 6)
+                for c in self.extra_columns():  # a corpus read's intervals and adjusted p-values
+                    v = float(self.columns[c][layer, head])
+                    row[c] = None if np.isnan(v) else round(v, 6)
                 row["role"] = self.roles[layer][head]
-                row["argmax_offsets"] = {
-                    b: round(float(x), 4) for b, x in zip(OFFSET_BUCKETS, self.argmax_offsets[layer, head])
+                row["argmax_offsets"] = {  # null where not computed (no --max-weight, a corpus read)
+                    b: None if np.isnan(x) else round(float(x), 4)
+                    for b, x in zip(OFFSET_BUCKETS, self.argmax_offsets[layer, head])
                 }
                 out.append(row)
         return out
 
+    def extra_columns(self) -> list[str]:
+        """Columns beyond COLUMNS (a corpus read's *_ci and ablation_p_holm), in a stable order."""
+        return sorted(c for c in self.columns if c not in COLUMNS)
+
     def to_dict(self) -> dict:
-        return {"model": self.model, "layers": self.layers, "heads": self.heads, "meta": self.meta, "rows": self.rows()}
+        out = {"model": self.model, "layers": self.layers, "heads": self.heads, "meta": self.meta}
+        for k in ("n_documents", "n_tokens"):
+            if k in self.meta:
+                out[k] = self.meta[k]
+        return {**out, "rows": self.rows()}
 
     def to_json(self, path) -> None:
         Path(path).write_text(json.dumps(strict(self.to_dict()), indent=1, allow_nan=False))  # NaN -> null
@@ -84,7 +96,7 @@ class HeadTable:
     def to_csv(self, path) -> None:
         rows = self.rows()
         with open(path, "w", newline="") as f:
-            fields = ["layer", "head", "attention", "stream_layer", *COLUMNS, "role"] + [
+            fields = ["layer", "head", "attention", "stream_layer", *COLUMNS, *self.extra_columns(), "role"] + [
                 f"argmax_{b}" for b in OFFSET_BUCKETS
             ]
             w = csv.DictWriter(f, fieldnames=fields)

@@ -95,7 +95,50 @@ def report_data(view: RoutingView) -> dict:
         "has_effects": "grad_vs_ablation" in table.meta,
         "weights": pack_weights(view.weights),
         "kv": kv_card(view),
+        "corpus": corpus_card(view.corpus) if view.corpus is not None else None,
         "seconds": round(view.seconds, 1),
+    }
+
+
+CORPUS_STATISTICS = ("entropy_norm", "entropy", "sink_mass", "punct_mass", "local", "norm_mass")
+
+
+def corpus_card(table) -> dict:
+    """A corpus read's means, 95 % intervals and significant heads, for the page's error-bar card."""
+
+    def grid(a):
+        return [[None if np.isnan(v) else round(float(v), 5) for v in row] for row in a]
+
+    imp = table.meta.get("importance", {})
+    rows = []
+    for layer, h, d in table.top("ablation_delta", min(20, len(imp.get("candidates", [])))):
+        if np.isnan(d):
+            continue
+        ci, p = table["ablation_delta_ci"][layer, h], table["ablation_p_holm"][layer, h]
+        rows.append(
+            {
+                "head": f"L{layer}.H{h}",
+                "delta": round(float(d), 5),
+                "ci": None if np.isnan(ci) else round(float(ci), 5),
+                "p_holm": float(p),
+                "significant": bool(p <= 0.05),
+            }
+        )
+    note = (
+        f"{imp['n_significant']} of {len(imp['candidates'])} candidate heads change the loss significantly "
+        f"({imp['test']}; {imp['correction']}); Michel et al. 2019: {imp['michel_et_al_2019']}."
+        if "n_significant" in imp
+        else "no per-document ablation in this read"
+    )
+    return {
+        "source": table.meta.get("corpus", ""),
+        "n_documents": table.meta["n_documents"],
+        "n_tokens": table.meta["n_tokens"],
+        "statistics": list(CORPUS_STATISTICS),
+        "mean": {c: grid(table[c]) for c in CORPUS_STATISTICS},
+        "ci": {c: grid(table[f"{c}_ci"]) for c in CORPUS_STATISTICS},
+        "importance_rows": rows,
+        "importance_note": note,
     }
 
 

@@ -185,6 +185,27 @@ class ReadProgress:
             if self.progress:
                 self._advance("text statistics (layers)", None)
             return
+        if kind == "corpus":  # {"done", "total", "tokens", "seen", "seconds"}: documents of this rank
+            p = payload
+            rate_d, rate_t = p["seen"] / max(p["seconds"], 1e-9), p["tokens"] / max(p["seconds"], 1e-9)
+            eta = (p["total"] - p["done"]) / max(rate_d, 1e-9)
+            text = f"documents {p['done']}/{p['total']}, {rate_d:.2f} docs/s, {rate_t:.0f} tokens/s, ETA {eta:.0f} s"
+            if self.progress:
+                self._advance("corpus", p["total"], key="corpus", completed=p["done"])
+                self.progress.update(self.tasks["corpus"], description=text)
+            elif self.clock() - getattr(self, "_last_corpus", -1e9) >= 5 or p["done"] == p["total"]:
+                self._last_corpus = self.clock()
+                self._line(text)
+            return
+        if kind == "rank":  # the per-rank summary at the end
+            p = payload
+            text = (
+                f"rank {p['rank']}: {p['documents']} documents, {p['tokens']} tokens in {p['seconds']:.1f} s "
+                f"({p['tokens'] / max(p['seconds'], 1e-9):.0f} tokens/s)"
+                + (f"; {p['resumed']} read before the resume" if p["resumed"] else "")
+            )
+            (self.progress.console.print if self.progress else self._line)(text)
+            return
         if kind == "ablate":  # (mode, layer, heads done, heads total)
             mode, layer, done, total = payload
             self.ablate_started = self.ablate_started or self.clock()

@@ -1,0 +1,292 @@
+"""Corpus reading: streamed sources, mergeable moments, Holm's correction, resumable checkpoints
+(Ctrl-C and SIGKILL), and torch.distributed with 2 gloo processes equal to one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attnroute.cli import main
+from attnroute.read import corpus as corpus_mod
+from attnroute.read.corpus_read import (
+    CheckpointMismatch,
+    CorpusInterrupted,
+    holm,
+    read_corpus,
+)
+from attnroute.read.models import load
+from attnroute.read.moments import Moments
+
+from .zoo import build
+
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "python-docs-topics.jsonl"
+SMALL = dict(limit=6, max_tokens=48, exact=3, importance_tokens=24, seeds=(0,), stimulus_batch=2)
+
+
+# ------------------------------------------------------------------------------------ moments
+
+
+@given(
+    data=st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=40),
+    cut=st.integers(0, 40),
+    holes=st.integers(0, 5),
+)
+def test_moments_merge_equals_sequential_and_numpy(data, cut, holes):
+    x = np.array(data)[:, None].repeat(2, 1)  # two entries; the second has NaN holes (not observed)
+    x[: min(holes, len(x)), 1] = np.nan
+    seq, a, b = Moments((2,)), Moments((2,)), Moments((2,))
+    for row in x:
+        seq.add(row)
+    for row in x[:cut]:
+        a.add(row)
+    for row in x[cut:]:
+        b.add(row)
+    a.merge(b)
+    for m in (seq, a):
+        for j in range(2):
+            col = x[:, j][~np.isnan(x[:, j])]
+            assert m.n[j] == len(col)
+            if len(col):
+                assert m.mean[j] == pytest.approx(col.mean(), rel=1e-9, abs=1e-9)
+            if len(col) > 1:
+                assert m.variance[j] == pytest.approx(col.var(ddof=1), rel=1e-7, abs=1e-7)
+            else:
+                assert np.isnan(m.variance[j])
+
+
+def test_ci95_uses_students_t():
+    m = Moments((1,))
+    for v in (1.0, 2.0, 3.0, 4.0, 5.0):
+        m.add([v])
+    assert m.ci95()[0] == pytest.approx(2.776 * np.std([1, 2, 3, 4, 5], ddof=1) / np.sqrt(5))
+
+
+def test_holm_by_hand():
+    p = np.array([0.01, 0.04, 0.03, 0.005])
+    adjusted, reject = holm(p)  # sorted: .005×4=.02, .01×3=.03, .03×2=.06, .04×1=.04 → running max .06
+    assert np.allclose(adjusted, [0.03, 0.06, 0.06, 0.02]) and list(reject) == [True, False, False, True]
+
+
+# ------------------------------------------------------------------------------------ sources
+
+
+def test_sources_stream_each_format(tmp_path):
+    txt = tmp_path / "c.txt"
+    txt.write_text("first doc\nstill first\n\n\nsecond doc\n\nthird\n")
+    assert list(corpus_mod.documents(txt)) == ["first doc\nstill first\n", "second doc\n", "third\n"]
+    assert list(corpus_mod.documents(txt, per_line=True, limit=2)) == ["first doc", "still first"]
+    jl = tmp_path / "c.jsonl"
+    jl.write_text('{"body": "a"}\n\n{"body": "b"}\n')
+    assert list(corpus_mod.documents(jl, field="body")) == ["a", "b"]
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "2.txt").write_text("two")
+    (d / "1.txt").write_text("one")
+    assert list(corpus_mod.documents(d)) == ["one", "two"]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["p1", "p2", "p3"]}), tmp_path / "c.parquet")
+    assert list(corpus_mod.documents(tmp_path / "c.parquet", limit=2)) == ["p1", "p2"]
+    from datasets import Dataset
+
+    Dataset.from_dict({"content": ["h1", "", "h2"]}).save_to_disk(str(tmp_path / "ds"))
+    assert list(corpus_mod.documents(tmp_path / "ds", field="content")) == ["h1", "h2"]
+
+
+@pytest.mark.parametrize(
+    "content, field, message",
+    [
+        ('{"text": "a"}\nnot json\n', "text", "c.jsonl:2: not JSON"),
+        ('{"body": "a"}\n', "text", "no 'text' field (it has: body); choose one with --field"),
+        ('{"text": 3}\n', "text", "the 'text' field is int, not text"),
+    ],
+)
+def test_bad_jsonl_is_one_line_naming_the_line(tmp_path, content, field, message):
+    path = tmp_path / "c.jsonl"
+    path.write_text(content)
+    with pytest.raises(corpus_mod.CorpusError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        list(corpus_mod.documents(path, field=field))
+
+
+def test_the_bundled_corpus_is_real_text():
+    docs = list(corpus_mod.documents(CORPUS))
+    assert len(docs) == 79 and sum(map(len, docs)) > 400_000
+
+
+# ------------------------------------------------------------------------------------ the read
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = build("llama", tmp_path_factory.mktemp("zoo"))
+    return path, load(str(path))
+
+
+def comparable(table) -> dict:
+    d = table.to_dict()
+    d["meta"] = {k: v for k, v in d["meta"].items() if k != "timings_s"}
+    return d
+
+
+def test_corpus_table_has_intervals_counts_and_significance(tiny):
+    _, lm = tiny
+    table = read_corpus(lm, CORPUS, **SMALL)
+    d = table.to_dict()
+    assert d["n_documents"] == 6 and d["n_tokens"] > 1000
+    row = d["rows"][0]
+    assert row["entropy_ci"] > 0 and row["sink_mass_ci"] > 0 and 0 <= row["role_stability"] <= 1
+    imp = d["meta"]["importance"]
+    assert len(imp["candidates"]) == 3 and imp["documents"] == 6 and "Holm" in imp["correction"]
+    measured = [r for r in d["rows"] if r["ablation_delta"] is not None]
+    assert len(measured) == 3 and all(
+        r["ablation_delta_ci"] is not None and r["ablation_p_holm"] is not None for r in measured
+    )
+    assert imp["n_significant"] == sum(r["ablation_p_holm"] <= 0.05 for r in measured)
+
+
+def test_interrupt_and_resume_equals_an_uninterrupted_read(tiny, tmp_path):
+    _, lm = tiny
+    whole = read_corpus(lm, CORPUS, **SMALL)
+    ck = tmp_path / "ck.safetensors"
+    with pytest.raises(CorpusInterrupted, match=r"stopped after 2 of 6 documents .*rerun the same command"):
+        read_corpus(lm, CORPUS, checkpoint=str(ck), checkpoint_every=100, stop_after=2, **SMALL)
+    assert ck.exists()
+    said = []
+    resumed = read_corpus(lm, CORPUS, checkpoint=str(ck), progress=lambda *a: said.append(a), **SMALL)
+    assert any(a[0] == "stage" and "resuming" in a[1] for a in said)
+    assert comparable(resumed) == comparable(whole)
+
+
+def test_a_checkpoint_from_other_arguments_is_refused(tiny, tmp_path):
+    _, lm = tiny
+    ck = tmp_path / "ck.safetensors"
+    read_corpus(lm, CORPUS, checkpoint=str(ck), **SMALL)
+    with pytest.raises(CheckpointMismatch, match="written by another command"):
+        read_corpus(lm, CORPUS, checkpoint=str(ck), **{**SMALL, "limit": 5})
+
+
+def test_cli_ctrl_c_says_where_it_stopped(tiny, tmp_path, capsys, monkeypatch):
+    from attnroute.read import corpus_read
+
+    path, _ = tiny
+    real = corpus_read.read_corpus
+    monkeypatch.setattr(corpus_read, "read_corpus", lambda *a, **k: real(*a, **k, stop_after=1))
+    code = main(
+        [
+            "heads",
+            "--model",
+            str(path),
+            "--corpus",
+            str(CORPUS),
+            "--limit",
+            "3",
+            "--max-tokens",
+            "48",
+            "--checkpoint",
+            str(tmp_path / "ck"),
+            "--exact",
+            "2",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 130 and "interrupted: stopped after 1 of 3 documents" in err
+
+
+def _cli(model, out, *extra, env=None):
+    return [
+        sys.executable,
+        "-m",
+        "attnroute",
+        "heads",
+        "--model",
+        str(model),
+        "--corpus",
+        str(CORPUS),
+        "--limit",
+        "6",
+        "--max-tokens",
+        "48",
+        "--exact",
+        "3",
+        "--importance-tokens",
+        "24",
+        "--json",
+        str(out),
+        *extra,
+    ]
+
+
+def _rows(path):
+    d = json.loads(Path(path).read_text())
+    return d, {(r["layer"], r["head"]): r for r in d["rows"]}
+
+
+def test_sigkill_then_rerun_gives_the_uninterrupted_result(tiny, tmp_path):
+    model, _ = tiny
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    subprocess.run(_cli(model, tmp_path / "whole.json"), check=True, capture_output=True, env=env, timeout=300)
+    ck = tmp_path / "ck.safetensors"
+    proc = subprocess.Popen(
+        _cli(model, tmp_path / "resumed.json", "--checkpoint", str(ck), "--checkpoint-every", "1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    deadline = time.time() + 240
+    while not ck.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert ck.exists() and not (tmp_path / "resumed.json").exists()  # killed mid-read, no output written
+    subprocess.run(
+        _cli(model, tmp_path / "resumed.json", "--checkpoint", str(ck), "--checkpoint-every", "1"),
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
+    whole, a = _rows(tmp_path / "whole.json")
+    resumed, b = _rows(tmp_path / "resumed.json")
+    assert a == b and whole["n_tokens"] == resumed["n_tokens"] and whole["n_documents"] == resumed["n_documents"]
+
+
+def test_two_gloo_ranks_equal_one_process(tiny, tmp_path):
+    model, _ = tiny
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(_cli(model, tmp_path / "one.json"), check=True, capture_output=True, env=env, timeout=300)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [
+        str(torchrun),
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29533",
+        "-m",
+        "attnroute",
+        *_cli(model, tmp_path / "two.json")[3:],
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    one, a = _rows(tmp_path / "one.json")
+    two, b = _rows(tmp_path / "two.json")
+    assert two["meta"]["ranks"] == 2 and one["n_tokens"] == two["n_tokens"] and one["n_documents"] == two["n_documents"]
+    for key, ra in a.items():
+        rb = b[key]
+        for col, va in ra.items():
+            vb = rb[col]
+            if isinstance(va, float):
+                assert vb == pytest.approx(va, rel=1e-5, abs=1e-6), (key, col)
+            else:
+                assert va == vb, (key, col)
+    assert "rank 1:" in done.stderr and "rank 0:" in done.stderr  # a summary per rank
