@@ -278,6 +278,8 @@ def _heads_corpus(args) -> int:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():  # launched by torchrun
         import torch
 
+        if torch.cuda.is_available():  # nccl collectives need each rank on its own device
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
         started_here = True
     try:
@@ -292,6 +294,7 @@ def _heads_corpus(args) -> int:
                 exact=args.exact,
                 importance_tokens=args.importance_tokens,
                 seeds=(args.seed, args.seed + 1, args.seed + 2),
+                max_weight=args.max_weight,
                 checkpoint=args.checkpoint,
                 checkpoint_every=args.checkpoint_every,
                 verify=not args.no_verify,

@@ -290,3 +290,21 @@ def test_two_gloo_ranks_equal_one_process(tiny, tmp_path):
             else:
                 assert va == vb, (key, col)
     assert "rank 1:" in done.stderr and "rank 0:" in done.stderr  # a summary per rank
+
+
+def test_max_weight_adds_offset_histograms_with_intervals(tiny):
+    _, lm = tiny
+    table = read_corpus(lm, CORPUS, max_weight=True, **{**SMALL, "exact": 0})
+    d = table.to_dict()
+    offs = d["rows"][0]["argmax_offsets"]
+    assert sum(offs.values()) == pytest.approx(1.0, abs=1e-3)  # a histogram over the buckets
+    assert d["rows"][0]["max_weight_ci"] is not None and d["meta"]["importance"]["candidates"] == []
+
+
+def test_a_checkpoint_from_another_model_is_refused(tiny, tmp_path):
+    _, lm = tiny
+    ck = tmp_path / "ck.safetensors"
+    read_corpus(lm, CORPUS, checkpoint=str(ck), **SMALL)
+    other = load(str(build("mistral", tmp_path)))
+    with pytest.raises(CheckpointMismatch, match="written by another command"):
+        read_corpus(other, CORPUS, checkpoint=str(ck), **SMALL)

@@ -50,7 +50,7 @@ from .moments import Moments
 from .stimuli import encode_text, repeated_random_tokens
 from .verify import routing_check
 
-STATS = FUSED_COLUMNS + ("sink_logit_mass",)
+STATS = FUSED_COLUMNS + ("sink_logit_mass", "max_weight")  # max_weight: NaN (not observed) unless asked
 ROLE_NAMES = tuple(r.name for r in roles.ROLES)
 ALPHA = 0.05
 CHECKPOINT_VERSION = 1
@@ -67,6 +67,7 @@ class CorpusSettings:
     importance_tokens: int = 256
     seeds: tuple = (0, 1, 2)
     stimulus_batch: int = 8
+    max_weight: bool = False
 
 
 class CorpusInterrupted(InputError):
@@ -85,6 +86,7 @@ class Accumulator:
 
     def __init__(self, L: int, H: int, k: int):
         self.moments = {c: Moments((L, H)) for c in STATS}
+        self.offsets = Moments((L, H, len(OFFSET_BUCKETS)))  # argmax-offset histograms (with max_weight)
         self.role_counts = np.zeros((L, H, len(ROLE_NAMES)), dtype=np.float64)
         self.doc_index: list[int] = []  # documents whose Δ rows are in self.deltas, in order
         self.deltas = np.zeros((0, k), dtype=np.float64)  # (documents, candidates)
@@ -94,6 +96,7 @@ class Accumulator:
     def add(self, index: int, stats: dict, doc_roles: np.ndarray, delta: np.ndarray | None, tokens: int) -> None:
         for c in STATS:
             self.moments[c].add(stats[c])
+        self.offsets.add(stats["offsets"])
         self.role_counts += doc_roles
         if delta is not None:
             self.doc_index.append(index)
@@ -104,6 +107,7 @@ class Accumulator:
     def merge(self, other: Accumulator) -> None:
         for c in STATS:
             self.moments[c].merge(other.moments[c])
+        self.offsets.merge(other.offsets)
         self.role_counts += other.role_counts
         self.doc_index += other.doc_index
         self.deltas = np.concatenate([self.deltas, other.deltas])
@@ -114,6 +118,7 @@ class Accumulator:
         out = {}
         for c in STATS:
             out.update(self.moments[c].state(c))
+        out.update(self.offsets.state("offsets"))
         out["role_counts"] = self.role_counts
         out["doc_index"] = np.asarray(self.doc_index, dtype=np.int64)
         out["deltas"] = self.deltas
@@ -125,6 +130,7 @@ class Accumulator:
         L, H = state[f"{STATS[0]}.n"].shape
         acc = cls(L, H, state["deltas"].shape[1])
         acc.moments = {c: Moments.from_state(state, c) for c in STATS}
+        acc.offsets = Moments.from_state(state, "offsets")
         acc.role_counts = np.array(state["role_counts"], dtype=np.float64)
         acc.doc_index = [int(i) for i in state["doc_index"]]
         acc.deltas = np.array(state["deltas"], dtype=np.float64)
@@ -196,17 +202,20 @@ def windows(loaded: LoadedModel, text: str, max_tokens: int) -> list[torch.Tenso
     return [ids[:, i : i + max_tokens] for i in range(0, ids.shape[1], max_tokens) if ids.shape[1] - i >= 2]
 
 
-def document_statistics(loaded: LoadedModel, wins: list[torch.Tensor]) -> dict:
-    """Row-weighted means over the document's windows, [L, H] per statistic."""
-    total = {c: 0.0 for c in STATS}
+def document_statistics(loaded: LoadedModel, wins: list[torch.Tensor], max_weight: bool = False) -> dict:
+    """Row-weighted means over the document's windows: [L, H] per statistic, and "offsets" [L, H, buckets]
+    (the argmax-offset histogram; NaN unless ``max_weight``, which reads the weights on the blocked path)."""
+    keys = STATS + ("offsets",)
+    total = {c: 0.0 for c in keys}
     weight = 0
     for ids in wins:
-        cols, _, _ = text_statistics(loaded, ids, lambda *a: None)
+        cols, offsets, _ = text_statistics(loaded, ids, lambda *a: None, max_weight=max_weight)
+        cols = {**cols, "offsets": offsets}
         n = ids.shape[1]
-        for c in STATS:
+        for c in keys:
             total[c] = total[c] + cols[c] * n
         weight += n
-    return {c: total[c] / max(weight, 1) for c in STATS}
+    return {c: total[c] / max(weight, 1) for c in keys}
 
 
 def document_roles(stats: dict, stimulus: dict) -> np.ndarray:
@@ -268,6 +277,7 @@ def read_corpus(
     importance_tokens: int = 256,
     seeds=(0, 1, 2),
     stimulus_batch: int = 8,
+    max_weight: bool = False,
     checkpoint: str | None = None,
     checkpoint_every: int = 10,
     verify: bool = True,
@@ -294,6 +304,7 @@ def read_corpus(
         int(min(importance_tokens, limit_tokens)),
         tuple(seeds),
         stimulus_batch,
+        bool(max_weight),
     )
     rank, world = _rank_world()
     meta: dict = {"kind": loaded.kind, "corpus": corpus_mod.describe(Path(corpus), field, per_line), "timings_s": {}}
@@ -348,7 +359,7 @@ def read_corpus(
             if not wins:
                 acc.docs_done += 1
                 continue
-            stats = document_statistics(loaded, wins)
+            stats = document_statistics(loaded, wins, settings.max_weight)
             delta = document_delta(loaded, text, pairs, settings.importance_tokens) if pairs else None
             n_tok = sum(w.shape[1] for w in wins)
             acc.add(index, stats, document_roles(stats, stimulus), delta, n_tok)
@@ -486,7 +497,7 @@ def _table(loaded, acc: Accumulator, stimulus, pairs, settings, meta, world) -> 
             "role_thresholds": roles.THRESHOLDS,
         }
     )
-    offsets = np.full((L, H, len(OFFSET_BUCKETS)), np.nan)
+    offsets = acc.offsets.mean  # NaN where not observed (no max_weight)
     return HeadTable(loaded.name, L, H, cols, corpus_roles, offsets, meta, attention=list(loaded.attention_kinds))
 
 
