@@ -18,6 +18,7 @@ from .engine import (
     InputTypeError,
     Intervention,
     KeyMass,
+    KnockoutEdges,
     KVCache,
     LearnedPositions,
     Mask,
@@ -73,6 +74,7 @@ from .engine import (
 )
 from .learn import run_experiment
 from .read.adapter import routed as read_routed
+from .read.corpus_read import read_corpus
 from .read.heads import read_heads
 from .read.headtable import HeadTable
 from .read.models import load as load_model
@@ -124,6 +126,7 @@ __all__ = [
     "UniformWeights",
     "Temperature",
     "SubstituteWeights",
+    "KnockoutEdges",
     "sinusoidal",
     "sinusoidal_shift",
     "LearnedPositions",
@@ -145,6 +148,7 @@ __all__ = [
     "assert_close_to_reference",
     # read, check, learn
     "read_heads",
+    "read_corpus",
     "read_routed",
     "HeadTable",
     "load_model",

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.table import Table
 
 from .engine import InputError
 from .engine.jsonable import strict
@@ -321,6 +322,56 @@ def _heads_corpus(args) -> int:
         table.to_csv(args.csv)
         say(f"wrote {args.csv}")
     return 0
+
+
+def _knockout(args) -> int:
+    from .read.knockout import knockout
+    from .show.knockout_figure import knockout_png
+
+    output_path(args.json, "json")
+    output_path(args.plot, "plot", suffixes=(".png",))
+    distinct({}, {"json": args.json, "plot": args.plot})
+    int_in(args.window, "window", 1)
+    heads = _int_list(args.heads, "heads") if args.heads else None
+    with read_progress() as progress:
+        from .read.models import load
+
+        loaded = load(args.model, progress=lambda m: progress("load", m))
+        progress("stage", f"knocking out {args.source!r} → {args.target!r} in every {args.window}-layer window")
+        result = knockout(
+            loaded,
+            args.text,
+            source=args.source,
+            target=args.target,
+            window=args.window,
+            heads=heads,
+            target_token=args.token,
+        ).to_dict()
+    table = Table(title=f"p({result['target']['token']!r}) = {result['p_target_clean']:.4f} clean")
+    for col in ("layers", "Δp route", "Δp control", "Δ−log p route", "Δ−log p control"):
+        table.add_column(col, justify="right")
+    for r in result["windows"]:
+        table.add_row(
+            f"{r['layers'][0]}–{r['layers'][1]}",
+            f"{r['delta_p_route']:+.4f}",
+            f"{r['delta_p_control']:+.4f}",
+            f"{r['delta_nll_route']:+.4f}",
+            f"{r['delta_nll_control']:+.4f}",
+        )
+    tables_console(args.json).print(table)
+    if args.plot:
+        knockout_png(result, args.plot)
+        say(f"wrote {args.plot}")
+    if args.json:
+        emit_json(result, args.json)
+    return 0
+
+
+def _int_list(text: str, field: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{field} must be comma-separated integers, got {text!r}", field=field) from None
 
 
 def _check(args) -> int:
@@ -691,6 +742,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="also the row maximum and argmax offsets (a second, blocked pass over the weights)",
     )
     h.set_defaults(fn=_heads)
+
+    ko = sub.add_parser("knockout", help="cut one route (query → key edges) in a window of layers, slid over depth")
+    ko.add_argument("text", help="the prompt")
+    ko.add_argument("--from", dest="source", required=True, help="query positions: a word of the text or indices 3,4")
+    ko.add_argument("--to", dest="target", required=True, help="key positions: a word of the text or indices")
+    ko.add_argument("--window", type=int, default=5, help="layers per window (default 5)")
+    ko.add_argument("--heads", help="only these heads, comma-separated (default all)")
+    ko.add_argument("--token", help="the target token (default: the model's own top prediction)")
+    ko.add_argument("--model", default="smollm2", help=MODEL_HELP)
+    ko.add_argument("--plot", help="write the figure (PNG) here")
+    _json_flag(ko, "the result")
+    ko.set_defaults(fn=_knockout)
 
     c = sub.add_parser("check", help="audit an attention implementation for mask, scale and precision bugs")
     c.add_argument(

@@ -17,7 +17,15 @@ from .convert import (
 )
 from .errors import InputError, InputTypeError
 from .fused_probes import FusedKeyMass, FusedRowStats
-from .interventions import Intervention, ReplaceOutput, SubstituteWeights, Temperature, UniformWeights, ZeroHead
+from .interventions import (
+    Intervention,
+    KnockoutEdges,
+    ReplaceOutput,
+    SubstituteWeights,
+    Temperature,
+    UniformWeights,
+    ZeroHead,
+)
 from .kvcache import KVCache
 from .layers import Block, FeedForward, MultiHeadAttention, TinyConfig, TinyTransformer
 from .masks import (
@@ -103,6 +111,7 @@ __all__ = [
     "UniformWeights",
     "Temperature",
     "SubstituteWeights",
+    "KnockoutEdges",
     # positions
     "sinusoidal",
     "sinusoidal_shift",

@@ -100,6 +100,40 @@ class Temperature(Intervention):
         return torch.where(self.head_mask(H, masked_scores.device), masked_scores / self.t, masked_scores)
 
 
+class KnockoutEdges(Intervention):
+    """Attention knockout (Geva et al. 2023, "Dissecting Recall of Factual Associations"): the edges from
+    query positions ``queries`` to key positions ``keys`` do not exist in the named heads (all heads when
+    ``heads`` is None) — their scores become −inf before the softmax, so each row renormalizes over what
+    stays visible. Positions are absolute (a query row's position is Tk − Tq + row, bottom-right).
+
+        queries = {4}, keys = {1}        row 4:  ■ ⬚ ■ ■ ■   (key 1 knocked out, the rest renormalized)
+
+    A row that loses every key returns zeros, like any row that may see nothing.
+    """
+
+    def __init__(self, queries, keys, heads=None, layer: int | None = None):
+        super().__init__([] if heads is None else heads, layer)
+        self.all_heads = heads is None
+        self.queries = sorted({int(q) for q in queries})
+        self.keys = sorted({int(k) for k in keys})
+
+    def edit_scores(self, masked_scores, block):
+        B, H, bq, kspan = masked_scores.shape
+        qpos = block.q_positions(masked_scores.device)  # (bq,)
+        kpos = torch.arange(block.kv0, block.kv1, device=masked_scores.device)  # (kspan,)
+        rows = torch.isin(qpos, torch.tensor(self.queries, dtype=torch.long, device=qpos.device))
+        cols = torch.isin(kpos, torch.tensor(self.keys, dtype=torch.long, device=kpos.device))
+        cut = (rows[:, None] & cols[None, :]).view(1, 1, bq, kspan)  # (1, 1, bq, kspan)
+        if not bool(cut.any()):
+            return masked_scores  # nothing to cut in this block: bit for bit unchanged
+        heads = (
+            torch.ones(1, H, 1, 1, dtype=torch.bool, device=cut.device)
+            if self.all_heads
+            else self.head_mask(H, masked_scores.device)
+        )
+        return masked_scores.masked_fill(cut & heads, float("-inf"))
+
+
 class SubstituteWeights(Intervention):
     """Replace the head's weights by given ones, ``weights`` broadcastable to [B, len(heads), Tq, Tk].
 

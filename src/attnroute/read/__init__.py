@@ -6,6 +6,7 @@ Analysis only: numbers and data classes; no printing, no figures, no argparse.
 
 from .adapter import routed
 from .capture import RoutingView, capture_weights, routing_view
+from .corpus_read import read_corpus
 from .heads import DEFAULT_TEXT, ReadError, read_heads
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable
 from .models import BUNDLED, LoadedModel, ModelLoadError, load
@@ -27,6 +28,7 @@ __all__ = [
     "RoutingView",
     "capture_weights",
     "load",
+    "read_corpus",
     "read_heads",
     "routed",
     "routing_check",

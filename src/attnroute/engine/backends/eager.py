@@ -43,7 +43,8 @@ def attend_rows(req: Request, q0: int, q1: int, kv0: int, kv1: int, keep: torch.
     if req.sinks is not None:
         weights, lse, block.sink_mass = normalize_with_sinks(masked, req.sinks)
     else:
-        weights, lse = normalize(masked, with_lse=want_lse, keep=keep)
+        # an intervention may have cut every key of a row: then find empty rows from the scores themselves
+        weights, lse = normalize(masked, with_lse=want_lse, keep=None if req.interventions else keep)
     edited = iv.apply_weights(req.interventions, weights, block)
     block.weights_edited, weights = edited is not weights, edited
     block.masked_scores, block.weights, block.lse = masked, weights, lse

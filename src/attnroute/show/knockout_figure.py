@@ -1,0 +1,38 @@
+"""The route-knockout figure: effect per window of layers, the route against its control."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .cost_figures import _plt
+
+
+def knockout_png(result: dict, path) -> Path:
+    """Δ p(target) and Δ loss per window of layers (window start on x), route and control side by side."""
+    plt = _plt()
+    rows = result["windows"]
+    x = [r["layers"][0] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    a.plot(x, [r["delta_p_route"] for r in rows], marker="o", ms=3, label="route")
+    a.plot(x, [r["delta_p_control"] for r in rows], marker="o", ms=3, color="#999", label="control (same length)")
+    a.axhline(0, color="#ccc", lw=0.8)
+    a.set_xlabel(f"first layer of the {result['window']}-layer window")
+    a.set_ylabel(f"Δ p({result['target']['token']!r})")
+    a.legend(fontsize=8)
+    b.plot(x, [r["delta_nll_route"] for r in rows], marker="o", ms=3, label="route")
+    b.plot(x, [r["delta_nll_control"] for r in rows], marker="o", ms=3, color="#999", label="control")
+    b.axhline(0, color="#ccc", lw=0.8)
+    b.set_xlabel(f"first layer of the {result['window']}-layer window")
+    b.set_ylabel("Δ loss of the target, −log p (nats)")
+    toks = result["tokens"]
+    route = result["route"]
+    src = " ".join(toks[i] for i in route["queries"])
+    dst = " ".join(toks[i] for i in route["keys"])
+    fig.suptitle(f"{result['model']}: knocking out {src!r} → {dst!r} (p clean {result['p_target_clean']:.3f})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+__all__ = ["knockout_png"]
