@@ -367,6 +367,35 @@ def _knockout(args) -> int:
     return 0
 
 
+def _swap(args) -> int:
+    from .read.mapswap import map_swap
+
+    output_path(args.json, "json")
+    int_in(args.window, "window", 1)
+    heads = _int_list(args.heads, "heads") if args.heads else None
+    with read_progress() as progress:
+        from .read.models import load
+
+        loaded = load(args.model, progress=lambda m: progress("load", m))
+        progress("stage", f"running B with A's maps in every {args.window}-layer window")
+        result = map_swap(loaded, args.prompt_a, args.prompt_b, window=args.window, heads=heads).to_dict()
+    table = Table(title=f"top token: A {result['top_a']!r}, B {result['top_b']!r}")
+    for col in ("layers", "KL(swapped ‖ B)", "KL(swapped ‖ A)", "p(A's top)", "p(B's top)"):
+        table.add_column(col, justify="right")
+    for r in result["layers"]:
+        table.add_row(
+            f"{r['layers'][0]}–{r['layers'][1]}",
+            f"{r['kl_from_b']:.4f}",
+            f"{r['kl_from_a']:.4f}",
+            f"{r['p_top_a']:.4f}",
+            f"{r['p_top_b']:.4f}",
+        )
+    tables_console(args.json).print(table)
+    if args.json:
+        emit_json(result, args.json)
+    return 0
+
+
 def _int_list(text: str, field: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -754,6 +783,15 @@ def build_parser() -> argparse.ArgumentParser:
     ko.add_argument("--plot", help="write the figure (PNG) here")
     _json_flag(ko, "the result")
     ko.set_defaults(fn=_knockout)
+
+    sw = sub.add_parser("swap", help="run prompt B with prompt A's attention maps, layer by layer (prompt-to-prompt)")
+    sw.add_argument("prompt_a", help="the prompt whose maps are used")
+    sw.add_argument("prompt_b", help="the prompt that runs (same number of tokens)")
+    sw.add_argument("--window", type=int, default=1, help="layers swapped together (default 1)")
+    sw.add_argument("--heads", help="only these heads, comma-separated (default all)")
+    sw.add_argument("--model", default="smollm2", help=MODEL_HELP)
+    _json_flag(sw, "the result")
+    sw.set_defaults(fn=_swap)
 
     c = sub.add_parser("check", help="audit an attention implementation for mask, scale and precision bugs")
     c.add_argument(

@@ -1,0 +1,117 @@
+"""Map swap (prompt-to-prompt, Hertz et al. 2022, on a language model): run prompt B with the attention
+weights prompt A produced substituted in chosen layers and heads, and change nothing else — B's values,
+B's residual stream — then compare B's output with and without A's routes.
+
+    result = map_swap("smollm2", "The capital of France is", "The capital of Spain is")
+
+The two prompts must have the same number of tokens (a map is [T, T]); otherwise refused. Per layer
+(or per window of ``window`` layers), at the last position: the KL divergence of the swapped output
+from B's own, its divergence from A's, and the probability of A's and of B's top token. A layer whose
+swap moves B toward A carries routing that differs between the prompts; a layer whose swap changes
+nothing carries the structure both share (or is not read at the last position).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..engine import InputError, SubstituteWeights
+from .adapter import routed
+from .capture import capture_weights
+from .models import LoadedModel, load
+from .stimuli import encode_text
+
+
+class MapSwapError(InputError):
+    """Two prompts whose maps cannot be exchanged."""
+
+
+@dataclass
+class MapSwapResult:
+    model: str
+    tokens_a: list[str]
+    tokens_b: list[str]
+    top_a: str
+    top_b: str
+    window: int
+    heads: list[int] | None
+    rows: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "tokens_a": self.tokens_a,
+            "tokens_b": self.tokens_b,
+            "top_a": self.top_a,
+            "top_b": self.top_b,
+            "window": self.window,
+            "heads": self.heads if self.heads is not None else "all",
+            "layers": self.rows,
+        }
+
+
+def _last_logprobs(loaded, ids, interventions=()) -> torch.Tensor:
+    with torch.no_grad(), routed(loaded, interventions=interventions, impl="eager"):
+        logits = loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, -1].float()
+    return torch.log_softmax(logits, -1)
+
+
+def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> float:
+    """KL(p ‖ q) in nats from log-probabilities."""
+    return float((p_log.exp() * (p_log - q_log)).sum())
+
+
+def map_swap(model, prompt_a: str, prompt_b: str, *, window: int = 1, heads: list[int] | None = None) -> MapSwapResult:
+    """B run with A's weights in each window of ``window`` layers (all heads, or ``heads``)."""
+    loaded = model if isinstance(model, LoadedModel) else load(model)
+    if not loaded.causal:
+        raise MapSwapError("map swap compares a causal LM's next-token prediction; this model is not one")
+    ids_a, _ = encode_text(loaded.tokenizer, prompt_a, None)
+    ids_b, _ = encode_text(loaded.tokenizer, prompt_b, None)
+    if ids_a.shape != ids_b.shape:
+        raise MapSwapError(
+            f"the prompts have {ids_a.shape[1]} and {ids_b.shape[1]} tokens; a map swap needs the same count "
+            "(change a word for one of as many tokens)",
+            field="prompt_b",
+        )
+    L, H = loaded.n_layers, loaded.n_heads
+    if not 1 <= window <= L:
+        raise MapSwapError(f"window must be between 1 and the model's {L} layers, got {window}", field="window")
+    bad = [h for h in heads or [] if not 0 <= h < H]
+    if bad:
+        raise MapSwapError(f"head {bad[0]} does not exist: the model has {H} heads", field="heads")
+    heads_used = list(range(H)) if heads is None else list(heads)
+    maps_a = capture_weights(loaded, ids_a)  # L × [H, T, T]
+    log_a, log_b = _last_logprobs(loaded, ids_a), _last_logprobs(loaded, ids_b)
+    top_a, top_b = int(log_a.argmax()), int(log_b.argmax())
+    tok = loaded.tokenizer
+    result = MapSwapResult(
+        loaded.name,
+        tok.convert_ids_to_tokens(ids_a[0].tolist()),
+        tok.convert_ids_to_tokens(ids_b[0].tolist()),
+        tok.decode([top_a]),
+        tok.decode([top_b]),
+        window,
+        heads,
+    )
+    for start in range(0, L - window + 1):
+        ivs = [
+            SubstituteWeights(heads_used, torch.from_numpy(maps_a[layer][heads_used])[None], layer=layer)
+            for layer in range(start, start + window)
+        ]
+        log_s = _last_logprobs(loaded, ids_b, ivs)
+        result.rows.append(
+            {
+                "layers": [start, start + window - 1],
+                "kl_from_b": _kl(log_s, log_b),
+                "kl_from_a": _kl(log_s, log_a),
+                "p_top_a": float(log_s[top_a].exp()),
+                "p_top_b": float(log_s[top_b].exp()),
+            }
+        )
+    return result
+
+
+__all__ = ["MapSwapError", "MapSwapResult", "map_swap"]
