@@ -466,6 +466,7 @@ def _report(args) -> int:
         raise InputError("text is empty: give a non-empty text, or none for the built-in one", field="text")
     learned = [_learn_result(p) for p in args.learn or []]  # bad files fail before minutes of reading
     int_in(args.limit, "limit", 1)
+    int_in(args.generate, "generate", 0, 512)
     if args.corpus:
         from .read.corpus import corpus_kind
 
@@ -480,6 +481,7 @@ def _report(args) -> int:
             ablation=not args.no_ablation,
             max_tokens=args.max_tokens,
             verify=not args.no_verify,
+            generate=args.generate,
             progress=progress,
         )
         if args.corpus:
@@ -826,6 +828,9 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(r, "the data behind the page")
     r.add_argument("--max-tokens", type=int, default=256, help="cut the text to this many tokens (default 256)")
     r.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep")
+    r.add_argument(
+        "--generate", type=int, default=0, help="also decode N tokens (greedy, KV cache) and show their routes"
+    )
     r.add_argument("--corpus", help="add a corpus read: means with 95 %% intervals and significant heads (see heads)")
     r.add_argument("--field", default="text", help="the corpus's .jsonl field / dataset column (default text)")
     r.add_argument("--per-line", action="store_true", help="a .txt corpus holds one document per line")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..engine import CallbackProbe
+from ..engine import CallbackProbe, InputError
 from .adapter import routed
 from .heads import DEFAULT_TEXT, body, read_heads
 from .headtable import HeadTable
@@ -32,6 +32,7 @@ class RoutingView:
     seconds: float
     decoder_tokens: list[str] | None = None  # an encoder-decoder's decoder input (the text shifted right)
     corpus: HeadTable | None = None  # a corpus read (read_corpus): means, intervals, significance
+    generated_from: int | None = None  # tokens from this position on were generated (report --generate)
 
 
 @torch.no_grad()
@@ -44,6 +45,39 @@ def capture_weights(loaded: LoadedModel, ids: torch.Tensor) -> list[np.ndarray]:
     return [per_layer[layer] for layer in range(loaded.n_layers)]
 
 
+@torch.no_grad()
+def generate_with_weights(loaded: LoadedModel, ids: torch.Tensor, n: int) -> tuple[torch.Tensor, list[np.ndarray]]:
+    """Greedy-decode ``n`` tokens with the model's KV cache and keep the weights of every query on the
+    way — the prompt's rows from the prefill, each generated token's row from its own decoding step
+    (probes on the cached path: nothing is recomputed). Every generated token is fed back once, so its
+    own row exists. Returns (prompt + continuation ids [1, T + n], L × [H, T + n, T + n] float32)."""
+    from transformers import DynamicCache
+
+    rows: dict[int, list] = {layer: [] for layer in range(loaded.n_layers)}
+    probe = CallbackProbe(lambda b: rows[b.layer].append((b.q0, b.Tq, b.Tk, b.weights[0].float().numpy().copy())))
+    cache = DynamicCache(config=loaded.model.config)
+    out_ids = ids
+    with routed(loaded, probes=[probe], impl="eager"):
+        logits = loaded.model(input_ids=ids, cache=cache, use_cache=True).logits
+        for _ in range(n):
+            nxt = logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+            out_ids = torch.cat([out_ids, nxt], dim=1)
+            logits = loaded.model(input_ids=nxt, cache=cache, use_cache=True).logits
+    T, P = out_ids.shape[1], ids.shape[1]
+    weights = []
+    for layer in range(loaded.n_layers):
+        full = np.zeros((loaded.n_heads, T, T), dtype=np.float32)
+        # eager: one block per call, in order — the prefill (queries 0 … P − 1), then one query per step.
+        # The keys of a call are the Tk positions ending at its last query: a sliding-window cache keeps
+        # only the most recent ones.
+        for call, (_q0, tq, tk, w) in enumerate(rows[layer]):
+            start = 0 if call == 0 else P + call - 1
+            end = start + tq  # one past the last query
+            full[:, start : start + w.shape[1], end - tk : end - tk + w.shape[2]] = w
+        weights.append(full)
+    return out_ids, weights
+
+
 def routing_view(
     model="smollm2",
     text: str | None = None,
@@ -51,6 +85,7 @@ def routing_view(
     ablation: bool = True,
     max_tokens: int = 256,
     verify: bool = True,
+    generate: int = 0,
     progress=None,
 ) -> RoutingView:
     """Read the model on the text and capture its weights (the `attnroute report` pipeline)."""
@@ -75,7 +110,15 @@ def routing_view(
         progress=say,
     )
     ids, _ = encode_text(loaded.tokenizer, text, max_tokens)
-    weights = capture_weights(loaded, ids)
+    generated_from = None
+    if generate:
+        if not loaded.causal:
+            raise InputError("generate: only a causal LM continues a text", field="generate")
+        say("stage", f"generating {generate} tokens with the KV cache, keeping every query's weights")
+        generated_from = ids.shape[1]
+        ids, weights = generate_with_weights(loaded, ids, generate)
+    else:
+        weights = capture_weights(loaded, ids)
     tokens = loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist())
     decoder_tokens = None
     if loaded.seq2seq:
@@ -90,7 +133,8 @@ def routing_view(
         loaded.max_positions,
         time.perf_counter() - t0,
         decoder_tokens,
+        generated_from=generated_from,
     )
 
 
-__all__ = ["RoutingView", "capture_weights", "routing_view"]
+__all__ = ["RoutingView", "capture_weights", "generate_with_weights", "routing_view"]

@@ -87,6 +87,7 @@ def report_data(view: RoutingView) -> dict:
         "kv_heads": view.kv_heads,
         "tokens": tokens,
         "decoder_tokens": _readable(view.decoder_tokens) if view.decoder_tokens else None,
+        "generated_from": view.generated_from,
         "attention": [table.attention_kind(layer) for layer in range(table.layers)],
         "stream_layer": [table.stream_layer(layer) for layer in range(table.layers)],
         "columns": cols,
