@@ -396,6 +396,42 @@ def _swap(args) -> int:
     return 0
 
 
+def _needle(args) -> int:
+    from .read.needle import dilution
+    from .show.knockout_figure import needle_png
+
+    output_path(args.json, "json")
+    output_path(args.plot, "plot", suffixes=(".png",))
+    distinct({}, {"json": args.json, "plot": args.plot})
+    lengths = _int_list(args.lengths, "lengths")
+    for n in lengths:
+        int_in(n, "lengths", 32)
+    with read_progress() as progress:
+        from .read.models import load
+
+        loaded = load(args.model, progress=lambda m: progress("load", m))
+        result = dilution(loaded, lengths, seed=args.seed, progress=progress)
+    table = Table(title=f"needle retrieval, retrieval heads {result['retrieval_heads']}")
+    for col in ("tokens", "answered", "answer", "weight on needle (retrieval heads)", "entropy", "best head"):
+        table.add_column(col)
+    for r in result["lengths"]:
+        table.add_row(
+            str(r["length"]),
+            "yes" if r["answered"] else "no",
+            repr(r["answer"]),
+            " ".join(f"{h['needle_weight']:.3f}" for h in r["retrieval_heads"]),
+            " ".join(f"{h['entropy']:.2f}" for h in r["retrieval_heads"]),
+            f"L{r['best_head']['layer']}.H{r['best_head']['head']} {r['best_head']['needle_weight']:.3f}",
+        )
+    tables_console(args.json).print(table)
+    if args.plot:
+        needle_png(result, args.plot)
+        say(f"wrote {args.plot}")
+    if args.json:
+        emit_json(result, args.json)
+    return 0
+
+
 def _int_list(text: str, field: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -794,6 +830,14 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--model", default="smollm2", help=MODEL_HELP)
     _json_flag(sw, "the result")
     sw.set_defaults(fn=_swap)
+
+    nd = sub.add_parser("needle", help="dilution: a needle at a random depth in growing context; retrieval heads")
+    nd.add_argument("--lengths", default="256,512,1024,2048,4096,8192", help="context lengths, comma-separated")
+    nd.add_argument("--seed", type=int, default=0, help="the needle's depth (default 0)")
+    nd.add_argument("--model", default="smollm2", help=MODEL_HELP)
+    nd.add_argument("--plot", help="write the figure (PNG) here")
+    _json_flag(nd, "the result")
+    nd.set_defaults(fn=_needle)
 
     c = sub.add_parser("check", help="audit an attention implementation for mask, scale and precision bugs")
     c.add_argument(

@@ -1,0 +1,140 @@
+"""Dilution: does a long context dilute or misroute attention? A needle-retrieval probe on a real model.
+
+A key fact ("The secret code is 4729.") is placed at a random depth (seeded) in distractor text of
+growing length; the prompt ends with the question ("… The secret code is"). Per length, for the
+last query (the one that must retrieve): every head's weight on the needle's answer tokens and its
+entropy (fused backend: FusedKeyMass with the needle as a key indicator, FusedRowStats' entropy — no
+[T, T] matrix, so 8,192 tokens cost about one SDPA forward), and whether the model still answers
+(greedy decoding from the same forward's KV cache contains the code). The retrieval heads are the
+``top`` heads with the most weight on the needle at the shortest length; they are followed across
+lengths, beside the best head at each length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..engine import InputError
+from ..engine.fused_probes import FusedKeyMass, FusedRowStats
+from ..engine.probes import PerLayer
+from .adapter import routed
+from .models import LoadedModel, load
+from .stimuli import encode_text
+
+NEEDLE = " The secret code is {code}."
+QUESTION = " What is the secret code? The secret code is"
+FILLER = (
+    "The river bends past the old mill, where the farmers bring their grain each autumn. "
+    "Children play by the water while the miller counts the sacks and the wheel turns slowly. "
+    "In the evening the lamps are lit along the road and the carts return to the village. "
+)
+
+
+def haystack(loaded: LoadedModel, length: int, code: str, seed: int) -> tuple[torch.Tensor, list[int]]:
+    """Token ids [1, ≈ length] with the needle at a random depth, and the positions of the code's tokens."""
+    tok = loaded.tokenizer
+    filler = tok(FILLER, add_special_tokens=False)["input_ids"]
+    needle = tok(NEEDLE.format(code=code), add_special_tokens=False)["input_ids"]
+    question = tok(QUESTION, add_special_tokens=False)["input_ids"]
+    bos, _ = encode_text(tok, "", None)  # BOS/[CLS] as this model's texts start
+    room = length - bos.shape[1] - len(needle) - len(question)
+    if room < 8:
+        raise InputError(f"length {length} is too short for the needle and the question", field="lengths")
+    body = (filler * (room // len(filler) + 1))[:room]
+    depth = int(np.random.default_rng(seed).integers(0, room + 1))
+    ids = bos[0].tolist() + body[:depth] + needle + body[depth:] + question
+    code_ids = tok(" " + code, add_special_tokens=False)["input_ids"]
+    start = bos.shape[1] + depth
+    code_pos = [
+        start + i for i in range(len(needle)) if needle[i : i + len(code_ids)] == code_ids or needle[i] in code_ids
+    ]
+    return torch.tensor([ids]), sorted(set(code_pos))
+
+
+@torch.no_grad()
+def probe_length(loaded: LoadedModel, ids: torch.Tensor, code_pos: list[int], code: str, answer_tokens: int = 6):
+    """(needle mass [L, H] and entropy [L, H] of the last query, the greedy continuation, answered?)."""
+    from transformers import DynamicCache
+
+    T, H = ids.shape[1], loaded.n_heads
+    indicator = torch.zeros(1, 1, T, 1)
+    indicator[0, 0, code_pos, 0] = 1.0
+    rows = PerLayer(lambda: FusedRowStats(entropy=True))
+    mass = PerLayer(FusedKeyMass)
+
+    def set_needle(layer, module, q, k, v):
+        mass._probe(layer).vectors = indicator.to(q.dtype).expand(1, H, T, 1)
+
+    cache = DynamicCache(config=loaded.model.config)
+    with routed(loaded, probes=[rows, mass], impl="fused", before_attend=[set_needle]):
+        logits = loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids), cache=cache, use_cache=True).logits
+    L = loaded.n_layers
+    needle_mass = np.stack([mass[layer].rows()[0, :, -1, 0].numpy() for layer in range(L)])  # (L, H)
+    entropy = np.stack([rows[layer].get("entropy")[0, :, -1].numpy() for layer in range(L)])
+    out = []
+    with routed(loaded, impl="auto"):
+        for _ in range(answer_tokens):
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+            out.append(int(nxt))
+            logits = loaded.model(input_ids=nxt, cache=cache, use_cache=True).logits
+    text = loaded.tokenizer.decode(out)
+    return needle_mass, entropy, text, code in text.replace(" ", "")
+
+
+def dilution(
+    model, lengths=(256, 512, 1024, 2048, 4096, 8192), *, code: str = "4729", seed: int = 0, top: int = 3, progress=None
+) -> dict:
+    """The probe at each length (see the module docstring)."""
+    say = progress or (lambda *a: None)
+    loaded = model if isinstance(model, LoadedModel) else load(model)
+    if not loaded.causal:
+        raise InputError("the needle probe asks a causal LM to answer; this model is not one", field="model")
+    lengths = sorted(int(n) for n in lengths)
+    limit = loaded.max_positions or max(lengths)
+    if lengths[-1] > limit:
+        raise InputError(f"length {lengths[-1]} exceeds the model's {limit} positions", field="lengths")
+    per = []
+    for n in lengths:
+        say("stage", f"needle at {n} tokens")
+        ids, pos = haystack(loaded, n, code, seed)
+        m, e, text, ok = probe_length(loaded, ids, pos, code)
+        per.append(
+            {
+                "length": int(ids.shape[1]),
+                "needle_positions": pos,
+                "mass": m,
+                "entropy": e,
+                "answer": text,
+                "answered": bool(ok),
+            }
+        )
+    H = loaded.n_heads
+    first = per[0]["mass"].ravel()
+    heads = [(int(i // H), int(i % H)) for i in np.argsort(-first)[:top]]
+    rows = []
+    for p in per:
+        best = int(np.argmax(p["mass"].ravel()))
+        rows.append(
+            {
+                "length": p["length"],
+                "answered": p["answered"],
+                "answer": p["answer"],
+                "needle_positions": p["needle_positions"],
+                "retrieval_heads": [
+                    {
+                        "layer": layer,
+                        "head": h,
+                        "needle_weight": float(p["mass"][layer, h]),
+                        "entropy": float(p["entropy"][layer, h]),
+                    }
+                    for layer, h in heads
+                ],
+                "best_head": {"layer": best // H, "head": best % H, "needle_weight": float(p["mass"].ravel()[best])},
+                "mean_needle_weight": float(p["mass"].mean()),
+            }
+        )
+    return {"model": loaded.name, "code": code, "seed": seed, "retrieval_heads": heads, "lengths": rows}
+
+
+__all__ = ["dilution", "haystack", "probe_length"]
