@@ -501,6 +501,9 @@ def _report(args) -> int:
     if text is not None and not text.strip():
         raise InputError("text is empty: give a non-empty text, or none for the built-in one", field="text")
     learned = [_learn_result(p) for p in args.learn or []]  # bad files fail before minutes of reading
+    from .show.findings import read_result
+
+    added = [read_result(p) for p in args.add or []]
     int_in(args.limit, "limit", 1)
     int_in(args.generate, "generate", 0, 512)
     if args.corpus:
@@ -539,6 +542,10 @@ def _report(args) -> int:
         from .show.learn_section import insert
 
         rep.html = insert(rep.html, learned)
+    if added:
+        from .show.findings import insert as insert_findings
+
+        rep.html = insert_findings(rep.html, added)
     path = rep.save(args.out)
     say(f"wrote {path.resolve()} ({path.stat().st_size / 1e6:.2f} MB, built in {rep.data['seconds']} s)")
     if args.png_dir:
@@ -873,6 +880,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-tokens", type=int, default=256, help="cut the text to this many tokens (default 256)")
     r.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep")
     r.add_argument(
+        "--add",
+        action="append",
+        help="add a section from a `knockout`, `swap` or `needle` --json result (repeatable)",
+    )
+    r.add_argument(
         "--generate", type=int, default=0, help="also decode N tokens (greedy, KV cache) and show their routes"
     )
     r.add_argument("--corpus", help="add a corpus read: means with 95 %% intervals and significant heads (see heads)")
@@ -926,6 +938,11 @@ def _learn_parser(sub) -> None:
     hd.add_argument("--width", type=int, help="d_model, fixed across head counts (default 128)")
     fl = lsub.add_parser("ff", parents=[common], help="attention-only versus feed-forward stacks at the same budget")
     fl.add_argument("--vocab", type=int, help="tokens in the table task (default 128)")
+    ca = lsub.add_parser(
+        "crossattn", parents=[common], help="an encoder-decoder: prune heads per attention mode, swap cross maps"
+    )
+    ca.add_argument("--length", type=int, help="content tokens in a source (default 6)")
+    ca.add_argument("--heads", type=int, help="heads per attention layer (default 4)")
     learn.set_defaults(fn=_learn)
 
 

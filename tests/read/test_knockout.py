@@ -67,7 +67,7 @@ def test_cli_writes_json_and_figure(smollm2, tmp_path, capsys):
             "--to",
             "Tower",
             "--window",
-            "10",
+            "25",
             "--heads",
             "0,1,2",
             "--json",

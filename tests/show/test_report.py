@@ -157,3 +157,51 @@ def test_corpus_card_shows_error_bars_and_significance(tmp_path, open_page, caps
         title = page.text_content("#detail-title")
     assert rows == len(card["importance_rows"]) + 1 and "Holm" in note and "L1.H1" in title
     assert events["errors"] == []
+
+
+def test_report_adds_knockout_swap_and_needle_sections(tmp_path, open_page, capsys):
+    """`report --add` puts each finding in the page as a card (figure, verdict, summary), in a browser;
+    a file that is not such a result is refused before the model runs."""
+    from attnroute.cli import main
+    from tests.read.zoo import build
+
+    model = str(build("llama", tmp_path))
+    prompt = "Alice gave Bob the book because she"
+    ko, sw, nd = tmp_path / "ko.json", tmp_path / "sw.json", tmp_path / "nd.json"
+    assert (
+        main(
+            ["knockout", prompt, "--from", "she", "--to", "Alice", "--window", "1", "--model", model, "--json", str(ko)]
+        )
+        == 0
+    )
+    assert main(["swap", prompt, "Alice gave Bob the pen because she", "--model", model, "--json", str(sw)]) == 0
+    assert main(["needle", "--lengths", "64,100", "--model", model, "--json", str(nd)]) == 0
+    out = tmp_path / "r.html"
+    code = main(
+        [
+            "report",
+            "A short text.",
+            "--model",
+            model,
+            "--no-ablation",
+            "--out",
+            str(out),
+            "--add",
+            str(ko),
+            "--add",
+            str(sw),
+            "--add",
+            str(nd),
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    with open_page(out, ready="div.finding[data-experiment='needle']") as (page, events):
+        kinds = page.eval_on_selector_all("div.finding", "els => els.map(e => e.dataset.experiment)")
+        imgs = page.eval_on_selector_all("div.finding img", "els => els.map(e => e.naturalWidth)")
+    assert kinds == ["knockout", "swap", "needle"] and all(w > 300 for w in imgs) and events["errors"] == []
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"experiment": "knockout"}')
+    capsys.readouterr()
+    code = main(["report", "--model", model, "--out", str(tmp_path / "x.html"), "--add", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and "add" in err and "missing field" in err and not (tmp_path / "x.html").exists()

@@ -4,10 +4,12 @@ induction   an induction circuit forms (phase change, head scores, ablation proo
 scale       the 1/√d_k scale: logit std at init, saturation, gradients, stalls
 heads       1–8 heads on a mixture of routes, pruned by importance (Michel et al.)
 ff          routing alone versus routing plus feed-forward layers at the same budget
+crossattn   an encoder-decoder: heads pruned per attention mode, cross-attention maps swapped
 """
 
 from ..engine import InputError
-from . import feedforward, induction, pruning, scale
+from . import crossattn, feedforward, induction, pruning, scale
+from .crossattn import CrossSettings
 from .feedforward import FFSettings
 from .induction import InductionSettings
 from .pruning import PruneSettings
@@ -20,6 +22,7 @@ EXPERIMENTS = {
     "scale": (scale.run, ScaleSettings),
     "heads": (pruning.run, PruneSettings),
     "ff": (feedforward.run, FFSettings),
+    "crossattn": (crossattn.run, CrossSettings),
 }
 
 

@@ -69,7 +69,18 @@ class KnockoutResult:
             }
             for w, pr, pc, lr, lc in zip(self.windows, self.p_route, self.p_control, self.loss_route, self.loss_control)
         ]
+        worst = min(rows, key=lambda r: r["delta_p_route"]) if rows else None
+        lines = [f"p({self.target_token!r}) on the clean prompt: {self.p_clean:.3f}"]
+        if worst:
+            ctrl = worst["delta_p_control"]
+            lines.append(
+                f"cutting the route in layers {worst['layers'][0]}–{worst['layers'][1]} moves it most: "
+                f"{worst['delta_p_route']:+.3f} (control route: {ctrl:+.3f})"
+            )
         return {
+            "experiment": "knockout",
+            "verdict": {"lines": lines},
+            "summary": {"windows": len(rows), "window": self.window, "p clean": self.p_clean},
             "model": self.model,
             "text": self.text,
             "tokens": self.tokens,

@@ -40,7 +40,17 @@ class MapSwapResult:
     rows: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        most = max(self.rows, key=lambda r: r["kl_from_b"]) if self.rows else None
+        lines = [f"top token: A {self.top_a!r}, B {self.top_b!r}"]
+        if most:
+            lines.append(
+                f"A's maps move B most in layers {most['layers'][0]}–{most['layers'][1]}: KL from B "
+                f"{most['kl_from_b']:.3f} nats, from A {most['kl_from_a']:.3f}"
+            )
         return {
+            "experiment": "swap",
+            "verdict": {"lines": lines},
+            "summary": {"windows": len(self.rows), "window": self.window},
             "model": self.model,
             "tokens_a": self.tokens_a,
             "tokens_b": self.tokens_b,

@@ -134,7 +134,21 @@ def dilution(
                 "mean_needle_weight": float(p["mass"].mean()),
             }
         )
-    return {"model": loaded.name, "code": code, "seed": seed, "retrieval_heads": heads, "lengths": rows}
+    lines = [
+        f"{r['length']:,} tokens: {'answered' if r['answered'] else 'missed'}; best head "
+        f"L{r['best_head']['layer']}.H{r['best_head']['head']} puts {r['best_head']['needle_weight']:.2f} on the needle"
+        for r in rows
+    ]
+    return {
+        "experiment": "needle",
+        "verdict": {"lines": lines},
+        "summary": {"lengths": len(rows), "answered": sum(r["answered"] for r in rows)},
+        "model": loaded.name,
+        "code": code,
+        "seed": seed,
+        "retrieval_heads": heads,
+        "lengths": rows,
+    }
 
 
 __all__ = ["dilution", "haystack", "probe_length"]

@@ -32,7 +32,7 @@ def knockout_png(result: dict, path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return Path(path)
+    return path if hasattr(path, "write") else Path(path)
 
 
 def needle_png(result: dict, path) -> Path:
@@ -61,7 +61,7 @@ def needle_png(result: dict, path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return Path(path)
+    return path if hasattr(path, "write") else Path(path)
 
 
 __all__ = ["knockout_png", "needle_png"]

@@ -225,3 +225,35 @@ def ff(result: dict):
         ax.set_title(f"{task}: same parameter budget")
         ax.legend(fontsize=7)
     return fig
+
+
+def crossattn(result: dict):
+    """Training curve, loss against heads removed per attention mode, and the map-swap bars."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.9))
+    ax = axes[0]
+    steps = [r["step"] for r in result["train"]]
+    ax.plot(steps, [r["loss"] for r in result["train"]], color="#444")
+    ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("held-out loss (nats)")
+    ax.set_title("copy or reverse, chosen by one source token")
+    ax = axes[1]
+    colors = {"encoder self": "#1f77b4", "decoder self": "#2ca02c", "cross": "#d62728"}
+    for mode, rows in result["prune"].items():
+        ax.plot(
+            [r["removed"] for r in rows], [r["loss"] for r in rows], marker="o", ms=3, color=colors[mode], label=mode
+        )
+    ax.set_xlabel("heads removed (cheapest first)")
+    ax.set_ylabel("loss (nats)")
+    ax.set_title("pruning per attention mode")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    sw = result["swap"]
+    names = ["B's own run\nfollows B", "B with A's cross maps\nfollows A", "… follows B"]
+    vals = [sw["own_follows_b"], sw["swapped_follows_a"], sw["swapped_follows_b"]]
+    ax.bar(names, vals, color=["#999", "#d62728", "#bbb"])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("share of differing positions")
+    ax.set_title("map swap: A = [COPY, x], B = [REV, x]")
+    return fig

@@ -18,6 +18,7 @@ TITLES = {
     "scale": "Learn: the 1/√d_k scale",
     "heads": "Learn: how many heads can go",
     "ff": "Learn: what a feed-forward layer adds to routing",
+    "crossattn": "Learn: cross-attention, measured per attention mode",
 }
 SECTIONS_MARK = "<!--__SECTIONS__-->"
 

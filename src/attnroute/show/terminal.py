@@ -291,6 +291,12 @@ def learn_tables(result: dict) -> list[Table]:
 
 def _curves(result: dict):
     kind = result["experiment"]
+    if kind == "crossattn":
+        yield "held-out loss", [r["loss"] for r in result["train"]]
+        yield "held-out token accuracy", [r["accuracy"] for r in result["train"]]
+        for mode, rows in result["prune"].items():
+            yield f"{mode}: loss as heads are removed", [r["loss"] for r in rows]
+        return
     if kind == "induction":
         c, h = result["curves"], result["heads"]
         yield "first-occurrence loss", c["loss_first"]

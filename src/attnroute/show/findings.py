@@ -1,0 +1,100 @@
+"""Knockout, map-swap and needle results as sections of the routing report (`report --add PATH`).
+
+Each result is the JSON its command writes (`attnroute knockout|swap|needle --json`); a section is its
+figure, its verdict lines and its summary, like a learn section. show/ reads plain dicts only.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from html import escape
+
+from .cost_figures import _plt
+from .knockout_figure import knockout_png, needle_png
+
+TITLES = {
+    "knockout": "Route knockout: cut one route, layer window by layer window",
+    "swap": "Map swap: prompt B run with prompt A's attention maps",
+    "needle": "Dilution: a needle in growing context",
+}
+
+
+def _png(draw, result: dict) -> bytes:
+    buf = io.BytesIO()
+    draw(result, buf)
+    return buf.getvalue()
+
+
+def swap_png(result: dict, path):
+    """KL of the swapped output from B's own and from A's, per window of layers."""
+    plt = _plt()
+    rows = result["layers"]
+    x = [r["layers"][0] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    ax.plot(x, [r["kl_from_b"] for r in rows], marker="o", ms=3, label="KL(swapped ‖ B)")
+    ax.plot(x, [r["kl_from_a"] for r in rows], marker="o", ms=3, color="#999", label="KL(swapped ‖ A)")
+    ax.set_xlabel(f"first layer of the {result['window']}-layer window")
+    ax.set_ylabel("nats")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+    return path
+
+
+FIGURES = {"knockout": knockout_png, "swap": swap_png, "needle": needle_png}
+
+
+def section(result: dict) -> str:
+    kind = result["experiment"]
+    png = base64.b64encode(_png(FIGURES[kind], result)).decode()
+    lines = "".join(f"<li>{escape(str(line))}</li>" for line in result["verdict"]["lines"])
+    rows = "".join(
+        f'<tr><td>{escape(str(k))}</td><td class="num">{escape(_fmt(v))}</td></tr>'
+        for k, v in result.get("summary", {}).items()
+    )
+    return (
+        f'<div class="row" style="margin-top:18px"><div class="card finding" data-experiment="{escape(kind)}">'
+        f"<h2>{escape(TITLES[kind])} ({escape(str(result.get('model', '')))})</h2>"
+        f'<img alt="{escape(TITLES[kind])}" style="max-width:100%" src="data:image/png;base64,{png}">'
+        f'<ul>{lines}</ul><table class="kv">{rows}</table></div></div>'
+    )
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def read_result(path) -> dict:
+    """A knockout/swap/needle JSON, checked by rendering it (a malformed one fails before the model runs)."""
+    from pathlib import Path
+
+    from ..engine import InputError
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(
+            f"add {path}: no such file (write one with `attnroute knockout|swap|needle --json`)", field="add"
+        )
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"add {path}: not a JSON file ({e})", field="add") from None
+    if not isinstance(data, dict) or data.get("experiment") not in FIGURES:
+        raise InputError(f"add {path}: not a knockout, swap or needle result (no experiment field)", field="add")
+    try:
+        section(data)
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise InputError(f"add {path}: a {data['experiment']} result with a missing field ({e})", field="add") from None
+    return data
+
+
+def insert(report_html: str, results: list[dict]) -> str:
+    from .learn_section import SECTIONS_MARK
+
+    return report_html.replace(SECTIONS_MARK, "".join(section(r) for r in results) + SECTIONS_MARK, 1)
+
+
+__all__ = ["TITLES", "insert", "read_result", "section", "swap_png"]
