@@ -77,7 +77,10 @@ from .read.adapter import routed as read_routed
 from .read.corpus_read import read_corpus
 from .read.heads import read_heads
 from .read.headtable import HeadTable
+from .read.knockout import knockout
+from .read.mapswap import map_swap
 from .read.models import load as load_model
+from .read.needle import dilution
 from .read.verify import RoutingMismatch, routing_check
 
 __version__ = "0.1.0"
@@ -150,6 +153,9 @@ __all__ = [
     "read_heads",
     "read_corpus",
     "read_routed",
+    "knockout",
+    "map_swap",
+    "dilution",
     "HeadTable",
     "load_model",
     "routing_check",

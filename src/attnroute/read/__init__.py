@@ -9,7 +9,10 @@ from .capture import RoutingView, capture_weights, routing_view
 from .corpus_read import read_corpus
 from .heads import DEFAULT_TEXT, ReadError, read_heads
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable
+from .knockout import knockout
+from .mapswap import map_swap
 from .models import BUNDLED, LoadedModel, ModelLoadError, load
+from .needle import dilution
 from .roles import ROLES, Role
 from .verify import RoutingMismatch, routing_check
 
@@ -28,6 +31,9 @@ __all__ = [
     "RoutingView",
     "capture_weights",
     "load",
+    "dilution",
+    "knockout",
+    "map_swap",
     "read_corpus",
     "read_heads",
     "routed",
