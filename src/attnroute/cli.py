@@ -266,6 +266,7 @@ def _heads_corpus(args) -> int:
 
     output_path(args.json, "json")
     output_path(args.csv, "csv")
+    output_path(args.checkpoint, "checkpoint")
     if args.text or args.file:
         raise InputError("give --corpus or --text/--file, not both", field="corpus")
     distinct({"corpus": args.corpus}, {"json": args.json, "csv": args.csv, "checkpoint": args.checkpoint})

@@ -92,6 +92,8 @@ def routing_view(
     t0 = time.perf_counter()
     say = progress or (lambda *a: None)
     loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
+    if generate and not loaded.causal:  # before minutes of reading
+        raise InputError("generate: only a causal LM continues a text", field="generate")
     text = DEFAULT_TEXT if text is None else text
     # Sized for a one-minute page on 2 cores: 2 probe seeds of 4 sequences, zero ablation on one
     # sequence of 16 tokens repeated (`attnroute heads` runs the full 8 × 40 sweep in all modes).

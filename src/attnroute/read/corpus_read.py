@@ -290,6 +290,9 @@ def read_corpus(
     kind = corpus_mod.corpus_kind(Path(corpus))  # a bad path fails before the model loads
     if exact != "all" and (isinstance(exact, bool) or not str(exact).isdigit()):
         raise ReadError(f"exact must be a number of heads (≥ 0) or 'all', got {exact!r}", field="exact")
+    first = next(iter(corpus_mod.documents(corpus, field, per_line, limit)), None)  # a bad field fails before loading
+    if first is None:
+        raise ReadError(f"the corpus {corpus} holds no non-empty document", field="corpus")
     loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
     if loaded.seq2seq:
         raise ReadError("corpus reading covers causal LMs and encoders; read an encoder-decoder one text at a time")
@@ -325,9 +328,6 @@ def read_corpus(
         )
     meta["timings_s"]["repeated"] = time.perf_counter() - t0
 
-    first = next(iter(corpus_mod.documents(corpus, field, per_line, limit)), None)
-    if first is None:
-        raise ReadError(f"the corpus {corpus} holds no non-empty document", field="corpus")
     pairs, estimate = candidates_of(loaded, first, settings)
     meta["grad_attr"] = (
         "the one-backward estimate on document 0's first importance_tokens tokens (ranks the candidates)"
