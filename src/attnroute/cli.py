@@ -239,7 +239,7 @@ def _heads(args) -> int:
         )
     say_routing_check(table.meta)
     if table.meta.get("ablation"):
-        console.print(f"ablation: {table.meta['ablation']['statement']}")
+        console.print(f"ablation: {table.meta['ablation']['statement']}", soft_wrap=True)
     if table.meta.get("tokens_cut"):
         console.print(
             f"[yellow]note:[/yellow] the text was cut to its first {table.meta['text_tokens']} tokens "
