@@ -211,7 +211,6 @@ def _heads(args) -> int:
     if args.corpus:
         return _heads_corpus(args)
     from .read.heads import read_heads
-    from .show.terminal import headtable_tables
 
     output_path(args.json, "json")
     output_path(args.csv, "csv")
@@ -245,6 +244,13 @@ def _heads(args) -> int:
             f"[yellow]note:[/yellow] the text was cut to its first {table.meta['text_tokens']} tokens "
             f"({table.meta['tokens_cut']} dropped; --max-tokens or the model's context)"
         )
+    return write_headtable(table, args)
+
+
+def write_headtable(table, args) -> int:
+    """The HeadTable's terminal tables, and the JSON/CSV the user named (heads on a text or a corpus)."""
+    from .show.terminal import headtable_tables
+
     for t in headtable_tables(table):
         tables_console(args.json).print(t)
     if args.json:
@@ -262,7 +268,6 @@ def _heads_corpus(args) -> int:
     import torch.distributed as dist
 
     from .read.corpus_read import read_corpus
-    from .show.terminal import headtable_tables
 
     output_path(args.json, "json")
     output_path(args.csv, "csv")
@@ -315,14 +320,7 @@ def _heads_corpus(args) -> int:
             f"significantly over {imp['documents']} documents ({imp['correction']})",
             soft_wrap=True,
         )
-    for t in headtable_tables(table):
-        tables_console(args.json).print(t)
-    if args.json:
-        emit_json(table.to_dict(), args.json)
-    if args.csv:
-        table.to_csv(args.csv)
-        say(f"wrote {args.csv}")
-    return 0
+    return write_headtable(table, args)
 
 
 def _knockout(args) -> int:

@@ -88,10 +88,16 @@ class Accumulator:
         self.moments = {c: Moments((L, H)) for c in STATS}
         self.offsets = Moments((L, H, len(OFFSET_BUCKETS)))  # argmax-offset histograms (with max_weight)
         self.role_counts = np.zeros((L, H, len(ROLE_NAMES)), dtype=np.float64)
-        self.doc_index: list[int] = []  # documents whose Δ rows are in self.deltas, in order
-        self.deltas = np.zeros((0, k), dtype=np.float64)  # (documents, candidates)
+        self.k = k
+        self.doc_index: list[int] = []  # documents whose Δ rows are in self.rows, in order
+        self.rows: list[np.ndarray] = []  # one [k] row per document: appended, stacked only when asked
         self.docs_done = 0  # of this rank's shard, in order
         self.tokens = 0
+
+    @property
+    def deltas(self) -> np.ndarray:
+        """Per-document Δ loss, [documents, candidates]."""
+        return np.stack(self.rows) if self.rows else np.zeros((0, self.k), dtype=np.float64)
 
     def add(self, index: int, stats: dict, doc_roles: np.ndarray, delta: np.ndarray | None, tokens: int) -> None:
         for c in STATS:
@@ -100,7 +106,7 @@ class Accumulator:
         self.role_counts += doc_roles
         if delta is not None:
             self.doc_index.append(index)
-            self.deltas = np.concatenate([self.deltas, delta[None].astype(np.float64)])
+            self.rows.append(delta.astype(np.float64))
         self.docs_done += 1
         self.tokens += tokens
 
@@ -110,7 +116,7 @@ class Accumulator:
         self.offsets.merge(other.offsets)
         self.role_counts += other.role_counts
         self.doc_index += other.doc_index
-        self.deltas = np.concatenate([self.deltas, other.deltas])
+        self.rows += other.rows
         self.docs_done += other.docs_done
         self.tokens += other.tokens
 
@@ -133,7 +139,7 @@ class Accumulator:
         acc.offsets = Moments.from_state(state, "offsets")
         acc.role_counts = np.array(state["role_counts"], dtype=np.float64)
         acc.doc_index = [int(i) for i in state["doc_index"]]
-        acc.deltas = np.array(state["deltas"], dtype=np.float64)
+        acc.rows = list(np.array(state["deltas"], dtype=np.float64))
         acc.docs_done, acc.tokens = (int(x) for x in state["counters"])
         return acc
 

@@ -176,11 +176,13 @@ def clean_pass(loaded, batch: dict):
 
 
 @torch.no_grad()
-def forward_from(loaded, start: int, stored: dict, batch: dict, interventions, copies: int, clean_emb=None):
+def forward_from(
+    loaded, start: int, stored: dict, batch: dict, interventions, copies: int, clean_emb=None, blocks=None
+):
     """The model's own forward on ``batch`` (``copies`` repeats of the effect batch), with blocks 0 … start−1
     replaced by their clean outputs: everything else — masks, position embeddings, the output head with
     its soft-cap or logit scaling — is the model's own code. Returns the effect per example."""
-    blocks = layer_stack(loaded) if start > 0 else []
+    blocks = (blocks or layer_stack(loaded)) if start > 0 else []  # callers in a loop pass theirs
     for j in range(start):
         out = _repeat_output(stored[j], copies) if j == start - 1 else stored[j]  # only the last one is read
         blocks[j].forward = lambda *a, _out=out, **k: _out
@@ -235,6 +237,7 @@ class Sweep:
             shortcut_check(loaded, batch, self.base, self.stored, self.clean_emb) if reuse_residual else {"used": False}
         )
         self.k = copies_per_forward(loaded, batch)
+        self.blocks = layer_stack(loaded)  # found once, not once per forward
         L, H = loaded.n_layers, loaded.n_heads
         self.deltas = {m: np.full((L, H), np.nan) for m in self.modes}
         self.measured: list[tuple[int, int]] = []
@@ -258,7 +261,9 @@ class Sweep:
                     iv = BatchedAblation(layer, chunk, self.B, mode, self.means.get(layer))
                     rep = _repeat(self.batch, len(chunk))
                     start = layer if self.check["used"] else 0
-                    per = forward_from(self.loaded, start, self.stored, rep, [iv], len(chunk), self.clean_emb)
+                    per = forward_from(
+                        self.loaded, start, self.stored, rep, [iv], len(chunk), self.clean_emb, self.blocks
+                    )
                     per = per.view(len(chunk), self.B)  # (k, B)
                     self.deltas[mode][layer, chunk] = (per - self.base[None]).mean(1).numpy()
                     done += len(chunk)

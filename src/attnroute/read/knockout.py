@@ -121,10 +121,14 @@ def positions(loaded: LoadedModel, text: str, ids: torch.Tensor, spec: str, what
     return sorted(p for p in found if 0 <= p < T)
 
 
-def _measure(loaded, batch, target_id: int, interventions) -> tuple[float, float]:
-    """(p(target) at the last position, mean next-token loss over the prompt)."""
+def _logits(loaded, batch, interventions) -> torch.Tensor:
     with torch.no_grad(), routed(loaded, interventions=interventions, impl="eager"):
-        logits = loaded.model(**batch).logits[0].float()  # (T, V)
+        return loaded.model(**batch).logits[0].float()  # (T, V)
+
+
+def _measure(loaded, batch, target_id: int, interventions=(), logits=None) -> tuple[float, float]:
+    """(p(target) at the last position, mean next-token loss over the prompt); ``logits`` if already run."""
+    logits = _logits(loaded, batch, interventions) if logits is None else logits
     p = float(torch.softmax(logits[-1], -1)[target_id])
     ids = batch["input_ids"][0]
     loss = float(torch.nn.functional.cross_entropy(logits[:-1], ids[1:])) if ids.shape[0] > 1 else float("nan")
@@ -169,16 +173,15 @@ def knockout(
     control = sorted(int(x) for x in g.choice(eligible, size=len(keys), replace=False))
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     tokens = loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist())
-    with torch.no_grad(), routed(loaded, impl="eager"):
-        clean_logits = loaded.model(**batch).logits[0, -1].float()
+    clean = _logits(loaded, batch, [])  # (T, V): one clean forward gives the target and its baseline
     if target_token is None:
-        target_id = int(clean_logits.argmax())
+        target_id = int(clean[-1].argmax())
     else:
         tid = loaded.tokenizer(target_token, add_special_tokens=False)["input_ids"]
         if len(tid) != 1:
             raise KnockoutError(f"target token {target_token!r} is {len(tid)} tokens; give one token", field="token")
         target_id = int(tid[0])
-    p_clean, loss_clean = _measure(loaded, batch, target_id, [])
+    p_clean, loss_clean = _measure(loaded, batch, target_id, logits=clean)
     result = KnockoutResult(
         loaded.name,
         text,
