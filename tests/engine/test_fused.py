@@ -30,13 +30,18 @@ def mask_of(kind, B, Tq, Tk, seed):
 TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
 
-def fused_and_blocked(q, k, v, mask, vectors, diagonals=(1, 2)):
-    fr, km = FusedRowStats(band=3, diagonals=diagonals), FusedKeyMass()
-    km.vectors = vectors
-    out = ar.attend(q, k, v, mask, impl="fused", probes=[fr, km])
-    rs, kv = ar.RowStats(band=3), KeyVectors()
-    kv.vectors = vectors
-    ref = ar.attend(q, k, v, mask, impl="blocked", block_size=3, probes=[rs, kv])
+def fused_and_blocked(q, k, v, mask, vectors, per_head=None, diagonals=(1, 2)):
+    """vectors [B|1, 1, Tk, C] are the same for every head; per_head [B|1, H, Tk, C] differ per query head
+    (the fused backend packs them per kv group)."""
+    fr, km, kh = FusedRowStats(band=3, diagonals=diagonals), FusedKeyMass(), FusedKeyMass()
+    km.vectors, kh.vectors = vectors, per_head
+    out = ar.attend(q, k, v, mask, impl="fused", probes=[fr, km] + ([kh] if per_head is not None else []))
+    rs, kv, kvh = ar.RowStats(band=3), KeyVectors(), KeyVectors()
+    kv.vectors, kvh.vectors = vectors, per_head
+    probes = [rs, kv] + ([kvh] if per_head is not None else [])
+    ref = ar.attend(q, k, v, mask, impl="blocked", block_size=3, probes=probes)
+    if per_head is not None:
+        torch.testing.assert_close(kh.rows(), kvh.rows(), atol=TOL[q.dtype], rtol=0, msg="per-head key vectors")
     return out, fr, km, ref, rs, kv
 
 
@@ -58,8 +63,10 @@ def fused_and_blocked(q, k, v, mask, vectors, diagonals=(1, 2)):
 def test_fused_statistics_equal_the_blocked_backends(B, Hkv, G, Tq, Tk, D, kind, seed):
     q, k, v = qkv(B, Hkv * G, Hkv, Tq, Tk, D, seed=seed)
     mask = mask_of(kind, B, Tq, Tk, seed)
-    vectors = torch.rand(B, 1, Tk, 3, generator=torch.Generator().manual_seed(seed))
-    out, fr, km, ref, rs, kv = fused_and_blocked(q, k, v, mask, vectors)
+    g = torch.Generator().manual_seed(seed)
+    vectors = torch.rand(B, 1, Tk, 3, generator=g)
+    per_head = torch.rand(1 + seed % B, Hkv * G, Tk, 2, generator=g)  # [B|1, H, Tk, 2]
+    out, fr, km, ref, rs, kv = fused_and_blocked(q, k, v, mask, vectors, per_head)
     tol = TOL[torch.float32]
     torch.testing.assert_close(out, ref, atol=tol, rtol=0)
     for name in ("entropy", "band_mass", "prev_mass", "first_mass", "n_visible"):

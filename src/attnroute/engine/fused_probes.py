@@ -86,8 +86,8 @@ class FusedKeyMass(Probe):
 
     def update_fused(self, block) -> None:
         if self.wants(block) and self.vectors is not None and id(self.vectors) in block.channel_sums:
-            # a copy: a view would keep the call's whole [V | K | channels] sums alive (memory ∝ layers · T)
-            self.result = block.channel_sums[id(self.vectors)].float().clone()
+            # channel_sums are copies: a view would keep the call's whole [V | K | channels] sums alive
+            self.result = block.channel_sums[id(self.vectors)]
 
     def rows(self) -> torch.Tensor:
         return self.result

@@ -234,16 +234,20 @@ class KeyVectors(Probe):
 def value_norms(value: torch.Tensor, o_weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     """‖v_j W_O^h‖ for every query head h and key j: [B, H, Tk].
 
-    Uses the Gram matrix M_h = W_O^hᵀ W_O^h [D, D]: ‖v W_Oᵀ‖² = v M_h vᵀ, so the cost is
-    B·H·Tk·D² instead of B·H·Tk·D·C.
+    W_O^h [C, D] (the output projection's columns that read head h) = Q_h R_h with R_h [D, D] upper
+    triangular (QR), and Q_h has orthonormal columns, so ‖W_O^h v‖ = ‖R_h v‖: the cost is B·H·Tk·D²
+    instead of B·H·Tk·D·C, and it stays a sum of squares (no cancellation, unlike vᵀ W_O^hᵀ W_O^h v).
+    The G query heads of a kv group read their kv head's values once: v is never copied per head.
     """
     B, Hkv, Tk, D = value.shape
-    C = o_weight.shape[0]
-    W = o_weight.view(C, n_heads, D).permute(1, 0, 2)  # (H, C, D): the columns that read head h
-    gram = W.transpose(1, 2) @ W  # (H, D, D)
-    v = value.repeat_interleave(n_heads // Hkv, dim=1)  # (B, H, Tk, D)
-    sq = torch.einsum("bhtd,hde,bhte->bht", v, gram.to(v.dtype), v)
-    return sq.clamp_min(0).sqrt()
+    C, G = o_weight.shape[0], n_heads // Hkv
+    dt = torch.promote_types(value.dtype, torch.float32)  # at least fp32; fp64 stays fp64
+    W = o_weight.detach().to(dt).view(C, n_heads, D).permute(1, 0, 2)  # (H, C, D): the columns that read head h
+    R = torch.linalg.qr(W, mode="r").R  # (H, D, D)
+    Rt = R.transpose(1, 2).reshape(Hkv, G, D, D).permute(0, 2, 1, 3).reshape(Hkv, D, G * D)  # (Hkv, D, G·D)
+    rv = value.to(dt) @ Rt  # (B, Hkv, Tk, G·D): R_h v_j for the G heads of each kv group
+    sq = rv.view(B, Hkv, Tk, G, D).square().sum(-1)  # (B, Hkv, Tk, G)
+    return sq.sqrt().permute(0, 1, 3, 2).reshape(B, n_heads, Tk).to(value.dtype)
 
 
 def row_stats_probe(band: int = 4) -> PerLayer:

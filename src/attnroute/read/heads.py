@@ -15,6 +15,8 @@ Before all of it (unless verify=False) the routed model is checked against its o
 
 from __future__ import annotations
 
+import functools
+import inspect
 import string
 import time
 
@@ -169,9 +171,9 @@ MAX_COLUMNS = ("max_weight",)  # and the argmax offsets: not linear in the weigh
 def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: bool = False, entropy: bool = True):
     """One forward of the text; no LM head (no logits are needed).
 
-    Default: the fused backend — the flash kernel with each row's log-sum-exp, and one more fused pass
-    whose values are [K | sink, punctuation, ‖f(x_j)‖, ‖f(x_j)‖·sink] — gives entropy, masses and the
-    local band at about the cost of the model's own attention. ``max_weight`` adds the row maximum and
+    Default: the fused backend — the flash kernel with each row's log-sum-exp, whose one call per layer
+    takes the values [V | K | sink, punctuation | ‖f(x_j)‖, ‖f(x_j)‖·sink for each head of the kv group]
+    — gives the output, entropy, masses and the local band; named weights are dot products. ``max_weight`` adds the row maximum and
     argmax offsets, which need the weights themselves: then the blocked backend reads every column.
     Returns (columns, offsets, path per column)."""
     batch = model_inputs(loaded, ids, torch.ones_like(ids))
@@ -184,7 +186,10 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
         say("warn", f"statistics through the blocked backend: {reason}")
         impl = "blocked"
     rows = row_stats_probe(band=4) if impl == "blocked" else PerLayer(lambda: FusedRowStats(band=4, entropy=entropy))
-    keyvec = PerLayer(KeyVectors if impl == "blocked" else FusedKeyMass)
+    # Key vectors: indicators are the same for every head (fused: 2 columns per kv head), the value norms
+    # differ per query head (fused: 2 columns per query head, side by side in their kv head's columns).
+    keyind = PerLayer(KeyVectors if impl == "blocked" else FusedKeyMass)
+    keynorm = PerLayer(KeyVectors if impl == "blocked" else FusedKeyMass)
 
     def set_key_vectors(layer, module, q, k, v):
         sink_keys, punct_keys = sets.get(loaded.attention_kinds[layer], sets["self"])
@@ -193,20 +198,19 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
             value_norms(v, proj.weight, H)
             if proj is not None
             else torch.full(v.shape[:1] + (H, v.shape[2]), float("nan"))
-        )
-        ind = torch.stack([sink_keys, punct_keys], -1).float()[:, None].expand(-1, H, -1, -1)  # (B, H, T, 2)
-        vec = torch.cat([ind, fn[..., None], (fn * sink_keys[:, None])[..., None]], -1)  # (B, H, T, 4)
-        keyvec._probe(layer).vectors = vec
+        )  # (B, H, T)
+        keyind._probe(layer).vectors = torch.stack([sink_keys, punct_keys], -1).float()[:, None]  # (B, 1, T, 2)
+        keynorm._probe(layer).vectors = torch.stack([fn, fn * sink_keys[:, None]], -1)  # (B, H, T, 2)
         say("layer", layer)
 
-    with routed(loaded, probes=[rows, keyvec], impl=impl, before_attend=[set_key_vectors]):
+    with routed(loaded, probes=[rows, keyind, keynorm], impl=impl, before_attend=[set_key_vectors]):
         body(loaded)(**batch)
     L = loaded.n_layers
     has_sinks = impl == "blocked" and any(getattr(m, "sinks", None) is not None for m in loaded.attention_modules)
     cols = {c: np.full((L, H), np.nan) for c in FUSED_COLUMNS + MAX_COLUMNS + ("sink_logit_mass",)}
     offsets = np.full((L, H, len(OFFSET_BUCKETS)), np.nan)
     for layer in range(L):
-        r, kv = rows[layer], keyvec[layer].rows()  # kv: (B, H, T, 4)
+        r, ind, nrm = rows[layer], keyind[layer].rows(), keynorm[layer].rows()  # (B, H, T, 2) each
         valid = (r.get("n_visible") >= 2).float()  # (B, H, T): rows with a choice to make
 
         def mean(x, valid=valid):  # over the rows with a choice to make, per head
@@ -215,8 +219,8 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
         if impl == "blocked" or entropy:
             cols["entropy"][layer], cols["entropy_norm"][layer] = mean(r.get("entropy")), mean(r.entropy_norm())
         cols["local"][layer] = mean(r.get("band_mass"))
-        cols["sink_mass"][layer], cols["punct_mass"][layer] = mean(kv[..., 0]), mean(kv[..., 1])
-        share = torch.where(kv[..., 2] > 0, kv[..., 3] / kv[..., 2].clamp_min(1e-30), torch.zeros_like(kv[..., 2]))
+        cols["sink_mass"][layer], cols["punct_mass"][layer] = mean(ind[..., 0]), mean(ind[..., 1])
+        share = torch.where(nrm[..., 0] > 0, nrm[..., 1] / nrm[..., 0].clamp_min(1e-30), torch.zeros_like(nrm[..., 0]))
         cols["norm_mass"][layer] = mean(share)
         if has_sinks:
             cols["sink_logit_mass"][layer] = mean(r.get("sink_logit_mass"))
@@ -251,8 +255,13 @@ def _fused_refusal(loaded: LoadedModel) -> str | None:
 
 def body(loaded: LoadedModel):
     """What to call for statistics: the model without its LM head (no logits needed), except for
-    encoder-decoders, whose bare model needs the decoder inputs anyway."""
-    return loaded.model if loaded.seq2seq else loaded.model.base_model
+    encoder-decoders, whose bare model needs the decoder inputs anyway. Called without a KV cache where
+    the model takes ``use_cache``: one reading pass never reuses it (at 4,096 tokens SmolLM2's cache is
+    94 MB, held to the end of the forward)."""
+    module = loaded.model if loaded.seq2seq else loaded.model.base_model
+    if "use_cache" not in inspect.signature(module.forward).parameters:
+        return module
+    return functools.partial(module, use_cache=False)
 
 
 def offset_histogram(argmax: torch.Tensor, T: int, valid: torch.Tensor) -> np.ndarray:

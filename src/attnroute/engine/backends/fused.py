@@ -57,47 +57,55 @@ class FusedBlock:
     def _plain_causal(self) -> bool:
         return causal_alignment(self.req.mask) == "bottom_right"
 
-    def _logits(self, q0: int, q1: int, cols: torch.Tensor) -> torch.Tensor:
-        """scale · q_i · k_j for rows q0..q1 and, per row, the key columns ``cols`` [bq, n]: [B, H, bq, n].
-        Query head h reads kv head h // G through a view: K is never copied per query head."""
-        B, H, Tq, D = self.q.shape
-        Hkv = self.k.shape[1]
-        q = self.q[:, :, q0:q1].float().reshape(B, Hkv, H // Hkv, q1 - q0, D)  # (B, Hkv, G, bq, D)
-        kk = self.k[:, :, cols].float()  # (B, Hkv, bq, n, D)
-        return torch.einsum("bkgqd,bkqnd->bkgqn", q, kk).reshape(B, H, q1 - q0, cols.shape[1]) * self.scale
-
     def named_weights(self, offsets) -> torch.Tensor:
         """p_{i, i − off} for every row and offset (query position minus key position): [B, H, Tq, len(offsets)];
-        0 where that key does not exist or the row may not see it."""
+        0 where that key does not exist or the row may not see it.
+
+        Row i's named keys lie in one window, positions pos_i − max(off) .. pos_i − min(off): the keys are
+        padded at both ends and unfolded into that window (a view), and one batched matmul per block of
+        rows gives every offset's logit — no gather, no n×n. Query head h reads kv head h // G."""
         B, H, Tq, D = self.q.shape
-        offs = torch.as_tensor(list(offsets), dtype=torch.long)
+        Hkv, Tk, shift = self.k.shape[1], self.Tk, self.Tk - Tq
+        offs = [int(o) for o in offsets]
         out = self.q.new_zeros(B, H, Tq, len(offs), dtype=torch.float32)
         causal = self._plain_causal()
+        use = [n for n, o in enumerate(offs) if not (causal and o < 0)]  # causal rows see no key after them
+        if not use or Tq == 0:
+            return out
+        lo, hi = min(offs[n] for n in use), max(offs[n] for n in use)
+        # keys padded so that every row's window lies inside: key j sits at j + front
+        front = max(0, hi - shift)  # row 0's window starts at key shift − hi
+        kp = F.pad(self.k.float(), (0, 0, front, max(0, -lo)))
+        windows = kp.unfold(2, hi - lo + 1, 1)  # (B, Hkv, ·, D, span): window s holds keys s − front ...
+        pick = torch.tensor([hi - offs[n] for n in use])
         for q0 in range(0, Tq, ROWS_PER_BLOCK):
             q1 = min(Tq, q0 + ROWS_PER_BLOCK)
-            qpos = torch.arange(q0, q1) + (self.Tk - Tq)  # absolute positions (bottom-right)
-            cols = qpos[:, None] - offs[None, :]  # (bq, n_off)
-            ok = (cols >= 0) & (cols < self.Tk)
-            if causal:  # a bottom-right causal row sees exactly the keys at or before it
-                ok = ok & (offs[None, :] >= 0)
-            else:
-                keep = self.req.keep_rows(q0, q1)  # (b?, h?, bq, Tk) or None
-                if keep is not None:
-                    c = cols.clamp(0, self.Tk - 1)
-                    ok = ok & keep.expand(B, H, q1 - q0, self.Tk).gather(-1, c.expand(B, H, -1, -1))
-            p = torch.exp(self._logits(q0, q1, cols.clamp(0, self.Tk - 1)) - self.lse[:, :, q0:q1, None].float())
-            out[:, :, q0:q1] = torch.where(ok, p, torch.zeros_like(p))
+            qpos = torch.arange(q0, q1) + shift  # absolute positions (bottom-right)
+            q = self.q[:, :, q0:q1].float().view(B, Hkv, H // Hkv, q1 - q0, D).transpose(2, 3)  # (B, Hkv, bq, G, D)
+            start = q0 + shift - hi + front  # row q0's window: keys pos − hi .. pos − lo
+            w = windows[:, :, start : start + q1 - q0]  # (B, Hkv, bq, D, span)
+            logits = (q @ w).transpose(2, 3).reshape(B, H, q1 - q0, -1)[..., pick] * self.scale  # (B, H, bq, n)
+            cols = qpos[:, None] - torch.tensor([offs[n] for n in use])[None, :]  # (bq, n) key positions
+            ok = (cols >= 0) & (cols < Tk)
+            if not causal and (keep := self.req.keep_rows(q0, q1)) is not None:
+                idx = cols.clamp(0, Tk - 1).expand(B, H, -1, -1)
+                ok = ok & keep.expand(B, H, q1 - q0, Tk).gather(-1, idx)
+            p = torch.exp(logits - self.lse[:, :, q0:q1, None].float())
+            out[:, :, q0:q1, use] = torch.where(ok, p, 0.0)
         return out
 
     def key_weights(self, keys: torch.Tensor) -> torch.Tensor:
         """p_ij for a small set of key positions ``keys`` (1-D long): [B, H, Tq, len(keys)], 0 where not visible."""
         B, H, Tq, D = self.q.shape
+        Hkv = self.k.shape[1]
+        kk = self.k[:, :, keys].float()[:, :, None]  # (B, Hkv, 1, n, D): the keys, once
         out = self.q.new_zeros(B, H, Tq, len(keys), dtype=torch.float32)
         causal = self._plain_causal()
         for q0 in range(0, Tq, ROWS_PER_BLOCK):
             q1 = min(Tq, q0 + ROWS_PER_BLOCK)
-            cols = keys[None, :].expand(q1 - q0, -1)
-            p = torch.exp(self._logits(q0, q1, cols) - self.lse[:, :, q0:q1, None].float())
+            q = self.q[:, :, q0:q1].float().view(B, Hkv, H // Hkv, q1 - q0, D)
+            logits = (q @ kk.transpose(-1, -2)).view(B, H, q1 - q0, len(keys)) * self.scale
+            p = torch.exp(logits - self.lse[:, :, q0:q1, None].float())
             if causal:
                 qpos = torch.arange(q0, q1) + (self.Tk - Tq)
                 seen = keys[None, :] <= qpos[:, None]  # (bq, n)
@@ -142,7 +150,8 @@ def _mask_args(req: Request):
 
 
 def _kernel(q, k, v, is_causal, additive, scale):
-    """(out [B, H, Tq, Dv], lse [B, H, Tq]) with q/k padded or v padded to one head size."""
+    """(out [B, H, Tq, Dv], lse [B, H, Tq]) with q/k padded or v padded to one head size. K and V may
+    have fewer heads than Q (grouped heads): the kernel maps query head h to kv head h // G itself."""
     dq, dv = q.shape[-1], v.shape[-1]
     if dv > dq:
         q, k = F.pad(q, (0, dv - dq)), F.pad(k, (0, dv - dq))  # zero channels: q·k unchanged
@@ -154,6 +163,48 @@ def _kernel(q, k, v, is_causal, additive, scale):
     return out[..., :dv], lse
 
 
+def _pack_values(req: Request, need_keys: bool, channels: list[torch.Tensor]):
+    """The values of the one call, per kv head: [V | K? | channels], zero-padded to a multiple of 8
+    (the kernel is much slower at other widths). A channel tensor [B|1, 1, Tk, C] is the same for every
+    head: C columns. One that differs per query head [B|1, H, Tk, C] puts its G heads side by side in
+    their kv head's columns (G·C): K and V are never copied per query head.
+    Returns (values [B, Hkv, Tk, width], where: column offset of each part)."""
+    B, H, Hkv, Tq, Tk, D, Dv = req.dims
+    G = H // Hkv
+    cols = [c.shape[-1] * (1 if c.shape[1] == 1 else G) for c in channels]
+    used = Dv + (D if need_keys else 0) + sum(cols)
+    width = max(D, -(-used // 8) * 8) if used > Dv else max(D, Dv)
+    values = req.v.new_empty(B, Hkv, Tk, width)
+    values[..., :Dv] = req.v
+    at = Dv
+    if need_keys:
+        values[..., at : at + D] = req.k
+        at += D
+    where = []
+    for c, n in zip(channels, cols, strict=True):
+        c = c.to(values.dtype)
+        if c.shape[1] == 1:
+            values[..., at : at + n] = c
+        else:  # (b, H, Tk, C) -> (b, Hkv, Tk, G·C): head g of a group at columns g·C .. (g + 1)·C
+            b, C = c.shape[0], c.shape[-1]
+            values[..., at : at + n] = c.view(b, Hkv, G, Tk, C).permute(0, 1, 3, 2, 4).reshape(b, Hkv, Tk, n)
+        where.append(at)
+        at += n
+    values[..., at:] = 0
+    return values, where
+
+
+def _channel_sums(sums: torch.Tensor, at: int, c: torch.Tensor, G: int) -> torch.Tensor:
+    """Σ_j p_ij c_j for each query head from the call's sums [B, H, Tq, width]: [B, H, Tq, C] (a copy)."""
+    C = c.shape[-1]
+    if c.shape[1] == 1:
+        return sums[..., at : at + C].float().clone()
+    B, H, Tq, _ = sums.shape
+    grouped = sums.view(B, H // G, G, Tq, -1)
+    own = [grouped[:, :, g, :, at + g * C : at + (g + 1) * C] for g in range(G)]  # head g's own columns
+    return torch.stack(own, dim=2).float().reshape(B, H, Tq, C)
+
+
 def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
     reason = why_not(req)
     if reason:
@@ -162,40 +213,40 @@ def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
     is_causal, additive, n_vis = _mask_args(req)
     n_vis = n_vis.expand(B, H, Tq)
     empty = (n_vis == 0)[..., None]
+    any_empty = bool(empty.any())
     if not req.probes:
         out, lse = _kernel(req.q, req.k, req.v, is_causal, additive, req.scale)
-        out = out.masked_fill(empty, 0.0)  # rows that see nothing: zeros (the kernel agrees)
+        if any_empty:
+            out = out.masked_fill(empty, 0.0)  # rows that see nothing: zeros (the kernel agrees)
         return out, (Trace("fused", lse=lse, out=out, notes=["flash kernel"]) if req.want_trace else None)
-    # One call computes the output and every statistic: the values are [V | K | key channels], all per
-    # query head, and q, k are zero-padded to that width (the CPU kernel wants one head size). One
-    # call of width ~2D costs less than two of width D (the softmax and its exps are done once).
+    # One call computes the output and every statistic: the values are [V | K | key channels] per kv
+    # head, and q, k are zero-padded to that width (the CPU kernel wants one head size). One call of
+    # width ~2D costs less than two of width D (the softmax and its exps are done once).
     need_keys = any(getattr(p, "needs_key_sums", False) for p in req.probes)
     G = H // Hkv
     block = FusedBlock(req.q, req.k, req.scale, None, n_vis, req, layer=req.layer)
-    channels = {}  # id of the key-vector tensor a probe handed in -> those vectors, per query head
+    wanted = {}  # id of the key-vector tensor a probe handed in -> that tensor
     for p in req.probes:
         c = p.key_channels(block) if hasattr(p, "key_channels") else None
         if c is not None:
-            channels[id(c)] = c.to(req.q.dtype).expand(B, H, Tk, c.shape[-1])  # (B, H, Tk, C)
-    k_rep = req.k.repeat_interleave(G, dim=1)  # (B, H, Tk, D): the kernel takes K with the values' heads
-    parts = [req.v.repeat_interleave(G, dim=1)] + ([k_rep] if need_keys else []) + list(channels.values())
-    used = sum(p.shape[-1] for p in parts)
-    width = -(-used // 8) * 8  # a multiple of 8: the kernel is much slower at other widths
-    values = F.pad(torch.cat(parts, dim=-1), (0, width - used))  # (B, H, Tk, Dv + D? + ΣC + pad)
-    del parts
-    # One call for the whole layer. (Calling it per kv-head group was tried: smaller copies, but the
-    # peak RSS rose — mid-sized blocks stay in malloc's heap where whole-layer ones are unmapped.)
-    sums, lse = _kernel(req.q, k_rep, values, is_causal, additive, req.scale)  # (B, H, Tq, width)
-    del values, k_rep
-    sums.masked_fill_(empty, 0.0)  # in place: no second copy of the sums
-    block.lse = lse.masked_fill_(empty[..., 0], float("-inf"))
-    out, at = sums[..., :Dv], Dv
+            if c.dim() != 4 or c.shape[1] not in (1, H) or c.shape[2] != Tk or c.shape[0] not in (1, B):
+                raise UnsupportedRequest(
+                    f"key vectors must be [B|1, H|1, Tk, C] = [{B}|1, {H}|1, {Tk}, C], got {list(c.shape)}"
+                )
+            wanted[id(c)] = c
+    values, where = _pack_values(req, need_keys, list(wanted.values()))
+    sums, lse = _kernel(req.q, req.k, values, is_causal, additive, req.scale)  # (B, H, Tq, width)
+    del values
+    if any_empty:
+        sums.masked_fill_(empty, 0.0)  # in place: no second copy of the sums
+        lse.masked_fill_(empty[..., 0], float("-inf"))
+    block.lse = lse
+    out = sums[..., :Dv]
     if need_keys:
-        block.key_sums, at = sums[..., at : at + D], at + D
-    for key, c in channels.items():
-        block.channel_sums[key] = sums[..., at : at + c.shape[-1]]
-        at += c.shape[-1]
+        block.key_sums = sums[..., Dv : Dv + D]
+    for (key, c), at in zip(wanted.items(), where, strict=True):
+        block.channel_sums[key] = _channel_sums(sums, at, c, G)
     for probe in req.probes:
         probe.update_fused(block)
     trace = Trace("fused", lse=block.lse, out=out, notes=["one flash call: [V | K | key channels]"])
-    return out.contiguous(), (trace if req.want_trace else None)
+    return out, (trace if req.want_trace else None)
