@@ -173,8 +173,9 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
 
     Default: the fused backend — the flash kernel with each row's log-sum-exp, whose one call per layer
     takes the values [V | K | sink, punctuation | ‖f(x_j)‖, ‖f(x_j)‖·sink for each head of the kv group]
-    — gives the output, entropy, masses and the local band; named weights are dot products. ``max_weight`` adds the row maximum and
-    argmax offsets, which need the weights themselves: then the blocked backend reads every column.
+    — gives the output, entropy, masses and the local band; named weights are dot products.
+    ``max_weight`` adds the row maximum and argmax offsets, which need the weights themselves: then the
+    blocked backend reads every column.
     Returns (columns, offsets, path per column)."""
     batch = model_inputs(loaded, ids, torch.ones_like(ids))
     sets = {"self": key_sets(loaded.tokenizer, ids)}  # (sink keys, punctuation keys), (B, T) each
