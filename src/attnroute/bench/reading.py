@@ -7,7 +7,9 @@ Effects: SmolLM2 on 8 sequences of 40 random tokens repeated twice (+ BOS), zero
   estimate  one forward and one backward (head gates)
 Long context (one child process per cell, peak RSS from VmHWM): transformers' SDPA forward (no
 weights), transformers' eager forward with output_attentions (what BertViz, TransformerLens' bridge,
-nnsight and Inseq read), and attnroute's HeadTable text statistics (blocked backend).
+nnsight and Inseq read), and attnroute's HeadTable text statistics (fused backend; with --max-weight
+the blocked one); ratios from alternating rounds in one process (bench/long_context.py says why); the
+repeated-token probe through the fused backend and through eager weights.
 """
 
 from __future__ import annotations
@@ -64,14 +66,28 @@ def long_context_cell(mode: str, T: int, timeout: int = 1500) -> dict:
     return {"mode": mode, "T": T, **m} if "error" in m else m
 
 
+def pair_cell(mode: str, T: int, rounds: int, timeout: int = 3000) -> dict:
+    m = run_child("attnroute.bench.long_context", "pair", mode, T, rounds, timeout=timeout)
+    return {"mode": mode, "T": T, **m} if "error" in m else m
+
+
+# Time and memory of one run each, one process per cell (peak RSS is per process).
 CELLS = [
     ("sdpa-body", 4096),
     ("eager", 4096),
     ("headtable", 4096),
+    ("headtable-masses", 4096),
     ("headtable-max", 4096),
     ("sdpa-body", 16384),
     ("headtable", 16384),
     ("headtable", 32768),
+]
+# Ratios to the SDPA forward of the body: alternating rounds in one process, ratio of the medians.
+PAIRS = [
+    ("headtable", 4096, 5),
+    ("headtable-masses", 4096, 5),
+    ("headtable-max", 4096, 2),
+    ("headtable", 16384, 2),
 ]
 
 
@@ -84,6 +100,42 @@ def long_context_rows(cells=CELLS, progress=None) -> list[dict]:
     return rows
 
 
+def pair_rows(pairs=PAIRS, progress=None) -> list[dict]:
+    rows = []
+    for mode, T, rounds in pairs:
+        if progress:
+            progress(f"ratio: {mode} against the SDPA body at {T} tokens, {rounds} rounds")
+        rows.append(pair_cell(mode, T, rounds))
+    return rows
+
+
+def repeated_rows(seeds=(0, 1, 2)) -> dict:
+    """The repeated-token probe (prev / duplicate / induction) through the fused backend and through the
+    eager weights (its path before the fused backend), same stimuli; seconds and the largest difference."""
+    from ..read.heads import repeated_scores
+    from ..read.models import load
+    from ..read.stimuli import repeated_random_tokens
+
+    lm = load("smollm2")
+    stims = [repeated_random_tokens(lm.tokenizer, seed=s) for s in seeds]
+    out, scores = {}, {}
+    for impl in ("fused", "eager"):
+        repeated_scores(lm, stims[0], impl=impl)  # warm-up
+        t0 = time.perf_counter()
+        scores[impl] = [repeated_scores(lm, st, impl=impl) for st in stims]
+        out[f"{impl}_seconds"] = time.perf_counter() - t0
+    out["max_abs_diff"] = float(
+        max(
+            np.nanmax(np.abs(a[name] - b[name]))
+            for a, b in zip(scores["fused"], scores["eager"], strict=True)
+            for name in a
+        )
+    )
+    out["stimulus"] = stims[0].describe()
+    out["seeds"] = list(seeds)
+    return out
+
+
 def run(progress=None, quick: bool = False, parts=("effects", "long_context"), previous: dict | None = None) -> dict:
     """Run the named parts; parts not run are kept from ``previous`` (an earlier read.json)."""
     out = dict(previous or {})
@@ -93,4 +145,6 @@ def run(progress=None, quick: bool = False, parts=("effects", "long_context"), p
     if "long_context" in parts:
         cells = [("sdpa-body", 256), ("headtable", 256)] if quick else CELLS
         out["long_context"] = long_context_rows(cells, progress)
+        out["ratios"] = pair_rows([("headtable", 256, 2)] if quick else PAIRS, progress)
+        out["repeated"] = repeated_rows((0,) if quick else (0, 1, 2))
     return out

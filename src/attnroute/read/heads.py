@@ -291,9 +291,15 @@ def offset_histogram(argmax: torch.Tensor, T: int, valid: torch.Tensor) -> np.nd
 
 
 @torch.no_grad()
-def repeated_scores(loaded: LoadedModel, stim: Repeated) -> dict:
-    """prev_token, duplicate, induction [L, H] on one repeated-random-token batch."""
-    fused = _fused_refusal(loaded) is None
+def repeated_scores(loaded: LoadedModel, stim: Repeated, impl: str | None = None) -> dict:
+    """prev_token, duplicate, induction [L, H] on one repeated-random-token batch. Fused backend (three
+    named weights per row) unless the model needs the weights (``impl="eager"`` asks for them: the
+    benchmark compares both paths)."""
+    if impl not in (None, "fused", "eager"):
+        raise InputError(f"impl: expected 'fused' or 'eager', got {impl!r}", field="impl")
+    fused = _fused_refusal(loaded) is None and impl != "eager"
+    if impl == "fused" and not fused:
+        raise InputError(f"impl: the fused path cannot read this model: {_fused_refusal(loaded)}", field="impl")
     S = stim.S
     diag = PerLayer(lambda: FusedRowStats(diagonals=(1, S, S - 1), entropy=False)) if fused else repeat_probe(S)
     batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}

@@ -227,8 +227,16 @@ class ReadProgress:
 
 
 def read_bench_markdown(result: dict) -> str:
-    e = result["effects"]
-    lines = [
+    """The read benchmark's tables; a part that was not run (``--suite effects`` / ``long-context``
+    without an earlier read.json) is left out."""
+    lines = _effects_lines(result["effects"]) if "effects" in result else []
+    if "long_context" in result:
+        lines += _long_context_lines(result)
+    return "\n".join(lines)
+
+
+def _effects_lines(e: dict) -> list[str]:
+    return [
         f"Ablation effects on SmolLM2 ({e['heads']} heads; {e['stimulus']}):",
         "",
         "| method | time | speed-up vs plain | agreement with exact |",
@@ -240,14 +248,17 @@ def read_bench_markdown(result: dict) -> str:
         f"| attnroute gradient estimate (1 forward + 1 backward) | {e['estimate_seconds']:.1f} s | "
         f"{e['estimate_speedup']:.0f}× | top-10 overlap {e['top10_overlap']}/10, Spearman {e['spearman']:.2f} |",
         "",
-        "| T | what | time | peak RSS |",
-        "|---:|---|---:|---:|",
     ]
+
+
+def _long_context_lines(result: dict) -> list[str]:
+    lines = ["| T | what | time | peak RSS |", "|---:|---|---:|---:|"]
     names = {
         "sdpa": "transformers SDPA forward (no weights)",
         "sdpa-body": "transformers SDPA forward of the model body (no LM head)",
         "eager": "transformers eager + output_attentions",
         "headtable": "attnroute HeadTable text statistics (fused)",
+        "headtable-masses": "the same without entropy: masses, band, diagonals (fused)",
         "headtable-max": "attnroute HeadTable text statistics with max weight (blocked)",
     }
     for r in result["long_context"]:
@@ -255,7 +266,35 @@ def read_bench_markdown(result: dict) -> str:
             lines.append(f"| {r['T']} | {names[r['mode']]} | failed: {r['error']} | |")
         else:
             lines.append(f"| {r['T']} | {names[r['mode']]} | {r['seconds']:.1f} s | {fmt_bytes(r['peak_rss_bytes'])} |")
-    return "\n".join(lines)
+    if result.get("ratios"):
+        lines += [
+            "",
+            "Time against the SDPA forward of the body, alternating rounds in one process (median ÷ median):",
+            "",
+            "| T | what | rounds | attnroute | SDPA body | ratio |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
+        for r in result["ratios"]:
+            if "error" in r:
+                lines.append(f"| {r['T']} | {names[r['mode']]} | | failed: {r['error']} | | |")
+                continue
+            own, base = _span(r["seconds"]), _span(r["baseline_seconds"])
+            lines.append(f"| {r['T']} | {names[r['mode']]} | {r['rounds']} | {own} | {base} | {r['ratio']:.2f}× |")
+    if rep := result.get("repeated"):
+        lines += [
+            "",
+            f"Repeated-token probe (prev / duplicate / induction, seeds {rep['seeds']}; {rep['stimulus']}): "
+            f"fused {rep['fused_seconds']:.2f} s, eager weights {rep['eager_seconds']:.2f} s, "
+            f"largest difference {rep['max_abs_diff']:.1e}.",
+        ]
+    return lines
+
+
+def _span(times: list[float]) -> str:
+    """Median seconds, with the range when there are several rounds."""
+    ts = sorted(times)
+    med = ts[len(ts) // 2] if len(ts) % 2 else (ts[len(ts) // 2 - 1] + ts[len(ts) // 2]) / 2
+    return f"{med:.1f} s" if len(ts) == 1 else f"{med:.1f} s ({ts[0]:.1f}–{ts[-1]:.1f})"
 
 
 SPARK = "▁▂▃▄▅▆▇█"
