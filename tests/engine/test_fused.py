@@ -111,14 +111,21 @@ def test_what_is_not_linear_in_the_weights_is_refused_naming_blocked():
         ar.attend(q, k, v, impl="blocked", probes=[FusedRowStats()])
 
 
-def test_named_diagonals_equal_the_weights():
-    q, k, v = qkv(1, 2, 1, 10, 10, 8, seed=9)
-    fr = FusedRowStats(diagonals=(0, 3, 9))
-    ar.attend(q, k, v, ar.causal(), impl="fused", probes=[fr])
-    _, trace = ar.attend(q, k, v, ar.causal(), impl="eager", return_trace=True)
-    w = trace.weights[0]  # (H, T, T)
-    for off in (0, 3, 9):
-        expect = torch.zeros(2, 10)
-        for i in range(off, 10):
-            expect[:, i] = w[:, i, i - off]
-        torch.testing.assert_close(fr.rows(off)[0], expect, atol=1e-6, rtol=0)
+@pytest.mark.parametrize("mask", [ar.causal(), None, ar.sliding_window(3)], ids=["causal", "none", "window"])
+@pytest.mark.parametrize("Tq", [10, 7])  # 7: queries are the last 7 positions of 10 keys (bottom-right)
+def test_named_diagonals_equal_the_weights(mask, Tq):
+    # offsets near each other share a window of keys, far ones get their own (0..3 and 9), negative ones
+    # look ahead (0 under a causal mask)
+    offsets = (0, 3, 9, 1, -2, 2)
+    q, k, v = qkv(2, 4, 2, Tq, 10, 8, seed=9)
+    fr = FusedRowStats(diagonals=offsets)
+    ar.attend(q, k, v, mask, impl="fused", probes=[fr])
+    _, trace = ar.attend(q, k, v, mask, impl="eager", return_trace=True)
+    w = trace.weights  # (B, H, Tq, 10)
+    for off in offsets:
+        expect = torch.zeros(2, 4, Tq)
+        for i in range(Tq):
+            j = i + 10 - Tq - off
+            if 0 <= j < 10:
+                expect[:, :, i] = w[:, :, i, j]
+        torch.testing.assert_close(fr.rows(off), expect, atol=1e-6, rtol=0, msg=f"offset {off}")

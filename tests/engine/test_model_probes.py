@@ -1,15 +1,17 @@
 """Model-reading probes against their definitions, on small random tensors."""
 
+import pytest
 import torch
 
 import attnroute as ar
 from attnroute.engine.probes import Diagonals, KeyVectors, PerLayer, value_norms
 
 
-def test_value_norms_equal_the_explicit_projection():
+@pytest.mark.parametrize("C", [7, 3])  # 3: a model narrower than one head (H·D > C, as tiny qwen3 configs)
+def test_value_norms_equal_the_explicit_projection(C):
     # ‖v_j W_O^h‖ with W_O^h the columns of the output projection that read head h; GQA: h reads kv h // G
     g = torch.Generator().manual_seed(0)
-    B, H, Hkv, T, D, C = 2, 6, 2, 5, 4, 7
+    B, H, Hkv, T, D = 2, 6, 2, 5, 4
     v = torch.randn(B, Hkv, T, D, generator=g, dtype=torch.float64)
     W = torch.randn(C, H * D, generator=g, dtype=torch.float64)
     got = value_norms(v, W, H)

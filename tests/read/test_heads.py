@@ -8,7 +8,7 @@ import torch
 
 import attnroute as ar
 from attnroute.read import effects
-from attnroute.read.heads import DEFAULT_TEXT, repeated_scores, text_statistics
+from attnroute.read.heads import DEFAULT_TEXT, body, repeated_scores, text_statistics
 from attnroute.read.stimuli import encode_text, repeated_random_tokens
 
 
@@ -98,9 +98,10 @@ def test_every_text_column_equals_an_independent_computation_from_eager_weights(
         assert np.allclose(offsets.sum(-1), 1.0)
 
 
-def test_repeated_token_scores_match_eager_diagonals(smollm2):
+@pytest.mark.parametrize("impl", [None, "eager"])  # the default (fused) path and the weights' path
+def test_repeated_token_scores_match_eager_diagonals(smollm2, impl):
     stim = repeated_random_tokens(smollm2.tokenizer, S=12, batch=2, seed=5)
-    scores = repeated_scores(smollm2, stim)
+    scores = repeated_scores(smollm2, stim, impl=impl)
     att = eager_attentions(smollm2, stim.input_ids)
     S, P = stim.S, stim.prefix
     for layer in (0, 17, 29):
@@ -110,6 +111,18 @@ def test_repeated_token_scores_match_eager_diagonals(smollm2):
         prev = a[:, :, torch.arange(P + 1, P + 2 * S), torch.arange(P, P + 2 * S - 1)].mean((0, 2))
         np.testing.assert_allclose(scores["induction"][layer], ind.numpy(), atol=1e-5)
         np.testing.assert_allclose(scores["prev_token"][layer], prev.numpy(), atol=1e-5)
+
+
+def test_repeated_scores_refuse_an_unknown_path(smollm2):
+    stim = repeated_random_tokens(smollm2.tokenizer, S=4, batch=1, seed=0)
+    with pytest.raises(ar.InputError, match="impl"):
+        repeated_scores(smollm2, stim, impl="blocked")
+
+
+def test_statistics_pass_keeps_no_kv_cache(smollm2):
+    # one reading pass never reuses a cache; at 4,096 tokens SmolLM2's would hold 94 MB to the end
+    out = body(smollm2)(input_ids=torch.tensor([[1, 2, 3]]))
+    assert out.past_key_values is None
 
 
 def test_smollm2_has_induction_and_previous_token_heads(smollm2):

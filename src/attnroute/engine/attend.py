@@ -9,7 +9,7 @@ eager     scores and weights [B, H, Tq, Tk]            yes (one block: all rows)
 blocked   one block of rows [B, H, bq, kspan]          yes (block by block)
 sdpa      torch's fused kernel; no weights             no (raises UnsupportedRequest)
 fused     the fused flash kernel with each row's lse;   fused probes only (FusedRowStats, FusedKeyMass):
-          statistics from one more fused pass          entropy, masses, named weights; no n×n
+          statistics in the same call: [V | K | c]      entropy, masses, named weights; no n×n
 auto      sdpa when nothing needs weights; else eager when its scores fit memory_budget,
           else blocked. The choice and its reason are in trace.impl / trace.reason and
           returned by choose_impl().

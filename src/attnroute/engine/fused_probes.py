@@ -1,5 +1,5 @@
 """Probes that read the fused backend (backends/fused.py): per-row statistics from each row's
-log-sum-exp and one extra fused pass, never a block of weights.
+log-sum-exp and the same fused call's extra value channels, never a block of weights.
 
     FusedRowStats   entropy (lse − scale·q·Σp k), visible keys, band / previous / first-key mass,
                     any named diagonals (query position − key position)
@@ -19,7 +19,7 @@ from .probes import Probe
 
 class FusedRowStats(Probe):
     """Per query row: entropy, n_visible, first_mass, prev_mass, band_mass (|query − key| < band) and
-    ``diag{off}`` for each requested offset. With entropy=False no extra fused pass is needed."""
+    ``diag{off}`` for each requested offset. With entropy=False the call needs no K channels."""
 
     reads_fused = True
 

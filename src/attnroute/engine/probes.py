@@ -234,8 +234,8 @@ class KeyVectors(Probe):
 def value_norms(value: torch.Tensor, o_weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     """‖v_j W_O^h‖ for every query head h and key j: [B, H, Tk].
 
-    W_O^h [C, D] (the output projection's columns that read head h) = Q_h R_h with R_h [D, D] upper
-    triangular (QR), and Q_h has orthonormal columns, so ‖W_O^h v‖ = ‖R_h v‖: the cost is B·H·Tk·D²
+    W_O^h [C, D] (the output projection's columns that read head h) = Q_h R_h with R_h [min(C, D), D]
+    upper triangular (QR), and Q_h has orthonormal columns, so ‖W_O^h v‖ = ‖R_h v‖: the cost is B·H·Tk·D²
     instead of B·H·Tk·D·C, and it stays a sum of squares (no cancellation, unlike vᵀ W_O^hᵀ W_O^h v).
     The G query heads of a kv group read their kv head's values once: v is never copied per head.
     """
@@ -243,10 +243,11 @@ def value_norms(value: torch.Tensor, o_weight: torch.Tensor, n_heads: int) -> to
     C, G = o_weight.shape[0], n_heads // Hkv
     dt = torch.promote_types(value.dtype, torch.float32)  # at least fp32; fp64 stays fp64
     W = o_weight.detach().to(dt).view(C, n_heads, D).permute(1, 0, 2)  # (H, C, D): the columns that read head h
-    R = torch.linalg.qr(W, mode="r").R  # (H, D, D)
-    Rt = R.transpose(1, 2).reshape(Hkv, G, D, D).permute(0, 2, 1, 3).reshape(Hkv, D, G * D)  # (Hkv, D, G·D)
-    rv = value.to(dt) @ Rt  # (B, Hkv, Tk, G·D): R_h v_j for the G heads of each kv group
-    sq = rv.view(B, Hkv, Tk, G, D).square().sum(-1)  # (B, Hkv, Tk, G)
+    R = torch.linalg.qr(W, mode="r").R  # (H, r, D), r = min(C, D)
+    r = R.shape[1]
+    Rt = R.transpose(1, 2).reshape(Hkv, G, D, r).permute(0, 2, 1, 3).reshape(Hkv, D, G * r)  # (Hkv, D, G·r)
+    rv = value.to(dt) @ Rt  # (B, Hkv, Tk, G·r): R_h v_j for the G heads of each kv group
+    sq = rv.view(B, Hkv, Tk, G, r).square().sum(-1)  # (B, Hkv, Tk, G)
     return sq.sqrt().permute(0, 1, 3, 2).reshape(B, n_heads, Tk).to(value.dtype)
 
 

@@ -2,16 +2,23 @@
 
 The kernel (``_scaled_dot_product_flash_attention_for_cpu``) returns (out, lse). With lse_i in hand
 every weight is a dot product away, p_ij = exp(scale·q_i·k_j − lse_i), and every statistic that is
-linear in the weights is one more fused pass with other "values":
+linear in the weights is the same weighted sum with other "values":
 
     Σ_j p_ij k_j         (V = K)      entropy  H_i = lse_i − scale · q_i · Σ_j p_ij k_j
     Σ_j p_ij c_j         (V = c)      mass on a key set (c = indicator), norm-weighted mass (c = ‖f(x_j)‖)
 
 The kernel wants Q, K and V of one head size, so everything goes into the one call that computes the
-output: the values are [V | K | c], and q and k are padded with zero channels to that width (zeros
-add nothing to q·k). Measured on this CPU, one call of width 2D + 8 costs ~1.4–2× one of width D,
-less than two calls (the softmax is computed once). Named weights (diagonals, a band of keys, the
-first position) cost O(T · w · D) dot products. Nothing n×n is ever held.
+output: the values are [V | K | c] per kv head (grouped query heads read their kv head, as in the
+model; a channel that differs per query head takes G columns, one per head of the group), and q and
+k are padded with zero channels to that width (zeros add nothing to q·k). Measured on this CPU at
+4,096 tokens, one call of width 2D + 8 costs 1.8–1.9× one of width D; two calls of width D cost 2×
+(the softmax is computed twice). Named weights (diagonals, a band of keys, the first position) cost
+O(T · w · D) dot products. Nothing n×n is ever held.
+
+Where the time goes, and the floor of this design: the K channels double the width of both matmuls
+in the kernel (q·k over the zero padding too — the CPU kernel has no Dv ≠ D form), so the statistics
+cost about 0.8 × the model's own attention on top of the forward. FlexAttention with Dv ≠ D was
+tried: on CPU it cannot return the lse and was slower at width 136 (253 ms against 191 ms).
 
 What is not linear in the weights — the row maximum and argmax, soft-capped scores — is refused
 here (UnsupportedRequest names ``blocked``). Probes that read this backend implement
@@ -61,23 +68,39 @@ class FusedBlock:
         """p_{i, i − off} for every row and offset (query position minus key position): [B, H, Tq, len(offsets)];
         0 where that key does not exist or the row may not see it.
 
-        Row i's named keys lie in one window, positions pos_i − max(off) .. pos_i − min(off): the keys are
-        padded at both ends and unfolded into that window (a view), and one batched matmul per block of
-        rows gives every offset's logit — no gather, no n×n. Query head h reads kv head h // G."""
+        Nearby offsets share one window of keys, positions pos_i − max(off) .. pos_i − min(off): the keys
+        are padded at both ends and unfolded into that window (a view), and one batched matmul per block
+        of rows gives every offset's logit — no gather, no n×n. Offsets far apart (1 and S, say) get a
+        window each rather than one that spans the gap. Query head h reads kv head h // G."""
         B, H, Tq, D = self.q.shape
-        Hkv, Tk, shift = self.k.shape[1], self.Tk, self.Tk - Tq
         offs = [int(o) for o in offsets]
         out = self.q.new_zeros(B, H, Tq, len(offs), dtype=torch.float32)
         causal = self._plain_causal()
-        use = [n for n, o in enumerate(offs) if not (causal and o < 0)]  # causal rows see no key after them
+        use = sorted({o for o in offs if not (causal and o < 0)})  # causal rows see no key after them
         if not use or Tq == 0:
             return out
-        lo, hi = min(offs[n] for n in use), max(offs[n] for n in use)
+        runs, run = [], [use[0]]
+        for o in use[1:]:  # split where the gap is wider than the offsets it would save computing
+            if o - run[-1] > 2:
+                runs.append(run)
+                run = []
+            run.append(o)
+        runs.append(run)
+        for run in runs:
+            cols = [n for n, o in enumerate(offs) if run[0] <= o <= run[-1]]
+            self._window_weights(out, cols, [offs[n] for n in cols], causal)
+        return out
+
+    def _window_weights(self, out: torch.Tensor, cols: list, run: list, causal: bool) -> None:
+        """Fill out[..., cols] with the weights at offsets ``run`` (one window of keys)."""
+        B, H, Tq, D = self.q.shape
+        Hkv, Tk, shift = self.k.shape[1], self.Tk, self.Tk - Tq
+        lo, hi = min(run), max(run)
         # keys padded so that every row's window lies inside: key j sits at j + front
         front = max(0, hi - shift)  # row 0's window starts at key shift − hi
         kp = F.pad(self.k.float(), (0, 0, front, max(0, -lo)))
         windows = kp.unfold(2, hi - lo + 1, 1)  # (B, Hkv, ·, D, span): window s holds keys s − front ...
-        pick = torch.tensor([hi - offs[n] for n in use])
+        pick = torch.tensor([hi - o for o in run])
         for q0 in range(0, Tq, ROWS_PER_BLOCK):
             q1 = min(Tq, q0 + ROWS_PER_BLOCK)
             qpos = torch.arange(q0, q1) + shift  # absolute positions (bottom-right)
@@ -85,14 +108,13 @@ class FusedBlock:
             start = q0 + shift - hi + front  # row q0's window: keys pos − hi .. pos − lo
             w = windows[:, :, start : start + q1 - q0]  # (B, Hkv, bq, D, span)
             logits = (q @ w).transpose(2, 3).reshape(B, H, q1 - q0, -1)[..., pick] * self.scale  # (B, H, bq, n)
-            cols = qpos[:, None] - torch.tensor([offs[n] for n in use])[None, :]  # (bq, n) key positions
-            ok = (cols >= 0) & (cols < Tk)
+            keys = qpos[:, None] - torch.tensor(run)[None, :]  # (bq, n) key positions
+            ok = (keys >= 0) & (keys < Tk)
             if not causal and (keep := self.req.keep_rows(q0, q1)) is not None:
-                idx = cols.clamp(0, Tk - 1).expand(B, H, -1, -1)
+                idx = keys.clamp(0, Tk - 1).expand(B, H, -1, -1)
                 ok = ok & keep.expand(B, H, q1 - q0, Tk).gather(-1, idx)
             p = torch.exp(logits - self.lse[:, :, q0:q1, None].float())
-            out[:, :, q0:q1, use] = torch.where(ok, p, 0.0)
-        return out
+            out[:, :, q0:q1, cols] = torch.where(ok, p, 0.0)
 
     def key_weights(self, keys: torch.Tensor) -> torch.Tensor:
         """p_ij for a small set of key positions ``keys`` (1-D long): [B, H, Tq, len(keys)], 0 where not visible."""
@@ -234,7 +256,10 @@ def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
                     f"key vectors must be [B|1, H|1, Tk, C] = [{B}|1, {H}|1, {Tk}, C], got {list(c.shape)}"
                 )
             wanted[id(c)] = c
-    values, where = _pack_values(req, need_keys, list(wanted.values()))
+    if need_keys or wanted:
+        values, where = _pack_values(req, need_keys, list(wanted.values()))
+    else:  # named weights only: the model's own values, no copy
+        values, where = req.v, []
     sums, lse = _kernel(req.q, req.k, values, is_causal, additive, req.scale)  # (B, H, Tq, width)
     del values
     if any_empty:
