@@ -120,7 +120,7 @@ def test_repeated_scores_refuse_an_unknown_path(smollm2):
 
 
 def test_statistics_pass_keeps_no_kv_cache(smollm2):
-    # one reading pass never reuses a cache; at 4,096 tokens SmolLM2's would hold 94 MB to the end
+    # one reading pass never reuses a cache; at 4,096 tokens SmolLM2's would hold 189 MB to the end
     out = body(smollm2)(input_ids=torch.tensor([[1, 2, 3]]))
     assert out.past_key_values is None
 
@@ -218,3 +218,21 @@ def test_minilm_table_with_effects_and_json_contract(minilm, tmp_path):
     assert all(r["ablation_mean"] is None for r in data["rows"])  # mean and uniform only when asked
     assert table.meta["ablation"]["statement"] == "exact for all 72 heads"
     assert table.top("ablation_delta", 1)[0][2] > 0
+
+
+def test_after_layer_runs_once_the_probes_before_it_have_read_the_layer():
+    # text_statistics reduces each layer to per-head means inside the forward (memory: one layer's rows),
+    # which relies on a fused call handing its block to the probes in list order
+    from attnroute.engine.fused_probes import FusedRowStats
+    from attnroute.engine.probes import PerLayer
+    from attnroute.read.heads import AfterLayer
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g) for _ in range(3))
+    rows, seen = PerLayer(FusedRowStats), []
+    after = AfterLayer(lambda layer: seen.append((layer, rows[layer].get("entropy").shape)))
+    for layer in (0, 1):
+        ar.attend(q, k, v, ar.causal(), impl="fused", probes=[rows, after], layer=layer)
+    assert seen == [(0, (1, 2, 6)), (1, (1, 2, 6))]
+    with pytest.raises(ar.UnsupportedRequest, match="fused"):
+        ar.attend(q, k, v, ar.causal(), impl="blocked", probes=[after])

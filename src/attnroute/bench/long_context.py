@@ -4,7 +4,8 @@ python -m attnroute.bench.long_context MODE T            seconds and peak RSS of
 python -m attnroute.bench.long_context pair MODE T N     N alternating rounds of sdpa-body and MODE
                                                          in one process: times and their ratio
 
-MODE: sdpa (transformers' SDPA forward, no weights), sdpa-body (the same without the LM head), eager
+MODE: sdpa (transformers' SDPA forward, no weights), sdpa-body (the same without the LM head),
+sdpa-body-nocache (the body with use_cache=False, as attnroute's statistics pass runs it), eager
 (eager with output_attentions, what BertViz / TransformerLens' bridge / nnsight / Inseq read),
 headtable (attnroute's text statistics, fused backend), headtable-masses (the same without entropy:
 masses, band and diagonals), headtable-max (with the row maximum and argmax: blocked backend).
@@ -57,6 +58,9 @@ def runner(lm, mode: str):
             elif mode == "sdpa-body":  # the model body as a user calls it: what the statistics pass runs, no LM head
                 lm.model.set_attn_implementation("sdpa")
                 lm.model.base_model(input_ids=ids)
+            elif mode == "sdpa-body-nocache":  # the same without the KV cache, as the statistics pass runs it
+                lm.model.set_attn_implementation("sdpa")
+                lm.model.base_model(input_ids=ids, use_cache=False)
             else:
                 lm.model.set_attn_implementation(mode)
                 out = lm.model(input_ids=ids, output_attentions=(mode == "eager"))

@@ -74,11 +74,13 @@ def pair_cell(mode: str, T: int, rounds: int, timeout: int = 3000) -> dict:
 # Time and memory of one run each, one process per cell (peak RSS is per process).
 CELLS = [
     ("sdpa-body", 4096),
+    ("sdpa-body-nocache", 4096),
     ("eager", 4096),
     ("headtable", 4096),
     ("headtable-masses", 4096),
     ("headtable-max", 4096),
     ("sdpa-body", 16384),
+    ("sdpa-body-nocache", 16384),
     ("headtable", 16384),
     ("headtable", 32768),
 ]

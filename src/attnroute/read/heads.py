@@ -23,9 +23,9 @@ import time
 import numpy as np
 import torch
 
-from ..engine import InputError
+from ..engine import InputError, UnsupportedRequest
 from ..engine.fused_probes import FusedKeyMass, FusedRowStats
-from ..engine.probes import Diagonals, KeyVectors, PerLayer, row_stats_probe, value_norms
+from ..engine.probes import Diagonals, KeyVectors, PerLayer, Probe, row_stats_probe, value_norms
 from . import effects, roles
 from .adapter import routed
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable
@@ -167,6 +167,23 @@ FUSED_COLUMNS = ("entropy", "entropy_norm", "sink_mass", "punct_mass", "local", 
 MAX_COLUMNS = ("max_weight",)  # and the argmax offsets: not linear in the weights, the blocked path only
 
 
+class AfterLayer(Probe):
+    """Calls ``fn(layer)`` in a fused call after the probes listed before it have read the layer (a fused
+    call hands its block to the probes in list order, once per layer)."""
+
+    reads_fused = True
+    needs_key_sums = False
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def update(self, block) -> None:
+        raise UnsupportedRequest("AfterLayer runs in fused calls only; with impl='blocked' reduce after the forward")
+
+    def update_fused(self, block) -> None:
+        self.fn(block.layer)
+
+
 @torch.no_grad()
 def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: bool = False, entropy: bool = True):
     """One forward of the text; no LM head (no logits are needed).
@@ -204,17 +221,17 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
         keynorm._probe(layer).vectors = torch.stack([fn, fn * sink_keys[:, None]], -1)  # (B, H, T, 2)
         say("layer", layer)
 
-    with routed(loaded, probes=[rows, keyind, keynorm], impl=impl, before_attend=[set_key_vectors]):
-        body(loaded)(**batch)
     L = loaded.n_layers
     has_sinks = impl == "blocked" and any(getattr(m, "sinks", None) is not None for m in loaded.attention_modules)
     cols = {c: np.full((L, H), np.nan) for c in FUSED_COLUMNS + MAX_COLUMNS + ("sink_logit_mass",)}
     offsets = np.full((L, H, len(OFFSET_BUCKETS)), np.nan)
-    for layer in range(L):
+
+    def reduce(layer):
+        """The layer's per-head means, then its per-row tensors are dropped (memory: one layer's rows)."""
         r, ind, nrm = rows[layer], keyind[layer].rows(), keynorm[layer].rows()  # (B, H, T, 2) each
         valid = (r.get("n_visible") >= 2).float()  # (B, H, T): rows with a choice to make
 
-        def mean(x, valid=valid):  # over the rows with a choice to make, per head
+        def mean(x):  # over the rows with a choice to make, per head
             return ((x.float() * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)).numpy()
 
         if impl == "blocked" or entropy:
@@ -228,6 +245,17 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
         if impl == "blocked":
             cols["max_weight"][layer] = mean(r.get("max_weight"))
             offsets[layer] = offset_histogram(r.get("argmax"), r.get("argmax").shape[-1], valid)
+        for probe in (rows, keyind, keynorm):
+            del probe.by_layer[layer]
+
+    probes = [rows, keyind, keynorm]
+    if impl == "fused":  # fused probes run in list order within a layer's call: reduce right after them
+        probes.append(AfterLayer(reduce))
+    with routed(loaded, probes=probes, impl=impl, before_attend=[set_key_vectors]):
+        body(loaded)(**batch)
+    if impl == "blocked":  # blocked probes see a layer block by block: reduce once the forward is done
+        for layer in range(L):
+            reduce(layer)
     paths = {c: impl for c in FUSED_COLUMNS}
     paths["sink_logit_mass"] = impl if has_sinks else "not applicable (the model has no sink logits)"
     if impl == "fused" and not entropy:
@@ -258,7 +286,7 @@ def body(loaded: LoadedModel):
     """What to call for statistics: the model without its LM head (no logits needed), except for
     encoder-decoders, whose bare model needs the decoder inputs anyway. Called without a KV cache where
     the model takes ``use_cache``: one reading pass never reuses it (at 4,096 tokens SmolLM2's cache is
-    94 MB, held to the end of the forward)."""
+    189 MB: 30 layers × K and V × 3 kv heads × 4,096 × 64 × 4 B, held to the end of the forward)."""
     module = loaded.model if loaded.seq2seq else loaded.model.base_model
     if "use_cache" not in inspect.signature(module.forward).parameters:
         return module

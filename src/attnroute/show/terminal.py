@@ -256,6 +256,7 @@ def _long_context_lines(result: dict) -> list[str]:
     names = {
         "sdpa": "transformers SDPA forward (no weights)",
         "sdpa-body": "transformers SDPA forward of the model body (no LM head)",
+        "sdpa-body-nocache": "the same with use_cache=False (as attnroute's statistics pass)",
         "eager": "transformers eager + output_attentions",
         "headtable": "attnroute HeadTable text statistics (fused)",
         "headtable-masses": "the same without entropy: masses, band, diagonals (fused)",
