@@ -192,7 +192,8 @@ def _bench_markdown_of(path: str, bench_markdown, read_bench_markdown) -> str:
         )
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-        return read_bench_markdown(data) if "effects" in data else bench_markdown(data)
+        is_read = "effects" in data or "long_context" in data  # read.json may hold one of its two parts
+        return read_bench_markdown(data) if is_read else bench_markdown(data)
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, IndexError) as e:
         raise InputError(
             f"from_json {path}: not the JSON of `attnroute bench` ({type(e).__name__}: {e})", field="from_json"
@@ -346,17 +347,16 @@ def _knockout(args) -> int:
             heads=heads,
             target_token=args.token,
         ).to_dict()
-    table = Table(title=f"p({result['target']['token']!r}) = {result['p_target_clean']:.4f} clean")
-    for col in ("layers", "Δp route", "Δp control", "Δ−log p route", "Δ−log p control"):
-        table.add_column(col, justify="right")
-    for r in result["windows"]:
-        table.add_row(
-            f"{r['layers'][0]}–{r['layers'][1]}",
-            f"{r['delta_p_route']:+.4f}",
-            f"{r['delta_p_control']:+.4f}",
-            f"{r['delta_nll_route']:+.4f}",
-            f"{r['delta_nll_control']:+.4f}",
-        )
+    table = _windows_table(
+        f"p({result['target']['token']!r}) = {result['p_target_clean']:.4f} clean",
+        result["windows"],
+        {
+            "Δp route": "{delta_p_route:+.4f}",
+            "Δp control": "{delta_p_control:+.4f}",
+            "Δ−log p route": "{delta_nll_route:+.4f}",
+            "Δ−log p control": "{delta_nll_control:+.4f}",
+        },
+    )
     tables_console(args.json).print(table)
     if args.plot:
         knockout_png(result, args.plot)
@@ -364,6 +364,16 @@ def _knockout(args) -> int:
     if args.json:
         emit_json(result, args.json)
     return 0
+
+
+def _windows_table(title: str, rows: list[dict], columns: dict[str, str]) -> Table:
+    """One row per window of layers ("first–last"), then a column per format string over the row."""
+    table = Table(title=title)
+    for col in ("layers", *columns):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(f"{r['layers'][0]}–{r['layers'][1]}", *(fmt.format(**r) for fmt in columns.values()))
+    return table
 
 
 def _swap(args) -> int:
@@ -378,17 +388,16 @@ def _swap(args) -> int:
         loaded = load(args.model, progress=lambda m: progress("load", m))
         progress("stage", f"running B with A's maps in every {args.window}-layer window")
         result = map_swap(loaded, args.prompt_a, args.prompt_b, window=args.window, heads=heads).to_dict()
-    table = Table(title=f"top token: A {result['top_a']!r}, B {result['top_b']!r}")
-    for col in ("layers", "KL(swapped ‖ B)", "KL(swapped ‖ A)", "p(A's top)", "p(B's top)"):
-        table.add_column(col, justify="right")
-    for r in result["layers"]:
-        table.add_row(
-            f"{r['layers'][0]}–{r['layers'][1]}",
-            f"{r['kl_from_b']:.4f}",
-            f"{r['kl_from_a']:.4f}",
-            f"{r['p_top_a']:.4f}",
-            f"{r['p_top_b']:.4f}",
-        )
+    table = _windows_table(
+        f"top token: A {result['top_a']!r}, B {result['top_b']!r}",
+        result["layers"],
+        {
+            "KL(swapped ‖ B)": "{kl_from_b:.4f}",
+            "KL(swapped ‖ A)": "{kl_from_a:.4f}",
+            "p(A's top)": "{p_top_a:.4f}",
+            "p(B's top)": "{p_top_b:.4f}",
+        },
+    )
     tables_console(args.json).print(table)
     if args.json:
         emit_json(result, args.json)

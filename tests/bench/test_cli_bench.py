@@ -22,3 +22,29 @@ def test_bench_quick_writes_every_figure(tmp_path, capsys):
     assert all(0 < r["relative_error"] < 2 for r in result["probsparse"])
     assert result["generation"]["same_tokens"] is True
     assert "attention backends" in capsys.readouterr().out
+
+
+def test_read_tables_render_the_parts_that_ran(tmp_path, capsys):
+    # a long-context-only result (no effects part) renders; ratios show median and range per round set
+    result = {
+        "long_context": [{"mode": "sdpa-body", "T": 256, "seconds": 0.3, "peak_rss_bytes": 2**30}],
+        "ratios": [
+            {
+                "mode": "headtable",
+                "T": 256,
+                "rounds": 3,
+                "seconds": [0.5, 0.4, 0.9],
+                "baseline_seconds": [0.3] * 3,
+                "ratio": 0.5 / 0.3,
+            }
+        ],
+        "repeated": {"seeds": [0], "stimulus": "s", "fused_seconds": 1.0, "eager_seconds": 0.9, "max_abs_diff": 1e-7},
+    }
+    path = tmp_path / "read.json"
+    path.write_text(json.dumps(result))
+    assert main(["bench", "--from-json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Ablation effects" not in out
+    row = "| 256 | attnroute HeadTable text statistics (fused) | 3 | 0.5 s (0.4–0.9) | 0.3 s (0.3–0.3) | 1.67× |"
+    assert row in out
+    assert "fused 1.00 s, eager weights 0.90 s" in out

@@ -109,6 +109,10 @@ def test_what_is_not_linear_in_the_weights_is_refused_naming_blocked():
         ar.attend(q, k, v, impl="fused", softcap=5.0)
     with pytest.raises(ar.UnsupportedRequest, match="impl='fused'"):
         ar.attend(q, k, v, impl="blocked", probes=[FusedRowStats()])
+    km = FusedKeyMass()
+    km.vectors = torch.ones(1, 3, 5, 2)  # 3 is neither 1 nor H = 2: bad input, said with the shape expected
+    with pytest.raises(ar.InputError, match=r"\[B\|1, H\|1, Tk, C\] = \[1\|1, 2\|1, 5, C\], got \[1, 3, 5, 2\]"):
+        ar.attend(q, k, v, impl="fused", probes=[km])
 
 
 @pytest.mark.parametrize("mask", [ar.causal(), None, ar.sliding_window(3)], ids=["causal", "none", "window"])

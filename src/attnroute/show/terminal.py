@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from rich.table import Table
 
 from ..read.roles import ROLES
@@ -293,9 +295,8 @@ def _long_context_lines(result: dict) -> list[str]:
 
 def _span(times: list[float]) -> str:
     """Median seconds, with the range when there are several rounds."""
-    ts = sorted(times)
-    med = ts[len(ts) // 2] if len(ts) % 2 else (ts[len(ts) // 2 - 1] + ts[len(ts) // 2]) / 2
-    return f"{med:.1f} s" if len(ts) == 1 else f"{med:.1f} s ({ts[0]:.1f}–{ts[-1]:.1f})"
+    med = statistics.median(times)
+    return f"{med:.1f} s" if len(times) == 1 else f"{med:.1f} s ({min(times):.1f}–{max(times):.1f})"
 
 
 SPARK = "▁▂▃▄▅▆▇█"

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from ..errors import InputError
 from ..masks import causal_alignment, is_torch_causal
 from ..trace import Trace
 from .common import Request, UnsupportedRequest
@@ -228,6 +229,8 @@ def _channel_sums(sums: torch.Tensor, at: int, c: torch.Tensor, G: int) -> torch
 
 
 def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
+    """(out [B, H, Tq, Dv], trace). With probes, ``out`` is a view into the call's [V | K | channels]
+    sums, not a copy: the adapter's transpose copies it anyway, and a copy here would be a second one."""
     reason = why_not(req)
     if reason:
         raise UnsupportedRequest(reason)
@@ -252,7 +255,7 @@ def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
         c = p.key_channels(block) if hasattr(p, "key_channels") else None
         if c is not None:
             if c.dim() != 4 or c.shape[1] not in (1, H) or c.shape[2] != Tk or c.shape[0] not in (1, B):
-                raise UnsupportedRequest(
+                raise InputError(
                     f"key vectors must be [B|1, H|1, Tk, C] = [{B}|1, {H}|1, {Tk}, C], got {list(c.shape)}"
                 )
             wanted[id(c)] = c
