@@ -44,7 +44,7 @@ bench: venv
 	$(BIN)/attnroute bench --out benchmarks/results
 
 learn: venv  # the README's learn figures (about 6 minutes on 2 cores)
-	for e in induction scale heads ff crossattn; do $(BIN)/attnroute learn $$e --out docs/learn || exit 1; done
+	for e in induction scale pruning ff crossattn; do $(BIN)/attnroute learn $$e --out docs/learn || exit 1; done
 	$(BIN)/attnroute learn induction --fixed-offset --out docs/learn
 
 clean:

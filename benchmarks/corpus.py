@@ -28,9 +28,9 @@ CORPUS = Path(__file__).resolve().parents[1] / "data" / "python-docs-topics.json
 
 
 def throughput(docs: int) -> dict:
+    from attnroute.models import load
     from attnroute.read import corpus as corpus_mod
-    from attnroute.read.corpus_read import read_corpus, windows
-    from attnroute.read.models import load
+    from attnroute.read.corpus.read import read_corpus, windows
 
     lm = load("smollm2")
     wins = [w for text in corpus_mod.documents(CORPUS, limit=docs) for w in windows(lm, text, 1024)]
@@ -98,7 +98,7 @@ def ranks(docs: int) -> dict:
 
 
 def bundled() -> dict:
-    from attnroute.read.corpus_read import read_corpus
+    from attnroute.read.corpus.read import read_corpus
 
     t0 = time.perf_counter()
     table = read_corpus("smollm2", CORPUS, max_tokens=1024, exact=20, importance_tokens=256)

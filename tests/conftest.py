@@ -18,14 +18,14 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 @pytest.fixture(scope="session")
 def smollm2():
-    from attnroute.read.models import load
+    from attnroute.models import load
 
     return load("smollm2")  # the first load in a fresh cache dequantizes the GGUF (~20 s), once
 
 
 @pytest.fixture(scope="session")
 def minilm():
-    from attnroute.read.models import load
+    from attnroute.models import load
 
     return load("minilm")
 

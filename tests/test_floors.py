@@ -12,20 +12,23 @@ import attnroute
 
 SRC = Path(attnroute.__file__).parent
 
-# floor -> the floors its modules may import. Sideways arrows are listed where they are meant:
-# learn reads TinyTransformer with read's probes and stimuli; check loads `hf:` models with read's loader.
+# floor -> the floors its modules may import. The ground floor (errors, settings, progress) imports
+# nothing of attnroute and no torch; models loads what read, check and cost use. No sideways arrows.
+GROUND = {"errors", "settings", "progress"}
 ALLOWED = {
-    "engine": {"engine"},
-    "read": {"engine", "read"},
-    "check": {"engine", "check", "read"},
-    "cost": {"engine", "cost"},
-    "learn": {"engine", "learn", "read"},
-    "show": {"engine", "read", "check", "cost", "learn", "show"},
-    "bench": {"engine", "read", "check", "cost", "learn", "bench"},
-    "cli": {"engine", "read", "check", "cost", "learn", "show", "bench", "cli"},
-    "__init__": {"engine", "read", "check", "cost", "learn"},
+    **{g: GROUND for g in GROUND},
+    "engine": GROUND | {"engine"},
+    "models": GROUND | {"engine", "models"},
+    "read": GROUND | {"engine", "models", "read"},
+    "check": GROUND | {"engine", "models", "check"},
+    "cost": GROUND | {"engine", "models", "cost"},
+    "learn": GROUND | {"engine", "learn"},
+    "show": GROUND | {"engine", "read", "check", "cost", "learn", "show"},
+    "bench": GROUND | {"engine", "models", "read", "check", "cost", "learn", "bench"},
+    "cli": GROUND | {"engine", "models", "read", "check", "cost", "learn", "show", "bench", "cli"},
+    "__init__": set(),  # names load lazily (PEP 562): the root imports no floor
 }
-ANALYSIS = ("engine", "read", "check", "cost", "learn")
+ANALYSIS = ("errors", "settings", "progress", "engine", "models", "read", "check", "cost", "learn")
 NOT_IN_ANALYSIS = ("matplotlib", "argparse", "rich")  # analysis floors return data; they draw and parse nothing
 
 

@@ -32,3 +32,12 @@ def test_readme_folder_map_matches_src():
     actual = {p.name for p in src.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     actual |= {p.stem for p in src.glob("*.py") if p.stem != "__init__"}
     assert mapped == actual
+
+
+def test_readme_stays_an_introduction():
+    """The README is the opening, the two commands, the map and the engine; reference material lives
+    in docs/ (the support matrix, the check gallery, the refusals)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.split()) <= 3500
+    for page in ("docs/reading-any-model.md", "docs/check.md", "docs/refusals.md", "docs/architecture.md"):
+        assert page in readme and (ROOT / page).is_file()

@@ -20,6 +20,7 @@ PUBLIC = [
     "UnsupportedRequest",
     "InputError",
     "InputTypeError",
+    "Interrupted",
     "project",
     "score",
     "scale_and_mask",
@@ -76,12 +77,20 @@ PUBLIC = [
     "probsparse_sizes",
     "TOLERANCE",
     "assert_close_to_reference",
+    "HeadsSettings",
+    "CorpusSettings",
+    "ReportSettings",
+    "KnockoutSettings",
+    "SwapSettings",
+    "NeedleSettings",
+    "CheckSettings",
+    "KVSettings",
     "read_heads",
     "read_corpus",
     "read_routed",
     "knockout",
-    "map_swap",
-    "dilution",
+    "swap",
+    "needle",
     "HeadTable",
     "load_model",
     "routing_check",
@@ -131,3 +140,21 @@ def test_import_stays_light():
     code = "import sys, attnroute; print('transformers' in sys.modules, 'matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False False"  # transformers loads only when a model is read; matplotlib only to draw
+
+
+def test_import_loads_no_torch_until_a_name_needs_it():
+    code = (
+        "import sys, attnroute, attnroute.settings, attnroute.errors, attnroute.progress; a = 'torch' in sys.modules; "
+        "attnroute.InputError; b = 'torch' in sys.modules; attnroute.attend; print(a, b, 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False False True"
+
+
+def test_a_subpackage_import_never_replaces_the_public_name_it_shares():
+    code = (
+        "import attnroute, attnroute.check.audit; from attnroute.check.report import check; "
+        "print(attnroute.check is check)"
+    )  # a fresh process: the import binds attnroute/check/ on its parent first, before the name is touched
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "True"

@@ -212,7 +212,7 @@ BAD = [
     ["cost", "simulate", "--plot", "out.jpeg"],
     ["cost", "bill", "--lengths", "8"],
     ["learn", "scale", "--head-dims", "0"],
-    ["learn", "heads", "--head-counts", "0"],
+    ["learn", "pruning", "--head-counts", "0"],
     ["learn", "induction", "--layers", "1"],
     ["bench", "--sizes", "-5"],
     ["bench", "--from-json", "/nonexistent.json"],

@@ -3,87 +3,139 @@
 Build attention from its five stages, check any implementation for the bugs that ship, read
 how a real model routes a text, cost what routing takes, and show it.
 
-Floors (each imports only those below it): engine → read, check, cost, learn → show → cli.
-Importing attnroute loads torch, never transformers (that waits until a model is read).
+Floors (each imports only those below it): errors, settings → engine → models → read, check, cost,
+learn → show → cli. The public names are re-exported here and loaded on first use (PEP 562), so
+`import attnroute` — and with it `attnroute --help` and every refusal of a bad flag — loads no
+torch until a name that needs it is touched; transformers waits until a model is read.
 """
 
-from .check.report import CheckReport, check
-from .engine import (
-    IMPLS,
-    TOLERANCE,
-    Block,
-    CallbackProbe,
-    FeedForward,
-    InputError,
-    InputTypeError,
-    Intervention,
-    KeyMass,
-    KnockoutEdges,
-    KVCache,
-    LearnedPositions,
-    Mask,
-    MultiHeadAttention,
-    Probe,
-    ReplaceOutput,
-    RoPE,
-    RowStats,
-    SinusoidalPositions,
-    SubstituteWeights,
-    Temperature,
-    TinyConfig,
-    TinyTransformer,
-    Trace,
-    UniformWeights,
-    UnsupportedRequest,
-    WeightBlock,
-    ZeroHead,
-    aggregate,
-    apply_rope,
-    assert_close_to_reference,
-    attend,
-    causal,
-    choose_impl,
-    combine_additive,
-    document,
-    from_additive,
-    from_hf,
-    from_hf_2d,
-    from_mha,
-    full,
-    half_split_to_interleaved,
-    interleaved_to_half_split,
-    normalize,
-    padding,
-    predicate,
-    prefix_lm,
-    probsparse_attend,
-    probsparse_sizes,
-    project,
-    rope_frequencies,
-    scale_and_mask,
-    score,
-    sinusoidal,
-    sinusoidal_shift,
-    sliding_window,
-    to_additive,
-    to_hf,
-    to_key_padding_mask,
-    to_mha,
-    window_from,
-    window_to,
-)
-from .learn import run_experiment
-from .read.adapter import routed as read_routed
-from .read.corpus_read import read_corpus
-from .read.heads import read_heads
-from .read.headtable import HeadTable
-from .read.knockout import knockout
-from .read.mapswap import map_swap
-from .read.models import load as load_model
-from .read.needle import dilution
-from .read.verify import RoutingMismatch, routing_check
+from __future__ import annotations
+
+import importlib
+import sys
+import types
 
 __version__ = "0.1.0"
+
+_ENGINE = (
+    "IMPLS",
+    "TOLERANCE",
+    "Block",
+    "CallbackProbe",
+    "FeedForward",
+    "Intervention",
+    "KeyMass",
+    "KnockoutEdges",
+    "KVCache",
+    "LearnedPositions",
+    "Mask",
+    "MultiHeadAttention",
+    "Probe",
+    "ReplaceOutput",
+    "RoPE",
+    "RowStats",
+    "SinusoidalPositions",
+    "SubstituteWeights",
+    "Temperature",
+    "TinyConfig",
+    "TinyTransformer",
+    "Trace",
+    "UniformWeights",
+    "UnsupportedRequest",
+    "WeightBlock",
+    "ZeroHead",
+    "aggregate",
+    "apply_rope",
+    "assert_close_to_reference",
+    "attend",
+    "causal",
+    "choose_impl",
+    "combine_additive",
+    "document",
+    "from_additive",
+    "from_hf",
+    "from_hf_2d",
+    "from_mha",
+    "full",
+    "half_split_to_interleaved",
+    "interleaved_to_half_split",
+    "normalize",
+    "padding",
+    "predicate",
+    "prefix_lm",
+    "probsparse_attend",
+    "probsparse_sizes",
+    "project",
+    "rope_frequencies",
+    "scale_and_mask",
+    "score",
+    "sinusoidal",
+    "sinusoidal_shift",
+    "sliding_window",
+    "to_additive",
+    "to_hf",
+    "to_key_padding_mask",
+    "to_mha",
+    "window_from",
+    "window_to",
+)
+# public name -> (module under attnroute, attribute there); one home per name
+_HOMES: dict[str, tuple[str, str]] = {
+    **{n: ("engine", n) for n in _ENGINE},
+    "InputError": ("errors", "InputError"),
+    "InputTypeError": ("errors", "InputTypeError"),
+    "Interrupted": ("errors", "Interrupted"),
+    "HeadsSettings": ("settings", "HeadsSettings"),
+    "CorpusSettings": ("settings", "CorpusSettings"),
+    "ReportSettings": ("settings", "ReportSettings"),
+    "KnockoutSettings": ("settings", "KnockoutSettings"),
+    "SwapSettings": ("settings", "SwapSettings"),
+    "NeedleSettings": ("settings", "NeedleSettings"),
+    "CheckSettings": ("settings", "CheckSettings"),
+    "KVSettings": ("settings", "KVSettings"),
+    "read_heads": ("read.heads", "read_heads"),
+    "read_corpus": ("read.corpus.read", "read_corpus"),
+    "read_routed": ("read.adapter", "routed"),
+    "knockout": ("read.experiments.knockout", "knockout"),
+    "swap": ("read.experiments.swap", "swap"),
+    "needle": ("read.experiments.needle", "needle"),
+    "HeadTable": ("read.headtable", "HeadTable"),
+    "load_model": ("models", "load"),
+    "routing_check": ("read.verify", "routing_check"),
+    "RoutingMismatch": ("read.verify", "RoutingMismatch"),
+    "check": ("check.report", "check"),
+    "CheckReport": ("check.report", "CheckReport"),
+    "run_experiment": ("learn", "run_experiment"),
+}
+
+
+def _load(name: str):
+    module, attr = _HOMES[name]
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+    _Package.__setattr__(sys.modules[__name__], name, value, _force=True)  # loaded once
+    return value
+
+
+class _Package(types.ModuleType):
+    """attnroute's module: public names load on first use, and a subpackage that shares a public
+    name (``attnroute.check``, the function, and ``attnroute/check/``) never replaces the name when
+    the import system binds the subpackage on its parent."""
+
+    def __getattr__(self, name: str):
+        if name in _HOMES:
+            return _load(name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value, _force: bool = False):
+        if not _force and name in _HOMES and isinstance(value, types.ModuleType):
+            return  # `import attnroute.check.report` would bind the package over the function
+        super().__setattr__(name, value)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(_HOMES))
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     # engine: attend, its stages, masks, conversions, probes, interventions, positions, layers
@@ -93,6 +145,7 @@ __all__ = [
     "UnsupportedRequest",
     "InputError",
     "InputTypeError",
+    "Interrupted",
     "project",
     "score",
     "scale_and_mask",
@@ -149,13 +202,21 @@ __all__ = [
     "probsparse_sizes",
     "TOLERANCE",
     "assert_close_to_reference",
-    # read, check, learn
+    # settings, read, check, learn
+    "HeadsSettings",
+    "CorpusSettings",
+    "ReportSettings",
+    "KnockoutSettings",
+    "SwapSettings",
+    "NeedleSettings",
+    "CheckSettings",
+    "KVSettings",
     "read_heads",
     "read_corpus",
     "read_routed",
     "knockout",
-    "map_swap",
-    "dilution",
+    "swap",
+    "needle",
     "HeadTable",
     "load_model",
     "routing_check",

@@ -129,7 +129,7 @@ def test_hf_verdicts_follow_transformers_mask_function_and_the_models_scaling(mo
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     loaded = request.getfixturevalue(model)  # the bundled model, loaded once per session
-    monkeypatch.setattr("attnroute.read.models.load", lambda name, **kw: loaded)  # hf: targets read this one
+    monkeypatch.setattr("attnroute.models.load", lambda name, **kw: loaded)  # hf: targets read this one
     only = ["scale", "padding_right"]
     clean = _verdicts(f"hf:{model}", only)
     assert all(c.outcome.value == "pass" for v in clean.values() for c in v.values()), clean

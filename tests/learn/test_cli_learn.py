@@ -44,7 +44,7 @@ def test_report_learn_rejects_a_json_that_is_not_a_result(tmp_path, capsys):
     bad = tmp_path / "other.json"
     bad.write_text('{"model": "smollm2"}')
     assert main(["report", "--model", "minilm", "--learn", str(bad), "--out", str(tmp_path / "r.html")]) == 2
-    assert "not an `attnroute learn` result" in capsys.readouterr().err
+    assert "not a result of `attnroute learn" in capsys.readouterr().err
 
 
 def test_section_escapes_text_and_sits_in_the_report(tmp_path):

@@ -1,4 +1,4 @@
-"""learn heads, shortened: Michel et al.'s importance, the pruning loop, and what a pruned head is."""
+"""learn pruning, shortened: Michel et al.'s importance, the pruning loop, and what a pruned head is."""
 
 import numpy as np
 import pytest

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnroute.cli import main
-from attnroute.read.models import package_dir
+from attnroute.models import package_dir
 
 
 def run(capsys, *argv):

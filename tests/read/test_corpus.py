@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +17,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attnroute.cli import main
+from attnroute.models import load
 from attnroute.read import corpus as corpus_mod
-from attnroute.read.corpus_read import (
+from attnroute.read.corpus import (
     CheckpointMismatch,
     CorpusInterrupted,
     holm,
     read_corpus,
 )
-from attnroute.read.models import load
 from attnroute.read.moments import Moments
 
 from .zoo import build
@@ -108,7 +108,7 @@ def test_sources_stream_each_format(tmp_path):
     "content, field, message",
     [
         ('{"text": "a"}\nnot json\n', "text", "c.jsonl:2: not JSON"),
-        ('{"body": "a"}\n', "text", "no 'text' field (it has: body); choose one with --field"),
+        ('{"body": "a"}\n', "text", "no 'text' field (it has: body); choose one with `field`"),
         ('{"text": 3}\n', "text", "the 'text' field is int, not text"),
     ],
 )
@@ -159,12 +159,14 @@ def test_interrupt_and_resume_equals_an_uninterrupted_read(tiny, tmp_path):
     _, lm = tiny
     whole = read_corpus(lm, CORPUS, **SMALL)
     ck = tmp_path / "ck.safetensors"
+    stop = threading.Event()  # set after the second document, as the explorer or Ctrl-C would stop a read
+    after_two = lambda e: e.stage == "corpus" and e.done >= 2 and stop.set()  # noqa: E731
     with pytest.raises(CorpusInterrupted, match=r"stopped after 2 of 6 documents .*rerun the same command"):
-        read_corpus(lm, CORPUS, checkpoint=str(ck), checkpoint_every=100, stop_after=2, **SMALL)
+        read_corpus(lm, CORPUS, checkpoint=str(ck), checkpoint_every=100, stop=stop, progress=after_two, **SMALL)
     assert ck.exists()
     said = []
-    resumed = read_corpus(lm, CORPUS, checkpoint=str(ck), progress=lambda *a: said.append(a), **SMALL)
-    assert any(a[0] == "stage" and "resuming" in a[1] for a in said)
+    resumed = read_corpus(lm, CORPUS, checkpoint=str(ck), progress=said.append, **SMALL)
+    assert any(e.stage == "stage" and "resuming" in e.message for e in said)
     assert comparable(resumed) == comparable(whole)
 
 
@@ -177,11 +179,22 @@ def test_a_checkpoint_from_other_arguments_is_refused(tiny, tmp_path):
 
 
 def test_cli_ctrl_c_says_where_it_stopped(tiny, tmp_path, capsys, monkeypatch):
-    from attnroute.read import corpus_read
+    from attnroute.read.corpus import read as corpus_read
 
     path, _ = tiny
     real = corpus_read.read_corpus
-    monkeypatch.setattr(corpus_read, "read_corpus", lambda *a, **k: real(*a, **k, stop_after=1))
+
+    def stopped_after_one(*a, progress=None, **k):
+        stop = threading.Event()
+
+        def relay(event):
+            progress(event)
+            if event.stage == "corpus" and event.done >= 1:
+                stop.set()
+
+        return real(*a, progress=relay, stop=stop, **k)
+
+    monkeypatch.setattr(corpus_read, "read_corpus", stopped_after_one)
     code = main(
         [
             "heads",
@@ -240,14 +253,15 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_result(tiny, tmp_path):
     proc = subprocess.Popen(
         _cli(model, tmp_path / "resumed.json", "--checkpoint", str(ck), "--checkpoint-every", "1"),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         env=env,
     )
-    deadline = time.time() + 240
-    while not ck.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
+    for line in proc.stderr:  # the read says each checkpoint it writes: kill it right after the first
+        if "checkpoint:" in line:
+            break
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.wait(timeout=60)
     assert ck.exists() and not (tmp_path / "resumed.json").exists()  # killed mid-read, no output written
     subprocess.run(
         _cli(model, tmp_path / "resumed.json", "--checkpoint", str(ck), "--checkpoint-every", "1"),
@@ -270,8 +284,7 @@ def test_two_gloo_ranks_equal_one_process(tiny, tmp_path):
         str(torchrun),
         "--nproc-per-node",
         "2",
-        "--master-port",
-        "29533",
+        "--standalone",  # a free port found by torchrun itself: two runs on one machine never collide
         "-m",
         "attnroute",
         *_cli(model, tmp_path / "two.json")[3:],

@@ -22,7 +22,7 @@ def test_cached_decoding_weights_equal_a_full_forward(smollm2):
 
 
 def test_sliding_windows_and_grouped_heads_too(tmp_path):
-    from attnroute.read.models import load
+    from attnroute.models import load
 
     lm = load(str(build("mistral", tmp_path)))  # window 6 < 4 + 7 tokens: the cache's window applies
     ids, _ = encode_text(lm.tokenizer, "alpha beta gamma", None)

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 import attnroute as ar
+from attnroute.engine.repeats import repeated_random_tokens
 from attnroute.read import effects
 from attnroute.read.heads import DEFAULT_TEXT, body, repeated_scores, text_statistics
-from attnroute.read.stimuli import encode_text, repeated_random_tokens
+from attnroute.read.stimuli import encode_text
 
 
 def eager_attentions(lm, ids):

@@ -9,7 +9,7 @@ import torch
 from attnroute.cli import main
 from attnroute.engine import KnockoutEdges
 from attnroute.read.adapter import routed
-from attnroute.read.knockout import KnockoutError, knockout, positions
+from attnroute.read.experiments.knockout import KnockoutError, knockout, positions
 from attnroute.read.stimuli import encode_text
 
 PROMPT = "The Eiffel Tower is located in the city of"

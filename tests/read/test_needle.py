@@ -7,7 +7,7 @@ import numpy as np
 
 from attnroute.cli import main
 from attnroute.read.capture import capture_weights
-from attnroute.read.needle import dilution, haystack, probe_length
+from attnroute.read.experiments.needle import NeedleResult, haystack, needle, probe_length
 
 
 def test_fused_needle_weight_and_entropy_equal_the_eager_weights(smollm2):
@@ -40,7 +40,8 @@ def test_a_length_beyond_the_model_is_refused(smollm2, capsys):
     assert code == 2 and "exceeds the model's 8192 positions" in capsys.readouterr().err
 
 
-def test_dilution_api_seeded(smollm2):
-    a = dilution(smollm2, (160,), seed=1)
-    b = dilution(smollm2, (160,), seed=1)
-    assert a["lengths"][0]["needle_positions"] == b["lengths"][0]["needle_positions"]
+def test_needle_api_is_seeded_and_typed(smollm2):
+    a = needle(smollm2, (160,), seed=1)
+    b = needle(smollm2, (160,), seed=1)
+    assert isinstance(a, NeedleResult) and a.lengths[0]["needle_positions"] == b.lengths[0]["needle_positions"]
+    assert json.loads(a.to_json()) == json.loads(json.dumps(a.to_dict()))  # its JSON is its to_dict

@@ -5,7 +5,7 @@ std 0.15 (so biases and norms matter), with the bundled MiniLM tokenizer's 30,52
 and saved as a safetensors directory that attnroute loads as a user's model would be loaded.
 Sliding windows are set to 6 tokens so that the short test texts cross them.
 
-    python -m tests.read.zoo          # rewrite README.md's support matrix from tests/read/test_support_matrix.py
+    python -m tests.read.zoo   # rewrite the support matrix in docs/reading-any-model.md from the test's results
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def model_class(cfg):
     refuses (images, audio) the bare model, so that the refusal is the loader's."""
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-    from attnroute.read.models import ModelLoadError, model_kind
+    from attnroute.models import ModelLoadError, model_kind
 
     try:
         kind = model_kind(cfg)
@@ -227,16 +227,16 @@ def matrix_markdown(results: dict) -> str:
 
 
 def write_readme() -> None:  # pragma: no cover
-    """Regenerate README.md's support-matrix section from the test's own results."""
+    """Regenerate the support-matrix section of docs/reading-any-model.md from the test's own results."""
     import re
 
     from . import test_support_matrix as t
 
     results = {a: t.result(a) for a in t.READ + list(t.REFUSED)}
-    readme = t.README
-    text = readme.read_text()
+    page = t.README
+    text = page.read_text()
     block = f"<!-- support-matrix:start -->\n{matrix_markdown(results)}\n<!-- support-matrix:end -->"
-    readme.write_text(re.sub(r"<!-- support-matrix:start -->.*?<!-- support-matrix:end -->", block, text, flags=re.S))
+    page.write_text(re.sub(r"<!-- support-matrix:start -->.*?<!-- support-matrix:end -->", block, text, flags=re.S))
     print(matrix_markdown(results))
 
 

@@ -6,21 +6,28 @@ import re
 import numpy as np
 import pytest
 
+from attnroute.cost import kv_card
 from attnroute.read.capture import routing_view
 from attnroute.show import report as report_mod
 from attnroute.show.figures import write_pngs
+
+
+def report_page(view):
+    """The page as `attnroute report` builds it: the KV card from cost/, rendered by show/."""
+    return report_mod.build(view, kv=kv_card(view.config, view.table.attention, view.context, len(view.tokens)))
+
 
 INJECTION = 'Look: <script>alert(1)</script> and "><img src=x onerror=alert(1)> end.'
 
 
 @pytest.fixture(scope="module")
 def smollm2_report(smollm2):
-    return report_mod.build(routing_view(smollm2, INJECTION, ablation=False))
+    return report_page(routing_view(smollm2, INJECTION, ablation=False))
 
 
 @pytest.fixture(scope="module")
 def minilm_report(minilm):
-    return report_mod.build(routing_view(minilm, "A short sentence, with a comma. And another one.", ablation=True))
+    return report_page(routing_view(minilm, "A short sentence, with a comma. And another one.", ablation=True))
 
 
 def test_page_is_self_contained_and_escaped(smollm2_report):
@@ -96,11 +103,11 @@ def test_cli_report_writes_page_pngs_and_json(tmp_path, capsys):
 def test_encoder_decoder_report_groups_rows_and_reads_each_streams_tokens(tmp_path, open_page):
     """A tiny random T5: rows labelled E/D/X by attention kind, a cross-attention head shows decoder
     queries against encoder keys, no KV card numbers (said why), no script error."""
-    from attnroute.read.models import load
+    from attnroute.models import load
     from tests.read.zoo import build
 
     lm = load(str(build("t5", tmp_path)))
-    rep = report_mod.build(routing_view(lm, "Alice gave Bob the book.", ablation=False))
+    rep = report_page(routing_view(lm, "Alice gave Bob the book.", ablation=False))
     assert rep.data["attention"] == lm.attention_kinds and rep.data["decoder_tokens"] != rep.data["tokens"]
     assert "unavailable" in rep.data["kv"]
     path = rep.save(tmp_path / "t5.html")
@@ -204,4 +211,4 @@ def test_report_adds_knockout_swap_and_needle_sections(tmp_path, open_page, caps
     capsys.readouterr()
     code = main(["report", "--model", model, "--out", str(tmp_path / "x.html"), "--add", str(bad)])
     err = capsys.readouterr().err
-    assert code == 2 and "add" in err and "missing field" in err and not (tmp_path / "x.html").exists()
+    assert code == 2 and "add" in err and "missing or malformed field" in err and not (tmp_path / "x.html").exists()

@@ -71,7 +71,7 @@ def runner(lm, mode: str):
 
 def main(mode: str, T: int, model: str = "smollm2") -> None:
     torch.set_num_threads(2)
-    from ..read.models import load
+    from ..models import load
 
     lm = load(model)
     run = runner(lm, mode)
@@ -84,7 +84,7 @@ def main(mode: str, T: int, model: str = "smollm2") -> None:
 
 def pair(mode: str, T: int, rounds: int, model: str = "smollm2") -> None:
     torch.set_num_threads(2)
-    from ..read.models import load
+    from ..models import load
 
     lm = load(model)
     runs = {BASELINE: runner(lm, BASELINE), mode: runner(lm, mode)}

@@ -23,9 +23,9 @@ from .child import run_child
 
 
 def effects_rows(progress=None, batch=8, S=40, plain_heads_per_layer=1) -> dict:
+    from ..engine.repeats import repeated_random_tokens
+    from ..models import load
     from ..read import effects
-    from ..read.models import load
-    from ..read.stimuli import repeated_random_tokens
 
     lm = load("smollm2")
     stim = repeated_random_tokens(lm.tokenizer, S=S, batch=batch, seed=0)
@@ -114,9 +114,9 @@ def pair_rows(pairs=PAIRS, progress=None) -> list[dict]:
 def repeated_rows(seeds=(0, 1, 2)) -> dict:
     """The repeated-token probe (prev / duplicate / induction) through the fused backend and through the
     eager weights (its path before the fused backend), same stimuli; seconds and the largest difference."""
+    from ..engine.repeats import repeated_random_tokens
+    from ..models import load
     from ..read.heads import repeated_scores
-    from ..read.models import load
-    from ..read.stimuli import repeated_random_tokens
 
     lm = load("smollm2")
     stims = [repeated_random_tokens(lm.tokenizer, seed=s) for s in seeds]

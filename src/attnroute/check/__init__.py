@@ -1,5 +1,6 @@
 """check/: the audit battery that judges any attention function against attnroute's reference."""
 
+from .audit import CheckRun, audit
 from .battery import CHECKS
 from .outcome import CheckResult, Outcome, Unsupported
 from .report import CheckReport, check, select
@@ -7,12 +8,14 @@ from .targets import Target, TargetError, resolve
 
 __all__ = [
     "CHECKS",
+    "CheckRun",
     "CheckReport",
     "CheckResult",
     "Outcome",
     "Target",
     "TargetError",
     "Unsupported",
+    "audit",
     "check",
     "resolve",
     "select",

@@ -27,9 +27,9 @@ import threading
 import torch
 
 from ..engine import causal, to_additive, to_mha
+from ..settings import CONVENTIONS
 from .outcome import Unsupported
 
-CONVENTIONS = ("sdpa", "mha", "additive", "hf", "causal")
 DEFAULT_TIMEOUT = 10.0  # seconds per call; the battery's tensors are tiny, so this is generous
 
 

@@ -147,7 +147,7 @@ def hf_targets(name: str) -> list[Target]:
     the model's config, a 2-D padding mask and, for decoding, a DynamicCache), the attention from the
     implementation's own function (the model's eager_attention_forward, sdpa_attention_forward),
     called with the model's own ``scaling`` read from its attention module at call time."""
-    from ..read.models import load
+    from ..models import load
 
     lm = load(name)
     layer = _full_attention_layer(lm.model.config)  # the layer the battery's calls stand for

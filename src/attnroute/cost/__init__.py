@@ -2,10 +2,10 @@
 formulas of the long-context bill. Numbers only: the measurements run in bench/, the figures in show/.
 """
 
-from .footprint import kv_bill, read_config_json
+from .footprint import kv, kv_bill, kv_card, kv_spec, read_config_json
 from .kv import DTYPE_BYTES, KVSpec, spec_from_config, spec_from_sizes
 from .long_context import predicted_bytes, predicted_flops
-from .serving import POLICIES, ServeRequest, ServingInputError, serve, simulate
+from .serving import POLICIES, ServeRequest, ServingInputError, serve, serve_stream, simulate
 
 __all__ = [
     "DTYPE_BYTES",
@@ -13,11 +13,15 @@ __all__ = [
     "KVSpec",
     "ServeRequest",
     "ServingInputError",
+    "kv",
     "kv_bill",
+    "kv_card",
+    "kv_spec",
     "predicted_bytes",
     "predicted_flops",
     "read_config_json",
     "serve",
+    "serve_stream",
     "simulate",
     "spec_from_config",
     "spec_from_sizes",

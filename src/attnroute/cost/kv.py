@@ -37,7 +37,7 @@ class KVSpec:
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}", field=name)
         if self.dtype not in DTYPE_BYTES:
-            raise InputError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPE_BYTES)}", field="dtype")
+            raise InputError(f"unknown `dtype` {self.dtype!r}; expected one of {', '.join(DTYPE_BYTES)}", field="dtype")
         if self.window is not None and self.window < 1:
             raise InputError(f"window must be >= 1, got {self.window}", field="window")
         if self.layer_windows is not None and len(self.layer_windows) != self.layers:
@@ -90,7 +90,7 @@ def spec_from_sizes(
             f"heads {heads} must be a multiple of kv_heads {kv_heads} (grouped-query heads)", field="heads"
         )
     if dtype not in DTYPE_BYTES:
-        raise InputError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}", field="dtype")
+        raise InputError(f"unknown `dtype` {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}", field="dtype")
     if window is not None:
         window = _positive_int(window, "window")
     return KVSpec(layers, kv_heads, head_dim, dtype, window, None if window else layer_windows)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..engine import InputError
+from ..settings import SimulateSettings
 
 POLICIES = ("contiguous", "paged", "paged+shared")
 DISTRIBUTIONS = {
@@ -243,7 +244,22 @@ def serve(
     return data, results
 
 
+def serve_stream(settings: SimulateSettings, progress=None) -> tuple[dict, list[Result]]:
+    """`attnroute cost simulate`: the stream (a CSV or synthetic lengths) served under the model's KV bytes
+    per token. Returns (the JSON's figures, the per-policy results with their timelines)."""
+    from .footprint import kv_spec
+
+    s = settings
+    validate_settings(s.budget_gb, s.block_size, s.max_len, s.n)
+    spec, _, what = kv_spec(s.kv)
+    reqs = from_csv(Path(s.requests), s.max_len) if s.requests else synthetic(s.dist, s.n, s.max_len, s.seed)
+    figures, results = serve(reqs, spec.bytes_per_token, s.budget_gb, s.block_size, s.max_len, progress=progress)
+    source = s.requests or f"{s.n} synthetic '{s.dist}' requests (seed {s.seed})"
+    return {"model": what, **figures, "requests": source}, results
+
+
 __all__ = [
+    "serve_stream",
     "DISTRIBUTIONS",
     "POLICIES",
     "Result",

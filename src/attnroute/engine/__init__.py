@@ -18,6 +18,7 @@ from .convert import (
 from .errors import InputError, InputTypeError
 from .fused_probes import FusedKeyMass, FusedRowStats
 from .interventions import (
+    HeadGate,
     Intervention,
     KnockoutEdges,
     ReplaceOutput,
@@ -105,6 +106,7 @@ __all__ = [
     "KeyVectors",
     "FusedRowStats",
     "FusedKeyMass",
+    "HeadGate",
     "Intervention",
     "ZeroHead",
     "ReplaceOutput",

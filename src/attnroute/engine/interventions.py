@@ -179,3 +179,15 @@ def apply_out(interventions, out, q0, q1, layer):
         if iv.applies(layer):
             out = iv.edit_out(out, q0, q1)
     return out
+
+
+class HeadGate(Intervention):
+    """out_h ← g[layer, h] · out_h, with g a leaf tensor [L, H] of ones that requires grad: −∂M/∂g is the
+    first-order change of a metric M when the head is removed (attribution patching)."""
+
+    def __init__(self, gates, layer):
+        super().__init__([], layer)
+        self.gates = gates
+
+    def edit_out(self, out, q0, q1):
+        return out * self.gates[self.layer].view(1, -1, 1, 1).to(out.dtype)

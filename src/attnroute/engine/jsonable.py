@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 
@@ -18,4 +19,15 @@ def strict(obj):
     return obj
 
 
-__all__ = ["strict"]
+class Result:
+    """A result that crosses floors: a dataclass whose ``to_dict()`` is its JSON contract."""
+
+    def to_dict(self) -> dict:
+        raise NotImplementedError
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """Strict JSON (NaN and inf as null) of ``to_dict()``."""
+        return json.dumps(strict(self.to_dict()), indent=indent, allow_nan=False)
+
+
+__all__ = ["Result", "strict"]

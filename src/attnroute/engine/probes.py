@@ -172,20 +172,25 @@ class PerLayer(Probe):
         self.reads_fused = getattr(sample, "reads_fused", False)
         self.needs_key_sums = getattr(sample, "needs_key_sums", False)
 
-    def _probe(self, layer) -> Probe:
+    def for_layer(self, layer: int) -> Probe:
+        """The layer's probe, made on first use (set its inputs before the layer runs, e.g. key vectors)."""
         probe = self.by_layer.get(layer)
         if probe is None:
             probe = self.by_layer[layer] = self.factory()
         return probe
 
+    def drop(self, layer: int) -> None:
+        """Forget the layer's probe and what it read (a reader that reduced the layer keeps memory flat)."""
+        self.by_layer.pop(layer, None)
+
     def update(self, block) -> None:
-        self._probe(block.layer).update(block)
+        self.for_layer(block.layer).update(block)
 
     def update_fused(self, block) -> None:
-        self._probe(block.layer).update_fused(block)
+        self.for_layer(block.layer).update_fused(block)
 
     def key_channels(self, block):
-        probe = self._probe(block.layer)
+        probe = self.for_layer(block.layer)
         return probe.key_channels(block) if hasattr(probe, "key_channels") else None
 
     def __getitem__(self, layer: int):

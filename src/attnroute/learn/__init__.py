@@ -1,8 +1,8 @@
-"""learn/: TinyTransformers trained from scratch on synthetic routing tasks, read with read/'s probes.
+"""learn/: TinyTransformers trained from scratch on synthetic routing tasks, read with the engine's probes and stimuli.
 
 induction   an induction circuit forms (phase change, head scores, ablation proof)
 scale       the 1/√d_k scale: logit std at init, saturation, gradients, stalls
-heads       1–8 heads on a mixture of routes, pruned by importance (Michel et al.)
+pruning     1–8 heads on a mixture of routes, pruned by importance (Michel et al.)
 ff          routing alone versus routing plus feed-forward layers at the same budget
 crossattn   an encoder-decoder: heads pruned per attention mode, cross-attention maps swapped
 """
@@ -20,7 +20,7 @@ from .train import History, TrainSettings, train
 EXPERIMENTS = {
     "induction": (induction.run, InductionSettings),
     "scale": (scale.run, ScaleSettings),
-    "heads": (pruning.run, PruneSettings),
+    "pruning": (pruning.run, PruneSettings),
     "ff": (feedforward.run, FFSettings),
     "crossattn": (crossattn.run, CrossSettings),
 }

@@ -219,13 +219,6 @@ def run(settings: CrossSettings | None = None, progress=None) -> dict:
     return result
 
 
-def _first_over(rows, key, limit):
-    for r in rows:
-        if r[key] > limit:
-            return r["removed"]
-    return None
-
-
 def summary(result: dict) -> dict:
     final = result["train"][-1]
     out = {"final loss": final["loss"], "final accuracy": final["accuracy"]}

@@ -26,8 +26,7 @@ import torch
 
 from ..engine import InputError, TinyConfig, ZeroHead
 from ..engine.probes import Diagonals, PerLayer
-from ..read.heads import diagonal_scores, repeat_probe
-from ..read.stimuli import repeated_random_ids
+from ..engine.repeats import diagonal_scores, repeat_probe, repeated_random_ids
 from .curves import rise_step, steepest
 from .tasks import RepeatTask
 from .train import TrainSettings, build_model, region_losses, train
@@ -77,7 +76,7 @@ def run(settings: InductionSettings | None = None, progress=None) -> dict:
     s = settings or InductionSettings()
     if s.layers < 2:
         raise InputError(
-            f"an induction circuit needs two layers (previous-token, then induction); got --layers {s.layers}"
+            f"an induction circuit needs two layers (previous-token, then induction); got `layers` {s.layers}"
         )
     task = s.task()
     model = build_model(s.config(), s.seed)

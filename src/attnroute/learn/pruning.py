@@ -1,4 +1,4 @@
-"""`attnroute learn heads`: train with 1, 2, 4 and 8 heads at a fixed width, then prune heads.
+"""`attnroute learn pruning`: train with 1, 2, 4 and 8 heads at a fixed width, then prune heads.
 
 Michel et al. 2019 ("Are sixteen heads really better than one?") score each head by
 importance I_h = Σ_x |∂L(x)/∂ξ_h|, where ξ_h gates the head's output (ξ = 1 keeps it, 0 prunes
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..engine import TinyConfig
-from ..read.effects import HeadGate
+from ..engine.interventions import HeadGate
 from .tasks import TASK_TOKENS, Batch, MixtureTask
 from .train import TrainSettings, batch_loss, build_model, region_losses, train
 
@@ -127,7 +127,7 @@ def run(settings: PruneSettings | None = None, progress=None) -> dict:
         tick = (lambda step, _n, done=i * s.steps: progress(done + step, total)) if progress else None
         runs.append(run_one(s, h, eval_batch, tick))
     result = {
-        "experiment": "heads",
+        "experiment": "pruning",
         "settings": {**asdict(s), "head_counts": list(s.head_counts)},
         "runs": runs,
         "voita": {"pruned": 38, "of": 48, "fraction": VOITA_FRACTION, "cost": "0.15 BLEU"},

@@ -136,7 +136,7 @@ class LookupTask:
         return Batch(x, y, rows, {"all": rows})
 
 
-# --------------------------------------------------------------------------- routing mixture (learn heads)
+# --------------------------------------------------------------------------- routing mixture (learn pruning)
 
 TASK_TOKENS = ("copy", "previous", "induction")  # ids vocab−3, vocab−2, vocab−1 announce the task
 

@@ -11,10 +11,14 @@ import numpy as np
 import torch
 
 from ..engine import CallbackProbe, InputError
+from ..models import LoadedModel, load
+from ..progress import reporter
+from ..settings import ReportSettings
 from .adapter import routed
+from .corpus.documents import Corpus
+from .corpus.read import read_corpus
 from .heads import DEFAULT_TEXT, body, read_heads
 from .headtable import HeadTable
-from .models import LoadedModel, load
 from .stimuli import encode_text
 from .verify import model_inputs
 
@@ -79,46 +83,25 @@ def generate_with_weights(loaded: LoadedModel, ids: torch.Tensor, n: int) -> tup
 
 
 def routing_view(
-    model="smollm2",
-    text: str | None = None,
-    *,
-    ablation: bool = True,
-    max_tokens: int = 256,
-    verify: bool = True,
-    generate: int = 0,
-    progress=None,
-) -> RoutingView:
-    """Read the model on the text and capture its weights (the `attnroute report` pipeline)."""
-    t0 = time.perf_counter()
-    say = progress or (lambda *a: None)
-    loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
-    if generate and not loaded.causal:  # before minutes of reading
+    model=None, text: str | None = None, *, settings: ReportSettings | None = None, progress=None, **fields
+):
+    """Read the model on the text and capture its weights: the `attnroute report` pipeline, and the
+    corpus read beside it when ``settings.corpus`` names one (the model is loaded once). The fields
+    are ReportSettings' (or pass ``settings``)."""
+    s, t0, say = ReportSettings.of(settings, model, fields, text=text), time.perf_counter(), reporter(progress)
+    corpus = s.corpus and Corpus(
+        s.corpus.corpus, s.corpus.field, s.corpus.per_line, s.corpus.limit
+    )  # a bad path fails first
+    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    if s.generate and not loaded.causal:  # before minutes of reading
         raise InputError("generate: only a causal LM continues a text", field="generate")
-    text = DEFAULT_TEXT if text is None else text
-    # Sized for a one-minute page on 2 cores: 2 probe seeds of 4 sequences, zero ablation on one
-    # sequence of 16 tokens repeated (`attnroute heads` runs the full 8 × 40 sweep in all modes).
-    table = read_heads(
-        loaded,
-        text,
-        max_tokens=max_tokens,
-        seeds=(0, 1),
-        ablation=ablation,
-        effect_batch=1,
-        effect_len=16,
-        modes=("zero",),
-        exact="all",  # the page's effect figure shows every head: on 16 tokens the full sweep is cheap
-        stimulus_batch=4,
-        verify=verify,
-        progress=say,
-    )
-    ids, _ = encode_text(loaded.tokenizer, text, max_tokens)
+    table = read_heads(settings=s.heads().replace(model=loaded), progress=progress)
+    ids, _ = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, s.max_tokens)
     generated_from = None
-    if generate:
-        if not loaded.causal:
-            raise InputError("generate: only a causal LM continues a text", field="generate")
-        say("stage", f"generating {generate} tokens with the KV cache, keeping every query's weights")
+    if s.generate:
+        say("stage", f"generating {s.generate} tokens with the KV cache, keeping every query's weights")
         generated_from = ids.shape[1]
-        ids, weights = generate_with_weights(loaded, ids, generate)
+        ids, weights = generate_with_weights(loaded, ids, s.generate)
     else:
         weights = capture_weights(loaded, ids)
     tokens = loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist())
@@ -126,6 +109,7 @@ def routing_view(
     if loaded.seq2seq:
         dec = model_inputs(loaded, ids, torch.ones_like(ids))["decoder_input_ids"]
         decoder_tokens = loaded.tokenizer.convert_ids_to_tokens(dec[0].tolist())
+    corpus_table = corpus and read_corpus(settings=s.corpus.replace(model=loaded), progress=progress)
     return RoutingView(
         table,
         tokens,
@@ -135,6 +119,7 @@ def routing_view(
         loaded.max_positions,
         time.perf_counter() - t0,
         decoder_tokens,
+        corpus=corpus_table or None,
         generated_from=generated_from,
     )
 

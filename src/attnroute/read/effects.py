@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..engine import Intervention
+from ..engine import HeadGate, Intervention
 from ..engine.interventions import uniform_over_visible
 from .adapter import routed
 
@@ -60,17 +60,6 @@ class BatchedAblation(Intervention):
             return weights
         H = weights.shape[1]
         return torch.where(self._mask(H, weights.device), uniform_over_visible(weights, block), weights)
-
-
-class HeadGate(Intervention):
-    """out_h ← g[layer, h] · out_h, with g a leaf tensor [L, H] of ones that requires grad."""
-
-    def __init__(self, gates, layer):
-        super().__init__([], layer)
-        self.gates = gates
-
-    def edit_out(self, out, q0, q1):
-        return out * self.gates[self.layer].view(1, -1, 1, 1).to(out.dtype)
 
 
 class OutputMean(Intervention):

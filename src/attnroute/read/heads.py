@@ -25,12 +25,15 @@ import torch
 
 from ..engine import InputError, UnsupportedRequest
 from ..engine.fused_probes import FusedKeyMass, FusedRowStats
-from ..engine.probes import Diagonals, KeyVectors, PerLayer, Probe, row_stats_probe, value_norms
+from ..engine.probes import KeyVectors, PerLayer, Probe, row_stats_probe, value_norms
+from ..engine.repeats import Repeated, diagonal_scores, repeat_probe, repeated_random_tokens, special_ids
+from ..models import LoadedModel, load
+from ..progress import eta, reporter
+from ..settings import HeadsSettings
 from . import effects, roles
 from .adapter import routed
-from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable
-from .models import LoadedModel, load
-from .stimuli import Repeated, encode_text, repeated_random_tokens, special_ids
+from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable, TextMeta
+from .stimuli import encode_text
 from .verify import model_inputs, routing_check
 
 DEFAULT_TEXT = (
@@ -40,47 +43,24 @@ DEFAULT_TEXT = (
 )
 
 
-DEFAULT_EXACT = 20  # heads measured exactly by default; the rest are estimated (one backward)
-
-
 class ReadError(InputError):
     """Bad input to read_heads(): one line, names the field, says what to do."""
 
 
 def read_heads(
-    model,
-    inputs: str | None = None,
-    *,
-    max_tokens: int | None = None,
-    seeds=(0, 1, 2),
-    ablation: bool = True,
-    effect_batch: int = 8,
-    effect_len: int = 40,
-    modes=("zero",),
-    stimulus_batch: int = 8,
-    max_weight: bool = False,
-    exact: int | str = DEFAULT_EXACT,
-    verify: bool = True,
-    progress=None,
-) -> HeadTable:
-    """Read a model's routing on a text. ``model``: a LoadedModel, or 'smollm2' / 'minilm' / a path.
-
-    ``verify``: first compare the routed model with its own eager attention (verify.routing_check) and
-    stop with RoutingMismatch if they differ. ``exact``: how many heads get an exact ablation (the top
-    of the one-backward gradient estimate by magnitude), or "all" for the full sweep. ``modes``: the
-    ablations to run exactly (zero by default; mean and uniform when asked)."""
-    say = progress or (lambda *a: None)
-    text = DEFAULT_TEXT if inputs is None else inputs
-    if not text or not text.strip():
-        raise ReadError("text is empty: give a non-empty text, or none for the built-in paragraph", field="text")
-    exact = _exact_arg(exact)
-    bad_modes = [m for m in modes if m not in effects.MODES] or ([] if modes else ["(none)"])
-    if bad_modes:
-        expected = ", ".join(effects.MODES)
-        raise ReadError(f"unknown ablation mode {bad_modes[0]!r}: expected some of {expected}", field="modes")
-    loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
-    limit = max_tokens or loaded.max_positions or None
-    ids, cut = encode_text(loaded.tokenizer, text, limit)
+    model=None, inputs: str | None = None, *, settings: HeadsSettings | None = None, progress=None, **fields
+):
+    """Read a model's routing on a text -> HeadTable. ``model``: a LoadedModel, or 'smollm2' / 'minilm' /
+    a path; ``inputs``: the text (None: the built-in paragraph). The other fields are HeadsSettings'
+    (or pass ``settings``): ``verify`` first compares the routed model with its own eager attention
+    (verify.routing_check) and stops with RoutingMismatch if they differ; ``exact`` is how many heads
+    get an exact ablation (the top of the one-backward gradient estimate by magnitude), or "all";
+    ``modes`` the ablations run exactly. ``progress`` receives progress.Event objects."""
+    s = HeadsSettings.of(settings, model, fields, text=inputs)
+    say = reporter(progress)
+    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    limit = s.max_tokens or loaded.max_positions or None
+    ids, cut = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, limit)
     meta = {
         "kind": loaded.kind,
         "text_tokens": int(ids.shape[1]),
@@ -88,7 +68,7 @@ def read_heads(
         "max_tokens": limit,
         "timings_s": {},
     }
-    if verify:
+    if s.verify:
         t0 = time.perf_counter()
         say("stage", "verifying routed attention against the model's own eager attention")
         meta["routing_check"] = routing_check(loaded)
@@ -100,21 +80,14 @@ def read_heads(
 
     t0 = time.perf_counter()
     say("stage", "text statistics")
-    cols, offsets, meta["column_paths"] = text_statistics(loaded, ids, say, max_weight=max_weight)
+    cols, offsets, meta["column_paths"] = text_statistics(loaded, ids, progress, max_weight=s.max_weight)
     meta["timings_s"]["text"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    say("stage", f"repeated random tokens ({len(seeds)} seeds)")
-    per_seed = [
-        repeated_scores(
-            loaded, repeated_random_tokens(loaded.tokenizer, batch=stimulus_batch, seed=s, causal=loaded.causal)
-        )
-        for s in seeds
-    ]
-    for name in ("prev_token", "duplicate", "induction"):
-        cols[name] = np.mean([p[name] for p in per_seed], axis=0)
-    stim = repeated_random_tokens(loaded.tokenizer, batch=stimulus_batch, seed=seeds[0], causal=loaded.causal)
-    meta["stimulus"] = stim.describe() + f"; scores averaged over seeds {list(seeds)}"
+    say("stage", f"repeated random tokens ({len(s.seeds)} seeds)")
+    per_seed, stim = stimulus_scores(loaded, s.seeds, s.stimulus_batch)
+    cols.update(mean_scores(per_seed))
+    meta["stimulus"] = stim.describe() + f"; scores averaged over seeds {list(s.seeds)}"
     if loaded.causal:
         meta["induction_loss"] = induction_loss(loaded, stim)
     meta["timings_s"]["repeated"] = time.perf_counter() - t0
@@ -124,24 +97,31 @@ def read_heads(
         cols.setdefault(c, np.full((L, H), np.nan))
     head_roles, stability = label_heads(cols, per_seed)
     cols["role_stability"] = stability
-    if ablation:
+    if s.ablation:
         t0 = time.perf_counter()
-        meta.update(effect_columns(loaded, cols, ids, effect_batch, effect_len, seeds[0], modes, exact, say))
+        meta.update(effect_columns(loaded, cols, ids, s.effect_batch, s.effect_len, s.seeds[0], s.modes, s.exact, say))
         meta["timings_s"]["effects"] = time.perf_counter() - t0
     meta["role_thresholds"] = roles.THRESHOLDS
+    meta = TextMeta.from_dict(meta)
     return HeadTable(loaded.name, L, H, cols, head_roles, offsets, meta, attention=list(loaded.attention_kinds))
 
 
-def _exact_arg(exact) -> int | str:
-    if exact == "all":
-        return "all"
-    try:
-        k = int(exact)
-    except (TypeError, ValueError):
-        k = -1
-    if k < 0 or isinstance(exact, bool) or (isinstance(exact, float) and not exact.is_integer()):
-        raise ReadError(f"exact must be a number of heads (≥ 0) or 'all', got {exact!r}", field="exact")
-    return k
+STIMULUS_SCORES = ("prev_token", "duplicate", "induction")
+
+
+def stimulus_scores(loaded: LoadedModel, seeds, batch: int) -> tuple[list[dict], Repeated]:
+    """The repeated-token scores per probe seed, and the first seed's stimulus (its loss and description):
+    the one repeated-stimulus block of a text read and a corpus read."""
+    per_seed = [
+        repeated_scores(loaded, repeated_random_tokens(loaded.tokenizer, batch=batch, seed=s, causal=loaded.causal))
+        for s in seeds
+    ]
+    return per_seed, repeated_random_tokens(loaded.tokenizer, batch=batch, seed=seeds[0], causal=loaded.causal)
+
+
+def mean_scores(per_seed: list[dict]) -> dict:
+    """prev_token, duplicate, induction [L, H]: the mean over probe seeds."""
+    return {name: np.mean([p[name] for p in per_seed], axis=0) for name in STIMULUS_SCORES}
 
 
 # ------------------------------------------------------------------------------------ pass 1: text
@@ -185,7 +165,9 @@ class AfterLayer(Probe):
 
 
 @torch.no_grad()
-def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: bool = False, entropy: bool = True):
+def text_statistics(
+    loaded: LoadedModel, ids: torch.Tensor, progress=None, max_weight: bool = False, entropy: bool = True
+):
     """One forward of the text; no LM head (no logits are needed).
 
     Default: the fused backend — the flash kernel with each row's log-sum-exp, whose one call per layer
@@ -193,7 +175,9 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
     — gives the output, entropy, masses and the local band; named weights are dot products.
     ``max_weight`` adds the row maximum and argmax offsets, which need the weights themselves: then the
     blocked backend reads every column.
-    Returns (columns, offsets, path per column)."""
+    ``progress`` receives progress.Event objects (a warning when the fused path cannot read the model, a
+    counter per layer). Returns (columns, offsets, path per column)."""
+    say = reporter(progress)
     batch = model_inputs(loaded, ids, torch.ones_like(ids))
     sets = {"self": key_sets(loaded.tokenizer, ids)}  # (sink keys, punctuation keys), (B, T) each
     if loaded.seq2seq:  # the decoder's keys are its own (shifted) tokens; cross-attention keys are the encoder's
@@ -217,9 +201,9 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
             if proj is not None
             else torch.full(v.shape[:1] + (H, v.shape[2]), float("nan"))
         )  # (B, H, T)
-        keyind._probe(layer).vectors = torch.stack([sink_keys, punct_keys], -1).float()[:, None]  # (B, 1, T, 2)
-        keynorm._probe(layer).vectors = torch.stack([fn, fn * sink_keys[:, None]], -1)  # (B, H, T, 2)
-        say("layer", layer)
+        keyind.for_layer(layer).vectors = torch.stack([sink_keys, punct_keys], -1).float()[:, None]  # (B, 1, T, 2)
+        keynorm.for_layer(layer).vectors = torch.stack([fn, fn * sink_keys[:, None]], -1)  # (B, H, T, 2)
+        say("layer", done=layer + 1, total=loaded.n_layers)
 
     L = loaded.n_layers
     has_sinks = impl == "blocked" and any(getattr(m, "sinks", None) is not None for m in loaded.attention_modules)
@@ -246,7 +230,7 @@ def text_statistics(loaded: LoadedModel, ids: torch.Tensor, say, max_weight: boo
             cols["max_weight"][layer] = mean(r.get("max_weight"))
             offsets[layer] = offset_histogram(r.get("argmax"), r.get("argmax").shape[-1], valid)
         for probe in (rows, keyind, keynorm):
-            del probe.by_layer[layer]
+            probe.drop(layer)
 
     probes = [rows, keyind, keynorm]
     if impl == "fused":  # fused probes run in list order within a layer's call: reduce right after them
@@ -343,26 +327,6 @@ def repeated_scores(loaded: LoadedModel, stim: Repeated, impl: str | None = None
     return scores
 
 
-def repeat_probe(S: int) -> PerLayer:
-    """The probe repeated_scores reads: per layer, the diagonals at offsets 1, S and S − 1."""
-    return PerLayer(lambda: Diagonals([1, S, S - 1]))
-
-
-def diagonal_scores(diag: PerLayer, stim: Repeated, n_layers: int, n_heads: int) -> dict:
-    """prev_token, duplicate, induction [L, H] from a PerLayer(Diagonals([1, S, S − 1])) that read
-    ``stim`` (shared by read() on real models and learn/ on TinyTransformer)."""
-    S, P = stim.S, stim.prefix
-    first = torch.arange(P + 1, P + 2 * S)  # every row with a previous token inside the repeats
-    second = stim.second_rows()
-    out = {k: np.zeros((n_layers, n_heads)) for k in ("prev_token", "duplicate", "induction")}
-    for layer in range(n_layers):
-        d = diag[layer]
-        out["prev_token"][layer] = d.rows(1)[:, :, first].mean((0, 2)).numpy()
-        out["duplicate"][layer] = d.rows(S)[:, :, second].mean((0, 2)).numpy()
-        out["induction"][layer] = d.rows(S - 1)[:, :, second].mean((0, 2)).numpy()
-    return out
-
-
 @torch.no_grad()
 def induction_loss(loaded: LoadedModel, stim: Repeated) -> dict:
     """Mean next-token loss predicting the first repeat's tokens versus the second's."""
@@ -377,21 +341,14 @@ def induction_loss(loaded: LoadedModel, stim: Repeated) -> dict:
 
 
 def label_heads(cols: dict, per_seed: list[dict]):
-    L, H = cols["entropy"].shape
-    names, stability = [], np.zeros((L, H))
-    for layer in range(L):
-        row = []
-        for h in range(H):
-            stats = {
-                k: float(cols[k][layer, h])
-                for k in ("induction", "prev_token", "duplicate", "sink_mass", "punct_mass", "local", "entropy_norm")
-            }
-            role = roles.label(stats)
-            seed_roles = [roles.label({**stats, **{k: float(p[k][layer, h]) for k in p}}) for p in per_seed]
-            stability[layer, h] = np.mean([r == role for r in seed_roles])
-            row.append(role)
-        names.append(row)
-    return names, stability
+    """Every head's role, and the share of probe seeds whose own scores give it the same role."""
+    names = roles.label_grid(cols)
+    per_seed_names = [roles.label_grid(cols, seed_scores) for seed_scores in per_seed]
+    agree = [
+        [[p[layer][h] == names[layer][h] for p in per_seed_names] for h in range(len(names[0]))]
+        for layer in range(len(names))
+    ]
+    return names, np.array(agree, dtype=float).mean(-1)
 
 
 # ------------------------------------------------------------------------------------ pass 3: effects
@@ -413,7 +370,12 @@ def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, exact, say) ->
     say("stage", "gradient estimate (one forward, one backward)")
     cols["grad_attr"] = effects.gradient_estimate(loaded, batch)
     L, H = cols["grad_attr"].shape
-    progress = lambda *p: say("ablate", p)  # noqa: E731
+    started = time.perf_counter()
+
+    def progress(mode, layer, done, total):
+        left = eta(started, time.perf_counter(), done, total)
+        say("ablate", f"{mode}, layer {layer}", done=done, total=total, eta=left)
+
     if exact == "all" or exact >= L * H:
         say("stage", f"exact {'/'.join(modes)} ablation of all {L * H} heads")
         info: dict = {}

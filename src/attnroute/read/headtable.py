@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import csv
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
-from ..engine.jsonable import strict
+from ..engine.jsonable import Result
 
 # JSON/CSV columns, in order (the CLI contract adds layer, head and role)
 COLUMNS = (
@@ -33,15 +32,82 @@ COLUMNS = (
 OFFSET_BUCKETS = ("first", "self", "prev", "2-4", "5-16", "17+", "future")
 
 
+@dataclass(kw_only=True)
+class ReadMeta:
+    """What a read says about itself, beside its [L, H] columns: the JSON's ``meta``."""
+
+    kind: str  # causal, encoder, seq2seq
+    routing_check: dict | None  # None: skipped (verify=False), so the numbers are not verified
+    max_tokens: int | None  # the text's (or a corpus window's) token limit
+    column_paths: dict = field(default_factory=dict)  # column -> the backend (or reason) that computed it
+    role_thresholds: dict = field(default_factory=dict)
+    timings_s: dict = field(default_factory=dict)
+    induction_loss: dict | None = None  # causal LMs: loss on the first vs the second repeat
+
+    OPTIONAL = ("induction_loss",)  # left out of the JSON when not measured
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v for k, v in out.items() if not (k in self.OPTIONAL and v is None)}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:  # a new key is a new field: typed here, or it does not cross floors
+            raise TypeError(f"{cls.__name__} has no field(s) {unknown}")
+        return cls(**data)
+
+    # read access by the JSON's keys, for code that reads the written JSON and the table alike
+    def __getitem__(self, key: str):
+        data = self.to_dict()
+        if key not in data:
+            raise KeyError(key)
+        return data[key]
+
+    def get(self, key: str, default=None):
+        return self.to_dict().get(key, default)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.to_dict()
+
+
+@dataclass(kw_only=True)
+class TextMeta(ReadMeta):
+    """A read of one text (read_heads)."""
+
+    text_tokens: int
+    tokens_cut: int
+    stimulus: str  # the repeated-token stimulus, described
+    effect_batch: str | None = None  # what the effects were measured on (None: no ablation asked)
+    grad_vs_ablation: dict | None = None  # the estimate's agreement with the exact ablation
+    ablation: dict | None = None  # the statement, modes and heads measured exactly
+
+    OPTIONAL = ("induction_loss", "effect_batch", "grad_vs_ablation", "ablation")
+
+
+@dataclass(kw_only=True)
+class CorpusMeta(ReadMeta):
+    """A read of a corpus (read_corpus): documents, ranks, and which heads matter."""
+
+    corpus: str  # the corpus, described
+    grad_attr: str  # what the gradient estimate column is
+    n_documents: int
+    n_tokens: int
+    ranks: int
+    importance: dict  # candidates, documents, the test and its correction, significant heads
+    interval: str  # what the *_ci columns are
+
+
 @dataclass
-class HeadTable:
+class HeadTable(Result):
     model: str
     layers: int
     heads: int
     columns: dict  # name -> np.ndarray [L, H] (NaN where not computed)
     roles: list  # [L][H] role names
     argmax_offsets: np.ndarray  # [L, H, len(OFFSET_BUCKETS)] fractions of rows
-    meta: dict = field(default_factory=dict)
+    meta: ReadMeta | None = None
     attention: list = field(default_factory=list)  # per layer: "self", "decoder-self" or "cross" (empty: all self)
 
     def attention_kind(self, layer: int) -> str:
@@ -84,14 +150,18 @@ class HeadTable:
         return sorted(c for c in self.columns if c not in COLUMNS)
 
     def to_dict(self) -> dict:
-        out = {"model": self.model, "layers": self.layers, "heads": self.heads, "meta": self.meta}
-        for k in ("n_documents", "n_tokens"):
-            if k in self.meta:
-                out[k] = self.meta[k]
+        meta = self.meta.to_dict() if self.meta is not None else {}
+        out = {"model": self.model, "layers": self.layers, "heads": self.heads, "meta": meta}
+        if isinstance(self.meta, CorpusMeta):
+            out.update(n_documents=self.meta.n_documents, n_tokens=self.meta.n_tokens)
         return {**out, "rows": self.rows()}
 
-    def to_json(self, path) -> None:
-        Path(path).write_text(json.dumps(strict(self.to_dict()), indent=1, allow_nan=False))  # NaN -> null
+    def to_json(self, path=None, indent: int | None = 1) -> str:
+        """The strict JSON of ``to_dict()`` (NaN as null); written to ``path`` too when one is given."""
+        text = Result.to_json(self, indent)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
 
     def to_csv(self, path) -> None:
         rows = self.rows()
@@ -115,4 +185,4 @@ class HeadTable:
         return [(l, h) for l in range(self.layers) for h in range(self.heads) if self.roles[l][h] == role]
 
 
-__all__ = ["COLUMNS", "OFFSET_BUCKETS", "HeadTable"]
+__all__ = ["COLUMNS", "OFFSET_BUCKETS", "CorpusMeta", "HeadTable", "ReadMeta", "TextMeta"]

@@ -65,4 +65,27 @@ def label(stats: dict) -> str:
     return "mixed"
 
 
-__all__ = ["COLORS", "ROLES", "ROLE_NAMES", "THRESHOLDS", "Role", "label"]
+ROLE_INPUTS = ("induction", "prev_token", "duplicate", "sink_mass", "punct_mass", "local", "entropy_norm")
+
+
+def label_grid(cols: dict, overrides: dict | None = None) -> list[list[str]]:
+    """Every head's role, [L][H] names, from [L, H] columns (``overrides`` replaces some columns, e.g.
+    one probe seed's scores, to see whether the role holds under them)."""
+    cols = {**cols, **(overrides or {})}
+    L, H = cols["entropy_norm"].shape
+    return [[label({k: float(cols[k][layer, h]) for k in ROLE_INPUTS}) for h in range(H)] for layer in range(L)]
+
+
+def one_hot(names: list[list[str]]):
+    """[L, H, roles] with a 1 at each head's role (a corpus counts roles over documents)."""
+    import numpy as np
+
+    L, H = len(names), len(names[0])
+    out = np.zeros((L, H, len(ROLE_NAMES)))
+    for layer in range(L):
+        for h in range(H):
+            out[layer, h, ROLE_NAMES.index(names[layer][h])] = 1
+    return out
+
+
+__all__ = ["COLORS", "ROLES", "ROLE_INPUTS", "ROLE_NAMES", "THRESHOLDS", "Role", "label", "label_grid", "one_hot"]

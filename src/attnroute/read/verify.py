@@ -130,7 +130,7 @@ def routing_check(loaded, impl: str = "blocked") -> dict:
         raise RoutingMismatch(
             f"{loaded.name}: attnroute's routed attention does not reproduce the model's own: "
             f"max |Δ {out['compared']}| = {diff:.3g} > tolerance {tol:.3g}, {where}; "
-            "this model cannot be read correctly (--no-verify skips this check at your own risk)",
+            "this model cannot be read correctly (skipping this check, verify=False, reads it unverified)",
             field="model",
         )
     return out

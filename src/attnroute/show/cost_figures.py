@@ -8,20 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..cost.long_context import VARIANTS
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from .plotting import pyplot
 
 
 def serving_png(results, path, capacity_tokens: int) -> Path:
     """Share of reserved KV memory holding real tokens, and the concurrent batch, per decode step."""
-    plt = _plt()
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     for r in results:
         t = [x[0] for x in r.timeline]
@@ -43,7 +35,7 @@ def serving_png(results, path, capacity_tokens: int) -> Path:
 
 def bill_png(data: list[dict], path) -> Path:
     """Time and peak extra memory against length, each measurement beside its formula."""
-    plt = _plt()
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     for v in VARIANTS:
         r = [x for x in data if x["variant"] == v]

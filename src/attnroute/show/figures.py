@@ -7,13 +7,11 @@ from pathlib import Path
 import numpy as np
 
 from ..read.roles import COLORS as ROLE_COLORS
+from .plotting import pyplot
 
 
 def write_pngs(data: dict, out_dir) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
@@ -77,7 +75,5 @@ def write_pngs(data: dict, out_dir) -> list[Path]:
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    pyplot().close(fig)
     return path

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from html import escape
 
-from .cost_figures import _plt
 from .knockout_figure import knockout_png, needle_png
+from .plotting import pyplot
 
 TITLES = {
     "knockout": "Route knockout: cut one route, layer window by layer window",
@@ -29,7 +28,7 @@ def _png(draw, result: dict) -> bytes:
 
 def swap_png(result: dict, path):
     """KL of the swapped output from B's own and from A's, per window of layers."""
-    plt = _plt()
+    plt = pyplot()
     rows = result["layers"]
     x = [r["layers"][0] for r in rows]
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
@@ -67,34 +66,4 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def read_result(path) -> dict:
-    """A knockout/swap/needle JSON, checked by rendering it (a malformed one fails before the model runs)."""
-    from pathlib import Path
-
-    from ..engine import InputError
-
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(
-            f"add {path}: no such file (write one with `attnroute knockout|swap|needle --json`)", field="add"
-        )
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"add {path}: not a JSON file ({e})", field="add") from None
-    if not isinstance(data, dict) or data.get("experiment") not in FIGURES:
-        raise InputError(f"add {path}: not a knockout, swap or needle result (no experiment field)", field="add")
-    try:
-        section(data)
-    except (KeyError, TypeError, IndexError, ValueError) as e:
-        raise InputError(f"add {path}: a {data['experiment']} result with a missing field ({e})", field="add") from None
-    return data
-
-
-def insert(report_html: str, results: list[dict]) -> str:
-    from .learn_section import SECTIONS_MARK
-
-    return report_html.replace(SECTIONS_MARK, "".join(section(r) for r in results) + SECTIONS_MARK, 1)
-
-
-__all__ = ["TITLES", "insert", "read_result", "section", "swap_png"]
+__all__ = ["FIGURES", "TITLES", "section", "swap_png"]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cost_figures import _plt
+from .plotting import pyplot
 
 
 def knockout_png(result: dict, path) -> Path:
     """Δ p(target) and Δ loss per window of layers (window start on x), route and control side by side."""
-    plt = _plt()
+    plt = pyplot()
     rows = result["windows"]
     x = [r["layers"][0] for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -38,7 +38,7 @@ def knockout_png(result: dict, path) -> Path:
 def needle_png(result: dict, path) -> Path:
     """Weight of the last query on the needle per context length: the retrieval heads, the best head,
     and whether the model still answered (filled = answered)."""
-    plt = _plt()
+    plt = pyplot()
     rows = result["lengths"]
     x = [r["length"] for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))

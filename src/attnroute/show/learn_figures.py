@@ -11,6 +11,7 @@ import io
 import numpy as np
 
 from ..read.roles import COLORS
+from .plotting import pyplot
 
 # the two roles a trained circuit shares with real models take their colours from read/roles.py
 ROLE = {
@@ -21,28 +22,19 @@ ROLE = {
 }
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def png(result: dict) -> bytes:
     """The experiment's figure as PNG bytes (drawn once; the CLI writes them and embeds them)."""
     fig = globals()[result["experiment"]](result)
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110)
-    _plt().close(fig)
+    pyplot().close(fig)
     return buf.getvalue()
 
 
 def induction(result: dict):
     """Losses and head scores against steps with the phase change marked, and the ablation bars."""
-    plt = _plt()
+    plt = pyplot()
     c, heads, phase = result["curves"], result["heads"], result["phase_change"]
     steps = np.array(c["steps"])
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.9), gridspec_kw={"width_ratios": [1, 1, 1.1]})
@@ -117,7 +109,7 @@ def _mark_phase(ax, phase: dict) -> None:
 def scale(result: dict):
     """Logit std at init against √d_k, and the repeat loss, saturation and logit gradient during
     training, with (solid) and without (dashed) the 1/√d_k scale, one colour per head dim."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.9))
     init = result["init"]
     d = np.array([r["head_dim"] for r in init])
@@ -160,10 +152,10 @@ def scale(result: dict):
     return fig
 
 
-def heads(result: dict):
+def pruning(result: dict):
     """Loss against the fraction of heads pruned (Michel et al.'s loop), one line per head count,
     with Voita et al.'s 38/48 marked; and the loss per task of each trained model."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.9), gridspec_kw={"width_ratios": [1.4, 1]})
     ax = axes[0]
     cmap = plt.get_cmap("viridis")
@@ -205,7 +197,7 @@ def heads(result: dict):
 
 def ff(result: dict):
     """Loss curves of the attention-only and the feed-forward stack on each task."""
-    plt = _plt()
+    plt = pyplot()
     tasks = list(dict.fromkeys(r["task"] for r in result["runs"]))
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 3.9))
     colors = {"attention-only": "#d62728", "with FF": "#1f77b4"}
@@ -229,7 +221,7 @@ def ff(result: dict):
 
 def crossattn(result: dict):
     """Training curve, loss against heads removed per attention mode, and the map-swap bars."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.9))
     ax = axes[0]
     steps = [r["step"] for r in result["train"]]

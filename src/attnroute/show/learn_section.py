@@ -16,11 +16,10 @@ from . import learn_figures
 TITLES = {
     "induction": "Learn: an induction circuit forms",
     "scale": "Learn: the 1/√d_k scale",
-    "heads": "Learn: how many heads can go",
+    "pruning": "Learn: how many heads can go",
     "ff": "Learn: what a feed-forward layer adds to routing",
     "crossattn": "Learn: cross-attention, measured per attention mode",
 }
-SECTIONS_MARK = "<!--__SECTIONS__-->"
 
 
 def section(result: dict, png: bytes | None = None) -> str:
@@ -44,8 +43,10 @@ def section(result: dict, png: bytes | None = None) -> str:
 
 
 def _rows(results: list[dict], pngs=None) -> str:
+    from .sections import row
+
     pngs = pngs or [None] * len(results)
-    return "".join(f'<div class="row" style="margin-top:18px">{section(r, p)}</div>' for r, p in zip(results, pngs))
+    return "".join(row(section(r, p)) for r, p in zip(results, pngs))
 
 
 def page(results: list[dict], pngs: list[bytes] | None = None) -> str:
@@ -57,9 +58,9 @@ def page(results: list[dict], pngs: list[bytes] | None = None) -> str:
 
 def insert(report_html: str, results: list[dict]) -> str:
     """The routing report with learn sections added below its cards."""
-    if SECTIONS_MARK not in report_html:
-        raise ValueError("the report template has no place for extra sections")
-    return report_html.replace(SECTIONS_MARK, _rows(results), 1)
+    from .sections import insert as insert_sections
+
+    return insert_sections(report_html, [_rows(results)])
 
 
 def _fmt(v) -> str:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cost.kv import spec_from_config
-from ..engine import InputError
 from ..read.capture import RoutingView
 from ..read.roles import ROLES
+from .jsonout import write_text
+from .sections import insert
 
 WEIGHT_BUDGET = 3_000_000  # bytes of attention weights embedded in the page
 
@@ -31,9 +31,7 @@ class Report:
     data: dict
 
     def save(self, path) -> Path:
-        path = Path(path)
-        path.write_text(self.html, encoding="utf-8")
-        return path
+        return write_text(path, self.html)  # atomic: an earlier page at the path stays whole if this fails
 
     def _repr_html_(self) -> str:  # Jupyter: the page inline, in a sandboxed iframe (its scripts stay in it)
         return (
@@ -75,8 +73,9 @@ def pack_weights(weights: list[np.ndarray], budget: int = WEIGHT_BUDGET) -> dict
     }
 
 
-def report_data(view: RoutingView) -> dict:
-    """The page's data (also its --json): [L, H] statistics, roles, tokens, packed weights, KV card."""
+def report_data(view: RoutingView, kv: dict | None = None) -> dict:
+    """The page's data (also its JSON): [L, H] statistics, roles, tokens, packed weights, and the KV card
+    ``kv`` (cost.kv_card: computed by the caller, a cost floor's formula; None: no card)."""
     table = view.table
     tokens = _readable(view.tokens)
     cols = {c: np.nan_to_num(v, nan=0.0).round(5).tolist() for c, v in table.columns.items()}
@@ -92,10 +91,10 @@ def report_data(view: RoutingView) -> dict:
         "stream_layer": [table.stream_layer(layer) for layer in range(table.layers)],
         "columns": cols,
         "roles": table.roles,
-        "meta": _jsonable(table.meta),
-        "has_effects": "grad_vs_ablation" in table.meta,
+        "meta": _jsonable(table.meta.to_dict()),
+        "has_effects": getattr(table.meta, "grad_vs_ablation", None) is not None,
         "weights": pack_weights(view.weights),
-        "kv": kv_card(view),
+        "kv": kv if kv is not None else {"unavailable": "no KV-cache card was computed for this page"},
         "corpus": corpus_card(view.corpus) if view.corpus is not None else None,
         "seconds": round(view.seconds, 1),
     }
@@ -110,7 +109,8 @@ def corpus_card(table) -> dict:
     def grid(a):
         return [[None if np.isnan(v) else round(float(v), 5) for v in row] for row in a]
 
-    imp = table.meta.get("importance", {})
+    meta = table.meta  # a CorpusMeta
+    imp = meta.importance
     rows = []
     for layer, h, d in table.top("ablation_delta", min(20, len(imp.get("candidates", [])))):
         if np.isnan(d):
@@ -132,9 +132,9 @@ def corpus_card(table) -> dict:
         else "no per-document ablation in this read"
     )
     return {
-        "source": table.meta.get("corpus", ""),
-        "n_documents": table.meta["n_documents"],
-        "n_tokens": table.meta["n_tokens"],
+        "source": meta.corpus,
+        "n_documents": meta.n_documents,
+        "n_tokens": meta.n_tokens,
         "statistics": list(CORPUS_STATISTICS),
         "mean": {c: grid(table[c]) for c in CORPUS_STATISTICS},
         "ci": {c: grid(table[f"{c}_ci"]) for c in CORPUS_STATISTICS},
@@ -145,26 +145,6 @@ def corpus_card(table) -> dict:
 
 def _readable(tokens: list[str]) -> list[str]:
     return [t.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\\n") for t in tokens]
-
-
-def kv_card(view: RoutingView) -> dict:
-    """The KV-cache card of a decoder-only model; for other kinds the reason there is none."""
-    if view.decoder_tokens is not None or any(k != "self" for k in view.table.attention):
-        return {"unavailable": "the KV-cache card covers decoder-only models; an encoder-decoder caches two streams"}
-    try:
-        spec, spec16 = spec_from_config(view.config, "fp32"), spec_from_config(view.config, "fp16")
-    except InputError as e:
-        return {"unavailable": str(e)}
-    ctx = view.context or len(view.tokens)
-    return {
-        "bytes_per_token_fp32": spec.bytes_per_token,
-        "bytes_per_token_fp16": spec16.bytes_per_token,
-        "context": ctx,
-        "at_context_fp16": spec16.cache_bytes(ctx),
-        "layers": spec.layers,
-        "kv_heads": spec.kv_heads,
-        "head_dim": spec.head_dim,
-    }
 
 
 def _jsonable(x):
@@ -195,10 +175,12 @@ def render(data: dict) -> str:
     return template.replace("/*__DATA__*/null", script_safe_json(page_data))
 
 
-def build(view: RoutingView) -> Report:
-    """The page for a RoutingView (read.capture.routing_view gathers one)."""
-    data = report_data(view)
-    return Report(render(data), data)
+def build(view: RoutingView, sections: list[str] = (), kv: dict | None = None) -> Report:
+    """The page for a RoutingView (read.capture.routing_view gathers one), with extra ``sections``
+    (show.sections.load_all: learn and experiment results) below its cards."""
+    data = report_data(view, kv)
+    page = render(data)
+    return Report(insert(page, list(sections)) if sections else page, data)
 
 
 __all__ = ["Report", "WEIGHT_BUDGET", "build", "pack_weights", "render", "report_data", "script_safe_json"]

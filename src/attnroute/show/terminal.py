@@ -91,9 +91,8 @@ ROLE_COLUMNS = {r.name: r.column for r in ROLES}  # the column that ranks heads 
 
 def headtable_tables(table) -> list[Table]:
     """Top heads per role, then weight versus effect."""
-    t = Table(
-        title=f"{table.model}: {table.layers} layers × {table.heads} heads, {table.meta.get('text_tokens')} text tokens"
-    )
+    tokens = getattr(table.meta, "text_tokens", None)
+    t = Table(title=f"{table.model}: {table.layers} layers × {table.heads} heads, {tokens} text tokens")
     for col in ("role", "heads", "top heads (layer.head: score)"):
         t.add_column(col)
     for role, col in ROLE_COLUMNS.items():
@@ -101,7 +100,8 @@ def headtable_tables(table) -> list[Table]:
         ranked = sorted(heads, key=lambda lh: -float(table[col][lh]))[:5]
         t.add_row(role, str(len(heads)), ", ".join(f"L{l}.H{h}: {table[col][l, h]:.2f}" for l, h in ranked))
     out = [t]
-    if "grad_vs_ablation" in table.meta:
+    agreement = getattr(table.meta, "grad_vs_ablation", None)
+    if agreement is not None:
         e = Table(title="weight versus effect: top heads by zero-ablation Δ")
         for col in (
             "head",
@@ -130,7 +130,7 @@ def headtable_tables(table) -> list[Table]:
                     )
                 ),
             )
-        a = table.meta["grad_vs_ablation"]
+        a = agreement
         k = a["k"]
         e.caption = (
             f"gradient estimate vs exact zero-ablation: Spearman {a['spearman']:.2f}, "
@@ -138,6 +138,89 @@ def headtable_tables(table) -> list[Table]:
         )
         out.append(e)
     return out
+
+
+def windows_table(title: str, rows: list[dict], columns: dict[str, str]) -> Table:
+    """One row per window of layers ("first–last"), then a column per format string over the row."""
+    table = Table(title=title)
+    for col in ("layers", *columns):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(f"{r['layers'][0]}–{r['layers'][1]}", *(fmt.format(**r) for fmt in columns.values()))
+    return table
+
+
+def knockout_table(result: dict) -> Table:
+    return windows_table(
+        f"p({result['target']['token']!r}) = {result['p_target_clean']:.4f} clean",
+        result["windows"],
+        {
+            "Δp route": "{delta_p_route:+.4f}",
+            "Δp control": "{delta_p_control:+.4f}",
+            "Δ−log p route": "{delta_nll_route:+.4f}",
+            "Δ−log p control": "{delta_nll_control:+.4f}",
+        },
+    )
+
+
+def swap_table(result: dict) -> Table:
+    return windows_table(
+        f"top token: A {result['top_a']!r}, B {result['top_b']!r}",
+        result["layers"],
+        {
+            "KL(swapped ‖ B)": "{kl_from_b:.4f}",
+            "KL(swapped ‖ A)": "{kl_from_a:.4f}",
+            "p(A's top)": "{p_top_a:.4f}",
+            "p(B's top)": "{p_top_b:.4f}",
+        },
+    )
+
+
+def needle_table(result: dict) -> Table:
+    table = Table(title=f"needle retrieval, retrieval heads {result['retrieval_heads']}")
+    for col in ("tokens", "answered", "answer", "weight on needle (retrieval heads)", "entropy", "best head"):
+        table.add_column(col)
+    for r in result["lengths"]:
+        best = r["best_head"]
+        table.add_row(
+            str(r["length"]),
+            "yes" if r["answered"] else "no",
+            repr(r["answer"]),
+            " ".join(f"{h['needle_weight']:.3f}" for h in r["retrieval_heads"]),
+            " ".join(f"{h['entropy']:.2f}" for h in r["retrieval_heads"]),
+            f"L{best['layer']}.H{best['head']} {best['needle_weight']:.3f}",
+        )
+    return table
+
+
+def read_notes(meta) -> list[str]:
+    """The lines a read prints on stderr beside its tables (``meta``: a HeadTable's ReadMeta): the routing
+    check (or that it was skipped), the ablation statement, a cut text, a corpus read's significance."""
+    check = meta.routing_check
+    if check is None:
+        lines = ["note: routing check skipped (--no-verify): numbers are not verified"]
+    else:
+        lines = [
+            f"routing check: max |Δ {check['compared']}| = {check['max_abs_diff']:.2g} against the model's own eager "
+            f"attention (tolerance {check['tolerance']:.2g})"
+        ]
+    if getattr(meta, "ablation", None):
+        lines.append(f"ablation: {meta.ablation['statement']}")
+    if getattr(meta, "tokens_cut", 0):
+        lines.append(
+            f"note: the text was cut to its first {meta.text_tokens} tokens ({meta.tokens_cut} dropped; "
+            "--max-tokens or the model's context)"
+        )
+    imp = getattr(meta, "importance", {})
+    if "n_significant" in imp:
+        lines.append(
+            f"importance: {imp['n_significant']} of {len(imp['candidates'])} candidate heads change the loss "
+            f"significantly over {imp['documents']} documents ({imp['correction']})"
+        )
+    return lines
+
+
+LABELS = {"load": "loading: ", "warn": "note: ", "stage": "stage: ", "checkpoint": "checkpoint: "}
 
 
 class ReadProgress:
@@ -151,7 +234,7 @@ class ReadProgress:
 
         self.console, self.live, self.clock = console, console.is_terminal, time.perf_counter
         self.t0 = self.clock()
-        self.progress, self.tasks, self.ablate_started = None, {}, None
+        self.progress, self.tasks, self._last_line = None, {}, -1e9
         if self.live:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -178,45 +261,31 @@ class ReadProgress:
         # soft_wrap: a log line stays one line (rich would wrap at 80 columns when stderr is a file)
         self.console.print(f"[{self.clock() - self.t0:6.1f} s] {text}", highlight=False, soft_wrap=True, markup=False)
 
-    def __call__(self, kind, payload=None):
-        if kind in ("load", "warn", "stage"):
-            label = {"load": "loading", "warn": "note", "stage": "stage"}[kind]
-            (self.progress.console.print if self.progress else self._line)(f"{label}: {payload}")
-            return
-        if kind == "layer":  # text statistics, one call per layer
-            if self.progress:
-                self._advance("text statistics (layers)", None)
-            return
-        if kind == "corpus":  # {"done", "total", "tokens", "seen", "seconds"}: documents of this rank
-            p = payload
-            rate_d, rate_t = p["seen"] / max(p["seconds"], 1e-9), p["tokens"] / max(p["seconds"], 1e-9)
-            eta = (p["total"] - p["done"]) / max(rate_d, 1e-9)
-            text = f"documents {p['done']}/{p['total']}, {rate_d:.2f} docs/s, {rate_t:.0f} tokens/s, ETA {eta:.0f} s"
-            if self.progress:
-                self._advance("corpus", p["total"], key="corpus", completed=p["done"])
-                self.progress.update(self.tasks["corpus"], description=text)
-            elif self.clock() - getattr(self, "_last_corpus", -1e9) >= 5 or p["done"] == p["total"]:
-                self._last_corpus = self.clock()
-                self._line(text)
-            return
-        if kind == "rank":  # the per-rank summary at the end
-            p = payload
-            text = (
-                f"rank {p['rank']}: {p['documents']} documents, {p['tokens']} tokens in {p['seconds']:.1f} s "
-                f"({p['tokens'] / max(p['seconds'], 1e-9):.0f} tokens/s)"
-                + (f"; {p['resumed']} read before the resume" if p["resumed"] else "")
+    def __call__(self, event) -> None:
+        """One progress.Event: a line for load/warn/stage/rank, a bar (or a line every few seconds when
+        not on a terminal) for the counters."""
+        kind, text = event.stage, event.message
+        if kind in ("load", "warn", "stage", "checkpoint", "rank"):
+            label = {"load": "loading: ", "warn": "note: ", "stage": "stage: ", "checkpoint": "checkpoint: "}.get(
+                kind, ""
             )
-            (self.progress.console.print if self.progress else self._line)(text)
-            return
-        if kind == "ablate":  # (mode, layer, heads done, heads total)
-            mode, layer, done, total = payload
-            self.ablate_started = self.ablate_started or self.clock()
-            spent = self.clock() - self.ablate_started
-            eta = spent / max(done, 1) * (total - done)
+            (self.progress.console.print if self.progress else self._line)(f"{label}{text}")
+        elif kind == "layer":  # text statistics, one event per layer
             if self.progress:
-                self._advance(f"exact ablation ({mode}, layer {layer})", total, key="ablate", completed=done)
+                self._advance("text statistics (layers)", event.total, completed=event.done)
+        elif kind == "corpus":  # documents of this rank
+            line = f"{text}, ETA {event.eta:.0f} s"
+            if self.progress:
+                self._advance("corpus", event.total, key="corpus", completed=event.done)
+                self.progress.update(self.tasks["corpus"], description=line)
+            elif self.clock() - self._last_line >= 5 or event.done == event.total:
+                self._last_line = self.clock()
+                self._line(line)
+        elif kind == "ablate":  # exact ablation: heads done of the sweep
+            if self.progress:
+                self._advance(f"exact ablation ({text})", event.total, key="ablate", completed=event.done)
             else:
-                self._line(f"ablation {mode}: layer {layer}, {done}/{total} heads, ETA {eta:.0f} s")
+                self._line(f"ablation {text}: {event.done}/{event.total} heads, ETA {event.eta:.0f} s")
 
     def _advance(self, desc, total, key=None, completed=None):
         key = key or desc
@@ -353,7 +422,7 @@ def _curves(result: dict):
                 f"repeat loss d_k={r['head_dim']} {'1/√d_k' if r['scaled'] else 'no scale'}",
                 r["curves"]["loss_repeat"],
             )
-    elif kind == "heads":
+    elif kind == "pruning":
         for r in result["runs"]:
             yield f"loss vs heads pruned, {r['heads']} head(s)/layer", [p["loss"] for p in r["prune"]]
     elif kind == "ff":

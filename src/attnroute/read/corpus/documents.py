@@ -12,11 +12,13 @@ Documents are numbered 0, 1, 2 … in this order; the order is what shards and r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine import InputError
+from ...engine import InputError
 
 
 class CorpusError(InputError):
@@ -24,17 +26,6 @@ class CorpusError(InputError):
 
     def __init__(self, message: str):
         super().__init__(message, field="corpus")
-
-
-def describe(path: Path, field: str, per_line: bool) -> str:
-    kind = corpus_kind(path)
-    return {
-        "txt": f"{path.name}: one document per {'line' if per_line else 'blank-line-separated block'}",
-        "jsonl": f"{path.name}: one document per line, the {field!r} field",
-        "dir": f"{path.name}/: one document per .txt file",
-        "dataset": f"{path.name}/: a saved Hugging Face dataset, the {field!r} column",
-        "parquet": f"{path.name}: parquet rows, the {field!r} column",
-    }[kind]
 
 
 def corpus_kind(path: Path) -> str:
@@ -58,24 +49,55 @@ def corpus_kind(path: Path) -> str:
     raise CorpusError(f"{path}: expected a .txt, .jsonl or .parquet file, a directory of .txt files or a saved dataset")
 
 
+@dataclass(frozen=True)
+class Corpus:
+    """A corpus named once: its kind is found when it is made (a bad path fails here, before any model
+    loads), and each iteration streams the documents in order (empty ones skipped), at most ``limit``."""
+
+    path: Path
+    field: str = "text"
+    per_line: bool = False
+    limit: int | None = None
+    kind: str = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+        object.__setattr__(self, "kind", corpus_kind(self.path))
+
+    def __iter__(self) -> Iterator[str]:
+        source = {"txt": _txt, "jsonl": _jsonl, "dir": _dir, "dataset": _dataset, "parquet": _parquet}[self.kind]
+        n = 0
+        for text in source(self.path, self.field, self.per_line):
+            if not text or not text.strip():
+                continue
+            if self.limit is not None and n >= self.limit:
+                return
+            n += 1
+            yield text
+
+    def scan(self) -> tuple[int, str | None]:
+        """(how many documents, the first one) in one streamed pass: every document is parsed, so a bad
+        line anywhere is refused here, before the model loads."""
+        n, first = 0, None
+        for text in self:
+            first = text if first is None else first
+            n += 1
+        return n, first
+
+    def describe(self) -> str:
+        name, field = self.path.name, self.field
+        return {
+            "txt": f"{name}: one document per {'line' if self.per_line else 'blank-line-separated block'}",
+            "jsonl": f"{name}: one document per line, the {field!r} field",
+            "dir": f"{name}/: one document per .txt file",
+            "dataset": f"{name}/: a saved Hugging Face dataset, the {field!r} column",
+            "parquet": f"{name}: parquet rows, the {field!r} column",
+        }[self.kind]
+
+
 def documents(path, field: str = "text", per_line: bool = False, limit: int | None = None) -> Iterator[str]:
-    """The corpus's documents in order (empty ones skipped), at most ``limit``."""
-    path = Path(path)
-    kind = corpus_kind(path)
-    source = {"txt": _txt, "jsonl": _jsonl, "dir": _dir, "dataset": _dataset, "parquet": _parquet}[kind]
-    n = 0
-    for text in source(path, field, per_line):
-        if not text or not text.strip():
-            continue
-        if limit is not None and n >= limit:
-            return
-        n += 1
-        yield text
-
-
-def count(path, field: str = "text", per_line: bool = False, limit: int | None = None) -> int:
-    """How many documents ``documents`` will yield (one streamed pass; for ETAs and shard sizes)."""
-    return sum(1 for _ in documents(path, field, per_line, limit))
+    """The documents of ``Corpus(path, field, per_line, limit)``, streamed."""
+    return iter(Corpus(path, field, per_line, limit))
 
 
 def _txt(path: Path, field: str, per_line: bool) -> Iterator[str]:
@@ -110,7 +132,7 @@ def _jsonl(path: Path, field: str, per_line: bool) -> Iterator[str]:
                 ) from None
             if not isinstance(obj, dict) or field not in obj:
                 keys = ", ".join(sorted(obj)) if isinstance(obj, dict) else type(obj).__name__
-                raise CorpusError(f"{path}:{i}: no {field!r} field (it has: {keys}); choose one with --field")
+                raise CorpusError(f"{path}:{i}: no {field!r} field (it has: {keys}); choose one with `field`")
             if not isinstance(obj[field], str):
                 raise CorpusError(f"{path}:{i}: the {field!r} field is {type(obj[field]).__name__}, not text")
             yield obj[field]
@@ -135,7 +157,7 @@ def _dataset(path: Path, field: str, per_line: bool) -> Iterator[str]:
         raise CorpusError(f"{path} holds several splits ({', '.join(ds.keys())}); give the directory of one split")
     if field not in ds.column_names:
         raise CorpusError(
-            f"{path}: no {field!r} column (it has: {', '.join(ds.column_names)}); choose one with --field"
+            f"{path}: no {field!r} column (it has: {', '.join(ds.column_names)}); choose one with `field`"
         )
     for batch in ds.select_columns([field]).iter(batch_size=64):
         yield from batch[field]
@@ -148,9 +170,11 @@ def _parquet(path: Path, field: str, per_line: bool) -> Iterator[str]:
     for f in files:
         pf = pq.ParquetFile(f)
         if field not in pf.schema_arrow.names:
-            raise CorpusError(f"{f}: no {field!r} column (it has: {', '.join(pf.schema_arrow.names)}); use --field")
+            raise CorpusError(
+                f"{f}: no {field!r} column (it has: {', '.join(pf.schema_arrow.names)}); choose one with `field`"
+            )
         for batch in pf.iter_batches(batch_size=64, columns=[field]):
             yield from batch.column(0).to_pylist()
 
 
-__all__ = ["CorpusError", "corpus_kind", "count", "describe", "documents"]
+__all__ = ["Corpus", "CorpusError", "corpus_kind", "documents"]

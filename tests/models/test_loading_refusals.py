@@ -7,9 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from attnroute import models
 from attnroute.cli import main
-from attnroute.read import models
-from attnroute.read.models import ModelLoadError, content_key, load
+from attnroute.models import ModelLoadError, content_key, load
 
 pytestmark = pytest.mark.slow
 

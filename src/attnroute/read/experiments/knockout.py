@@ -24,10 +24,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..engine import InputError, KnockoutEdges
-from .adapter import routed
-from .models import LoadedModel, load
-from .stimuli import encode_text
+from ...engine import InputError, KnockoutEdges
+from ...engine.jsonable import Result
+from ...models import LoadedModel, load
+from ...progress import reporter
+from ...settings import KnockoutSettings
+from ..adapter import routed
+from ..stimuli import encode_text
 
 
 class KnockoutError(InputError):
@@ -35,7 +38,7 @@ class KnockoutError(InputError):
 
 
 @dataclass
-class KnockoutResult:
+class KnockoutResult(Result):
     model: str
     text: str
     tokens: list[str]
@@ -135,23 +138,17 @@ def _measure(loaded, batch, target_id: int, interventions=(), logits=None) -> tu
     return p, loss
 
 
-def knockout(
-    model,
-    text: str,
-    *,
-    source: str,
-    target: str,
-    window: int = 5,
-    heads: list[int] | None = None,
-    target_token: str | None = None,
-    seed: int = 0,
-) -> KnockoutResult:
-    """Cut the route source → target in every window of ``window`` layers; see the module docstring."""
-    loaded = model if isinstance(model, LoadedModel) else load(model)
+def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings | None = None, progress=None, **fields):
+    """Cut the route source → target in every window of ``window`` layers; see the module docstring. The
+    fields are KnockoutSettings' (source, target, window, heads, target_token, seed), or pass ``settings``."""
+    s = KnockoutSettings.of(settings, model, fields, text=text)
+    say = reporter(progress)
+    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    say("stage", f"knocking out {s.source!r} → {s.target!r} in every {s.window}-layer window")
+    text, source, target, window, target_token, seed = s.text, s.source, s.target, s.window, s.target_token, s.seed
+    heads = list(s.heads) if s.heads is not None else None
     if not loaded.causal:
         raise KnockoutError("route knockout measures a causal LM's next-token prediction; this model is not one")
-    if not text or not text.strip():
-        raise KnockoutError("the text is empty", field="text")
     ids, _ = encode_text(loaded.tokenizer, text, loaded.max_positions or None)
     L = loaded.n_layers
     if not 1 <= window <= L:
@@ -179,7 +176,9 @@ def knockout(
     else:
         tid = loaded.tokenizer(target_token, add_special_tokens=False)["input_ids"]
         if len(tid) != 1:
-            raise KnockoutError(f"target token {target_token!r} is {len(tid)} tokens; give one token", field="token")
+            raise KnockoutError(
+                f"target token {target_token!r} is {len(tid)} tokens; give one token", field="target_token"
+            )
         target_id = int(tid[0])
     p_clean, loss_clean = _measure(loaded, batch, target_id, logits=clean)
     result = KnockoutResult(

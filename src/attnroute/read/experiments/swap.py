@@ -2,7 +2,7 @@
 weights prompt A produced substituted in chosen layers and heads, and change nothing else — B's values,
 B's residual stream — then compare B's output with and without A's routes.
 
-    result = map_swap("smollm2", "The capital of France is", "The capital of Spain is")
+    result = swap("smollm2", "The capital of France is", "The capital of Spain is")
 
 The two prompts must have the same number of tokens (a map is [T, T]); otherwise refused. Per layer
 (or per window of ``window`` layers), at the last position: the KL divergence of the swapped output
@@ -17,19 +17,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..engine import InputError, SubstituteWeights
-from .adapter import routed
-from .capture import capture_weights
-from .models import LoadedModel, load
-from .stimuli import encode_text
+from ...engine import InputError, SubstituteWeights
+from ...engine.jsonable import Result
+from ...models import LoadedModel, load
+from ...progress import reporter
+from ...settings import SwapSettings
+from ..adapter import routed
+from ..capture import capture_weights
+from ..stimuli import encode_text
 
 
-class MapSwapError(InputError):
+class SwapError(InputError):
     """Two prompts whose maps cannot be exchanged."""
 
 
 @dataclass
-class MapSwapResult:
+class SwapResult(Result):
     model: str
     tokens_a: list[str]
     tokens_b: list[str]
@@ -73,31 +76,45 @@ def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> float:
     return float((p_log.exp() * (p_log - q_log)).sum())
 
 
-def map_swap(model, prompt_a: str, prompt_b: str, *, window: int = 1, heads: list[int] | None = None) -> MapSwapResult:
-    """B run with A's weights in each window of ``window`` layers (all heads, or ``heads``)."""
-    loaded = model if isinstance(model, LoadedModel) else load(model)
+def swap(
+    model=None,
+    prompt_a: str | None = None,
+    prompt_b: str | None = None,
+    *,
+    settings: SwapSettings | None = None,
+    progress=None,
+    **fields,
+) -> SwapResult:
+    """B run with A's weights in each window of ``window`` layers (all heads, or ``heads``). The fields are
+    SwapSettings' (window, heads), or pass ``settings``."""
+    s = SwapSettings.of(settings, model, fields, prompt_a=prompt_a, prompt_b=prompt_b)
+    say = reporter(progress)
+    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    say("stage", f"running B with A's maps in every {s.window}-layer window")
+    prompt_a, prompt_b, window = s.prompt_a, s.prompt_b, s.window
+    heads = list(s.heads) if s.heads is not None else None
     if not loaded.causal:
-        raise MapSwapError("map swap compares a causal LM's next-token prediction; this model is not one")
+        raise SwapError("map swap compares a causal LM's next-token prediction; this model is not one")
     ids_a, _ = encode_text(loaded.tokenizer, prompt_a, None)
     ids_b, _ = encode_text(loaded.tokenizer, prompt_b, None)
     if ids_a.shape != ids_b.shape:
-        raise MapSwapError(
+        raise SwapError(
             f"the prompts have {ids_a.shape[1]} and {ids_b.shape[1]} tokens; a map swap needs the same count "
             "(change a word for one of as many tokens)",
             field="prompt_b",
         )
     L, H = loaded.n_layers, loaded.n_heads
     if not 1 <= window <= L:
-        raise MapSwapError(f"window must be between 1 and the model's {L} layers, got {window}", field="window")
+        raise SwapError(f"window must be between 1 and the model's {L} layers, got {window}", field="window")
     bad = [h for h in heads or [] if not 0 <= h < H]
     if bad:
-        raise MapSwapError(f"head {bad[0]} does not exist: the model has {H} heads", field="heads")
+        raise SwapError(f"head {bad[0]} does not exist: the model has {H} heads", field="heads")
     heads_used = list(range(H)) if heads is None else list(heads)
     maps_a = capture_weights(loaded, ids_a)  # L × [H, T, T]
     log_a, log_b = _last_logprobs(loaded, ids_a), _last_logprobs(loaded, ids_b)
     top_a, top_b = int(log_a.argmax()), int(log_b.argmax())
     tok = loaded.tokenizer
-    result = MapSwapResult(
+    result = SwapResult(
         loaded.name,
         tok.convert_ids_to_tokens(ids_a[0].tolist()),
         tok.convert_ids_to_tokens(ids_b[0].tolist()),
@@ -124,4 +141,4 @@ def map_swap(model, prompt_a: str, prompt_b: str, *, window: int = 1, heads: lis
     return result
 
 
-__all__ = ["MapSwapError", "MapSwapResult", "map_swap"]
+__all__ = ["SwapError", "SwapResult", "swap"]

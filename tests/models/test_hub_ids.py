@@ -5,10 +5,9 @@ hub: the online cases meet a real connection error.)"""
 import shutil
 
 import pytest
+from read.zoo import build  # the tiny-model zoo of tests/read
 
-from attnroute.read.models import ModelLoadError, load
-
-from .zoo import build
+from attnroute.models import ModelLoadError, load
 
 
 def cache_with(tmp_path, repo: str, files_from) -> None:

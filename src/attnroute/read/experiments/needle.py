@@ -12,15 +12,20 @@ lengths, beside the best head at each length.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import torch
 
-from ..engine import InputError
-from ..engine.fused_probes import FusedKeyMass, FusedRowStats
-from ..engine.probes import PerLayer
-from .adapter import routed
-from .models import LoadedModel, load
-from .stimuli import encode_text
+from ...engine import InputError
+from ...engine.fused_probes import FusedKeyMass, FusedRowStats
+from ...engine.jsonable import Result
+from ...engine.probes import PerLayer
+from ...models import LoadedModel, load
+from ...progress import reporter
+from ...settings import NeedleSettings
+from ..adapter import routed
+from ..stimuli import encode_text
 
 NEEDLE = " The secret code is {code}."
 QUESTION = " What is the secret code? The secret code is"
@@ -64,7 +69,7 @@ def probe_length(loaded: LoadedModel, ids: torch.Tensor, code_pos: list[int], co
     mass = PerLayer(FusedKeyMass)
 
     def set_needle(layer, module, q, k, v):
-        mass._probe(layer).vectors = indicator.to(q.dtype).expand(1, H, T, 1)
+        mass.for_layer(layer).vectors = indicator.to(q.dtype).expand(1, H, T, 1)
 
     cache = DynamicCache(config=loaded.model.config)
     with routed(loaded, probes=[rows, mass], impl="fused", before_attend=[set_needle]):
@@ -82,15 +87,17 @@ def probe_length(loaded: LoadedModel, ids: torch.Tensor, code_pos: list[int], co
     return needle_mass, entropy, text, code in text.replace(" ", "")
 
 
-def dilution(
-    model, lengths=(256, 512, 1024, 2048, 4096, 8192), *, code: str = "4729", seed: int = 0, top: int = 3, progress=None
-) -> dict:
-    """The probe at each length (see the module docstring)."""
-    say = progress or (lambda *a: None)
-    loaded = model if isinstance(model, LoadedModel) else load(model)
+def needle(
+    model=None, lengths=None, *, settings: NeedleSettings | None = None, progress=None, **fields
+) -> NeedleResult:
+    """The probe at each length (see the module docstring). The fields are NeedleSettings' (lengths, seed,
+    code, top), or pass ``settings``."""
+    s = NeedleSettings.of(settings, model, fields, **({} if lengths is None else {"lengths": tuple(lengths)}))
+    say = reporter(progress)
+    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
     if not loaded.causal:
         raise InputError("the needle probe asks a causal LM to answer; this model is not one", field="model")
-    lengths = sorted(int(n) for n in lengths)
+    lengths, code, seed, top = list(s.lengths), s.code, s.seed, s.top
     limit = loaded.max_positions or max(lengths)
     if lengths[-1] > limit:
         raise InputError(f"length {lengths[-1]} exceeds the model's {limit} positions", field="lengths")
@@ -134,21 +141,37 @@ def dilution(
                 "mean_needle_weight": float(p["mass"].mean()),
             }
         )
-    lines = [
-        f"{r['length']:,} tokens: {'answered' if r['answered'] else 'missed'}; best head "
-        f"L{r['best_head']['layer']}.H{r['best_head']['head']} puts {r['best_head']['needle_weight']:.2f} on the needle"
-        for r in rows
-    ]
-    return {
-        "experiment": "needle",
-        "verdict": {"lines": lines},
-        "summary": {"lengths": len(rows), "answered": sum(r["answered"] for r in rows)},
-        "model": loaded.name,
-        "code": code,
-        "seed": seed,
-        "retrieval_heads": heads,
-        "lengths": rows,
-    }
+    return NeedleResult(loaded.name, code, seed, heads, rows)
 
 
-__all__ = ["dilution", "haystack", "probe_length"]
+@dataclass
+class NeedleResult(Result):
+    """Per length: whether the model answered, the retrieval heads' weight on the needle and entropy, the
+    best head."""
+
+    model: str
+    code: str
+    seed: int
+    retrieval_heads: list[tuple[int, int]]
+    lengths: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        lines = [
+            f"{r['length']:,} tokens: {'answered' if r['answered'] else 'missed'}; best head "
+            f"L{r['best_head']['layer']}.H{r['best_head']['head']} puts {r['best_head']['needle_weight']:.2f} "
+            "on the needle"
+            for r in self.lengths
+        ]
+        return {
+            "experiment": "needle",
+            "verdict": {"lines": lines},
+            "summary": {"lengths": len(self.lengths), "answered": sum(r["answered"] for r in self.lengths)},
+            "model": self.model,
+            "code": self.code,
+            "seed": self.seed,
+            "retrieval_heads": self.retrieval_heads,
+            "lengths": self.lengths,
+        }
+
+
+__all__ = ["NeedleResult", "haystack", "needle", "probe_length"]

@@ -6,25 +6,25 @@ import json
 import pytest
 
 from attnroute.cli import main
-from attnroute.read.mapswap import MapSwapError, map_swap
+from attnroute.read.experiments.swap import SwapError, swap
 
 A, B = "The capital of France is the city of", "The capital of Spain is the city of"
 
 
 def test_swapping_a_prompts_own_maps_changes_nothing(smollm2):
-    r = map_swap(smollm2, B, B, window=10).to_dict()
+    r = swap(smollm2, B, B, window=10).to_dict()
     assert max(row["kl_from_b"] for row in r["layers"]) < 1e-6
 
 
 def test_one_word_apart_the_swapped_output_stays_with_b(smollm2):
-    r = map_swap(smollm2, A, B, window=5).to_dict()
+    r = swap(smollm2, A, B, window=5).to_dict()
     assert r["top_a"] == " Paris" and r["top_a"] != r["top_b"] and len(r["layers"]) == 26
     assert all(row["kl_from_b"] < 0.1 < row["kl_from_a"] for row in r["layers"])
 
 
 def test_different_token_counts_are_refused(smollm2):
-    with pytest.raises(MapSwapError, match="same count"):
-        map_swap(smollm2, "The capital of France is", "The capital of the United Kingdom is")
+    with pytest.raises(SwapError, match="same count"):
+        swap(smollm2, "The capital of France is", "The capital of the United Kingdom is")
 
 
 def test_cli_json(smollm2, tmp_path, capsys):

@@ -1,0 +1,71 @@
+"""`attnroute check` as one call: resolve the target (one function, or every attention of an `hf:`
+model), run the battery on each, and refuse a target that could not be called at all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..engine.jsonable import Result
+from ..errors import InputError
+from ..settings import CheckSettings
+from .report import CheckReport, check, select
+from .targets import resolve
+
+
+@dataclass
+class CheckRun(Result):
+    """The reports of one `check` call: one per target function (an `hf:` model can give several)."""
+
+    target: str
+    strict: bool
+    reports: list[CheckReport] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.reports)
+
+    def to_dict(self) -> dict:
+        if len(self.reports) == 1:
+            return self.reports[0].to_dict()
+        return {
+            "target": self.target,
+            "passed": self.passed,
+            "strict": self.strict,
+            "targets": [r.to_dict() for r in self.reports],
+            "checks": [c for r in self.reports for c in r.to_dict()["checks"]],
+        }
+
+    def summaries(self) -> list[str]:
+        return [r.summary() for r in self.reports]
+
+
+def audit(settings: CheckSettings | None = None, **fields) -> CheckRun:
+    """Run the battery on ``settings.target`` (module:function, torch.sdpa, hf:NAME, …)."""
+    s = CheckSettings.of(settings, None, fields)
+    only, skip = list(s.only) if s.only else None, list(s.skip) if s.skip else None
+    targets = resolve(s.target, s.convention)
+    select(only, skip, {n for t in targets for n in t.extras})
+    reports = [
+        check(
+            t.fn,
+            t.convention,
+            only=only,
+            skip=skip,
+            name=t.name,
+            scale=s.scale if s.scale is not None else t.scale,
+            strict=s.strict,
+            timeout=s.timeout,
+            head_dim=t.head_dim,
+            mask_family=t.mask_family,
+            mask_source=t.mask_source,
+            extras=t.extras,
+        )
+        for t in targets
+    ]
+    if not any(r.called_at_all for r in reports):
+        first = next((c.detail for r in reports for c in r.checks), "no checks ran")
+        raise InputError(f"cannot call {s.target} with [B, H, Tq, D] tensors: {first}", field="target")
+    return CheckRun(s.target, s.strict, reports)
+
+
+__all__ = ["CheckRun", "audit"]

@@ -1,0 +1,97 @@
+"""attnroute's command line: each command parses its flags, builds a settings object, calls one
+function of the floors below and hands the result to show/.
+
+    attnroute report | heads | knockout | swap | needle | check | cost | learn | bench
+
+Exit status: 0 success, 1 a check failed, 2 bad input or a target that cannot be loaded, 130
+interrupted. Every refusal is an InputError raised below this floor; main() maps it once to one line
+on stderr, the field named as its flag, never a traceback.
+
+Output conventions, the same on every command:
+    --json [PATH]   write the result as JSON to PATH; `--json` alone or `--json -` means stdout
+                    (then stdout carries only the JSON and tables go to stderr)
+    --plot PATH, --png-dir DIR, --out PATH   files are written only where the user names them
+                    (`report` writes routing-report.html when --out is left out: the page is the product)
+
+No module of this package imports torch when it is imported: `attnroute --help` and a bad flag answer
+before torch loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+from ..errors import InputError, Interrupted
+from . import bench, check, cost, experiments, heads, learn, report
+
+COMMANDS = (bench, heads, experiments, check, report, learn, cost)  # each adds its parsers to the CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attnroute", description="Transformer attention as routing.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.add(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except InputError as e:  # one line, never a traceback
+        print(f"error: {refusal_line(e, command_parser(parser, args), getattr(args, 'fields', {}))}", file=sys.stderr)
+        return 2
+    except Interrupted as e:  # Ctrl-C in a long read: where it stopped, how to resume
+        print(f"interrupted: {e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `attnroute … | head`: the reader left; nothing more to say
+        sys.stderr.close()
+        return 0
+
+
+def refusal_line(e: InputError, command: argparse.ArgumentParser, aliases: dict | None = None) -> str:
+    """The one line for a refusal, with fields named as the flags the user typed.
+
+    Library messages name fields, never flags. Three forms name a field, and only they are mapped: the
+    message's first word when it is the error's own field (``max_tokens must be …`` → ``--max-tokens
+    must be …``), a field in backticks (```model``` → ``--model``), and a field spelled with an
+    underscore (``kv_heads``: no English word has one). Other words are left alone, so a word of the
+    user's text that happens to be a flag's name stays a word. When the field has a flag and the
+    message did not name it, the flag leads.
+    """
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    flags = {a.dest: max(a.option_strings, key=len) for a in command._actions if a.option_strings}
+    flags.update(aliases or {})
+    named = False
+    if e.field in flags and re.match(rf"{re.escape(e.field)}(?![\w-])", msg):
+        msg, named = flags[e.field] + msg[len(e.field) :], True
+    for field in set(re.findall(r"`([a-z_]+)`", msg)):
+        if field in flags:
+            msg = msg.replace(f"`{field}`", flags[field])
+            named |= field == e.field
+    for field in (f for f in flags if "_" in f):
+        msg, n = re.subn(rf"(?<![\w`-]){re.escape(field)}(?=[\s:,;)]|$)", flags[field], msg)  # a name, not x=1
+        named |= bool(n) and field == e.field
+    if e.field in flags and not named:
+        msg = f"{flags[e.field]}: {msg}"
+    return msg
+
+
+def command_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The (sub)subparser that parsed this command line: its options are the flags to name."""
+    p = parser
+    while True:
+        sub = next((a for a in p._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(args, sub.dest, None) if sub else None
+        if name not in (sub.choices if sub else {}):
+            return p
+        p = sub.choices[name]
+
+
+__all__ = ["build_parser", "main", "refusal_line"]

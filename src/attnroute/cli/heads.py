@@ -1,0 +1,124 @@
+"""`attnroute heads`: per-head routing statistics, roles and effects of a real model, on one text or
+a corpus (streamed; under torchrun one shard per rank, rank 0 writes)."""
+
+from __future__ import annotations
+
+from ..errors import InputError
+from ..settings import DEFAULT_EXACT, CorpusSettings, HeadsSettings, probe_seeds
+from .common import emit_json, json_flag, model_flag, notes, outputs, read_progress, read_text_arg, say, tables
+
+FIELDS = {"seeds": "--seed"}  # settings fields whose flag is not --field-name
+
+
+def add(sub) -> None:
+    h = sub.add_parser("heads", help="per-head routing statistics, roles and ablation effects of a real model")
+    model_flag(h)
+    h.add_argument("--text", help="the text to read (default: a built-in paragraph)")
+    h.add_argument("--file", help="read the text from this UTF-8 file")
+    h.add_argument("--max-tokens", type=int, help="cut the text to this many tokens (default: the model's context)")
+    h.add_argument("--seed", type=int, default=0, help="first probe seed (three are used)")
+    json_flag(h, "the HeadTable")
+    h.add_argument("--csv", help="write the HeadTable as CSV")
+    h.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep and gradient estimate")
+    h.add_argument(
+        "--exact",
+        default=str(DEFAULT_EXACT),
+        help=f"heads to ablate exactly: the top N of the gradient estimate (default {DEFAULT_EXACT}), or 'all' for "
+        "the full sweep",
+    )
+    h.add_argument(
+        "--modes", default="zero", help="exact ablation modes, comma-separated: zero (default), mean, uniform"
+    )
+    h.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the run-time check of routed attention against the model's own eager attention",
+    )
+    h.add_argument(
+        "--max-weight",
+        action="store_true",
+        help="also the row maximum and argmax offsets (a second, blocked pass over the weights)",
+    )
+    corpus_flags(h)
+    h.add_argument(
+        "--importance-tokens",
+        type=int,
+        default=256,
+        help="per-document ablation effect on each document's first N tokens (default 256)",
+    )
+    h.add_argument(
+        "--checkpoint", help="write the corpus accumulator here every --checkpoint-every documents; rerun to resume"
+    )
+    h.add_argument("--checkpoint-every", type=int, default=10, help="documents between checkpoints (default 10)")
+    h.set_defaults(fn=run, fields=FIELDS)
+
+
+def corpus_flags(p) -> None:
+    """The corpus flags heads and report share."""
+    p.add_argument(
+        "--corpus",
+        help="read a corpus instead of one text: a .txt (blank-line-separated documents), a .jsonl, a directory of "
+        ".txt files, a .parquet file or a saved Hugging Face dataset; streamed",
+    )
+    p.add_argument("--field", default="text", help="the .jsonl field / dataset column holding the text (default text)")
+    p.add_argument("--per-line", action="store_true", help="a .txt corpus holds one document per line")
+    p.add_argument("--limit", type=int, help="read at most this many documents")
+
+
+def run(args) -> int:
+    if args.corpus:
+        return run_corpus(args)
+    outputs({"file": args.file}, {"json": args.json, "csv": args.csv})
+    settings = HeadsSettings(
+        model=args.model,
+        text=read_text_arg(args.text, args.file),
+        max_tokens=args.max_tokens,
+        seeds=probe_seeds(args.seed),
+        ablation=not args.no_ablation,
+        max_weight=args.max_weight,
+        modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+        exact=args.exact,
+        verify=not args.no_verify,
+    )
+    from ..read.heads import read_heads
+
+    with read_progress() as progress:
+        table = read_heads(settings=settings, progress=progress)
+    return show(table, args)
+
+
+def run_corpus(args) -> int:
+    """One process, or one rank of `torchrun -m attnroute heads --corpus …` (rank 0 writes)."""
+    if args.text or args.file:
+        raise InputError("give `corpus` or `text`/`file`, not both", field="corpus")
+    if args.modes != "zero":
+        raise InputError("a corpus read measures zero ablation per document; `modes` is for one text", field="modes")
+    outputs({"corpus": args.corpus}, {"json": args.json, "csv": args.csv, "checkpoint": args.checkpoint})
+    settings = CorpusSettings(
+        model=args.model,
+        corpus=args.corpus,
+        **{f: getattr(args, f) for f in ("field", "per_line", "limit", "max_tokens", "importance_tokens")},
+        **{f: getattr(args, f) for f in ("checkpoint", "checkpoint_every", "max_weight", "exact")},
+        seeds=probe_seeds(args.seed),
+        verify=not args.no_verify,
+    )
+    from ..read.corpus.read import read_corpus
+
+    with read_progress() as progress:
+        table = read_corpus(settings=settings, progress=progress)
+    return 0 if table is None else show(table, args)  # None: not rank 0
+
+
+def show(table, args) -> int:
+    """The notes, the HeadTable's terminal tables, and the JSON/CSV the user named."""
+    from ..show.terminal import headtable_tables
+
+    notes(table.meta)
+    out = tables(args.json)
+    for t in headtable_tables(table):
+        out.print(t)
+    emit_json(table.to_dict(), args.json)
+    if args.csv:
+        table.to_csv(args.csv)
+        say(f"wrote {args.csv}")
+    return 0

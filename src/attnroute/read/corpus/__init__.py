@@ -1,0 +1,20 @@
+"""A corpus read: documents streamed from files or a saved dataset (documents.py), per-document
+statistics merged over documents (accumulator.py), resumable (checkpoint.py), sharded over ranks
+(distributed.py), and the heads that matter tested (significance.py). read.py runs the passes."""
+
+from .checkpoint import CheckpointMismatch
+from .documents import Corpus, CorpusError, corpus_kind, documents
+from .read import CorpusInterrupted, read_corpus
+from .significance import holm, significance
+
+__all__ = [
+    "CheckpointMismatch",
+    "Corpus",
+    "CorpusError",
+    "CorpusInterrupted",
+    "corpus_kind",
+    "documents",
+    "holm",
+    "read_corpus",
+    "significance",
+]

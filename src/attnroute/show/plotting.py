@@ -1,0 +1,21 @@
+"""The one matplotlib set-up of show/: headless (Agg), and user text drawn as it is.
+
+``text.parse_math`` is off, so a word such as ``$ { $`` from a prompt is drawn literally instead of
+being parsed as mathtext (which raises on unbalanced dollars and would lose the figure).
+"""
+
+from __future__ import annotations
+
+
+def pyplot():
+    """matplotlib.pyplot, set up once for files (no display, no mathtext)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+__all__ = ["pyplot"]

@@ -1,0 +1,100 @@
+"""The command line stays a thin floor: small handlers, nothing heavy imported until a command runs,
+so `attnroute --help` and a bad flag answer before torch loads (docs/architecture.md, "The CLI")."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import attnroute
+
+CLI = Path(attnroute.__file__).parent / "cli"
+MAX_LINES = 25  # a handler's body, its docstring not counted
+PARSER_BUILDERS = {"add", "build_parser", "corpus_flags", "json_flag", "model_flag"}  # declarations, not logic
+LIGHT = {"errors", "settings", "progress", "cli"}  # what cli/ may import at module level (no torch below them)
+
+
+def functions(path: Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+def body_lines(fn: ast.FunctionDef) -> int:
+    first = fn.body[0]
+    has_doc = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant)
+    start = fn.body[1].lineno if has_doc and len(fn.body) > 1 else first.lineno
+    return fn.end_lineno - start + 1
+
+
+def long_handlers(root: Path, limit: int = MAX_LINES) -> list[str]:
+    return [
+        f"{path.name}:{fn.name} has {body_lines(fn)} lines"
+        for path in sorted(root.glob("*.py"))
+        for fn in functions(path)
+        if fn.name not in PARSER_BUILDERS and body_lines(fn) > limit
+    ]
+
+
+def heavy_imports(root: Path) -> list[str]:
+    """Imports at module level (not inside a function) of anything but the light floors."""
+    found = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                found += [f"{path.name}: import {a.name}" for a in node.names if a.name.split(".")[0] in HEAVY]
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level == 0 and module.split(".")[0] in HEAVY:
+                    found.append(f"{path.name}: from {module}")
+                elif node.level >= 1:
+                    floor = (module.split(".")[0] if node.level == 2 else "cli") if module else "cli"
+                    if floor not in LIGHT:
+                        found.append(f"{path.name}: from {'.' * node.level}{module}")
+    return found
+
+
+HEAVY = {"torch", "numpy", "transformers", "matplotlib", "rich", "safetensors", "scipy"}
+
+
+def test_no_cli_handler_is_over_25_lines():
+    assert long_handlers(CLI) == []
+
+
+def test_the_cli_imports_nothing_heavy_at_module_level():
+    assert heavy_imports(CLI) == []
+
+
+def test_the_checks_can_fail(tmp_path):
+    (tmp_path / "fat.py").write_text(
+        "import torch\nfrom ..read.heads import read_heads\nfrom .common import say\n\n\ndef run(args):\n"
+        + "".join(f"    x{i} = {i}\n" for i in range(30))
+    )
+    assert long_handlers(tmp_path) == ["fat.py:run has 30 lines"]
+    assert heavy_imports(tmp_path) == ["fat.py: import torch", "fat.py: from ..read.heads"]
+
+
+def run_python(*argv) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120)
+
+
+def test_help_imports_no_torch():
+    done = run_python("-X", "importtime", "-m", "attnroute", "--help")
+    assert done.returncode == 0 and "usage: attnroute" in done.stdout
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines() if "|" in line}
+    assert "attnroute" in imported and not imported & {"torch", "numpy", "transformers"}
+
+
+def test_a_bad_flag_is_refused_before_torch_loads():
+    bad = [
+        ["heads", "--max-tokens", "0"],
+        ["knockout", "a b", "--from", "a", "--to", "b", "--heads", ","],
+        ["needle", "--lengths", ""],
+        ["report", "--generate", "9999"],
+        ["cost", "kv", "--layers", "2"],
+    ]
+    code = f"import sys; from attnroute.cli import main; print([main(a) for a in {bad!r}], 'torch' in sys.modules)"
+    done = run_python("-c", code)
+    assert done.stdout.strip() == "[2, 2, 2, 2, 2] False", done.stderr
+    assert done.stderr.count("error: ") == 5 and "Traceback" not in done.stderr
