@@ -26,6 +26,7 @@ CONVENTIONS = ("sdpa", "mha", "additive", "hf", "causal")
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
 SEED_MAX = 2**32 - 1  # numpy's and torch's seed range
 MAX_GENERATE = 512
+DEFAULT_SEEDS = (0, 1, 2)  # probe seeds of the repeated-token stimulus: one --seed and the next two
 
 
 # ------------------------------------------------------------------------------------ validators
@@ -121,7 +122,7 @@ class HeadsSettings(Settings):
     model: object = DEFAULT_MODEL  # a name, a path, a hub id, or a LoadedModel
     text: str | None = None  # None: the built-in paragraph
     max_tokens: int | None = None  # None: the model's context
-    seeds: tuple[int, ...] = (0, 1, 2)  # probe seeds of the repeated-token stimulus
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
     ablation: bool = True
     effect_batch: int = 8  # sequences of repeated tokens the effects are measured on
     effect_len: int = 40  # random tokens per repeat in that batch
@@ -159,7 +160,7 @@ class HeadsSettings(Settings):
 def probe_seeds(seed: int) -> tuple[int, int, int]:
     """The three probe seeds of one ``--seed``: seed, seed + 1, seed + 2 (each in numpy's range)."""
     integer(seed, "seed", 0, SEED_MAX - 2)
-    return (seed, seed + 1, seed + 2)
+    return tuple(seed + s for s in DEFAULT_SEEDS)
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ class CorpusSettings(Settings):
     max_tokens: int | None = None  # window length; None: min(the model's context, 1024)
     exact: int | str = DEFAULT_EXACT  # candidate heads: the top of |estimate| on document 0, or "all"
     importance_tokens: int = 256  # per-document ablation on each document's first N tokens
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
     stimulus_batch: int = 8
     max_weight: bool = False
     checkpoint: str | None = None
@@ -361,6 +362,8 @@ __all__ = [
     "CONVENTIONS",
     "DEFAULT_EXACT",
     "DEFAULT_MODEL",
+    "DEFAULT_SEEDS",
+    "MAX_GENERATE",
     "KV_DTYPES",
     "CheckSettings",
     "CorpusSettings",

@@ -185,7 +185,7 @@ def documents_pass(loaded, docs: Corpus, total: int, s: CorpusSettings, where, k
     if resumed:
         say("stage", f"resuming from {ck_path}: {resumed} documents of this rank already read")
     say("stage", f"reading {mine_total} of {total} documents on rank {rank} of {world} ({docs.kind})")
-    started, seen, tokens_now, mine = time.perf_counter(), 0, 0, 0
+    started, seen, tokens_now, mine, stopped = time.perf_counter(), 0, 0, 0, False
     try:
         for index, text in enumerate(docs):
             if index % world != rank:
@@ -194,26 +194,25 @@ def documents_pass(loaded, docs: Corpus, total: int, s: CorpusSettings, where, k
             if mine <= resumed:
                 continue
             if stop is not None and stop.is_set():
-                raise KeyboardInterrupt
+                stopped = True
+                break
             n_tok = read_document(loaded, acc, index, text, pairs, stimulus, window, effect_tokens, s.max_weight)
             seen, tokens_now = seen + (n_tok > 0), tokens_now + n_tok
             _say_documents(say, acc.docs_done, mine_total, seen, tokens_now, started)
             if ck_path and acc.docs_done % s.checkpoint_every == 0:
                 save_checkpoint(ck_path, acc, key)
                 say("checkpoint", f"wrote {ck_path} ({acc.docs_done} documents of this rank)")
-    except KeyboardInterrupt:
-        if ck_path:
-            save_checkpoint(ck_path, acc, key)
+    except KeyboardInterrupt:  # Ctrl-C: the same ending as a stop event
+        stopped = True
+    if ck_path:
+        save_checkpoint(ck_path, acc, key)
+    if stopped:
         where = (
             f"checkpoint written to {ck_path}; rerun the same command to resume"
             if ck_path
-            else ("give a checkpoint path to be able to resume")
+            else "give a `checkpoint` path to be able to resume"
         )
-        raise CorpusInterrupted(
-            f"stopped after {acc.docs_done} of {mine_total} documents on rank {rank} ({where})"
-        ) from None
-    if ck_path:
-        save_checkpoint(ck_path, acc, key)
+        raise CorpusInterrupted(f"stopped after {acc.docs_done} of {mine_total} documents on rank {rank} ({where})")
     seconds = time.perf_counter() - started
     rate = tokens_now / max(seconds, 1e-9)
     resumed_note = f"; {resumed} read before the resume" if resumed else ""
