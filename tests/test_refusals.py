@@ -1,8 +1,11 @@
 """Bad input, class by class: a one-line refusal (InputError / exit 2), the right number where the
 input is legal, and nothing the user gave overwritten."""
 
+import hashlib
 import json
 import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -274,3 +277,115 @@ def test_json_never_holds_bare_nan():
 def test_documented_zero_is_accepted_where_the_help_says_so(tmp_path, capsys):
     # `learn induction --ff 0` is the attention-only model its help documents
     assert main(["learn", "induction", "--ff", "0", "--steps", "2", "--every", "1"]) == 0
+
+
+# ------------------------------------------------------------------------------------ outputs never land in inputs
+
+
+def _digest(root: Path) -> dict:
+    """Every file under ``root`` (or the file itself) -> its bytes' hash: inputs must stay byte-for-byte."""
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    """A corpus folder, a model folder (config + weights: a refusal comes before any load), a notes file,
+    a knockout result and a config.json."""
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("one document\n")
+    (corpus / "b.txt").write_text("another document\n")
+    model = tmp_path / "mymodel"
+    model.mkdir()
+    (model / "config.json").write_text(
+        json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64})
+    )
+    (model / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    (tmp_path / "notes.txt").write_text("a text\n")
+    (tmp_path / "ko.json").write_text(json.dumps({"experiment": "knockout"}))
+    (tmp_path / "config.json").write_text((model / "config.json").read_text())
+    os.link(corpus / "a.txt", tmp_path / "hardlink.json")
+    return tmp_path
+
+
+OVERWRITES = [
+    ["heads", "--corpus", "{t}/docs", "--json", "{t}/docs/a.txt"],
+    ["heads", "--corpus", "{t}/docs", "--csv", "{t}/docs/new.csv"],
+    ["heads", "--corpus", "{t}/docs/a.txt", "--json", "{t}/hardlink.json"],
+    ["heads", "--model", "{t}/mymodel", "--json", "{t}/mymodel/config.json"],
+    [
+        "knockout",
+        "a b",
+        "--from",
+        "b",
+        "--to",
+        "a",
+        "--model",
+        "{t}/mymodel",
+        "--json",
+        "{t}/mymodel/model.safetensors",
+    ],
+    ["swap", "a b", "a c", "--model", "{t}/mymodel", "--json", "{t}/mymodel/out.json"],
+    ["report", "--add", "{t}/ko.json", "--json", "{t}/ko.json"],
+    ["report", "--corpus", "{t}/notes.txt", "--out", "{t}/notes.txt"],
+    ["report", "--model", "{t}/mymodel", "--png-dir", "{t}/mymodel/charts"],
+    ["cost", "kv", "--model", "{t}/config.json", "--json", "{t}/config.json"],
+    ["heads", "--corpus", "{t}/docs", "--checkpoint", "{t}/docs/ck"],
+]
+
+
+@pytest.mark.parametrize("argv", OVERWRITES, ids=lambda a: " ".join(a).replace("{t}/", ""))
+def test_no_output_lands_inside_an_input(inputs, capsys, argv):
+    before = _digest(inputs)
+    assert main([a.format(t=inputs) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing you gave is overwritten" in err[0] and "Traceback" not in err[0]
+    assert _digest(inputs) == before  # nothing changed, nothing added
+
+
+UNWRITABLE = [
+    ["heads", "--model", "minilm", "--json", "/dev/full"],
+    ["heads", "--model", "minilm", "--csv", "/dev/full"],
+    ["heads", "--model", "minilm", "--json", "/proc/h.json"],
+    ["report", "--model", "minilm", "--out", "/proc/r.html"],
+    ["report", "--model", "minilm", "--png-dir", "/proc/charts"],
+    ["knockout", "a b", "--from", "b", "--to", "a", "--plot", "/proc/k.png"],
+    ["heads", "--corpus", "data/python-docs-topics.jsonl", "--checkpoint", "/proc/ck"],
+    ["learn", "induction", "--steps", "2", "--out", "/proc/learn"],
+    ["bench", "--quick", "--json", "/sys/bench.json"],
+]
+
+
+@pytest.mark.parametrize("argv", UNWRITABLE, ids=" ".join)
+def test_unwritable_outputs_are_refused_before_the_work(capsys, monkeypatch, argv):
+    import attnroute.models as models
+
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the model loaded before the output was checked"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and err[0].startswith("error: ") and ("cannot write" in err[0] or "not a regular file" in err[0])
+    )
+
+
+def test_a_write_that_fails_keeps_the_previous_file_and_the_result(tmp_path, monkeypatch, capsys):
+    from attnroute.cli.common import deliver
+    from attnroute.show import jsonout
+
+    target = tmp_path / "result.json"
+    target.write_text('{"previous": true}')
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(jsonout.os, "fsync", disk_full)
+    with pytest.raises(
+        ar.InputError, match="could not be written .No space left on device.; the result is kept in"
+    ) as e:
+        deliver(target, "json", b'{"new": true}')
+    assert target.read_text() == '{"previous": true}'  # whole, never half a file
+    kept = Path(str(e.value).rsplit(" ", 1)[-1])
+    assert kept.read_bytes() == b'{"new": true}'
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temporary file left behind
+    kept.unlink()

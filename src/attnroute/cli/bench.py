@@ -3,8 +3,10 @@ SmolLM2 (figures, never pass/fail)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..errors import InputError
-from .common import STDOUT, console, emit_json, json_flag, output_dir, outputs, say, tables
+from .common import STDOUT, console, emit_json, json_flag, outputs, say, tables
 
 SUITES = ("all", "engine", "read", "effects", "long-context")
 READ_PARTS = {
@@ -39,8 +41,8 @@ def run(args) -> int:
     for T in args.sizes:
         if T < 16:
             raise InputError(f"sizes must be at least 16, got {T}", field="sizes")
-    outputs({}, {"json": args.json})
-    out = output_dir(args.out, "out")
+    outputs({}, {"json": args.json}, dirs={"out": args.out})
+    out = Path(args.out) if args.out else None
     results = {}
     if args.suite in ("engine", "all"):
         results["engine"] = engine_suite(args, out)

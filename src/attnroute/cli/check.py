@@ -31,7 +31,7 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    outputs({}, {"json": args.json})
+    outputs({"target": args.target[3:] if args.target.startswith("hf:") else None}, {"json": args.json})
     fields = {f: getattr(args, f) for f in ("target", "convention", "scale", "strict", "timeout")}
     settings = CheckSettings(**fields, only=names(args.only), skip=names(args.skip))
     from ..check.audit import audit

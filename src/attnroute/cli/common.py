@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
+import tempfile
 from pathlib import Path
 
 from ..errors import InputError
@@ -71,7 +73,9 @@ def read_text_arg(text: str | None, file: str | None) -> str | None:
 
 
 def output_path(path: str | None, field: str, *, suffixes: tuple[str, ...] = ()) -> Path | None:
-    """Validate a file the command will write, before any work: its folder exists, it is no folder."""
+    """Validate a file the command will write, before any work: its folder exists and takes a new file
+    (one is created and removed there), and the path is no folder and no special file (/dev/full, a
+    FIFO). Returns the path, or None when nothing will be written."""
     if not path or path == STDOUT:  # None or '' : nothing will be written
         return None
     p = Path(path)
@@ -81,37 +85,99 @@ def output_path(path: str | None, field: str, *, suffixes: tuple[str, ...] = ())
         raise InputError(f"{field} {path}: the folder {p.parent} does not exist", field=field)
     if suffixes and p.suffix.lower() not in suffixes:
         raise InputError(f"{field} {path} must end in {' or '.join(suffixes)}", field=field)
+    if p.exists() and not p.is_file():
+        raise InputError(f"{field} {path} is not a regular file (a device, FIFO or socket); give a file", field=field)
+    writable(p.parent, field, path)
     return p
 
 
+def writable(folder: Path, field: str, path) -> None:
+    """A new file can be made in ``folder`` (it is made and removed): read-only folders and /proc fail here."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".attnroute-", suffix=".probe", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise InputError(f"{field} {path}: cannot write in {folder} ({e.strerror or e})", field=field) from None
+
+
 def output_dir(path: str | None, field: str) -> Path | None:
-    """A folder the command will create or fill: it may exist as a folder, never as a file."""
+    """A folder the command will create or fill: it may exist as a folder, never as a file; it (or the
+    folder it will be made in) must take new files."""
     if not path:
         return None
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise InputError(f"{field} {path} is a file; give a folder", field=field)
+    parent = p if p.is_dir() else p.parent
+    if not parent.is_dir():
+        raise InputError(f"{field} {path}: the folder {parent} does not exist", field=field)
+    writable(parent, field, path)
     return p
 
 
-def outputs(inputs: dict[str, str | None], files: dict[str, str | None], suffixes: dict | None = None) -> None:
-    """Every output checked before any work, and none of them an input or another output: nothing the
-    user gave is overwritten."""
+def outputs(
+    inputs: dict[str, str | None], files: dict[str, str | None], suffixes: dict | None = None, dirs: dict | None = None
+) -> None:
+    """Every output checked before any work, and none of them an input, inside an input folder (a model
+    or corpus directory), a hard link to an input, or another output: nothing the user gave is
+    overwritten. ``inputs`` may name files and folders (paths that do not exist are not inputs:
+    bundled names and hub ids)."""
     for field, path in files.items():
         output_path(path, field, suffixes=(suffixes or {}).get(field, ()))
+    for field, path in (dirs or {}).items():
+        output_dir(path, field)
+    given = {field: Path(path) for field, path in inputs.items() if path and Path(path).exists()}
     seen: dict[Path, str] = {}
-    for role, group in (("input", inputs), ("output", files)):
-        for field, path in group.items():
-            if not path or path == STDOUT:
-                continue
-            key = Path(path).resolve()
-            if key in seen:
+    for field, path in {**files, **(dirs or {})}.items():
+        if not path or path == STDOUT:
+            continue
+        target = Path(path).resolve()
+        for in_field, src in given.items():
+            if _lands_in(target, src):
                 raise InputError(
-                    f"{field} {path} is also the {seen[key]}; give a different file so that nothing you gave is "
-                    "overwritten",
+                    f"{field} {path} would write into `{in_field}` {src}; give a path outside it so that nothing "
+                    "you gave is overwritten",
                     field=field,
                 )
-            seen[key] = f"{role} of `{field}`"
+        if target in seen:
+            raise InputError(
+                f"{field} {path} is also the output of `{seen[target]}`; give a different file so that nothing you "
+                "gave is overwritten",
+                field=field,
+            )
+        seen[target] = field
+
+
+def _lands_in(target: Path, src: Path) -> bool:
+    """Would writing ``target`` touch the input ``src``: the same file (by path or by inode: a hard link or
+    a symlink), or anything inside the input folder."""
+    if src.is_dir():
+        return target == src.resolve() or src.resolve() in target.parents
+    if target == src.resolve():
+        return True
+    try:
+        a, b = os.stat(target), os.stat(src)
+    except OSError:
+        return False  # the target does not exist yet: it cannot be a link to the input
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def deliver(path, field: str, data: bytes) -> None:
+    """Write an output atomically; if the write still fails (a full disk), keep the result in a file of
+    the temporary folder and refuse in one line naming both: minutes of work are never lost."""
+    from ..show.jsonout import write_bytes
+
+    try:
+        write_bytes(path, data)
+    except OSError as e:
+        fd, kept = tempfile.mkstemp(prefix="attnroute-", suffix=Path(path).suffix or ".out")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        raise InputError(
+            f"{field} {path} could not be written ({e.strerror or e}); the result is kept in {kept}", field=field
+        ) from None
+    say(f"wrote {path}")
 
 
 # ------------------------------------------------------------------------------------ showing
@@ -137,17 +203,17 @@ def tables(json_path: str | None):
     return Console(stderr=json_path == STDOUT)
 
 
-def emit_json(data, path: str | None) -> None:
+def emit_json(data, path: str | None, field: str = "json") -> None:
     """The JSON of a result: on stdout for '-', else written (atomically) to ``path`` and said on stderr."""
     if not path:
         return
-    from ..show.jsonout import json_text, write_json
+    from ..show.jsonout import json_text
 
+    text = json_text(data)
     if path == STDOUT:
-        print(json_text(data))
+        print(text)
         return
-    write_json(data, path)
-    say(f"wrote {path}")
+    deliver(path, field, text.encode("utf-8"))
 
 
 def read_progress():
@@ -169,6 +235,7 @@ __all__ = [
     "MODEL_HELP",
     "STDOUT",
     "console",
+    "deliver",
     "emit_json",
     "int_list",
     "json_flag",
@@ -182,4 +249,5 @@ __all__ = [
     "read_text_arg",
     "say",
     "tables",
+    "writable",
 ]

@@ -49,7 +49,7 @@ def add(sub) -> None:
 
 
 def run_kv(args) -> int:
-    outputs({}, {"json": args.json})
+    outputs({"model": args.model}, {"json": args.json})
     settings = KVSettings(**{f: getattr(args, f) for f in KV_FIELDS}, context=args.context, batch=args.batch)
     from ..cost import kv
     from ..show.cost_tables import kv_table
@@ -62,7 +62,9 @@ def run_kv(args) -> int:
 
 
 def run_simulate(args) -> int:
-    outputs({"requests": args.requests}, {"json": args.json, "plot": args.plot}, {"plot": (".png",)})
+    outputs(
+        {"requests": args.requests, "model": args.model}, {"json": args.json, "plot": args.plot}, {"plot": (".png",)}
+    )
     fields = {f: getattr(args, f) for f in ("requests", "dist", "n", "seed", "budget_gb", "block_size", "max_len")}
     settings = SimulateSettings(kv=KVSettings(**{f: getattr(args, f) for f in KV_FIELDS}), **fields)
     from ..cost.serving import serve_stream

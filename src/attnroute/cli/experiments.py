@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..settings import KnockoutSettings, NeedleSettings, SwapSettings
-from .common import emit_json, int_list, json_flag, model_flag, outputs, read_progress, say, tables
+from .common import deliver, emit_json, int_list, json_flag, model_flag, outputs, read_progress, tables
 
 
 def add(sub) -> None:
@@ -38,7 +38,7 @@ def add(sub) -> None:
 
 
 def knockout(args) -> int:
-    outputs({}, {"json": args.json, "plot": args.plot}, {"plot": (".png",)})
+    outputs({"model": args.model}, {"json": args.json, "plot": args.plot}, {"plot": (".png",)})
     fields = {f: getattr(args, f) for f in ("model", "text", "source", "target", "window", "target_token")}
     settings = KnockoutSettings(**fields, heads=int_list(args.heads, "heads"))
     from ..read.experiments import knockout as run
@@ -51,7 +51,7 @@ def knockout(args) -> int:
 
 
 def swap(args) -> int:
-    outputs({}, {"json": args.json})
+    outputs({"model": args.model}, {"json": args.json})
     fields = {f: getattr(args, f) for f in ("model", "prompt_a", "prompt_b", "window")}
     settings = SwapSettings(**fields, heads=int_list(args.heads, "heads"))
     from ..read.experiments import swap as run
@@ -64,7 +64,7 @@ def swap(args) -> int:
 
 
 def needle(args) -> int:
-    outputs({}, {"json": args.json, "plot": args.plot}, {"plot": (".png",)})
+    outputs({"model": args.model}, {"json": args.json, "plot": args.plot}, {"plot": (".png",)})
     settings = NeedleSettings(model=args.model, lengths=int_list(args.lengths, "lengths"), seed=args.seed)
     from ..read.experiments import needle as run
 
@@ -80,8 +80,7 @@ def show(result: dict, table, args) -> int:
     tables(args.json).print(table)
     emit_json(result, args.json)
     if getattr(args, "plot", None):
-        from ..show.findings import FIGURES
+        from ..show.findings import png_bytes
 
-        FIGURES[result["experiment"]](result, args.plot)
-        say(f"wrote {args.plot}")
+        deliver(args.plot, "plot", png_bytes(result))
     return 0

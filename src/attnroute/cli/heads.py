@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..errors import InputError
 from ..settings import DEFAULT_EXACT, CorpusSettings, HeadsSettings, probe_seeds
-from .common import emit_json, json_flag, model_flag, notes, outputs, read_progress, read_text_arg, say, tables
+from .common import deliver, emit_json, json_flag, model_flag, notes, outputs, read_progress, read_text_arg, tables
 
 FIELDS = {"seeds": "--seed"}  # settings fields whose flag is not --field-name
 
@@ -68,7 +68,7 @@ def corpus_flags(p) -> None:
 def run(args) -> int:
     if args.corpus:
         return run_corpus(args)
-    outputs({"file": args.file}, {"json": args.json, "csv": args.csv})
+    outputs({"file": args.file, "model": args.model}, {"json": args.json, "csv": args.csv})
     settings = HeadsSettings(
         model=args.model,
         text=read_text_arg(args.text, args.file),
@@ -93,7 +93,10 @@ def run_corpus(args) -> int:
         raise InputError("give `corpus` or `text`/`file`, not both", field="corpus")
     if args.modes != "zero":
         raise InputError("a corpus read measures zero ablation per document; `modes` is for one text", field="modes")
-    outputs({"corpus": args.corpus}, {"json": args.json, "csv": args.csv, "checkpoint": args.checkpoint})
+    outputs(
+        {"corpus": args.corpus, "model": args.model},
+        {"json": args.json, "csv": args.csv, "checkpoint": args.checkpoint},
+    )
     settings = CorpusSettings(
         model=args.model,
         corpus=args.corpus,
@@ -119,6 +122,5 @@ def show(table, args) -> int:
         out.print(t)
     emit_json(table.to_dict(), args.json)
     if args.csv:
-        table.to_csv(args.csv)
-        say(f"wrote {args.csv}")
+        deliver(args.csv, "csv", table.csv_text().encode("utf-8"))
     return 0

@@ -7,7 +7,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..errors import InputError
-from .common import STDOUT, console, emit_json, json_flag, output_dir, outputs, say, tables
+from .common import STDOUT, console, deliver, emit_json, json_flag, outputs, tables
 
 MAY_BE_ZERO = {"seed", "ff"}  # ff = 0 is the attention-only model the help documents
 
@@ -61,8 +61,8 @@ def run(args) -> int:
     run_experiment, Settings = EXPERIMENTS[args.experiment]
     settings = Settings(**options(args, Settings))
     name = args.experiment + ("-fixed-offset" if getattr(args, "fixed_offset", None) else "")
-    outputs({}, {"json": args.json})
-    out = output_dir(args.out, "out")
+    outputs({}, {"json": args.json}, dirs={"out": args.out})
+    out = Path(args.out) if args.out else None
     with steps_bar(name) as progress:
         result = run_experiment(settings, progress=progress)
     show(result, name, out, args.json)
@@ -103,7 +103,7 @@ def steps_bar(name: str):
 def show(result: dict, name: str, out: Path | None, json_path: str | None) -> None:
     """Tables and verdict lines; the JSON, PNG and one-page HTML in ``out``; the JSON where --json says."""
     from ..show import learn_figures, learn_section
-    from ..show.jsonout import write_bytes, write_json, write_text
+    from ..show.jsonout import json_text
     from ..show.terminal import learn_tables
 
     for table in learn_tables(result):
@@ -113,8 +113,7 @@ def show(result: dict, name: str, out: Path | None, json_path: str | None) -> No
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         png = learn_figures.png(result)
-        write_json(result, out / f"{name}.json", indent=1)
-        write_bytes(out / f"{name}.png", png)
-        write_text(out / f"{name}.html", learn_section.page([result], [png]))
-        say(f"wrote {out / name}.png, .json and .html")
+        deliver(out / f"{name}.json", "out", json_text(result, indent=1).encode("utf-8"))
+        deliver(out / f"{name}.png", "out", png)
+        deliver(out / f"{name}.html", "out", learn_section.page([result], [png]).encode("utf-8"))
     emit_json(result, json_path)

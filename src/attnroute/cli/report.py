@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..errors import InputError
 from ..settings import DEFAULT_EXACT, MAX_GENERATE, CorpusSettings, ReportSettings
-from .common import emit_json, json_flag, model_flag, notes, output_dir, outputs, read_progress, read_text_arg, say
+from .common import deliver, emit_json, json_flag, model_flag, notes, outputs, read_progress, read_text_arg, say
 from .heads import corpus_flags
 
 
@@ -39,9 +39,9 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    inputs = {"file": args.file, "corpus": args.corpus, **{f"learn {p}": p for p in args.learn or []}}
-    outputs({**inputs, **{f"add {p}": p for p in args.add or []}}, {"out": args.out, "json": args.json})
-    output_dir(args.png_dir, "png_dir")
+    inputs = {"file": args.file, "corpus": args.corpus, "model": args.model}
+    inputs |= {f"learn {p}": p for p in args.learn or []} | {f"add {p}": p for p in args.add or []}
+    outputs(inputs, {"out": args.out, "json": args.json}, dirs={"png_dir": args.png_dir})
     settings = report_settings(args)
     from ..show import sections
 
@@ -85,9 +85,9 @@ def show(view, added: list[str], args) -> int:
     notes(view.table.meta)
     kv = kv_card(view.config, view.table.attention, view.context, len(view.tokens))
     rep = page.build(view, added, kv)
-    path = rep.save(args.out)
-    say(f"wrote {path.resolve()} ({path.stat().st_size / 1e6:.2f} MB, built in {rep.data['seconds']} s)")
+    emit_json(rep.data, args.json)  # the data first: kept even if the page cannot be written
+    deliver(args.out, "out", rep.html.encode("utf-8"))
+    say(f"the page is {len(rep.html.encode()) / 1e6:.2f} MB, built in {rep.data['seconds']} s")
     for p in write_pngs(rep.data, args.png_dir) if args.png_dir else ():
         say(f"wrote {p}")
-    emit_json(rep.data, args.json)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -163,17 +164,21 @@ class HeadTable(Result):
             Path(path).write_text(text)
         return text
 
+    def csv_text(self) -> str:
+        """One CSV row per head: the JSON rows' columns, the argmax offsets spread into columns."""
+        f = io.StringIO(newline="")
+        fields = ["layer", "head", "attention", "stream_layer", *COLUMNS, *self.extra_columns(), "role"] + [
+            f"argmax_{b}" for b in OFFSET_BUCKETS
+        ]
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in self.rows():
+            offs = r.pop("argmax_offsets")
+            w.writerow({**r, **{f"argmax_{b}": v for b, v in offs.items()}})
+        return f.getvalue()
+
     def to_csv(self, path) -> None:
-        rows = self.rows()
-        with open(path, "w", newline="") as f:
-            fields = ["layer", "head", "attention", "stream_layer", *COLUMNS, *self.extra_columns(), "role"] + [
-                f"argmax_{b}" for b in OFFSET_BUCKETS
-            ]
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            for r in rows:
-                offs = r.pop("argmax_offsets")
-                w.writerow({**r, **{f"argmax_{b}": v for b, v in offs.items()}})
+        Path(path).write_text(self.csv_text(), newline="")
 
     def top(self, column: str, k: int = 5, largest: bool = True) -> list[tuple[int, int, float]]:
         values = self.columns[column]

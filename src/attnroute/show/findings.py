@@ -20,9 +20,10 @@ TITLES = {
 }
 
 
-def _png(draw, result: dict) -> bytes:
+def png_bytes(result: dict) -> bytes:
+    """The figure of a knockout, swap or needle result as PNG bytes (the caller writes them)."""
     buf = io.BytesIO()
-    draw(result, buf)
+    FIGURES[result["experiment"]](result, buf)
     return buf.getvalue()
 
 
@@ -48,7 +49,7 @@ FIGURES = {"knockout": knockout_png, "swap": swap_png, "needle": needle_png}
 
 def section(result: dict) -> str:
     kind = result["experiment"]
-    png = base64.b64encode(_png(FIGURES[kind], result)).decode()
+    png = base64.b64encode(png_bytes(result)).decode()
     lines = "".join(f"<li>{escape(str(line))}</li>" for line in result["verdict"]["lines"])
     rows = "".join(
         f'<tr><td>{escape(str(k))}</td><td class="num">{escape(_fmt(v))}</td></tr>'
@@ -66,4 +67,4 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-__all__ = ["FIGURES", "TITLES", "section", "swap_png"]
+__all__ = ["FIGURES", "TITLES", "png_bytes", "section", "swap_png"]
