@@ -389,3 +389,118 @@ def test_a_write_that_fails_keeps_the_previous_file_and_the_result(tmp_path, mon
     assert kept.read_bytes() == b'{"new": true}'
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temporary file left behind
     kept.unlink()
+
+
+# ------------------------------------------------------------------------------------ corpus input, checked
+
+
+def _parquet(path, column):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": column}), path)
+
+
+def _corpus_cases(t: Path) -> dict:
+    """name -> (argv after `heads --corpus`, words in the refusal); files made under ``t``."""
+    (t / "utf8.jsonl").write_bytes(b'{"text": "fine"}\n{"text": "also fine"}\n{"text": "bad \xff\xfe bytes"}\n')
+    (t / "surrogate.jsonl").write_text('{"text": "ok"}\n{"text": "half a pair \\ud800 here"}\n')
+    (t / "listfield.jsonl").write_text('{"text": ["a", "b"]}\n')
+    folder = t / "folderdoc"
+    (folder / "x.txt").mkdir(parents=True)
+    (t / "broken").mkdir()
+    (t / "broken" / "a.txt").write_text("fine\n")
+    os.symlink(t / "nowhere.txt", t / "broken" / "b.txt")
+    (t / "loop").mkdir()
+    os.symlink("c.txt", t / "loop" / "c.txt")
+    _parquet(t / "ints.parquet", [1, 2])
+    (t / "garbage.parquet").write_bytes(b"PAR1 this is not parquet at all")
+    _parquet(t / "whole.parquet", ["a" * 5000, "b" * 5000])
+    (t / "truncated.parquet").write_bytes((t / "whole.parquet").read_bytes()[:300])
+    (t / "mixed").mkdir()
+    (t / "mixed" / "a.txt").write_text("text\n")
+    _parquet(t / "mixed" / "b.parquet", ["row"])
+    (t / "plain.txt").write_text("one\n\ntwo\n")
+    (t / "lines.jsonl").write_text('{"text": "one"}\n')
+    late = "".join(f'{{"text": "document {i}"}}\n' for i in range(5000)) + "not json\n"
+    (t / "late.jsonl").write_text(late)
+    return {
+        "invalid UTF-8": (["{t}/utf8.jsonl"], "utf8.jsonl:3: not UTF-8 text"),
+        "lone surrogate": (["{t}/surrogate.jsonl"], "surrogate.jsonl:2: the 'text' field holds a lone surrogate"),
+        "list field": (["{t}/listfield.jsonl"], "the 'text' field is list, not text"),
+        "folder named .txt": (["{t}/folderdoc"], "x.txt: a folder, not a document"),
+        "broken symlink": (["{t}/broken"], "b.txt: a broken symlink"),
+        "symlink loop": (["{t}/loop"], "c.txt: a symlink loop"),
+        "int parquet column": (["{t}/ints.parquet"], "ints.parquet row 0: the document is int, not text"),
+        "garbage parquet": (["{t}/garbage.parquet"], "not a readable parquet file"),
+        "truncated parquet": (["{t}/truncated.parquet"], "not a readable parquet file"),
+        ".txt beside .parquet": (["{t}/mixed"], "holds both .parquet and .txt files"),
+        "--field on .txt": (["{t}/plain.txt", "--field", "body"], "--field 'body' names a column"),
+        "--per-line on .jsonl": (["{t}/lines.jsonl", "--per-line"], "--per-line splits a .txt file"),
+        "a bad line 5,001": (["{t}/late.jsonl"], "late.jsonl:5001: not JSON"),
+    }
+
+
+@pytest.fixture(scope="module")
+def corpus_cases(tmp_path_factory):
+    t = tmp_path_factory.mktemp("corpora")
+    return t, _corpus_cases(t)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "invalid UTF-8",
+        "lone surrogate",
+        "list field",
+        "folder named .txt",
+        "broken symlink",
+        "symlink loop",
+        "int parquet column",
+        "garbage parquet",
+        "truncated parquet",
+        ".txt beside .parquet",
+        "--field on .txt",
+        "--per-line on .jsonl",
+        "a bad line 5,001",
+    ],
+)
+def test_corpus_documents_are_checked_before_the_model_loads(corpus_cases, case, capsys, monkeypatch):
+    import attnroute.models as models
+
+    t, cases = corpus_cases
+    argv, words = cases[case]
+    before = _digest(t)
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the model loaded before the corpus was checked"))
+    assert main(["heads", "--corpus", *[a.format(t=t) for a in argv]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and "Traceback" not in err[0], err
+    assert _digest(t) == before
+
+
+def test_a_fifo_in_a_corpus_folder_is_never_opened(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("a document\n")
+    os.mkfifo(tmp_path / "docs" / "b.txt")  # opening it would block forever
+    code = f"from attnroute.cli import main; raise SystemExit(main(['heads', '--corpus', {str(tmp_path / 'docs')!r}]))"
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "b.txt: a special file (FIFO, socket or device)" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_skip_bad_skips_and_counts_what_is_not_text(tmp_path):
+    from attnroute.read.corpus import Corpus
+
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"text": "one"}\n{"text": 7}\n{"text": "b\xffd"}\n{"text": "two"}\n')
+    docs = Corpus(path, skip_bad=True)
+    assert list(docs) == ["one", "two"] and docs.scanned == (2, "one")
+    assert [d["reason"] for d in docs.skipped] == [
+        "the 'text' field is int, not text",
+        "not UTF-8 text (invalid start byte at byte 11)",
+    ]
+    with pytest.raises(ar.InputError, match="c.jsonl:2: the 'text' field is int, not text"):
+        list(Corpus(path))

@@ -173,6 +173,7 @@ class CorpusSettings(Settings):
     field: str = "text"  # the .jsonl field / dataset column
     per_line: bool = False  # a .txt corpus holds one document per line
     limit: int | None = None  # documents at most
+    skip_bad: bool = False  # skip (and count) documents that are not text, instead of refusing them
     max_tokens: int | None = None  # window length; None: min(the model's context, 1024)
     exact: int | str = DEFAULT_EXACT  # candidate heads: the top of |estimate| on document 0, or "all"
     importance_tokens: int = 256  # per-document ablation on each document's first N tokens

@@ -321,3 +321,20 @@ def test_a_checkpoint_from_another_model_is_refused(tiny, tmp_path):
     other = load(str(build("mistral", tmp_path)))
     with pytest.raises(CheckpointMismatch, match="written by another command"):
         read_corpus(other, CORPUS, checkpoint=str(ck), **SMALL)
+
+
+def test_one_document_gives_no_significance_and_says_why(tiny):
+    _, lm = tiny
+    imp = read_corpus(lm, CORPUS, **{**SMALL, "limit": 1}).to_dict()["meta"]["importance"]
+    assert imp["documents"] == 1 and imp["n_significant"] is None and imp["significant_heads"] is None
+    assert "no test over documents can run" in imp["note"]
+
+
+def test_skipped_documents_are_counted_in_the_json(tiny, tmp_path):
+    _, lm = tiny
+    path = tmp_path / "c.jsonl"
+    good = [json.loads(line) for line in CORPUS.read_text().splitlines()[:3]]
+    path.write_text("\n".join([json.dumps(good[0]), '{"text": 12}', json.dumps(good[1]), json.dumps(good[2])]))
+    meta = read_corpus(lm, path, skip_bad=True, **{**SMALL, "limit": None}).to_dict()["meta"]
+    assert meta["n_documents"] == 3 and meta["skipped"]["count"] == 1
+    assert meta["skipped"]["documents"][0]["where"].endswith("c.jsonl:2")

@@ -63,6 +63,11 @@ def corpus_flags(p) -> None:
     p.add_argument("--field", default="text", help="the .jsonl field / dataset column holding the text (default text)")
     p.add_argument("--per-line", action="store_true", help="a .txt corpus holds one document per line")
     p.add_argument("--limit", type=int, help="read at most this many documents")
+    p.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip documents that are not text (bad UTF-8, non-string fields, special files), counted in the JSON",
+    )
 
 
 def run(args) -> int:
@@ -100,7 +105,7 @@ def run_corpus(args) -> int:
     settings = CorpusSettings(
         model=args.model,
         corpus=args.corpus,
-        **{f: getattr(args, f) for f in ("field", "per_line", "limit", "max_tokens", "importance_tokens")},
+        **{f: getattr(args, f) for f in ("field", "per_line", "limit", "skip_bad", "max_tokens", "importance_tokens")},
         **{f: getattr(args, f) for f in ("checkpoint", "checkpoint_every", "max_weight", "exact")},
         seeds=probe_seeds(args.seed),
         verify=not args.no_verify,

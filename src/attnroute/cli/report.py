@@ -62,11 +62,14 @@ def report_settings(args) -> ReportSettings:
             field=args.field,
             per_line=args.per_line,
             limit=args.limit,
+            skip_bad=args.skip_bad,
             exact=0 if args.no_ablation else DEFAULT_EXACT,
             verify=False,  # the text read checks the same model first
         )
-    elif args.field != "text" or args.per_line or args.limit is not None:
-        raise InputError("`field`, `per_line` and `limit` describe a corpus: give `corpus` too", field="corpus")
+    elif args.field != "text" or args.per_line or args.limit is not None or args.skip_bad:
+        raise InputError(
+            "`field`, `per_line`, `limit` and `skip_bad` describe a corpus: give `corpus` too", field="corpus"
+        )
     return ReportSettings(
         model=args.model,
         text=read_text_arg(args.text, args.file),

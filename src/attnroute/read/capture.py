@@ -89,9 +89,9 @@ def routing_view(
     corpus read beside it when ``settings.corpus`` names one (the model is loaded once). The fields
     are ReportSettings' (or pass ``settings``)."""
     s, t0, say = ReportSettings.of(settings, model, fields, text=text), time.perf_counter(), reporter(progress)
-    corpus = s.corpus and Corpus(
-        s.corpus.corpus, s.corpus.field, s.corpus.per_line, s.corpus.limit
-    )  # a bad path fails first
+    corpus = s.corpus and Corpus(s.corpus.corpus, s.corpus.field, s.corpus.per_line, s.corpus.limit, s.corpus.skip_bad)
+    if corpus and corpus.scanned[1] is None:  # every document checked before the model loads (count reused)
+        raise InputError(f"the corpus {s.corpus.corpus} holds no non-empty document", field="corpus")
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
     if s.generate and not loaded.causal:  # before minutes of reading
         raise InputError("generate: only a causal LM continues a text", field="generate")
@@ -109,7 +109,7 @@ def routing_view(
     if loaded.seq2seq:
         dec = model_inputs(loaded, ids, torch.ones_like(ids))["decoder_input_ids"]
         decoder_tokens = loaded.tokenizer.convert_ids_to_tokens(dec[0].tolist())
-    corpus_table = corpus and read_corpus(settings=s.corpus.replace(model=loaded), progress=progress)
+    corpus_table = corpus and read_corpus(settings=s.corpus.replace(model=loaded), progress=progress, documents=corpus)
     return RoutingView(
         table,
         tokens,

@@ -98,6 +98,9 @@ class CorpusMeta(ReadMeta):
     ranks: int
     importance: dict  # candidates, documents, the test and its correction, significant heads
     interval: str  # what the *_ci columns are
+    skipped: dict | None = None  # with skip_bad: how many documents were not text, where and why
+
+    OPTIONAL = ("induction_loss", "skipped")
 
 
 @dataclass

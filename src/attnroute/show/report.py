@@ -126,10 +126,10 @@ def corpus_card(table) -> dict:
             }
         )
     note = (
-        f"{imp['n_significant']} of {len(imp['candidates'])} candidate heads change the loss significantly "
+        imp.get("note", "no per-document ablation in this read")
+        if imp.get("n_significant") is None
+        else f"{imp['n_significant']} of {len(imp['candidates'])} candidate heads change the loss significantly "
         f"({imp['test']}; {imp['correction']}); Michel et al. 2019: {imp['michel_et_al_2019']}."
-        if "n_significant" in imp
-        else "no per-document ablation in this read"
     )
     return {
         "source": meta.corpus,

@@ -212,7 +212,9 @@ def read_notes(meta) -> list[str]:
             "--max-tokens or the model's context)"
         )
     imp = getattr(meta, "importance", {})
-    if "n_significant" in imp:
+    if imp.get("note"):
+        lines.append(f"importance: {imp['note']}")
+    elif imp.get("n_significant") is not None:
         lines.append(
             f"importance: {imp['n_significant']} of {len(imp['candidates'])} candidate heads change the loss "
             f"significantly over {imp['documents']} documents ({imp['correction']})"

@@ -111,14 +111,24 @@ def document_delta(loaded: LoadedModel, text: str, pairs, tokens: int) -> np.nda
 # ------------------------------------------------------------------------------------ the read
 
 
-def read_corpus(model=None, corpus=None, *, settings: CorpusSettings | None = None, progress=None, stop=None, **fields):
+def read_corpus(
+    model=None,
+    corpus=None,
+    *,
+    settings: CorpusSettings | None = None,
+    progress=None,
+    stop=None,
+    documents=None,
+    **fields,
+):
     """Head statistics over a corpus (see the module docstring) -> HeadTable on rank 0, None on other
     ranks. The fields are CorpusSettings' (or pass ``settings``). ``stop``: an object with ``is_set()``
     (a threading.Event) checked before each document; when set, the read stops as Ctrl-C would
-    (checkpoint written, CorpusInterrupted raised)."""
+    (checkpoint written, CorpusInterrupted raised). ``documents``: the settings' Corpus, already made and
+    scanned by a caller that checked it before loading the model (the routing report)."""
     s, say = CorpusSettings.of(settings, model, fields, corpus=corpus), reporter(progress)
-    docs = Corpus(s.corpus, s.field, s.per_line, s.limit)  # a bad path fails here, before the model loads
-    total, first = docs.scan()  # the counting pass parses every document: a bad line fails here too
+    docs = documents or Corpus(s.corpus, s.field, s.per_line, s.limit, s.skip_bad)  # a bad path fails here
+    total, first = docs.scanned  # the counting pass parses every document: a bad line fails here too
     if first is None:
         raise ReadError(f"the corpus {s.corpus} holds no non-empty document", field="corpus")
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
@@ -141,7 +151,8 @@ def read_corpus(model=None, corpus=None, *, settings: CorpusSettings | None = No
         acc = merge_ranks(acc, world)
     if rank != 0:
         return None
-    table = _table(loaded, acc, stimulus, pairs, effect_tokens, meta, world)
+    skipped = list(docs.skipped) if s.skip_bad else None
+    table = _table(loaded, acc, stimulus, pairs, effect_tokens, meta, world, skipped)
     table.columns["grad_attr"] = estimate
     return table
 
@@ -256,7 +267,7 @@ def _say_documents(say, done: int, total: int, seen: int, tokens: int, started: 
     )
 
 
-def _table(loaded, acc: Accumulator, stimulus, pairs, importance_tokens: int, meta, world) -> HeadTable:
+def _table(loaded, acc: Accumulator, stimulus, pairs, importance_tokens: int, meta, world, skipped=None) -> HeadTable:
     L, H = loaded.n_layers, loaded.n_heads
     cols = {c: np.full((L, H), np.nan) for c in COLUMNS}
     for c in STATS:
@@ -283,18 +294,21 @@ def _table(loaded, acc: Accumulator, stimulus, pairs, importance_tokens: int, me
             cols["ablation_delta"][layer, h] = sig["mean"][j]
             cols["ablation_delta_ci"][layer, h] = sig["ci"][j]
             cols["ablation_p_holm"][layer, h] = sig["p_holm"][j]
-        significant = [list(p) for p, s in zip(pairs, sig["significant"]) if s]
+        tested = deltas.shape[0] >= 2  # a test over documents needs two of them: below that, no verdict
+        significant = [list(p) for p, s in zip(pairs, sig["significant"]) if s] if tested else None
         meta_imp.update(
             {
                 "test": "paired t-test of ablated vs clean loss over documents (one-sample on the per-document Δ), "
                 "two-sided",
                 "correction": f"Holm step-down over the {len(pairs)} candidates, α = {ALPHA}",
                 "significant_heads": significant,
-                "n_significant": len(significant),
+                "n_significant": len(significant) if tested else None,
                 "effect_tokens": importance_tokens,
                 "michel_et_al_2019": MICHEL_2019,
             }
         )
+        if not tested:
+            meta_imp["note"] = "one document: no test over documents can run, so no head is called significant"
     meta.update(
         {
             "n_documents": n_docs,
@@ -305,6 +319,7 @@ def _table(loaded, acc: Accumulator, stimulus, pairs, importance_tokens: int, me
             "interval": "95 % interval of the mean over documents (Student's t; NaN below 2 documents)",
             "column_paths": {c: "corpus: per-document mean, then mean over documents" for c in STATS},
             "role_thresholds": roles.THRESHOLDS,
+            "skipped": {"count": len(skipped), "documents": skipped} if skipped is not None else None,
         }
     )
     offsets = acc.offsets.mean  # NaN where not observed (no max_weight)
