@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -245,36 +246,6 @@ def _rows(path):
     return d, {(r["layer"], r["head"]): r for r in d["rows"]}
 
 
-def test_sigkill_then_rerun_gives_the_uninterrupted_result(tiny, tmp_path):
-    model, _ = tiny
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    subprocess.run(_cli(model, tmp_path / "whole.json"), check=True, capture_output=True, env=env, timeout=300)
-    ck = tmp_path / "ck.safetensors"
-    proc = subprocess.Popen(
-        _cli(model, tmp_path / "resumed.json", "--checkpoint", str(ck), "--checkpoint-every", "1"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    for line in proc.stderr:  # the read says each checkpoint it writes: kill it right after the first
-        if "checkpoint:" in line:
-            break
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert ck.exists() and not (tmp_path / "resumed.json").exists()  # killed mid-read, no output written
-    subprocess.run(
-        _cli(model, tmp_path / "resumed.json", "--checkpoint", str(ck), "--checkpoint-every", "1"),
-        check=True,
-        capture_output=True,
-        env=env,
-        timeout=300,
-    )
-    whole, a = _rows(tmp_path / "whole.json")
-    resumed, b = _rows(tmp_path / "resumed.json")
-    assert a == b and whole["n_tokens"] == resumed["n_tokens"] and whole["n_documents"] == resumed["n_documents"]
-
-
 def test_two_gloo_ranks_equal_one_process(tiny, tmp_path):
     model, _ = tiny
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -338,3 +309,146 @@ def test_skipped_documents_are_counted_in_the_json(tiny, tmp_path):
     meta = read_corpus(lm, path, skip_bad=True, **{**SMALL, "limit": None}).to_dict()["meta"]
     assert meta["n_documents"] == 3 and meta["skipped"]["count"] == 1
     assert meta["skipped"]["documents"][0]["where"].endswith("c.jsonl:2")
+
+
+# ------------------------------------------------------------------------------------ checkpoints carry their integrity
+
+
+def _rewrite(path: Path, mutate, keep_digest: bool = False) -> None:
+    """Load a checkpoint, change its arrays (``mutate(state)``) and write it back — with its digest
+    recomputed (a consistent file of wrong numbers) unless ``keep_digest`` (a file changed behind it)."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    from attnroute.read.corpus.checkpoint import state_digest
+
+    with safe_open(str(path), framework="numpy") as f:
+        meta = f.metadata()
+    state = load_file(str(path))
+    mutate(state)
+    if not keep_digest:
+        meta["state"] = state_digest(state)
+    save_file(state, str(path), metadata=meta)
+
+
+def _set_counters(docs, tokens):
+    def mutate(state):
+        state["counters"] = np.asarray([docs, tokens], dtype=np.int64)
+
+    return mutate
+
+
+def _nan_mean(state):
+    state["entropy.mean"] = np.full_like(state["entropy.mean"], np.nan)
+
+
+def _wrong_shape(state):
+    for k in [k for k in state if k.startswith("entropy.")]:
+        state[k] = state[k][:1]
+
+
+DAMAGE = {
+    "truncated": (lambda p: p.write_bytes(p.read_bytes()[:200]), "is damaged or not an attnroute corpus checkpoint"),
+    "random bytes": (lambda p: p.write_bytes(os.urandom(4096)), "is damaged or not an attnroute corpus checkpoint"),
+    "a changed number": (
+        lambda p: _rewrite(p, lambda s: s["entropy.mean"].__setitem__((0, 0), 9.0), keep_digest=True),
+        "its numbers do not match their digest",
+    ),
+    "a missing array": (lambda p: _rewrite(p, lambda s: s.pop("role_counts")), "is damaged (KeyError"),
+    "wrong shapes": (lambda p: _rewrite(p, _wrong_shape), "arrays of the wrong shape (entropy)"),
+    "NaN statistics": (lambda p: _rewrite(p, _nan_mean), "statistics that cannot come from"),
+    "a count of -5": (lambda p: _rewrite(p, _set_counters(-5, 100)), "impossible counts"),
+    "a count of 10^9": (lambda p: _rewrite(p, _set_counters(10**9, 100)), "written for other documents"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_checkpoint_is_refused_in_one_line(tiny, tmp_path, damage):
+    _, lm = tiny
+    ck = tmp_path / "ck.safetensors"
+    stop = threading.Event()
+    with pytest.raises(CorpusInterrupted):
+        read_corpus(
+            lm, CORPUS, checkpoint=str(ck), stop=stop, progress=lambda e: e.stage == "corpus" and stop.set(), **SMALL
+        )
+    harm, words = DAMAGE[damage]
+    harm(ck)
+    with pytest.raises(CheckpointMismatch, match=re.escape(words)) as e:
+        read_corpus(lm, CORPUS, checkpoint=str(ck), **SMALL)
+    assert "\n" not in str(e.value) and str(e.value).endswith("remove it to start over")
+
+
+def test_a_checkpoint_of_other_documents_or_fewer_of_them_is_refused(tiny, tmp_path):
+    _, lm = tiny
+    lines = CORPUS.read_text().splitlines()
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(lines[:6]) + "\n")
+    ck = tmp_path / "ck.safetensors"
+    stop = threading.Event()
+    after_four = lambda e: e.stage == "corpus" and e.done >= 4 and stop.set()  # noqa: E731
+    with pytest.raises(CorpusInterrupted):
+        read_corpus(lm, corpus, checkpoint=str(ck), stop=stop, progress=after_four, **{**SMALL, "limit": None})
+    rewritten = [
+        json.dumps({"text": json.loads(lines[1])["text"] + " (edited)"}) if i == 1 else x
+        for i, x in enumerate(lines[:6])
+    ]
+    corpus.write_text("\n".join(rewritten) + "\n")  # same count, one document rewritten
+    with pytest.raises(CheckpointMismatch, match="written for other documents: the first 4 documents"):
+        read_corpus(lm, corpus, checkpoint=str(ck), **{**SMALL, "limit": None})
+    corpus.write_text("\n".join(lines[:3]) + "\n")  # cut to 3 documents
+    with pytest.raises(CheckpointMismatch, match="has read 4, and this rank's share of the corpus now holds 3"):
+        read_corpus(lm, corpus, checkpoint=str(ck), **{**SMALL, "limit": None})
+    moved = tmp_path / "moved.jsonl"
+    moved.write_text("\n".join(lines[:6]) + "\n")  # the same documents elsewhere resume
+    assert read_corpus(lm, moved, checkpoint=str(ck), **{**SMALL, "limit": None}).to_dict()["n_documents"] == 6
+
+
+def test_a_checkpoint_of_other_weights_with_the_same_config_is_refused(tiny, tmp_path):
+    import shutil
+
+    import torch
+
+    path, lm = tiny
+    ck = tmp_path / "ck.safetensors"
+    read_corpus(lm, CORPUS, checkpoint=str(ck), **SMALL)
+    tuned = tmp_path / "runB" / path.name  # the same folder name and config, one weight changed
+    shutil.copytree(path, tuned)
+    other = load(str(tuned))
+    with torch.no_grad():
+        other.model.lm_head.weight[0, 0] += 1.0  # a fine-tune that froze the embeddings
+    with pytest.raises(CheckpointMismatch, match="written by another command .other arguments, model weights"):
+        read_corpus(other, CORPUS, checkpoint=str(ck), **SMALL)
+
+
+def test_killed_at_random_points_then_resumed_equals_one_read(tiny, tmp_path):
+    """SIGKILL after a random number of checkpoints, three times in a row, then a run to the end."""
+    model, _ = tiny
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    subprocess.run(_cli(model, tmp_path / "whole.json"), check=True, capture_output=True, env=env, timeout=300)
+    ck = tmp_path / "ck.safetensors"
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        kill_after = int(rng.integers(1, 4))  # checkpoints written by this run before the kill
+        proc = subprocess.Popen(
+            _cli(model, tmp_path / "resumed.json", "--checkpoint", str(ck), "--checkpoint-every", "1"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        seen = 0
+        for line in proc.stderr:
+            seen += "checkpoint:" in line
+            if seen >= kill_after:
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    subprocess.run(
+        _cli(model, tmp_path / "resumed.json", "--checkpoint", str(ck), "--checkpoint-every", "1"),
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
+    (whole, a), (resumed, b) = _rows(tmp_path / "whole.json"), _rows(tmp_path / "resumed.json")
+    assert a == b and whole["n_tokens"] == resumed["n_tokens"] and whole["n_documents"] == resumed["n_documents"]

@@ -6,12 +6,22 @@ one row of per-document Δ loss per document for the candidate heads.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from ..heads import FUSED_COLUMNS
 from ..headtable import OFFSET_BUCKETS
 from ..moments import Moments
 from ..roles import ROLE_NAMES
+
+EMPTY_DIGEST = hashlib.sha256(b"attnroute corpus documents").hexdigest()
+
+
+def chain(digest: str, text: str) -> str:
+    """The next link: sha256(previous digest ‖ sha256(text)) — the order and the content both count."""
+    return hashlib.sha256((digest + hashlib.sha256(text.encode("utf-8")).hexdigest()).encode()).hexdigest()
+
 
 STATS = FUSED_COLUMNS + ("sink_logit_mass", "max_weight")  # max_weight: NaN (not observed) unless asked
 
@@ -28,11 +38,16 @@ class Accumulator:
         self.rows: list[np.ndarray] = []  # one [k] row per document: appended, stacked only when asked
         self.docs_done = 0  # of this rank's shard, in order
         self.tokens = 0
+        self.documents_digest = EMPTY_DIGEST  # a chain over the text of every document read, in order
 
     @property
     def deltas(self) -> np.ndarray:
         """Per-document Δ loss, [documents, candidates]."""
         return np.stack(self.rows) if self.rows else np.zeros((0, self.k), dtype=np.float64)
+
+    def saw(self, text: str) -> None:
+        """Chain one document's text into the digest (every document of the shard, read or too short)."""
+        self.documents_digest = chain(self.documents_digest, text)
 
     def add(self, index: int, stats: dict, doc_roles: np.ndarray, delta: np.ndarray | None, tokens: int) -> None:
         for c in STATS:
@@ -66,6 +81,23 @@ class Accumulator:
         out["counters"] = np.asarray([self.docs_done, self.tokens], dtype=np.int64)
         return out
 
+    def check(self, L: int, H: int, k: int) -> str | None:
+        """What is wrong with a restored accumulator for a model of L × H heads and k candidates (None:
+        nothing): shapes, counts, and statistics that cannot have come from documents."""
+        shapes = {c: self.moments[c].n.shape for c in STATS} | {"offsets": self.offsets.n.shape[:2]}
+        bad = [c for c, shape in shapes.items() if shape != (L, H)]
+        if bad or self.role_counts.shape != (L, H, len(ROLE_NAMES)):
+            return f"arrays of the wrong shape ({(bad or ['role_counts'])[0]}) for a model of {L} × {H} heads"
+        if self.docs_done < 0 or self.tokens < 0 or len(self.rows) != len(self.doc_index):
+            return f"impossible counts ({self.docs_done} documents, {self.tokens} tokens, {len(self.rows)} Δ rows)"
+        if any(r.shape != (k,) for r in self.rows):
+            return f"Δ rows for another number of candidate heads (expected {k})"
+        for c in STATS:
+            m = self.moments[c]
+            if (m.n < 0).any() or (m.n > self.docs_done).any() or not np.isfinite(m.mean_[m.n > 0]).all():
+                return f"statistics that cannot come from {self.docs_done} documents ({c})"
+        return None
+
     @classmethod
     def from_state(cls, state: dict) -> Accumulator:
         L, H = state[f"{STATS[0]}.n"].shape
@@ -79,4 +111,4 @@ class Accumulator:
         return acc
 
 
-__all__ = ["STATS", "Accumulator"]
+__all__ = ["EMPTY_DIGEST", "STATS", "Accumulator", "chain"]

@@ -38,8 +38,8 @@ from ..heads import ReadError, induction_loss, mean_scores, stimulus_scores, tex
 from ..headtable import COLUMNS, CorpusMeta, HeadTable
 from ..stimuli import encode_text
 from ..verify import routing_check
-from .accumulator import STATS, Accumulator
-from .checkpoint import checkpoint_path, fingerprint, load_checkpoint, save_checkpoint
+from .accumulator import EMPTY_DIGEST, STATS, Accumulator
+from .checkpoint import CheckpointMismatch, checkpoint_path, fingerprint, load_checkpoint, save_checkpoint
 from .distributed import merge_ranks, process_group
 from .documents import Corpus
 from .significance import ALPHA, significance
@@ -144,7 +144,7 @@ def read_corpus(
         meta["grad_attr"] = (
             "the one-backward estimate on document 0's first importance_tokens tokens (ranks the candidates)"
         )
-        key = fingerprint(_key_fields(s, window, effect_tokens), loaded, world, pairs)
+        key = fingerprint(_key_fields(s, window, effect_tokens), loaded, world, pairs) if s.checkpoint else None
         acc = documents_pass(
             loaded, docs, total, s, (rank, world), key, (pairs, stimulus, window, effect_tokens), say, stop
         )
@@ -158,10 +158,9 @@ def read_corpus(
 
 
 def _key_fields(s: CorpusSettings, window: int, effect_tokens: int) -> dict:
-    """The settings a checkpoint's numbers depend on (the same fields, resolved, as before the settings
-    objects existed, so older checkpoints still resume)."""
+    """The settings a checkpoint's numbers depend on, resolved. Not the corpus path: the documents
+    themselves are checked by their digest (a moved corpus resumes, a rewritten one is refused)."""
     return {
-        "corpus": str(s.corpus),
         "field": s.field,
         "per_line": s.per_line,
         "limit": s.limit,
@@ -189,10 +188,15 @@ def documents_pass(loaded, docs: Corpus, total: int, s: CorpusSettings, where, k
     """This rank's documents (i mod world == rank), streamed once, resumed from and saved to the checkpoint."""
     (rank, world), (pairs, stimulus, window, effect_tokens) = where, plan
     ck_path = checkpoint_path(s.checkpoint, rank, world) if s.checkpoint else None
-    acc = (load_checkpoint(ck_path, key) if ck_path else None) or Accumulator(
-        loaded.n_layers, loaded.n_heads, len(pairs)
-    )
-    resumed, mine_total = acc.docs_done, len(range(rank, total, world))
+    shape = (loaded.n_layers, loaded.n_heads, len(pairs))
+    acc = (load_checkpoint(ck_path, key, shape) if ck_path else None) or Accumulator(*shape)
+    resumed, mine_total, stored = acc.docs_done, len(range(rank, total, world)), acc.documents_digest
+    if resumed > mine_total:
+        raise CheckpointMismatch(
+            f"checkpoint {ck_path} was written for other documents: it has read {resumed}, and this rank's share of "
+            f"the corpus now holds {mine_total}; remove it to start over"
+        )
+    acc.documents_digest = EMPTY_DIGEST  # rebuilt over the documents skipped below, then compared
     if resumed:
         say("stage", f"resuming from {ck_path}: {resumed} documents of this rank already read")
     say("stage", f"reading {mine_total} of {total} documents on rank {rank} of {world} ({docs.kind})")
@@ -202,11 +206,15 @@ def documents_pass(loaded, docs: Corpus, total: int, s: CorpusSettings, where, k
             if index % world != rank:
                 continue
             mine += 1
-            if mine <= resumed:
+            if mine <= resumed:  # read before the checkpoint: only its text is chained, to compare
+                acc.saw(text)
+                if mine == resumed:
+                    same_documents(acc, stored, ck_path, resumed)
                 continue
             if stop is not None and stop.is_set():
                 stopped = True
                 break
+            acc.saw(text)
             n_tok = read_document(loaded, acc, index, text, pairs, stimulus, window, effect_tokens, s.max_weight)
             seen, tokens_now = seen + (n_tok > 0), tokens_now + n_tok
             _say_documents(say, acc.docs_done, mine_total, seen, tokens_now, started)
@@ -237,6 +245,15 @@ def documents_pass(loaded, docs: Corpus, total: int, s: CorpusSettings, where, k
         resumed=resumed,
     )
     return acc
+
+
+def same_documents(acc: Accumulator, stored: str, ck_path, resumed: int) -> None:
+    """The documents a checkpoint read are the ones the corpus holds now (their texts' digest)."""
+    if acc.documents_digest != stored:
+        raise CheckpointMismatch(
+            f"checkpoint {ck_path} was written for other documents: the first {resumed} documents of this rank "
+            "differ from the corpus now; remove it to start over"
+        )
 
 
 def read_document(loaded, acc: Accumulator, index: int, text: str, pairs, stimulus, window, effect_tokens, max_weight):
