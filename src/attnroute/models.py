@@ -73,6 +73,18 @@ class LoadedModel:
     def n_kv_heads(self) -> int:
         return int(getattr(self.model.config, "num_key_value_heads", None) or self.n_heads)
 
+    def fit(self, n: int, field: str, what: str) -> int:
+        """``n`` tokens, refused when they exceed the model's positions (a learned position table would
+        raise an IndexError mid-forward; a rotary model would read past its training). The one check and
+        message of every verb: ``what`` names the tokens, ``field`` the setting that decides them."""
+        limit = self.max_positions
+        if limit and n > limit:
+            raise InputError(
+                f"{what} ({n} tokens) is longer than the model's {limit} positions; `{field}` must fit in {limit}",
+                field=field,
+            )
+        return n
+
     @property
     def max_positions(self) -> int:
         """Tokens the model can take: its position table's size less any offset the table reserves

@@ -203,7 +203,7 @@ class ReportSettings(Settings):
 
     model: object = DEFAULT_MODEL
     text: str | None = None
-    max_tokens: int = 256
+    max_tokens: int | None = None  # None: 256 or the model's positions, whichever is fewer
     ablation: bool = True
     verify: bool = True
     generate: int = 0  # greedy tokens decoded with the KV cache, their routes recorded
@@ -211,15 +211,16 @@ class ReportSettings(Settings):
 
     def __post_init__(self):
         nonempty_text(self.text, "text")
-        integer(self.max_tokens, "max_tokens", 2)
+        integer(self.max_tokens, "max_tokens", 2, optional=True)
         integer(self.generate, "generate", 0, MAX_GENERATE)
 
-    def heads(self) -> HeadsSettings:
+    def heads(self, max_tokens: int | None) -> HeadsSettings:
+        """The page's read: the "report" preset on this text, cut to ``max_tokens`` (fitted to the model)."""
         return HeadsSettings.from_name(
             "report",
             model=self.model,
             text=self.text,
-            max_tokens=self.max_tokens,
+            max_tokens=max_tokens,
             ablation=self.ablation,
             verify=self.verify,
         )

@@ -37,7 +37,11 @@ def test_dilution_reports_retrieval_heads_per_length(smollm2, tmp_path, capsys):
 
 def test_a_length_beyond_the_model_is_refused(smollm2, capsys):
     code = main(["needle", "--lengths", "256,9000"])
-    assert code == 2 and "exceeds the model's 8192 positions" in capsys.readouterr().err
+    assert (
+        code == 2
+        and "the longest context (9000 tokens) is longer than the model's 8192 positions; --lengths must fit"
+        in capsys.readouterr().err
+    )
 
 
 def test_needle_api_is_seeded_and_typed(smollm2):

@@ -159,9 +159,12 @@ def model_class(cfg):
     return {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "encoder": AutoModel}[kind]
 
 
-def build(arch: str, directory: Path) -> Path:
-    """Save a tiny random model of ``arch`` (and the MiniLM tokenizer) under ``directory``; return the path."""
+def build(arch: str, directory: Path, name: str | None = None, **overrides) -> Path:
+    """Save a tiny random model of ``arch`` (and the MiniLM tokenizer) under ``directory`` / ``name``
+    (default: the architecture); ``overrides`` change its config (e.g. n_positions=64). Returns the path."""
     cfg = config(arch)
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
     torch.manual_seed(0)
     model = model_class(cfg).from_config(cfg)
     with torch.no_grad():  # init std 0.15 everywhere (T5 and a few others ignore initializer_range)
@@ -172,7 +175,7 @@ def build(arch: str, directory: Path) -> Path:
                 p.normal_(1.0, 0.15)
             else:
                 p.normal_(0.0, 0.15)
-    path = directory / arch
+    path = directory / (name or arch)
     model.save_pretrained(path, safe_serialization=True)
     for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         if (tokenizer_dir() / f).exists():

@@ -80,7 +80,7 @@ def refusal_line(e: InputError, command: argparse.ArgumentParser, aliases: dict 
         named |= bool(n) and field == e.field
     if e.field in flags and not named:
         msg = f"{flags[e.field]}: {msg}"
-    return msg
+    return re.sub(r"`([a-z_]+)`", r"\1", msg)  # a field with no flag (a positional argument) keeps its name
 
 
 def command_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:

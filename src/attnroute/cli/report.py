@@ -17,7 +17,11 @@ def add(sub) -> None:
     r.add_argument("--out", default="routing-report.html", help="the HTML file to write (default routing-report.html)")
     r.add_argument("--png-dir", help="also write the main charts as PNG files here")
     json_flag(r, "the data behind the page")
-    r.add_argument("--max-tokens", type=int, default=256, help="cut the text to this many tokens (default 256)")
+    r.add_argument(
+        "--max-tokens",
+        type=int,
+        help="cut the text to this many tokens (default 256, or the model's positions if fewer)",
+    )
     r.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep")
     r.add_argument(
         "--add", action="append", help="add a section from a `knockout`, `swap` or `needle` --json result (repeatable)"

@@ -82,6 +82,17 @@ def generate_with_weights(loaded: LoadedModel, ids: torch.Tensor, n: int) -> tup
     return out_ids, weights
 
 
+PAGE_TOKENS = 256  # the page's default length
+
+
+def page_tokens(loaded: LoadedModel, s: ReportSettings) -> int:
+    """The page's token limit: the one asked for (refused past the model's positions), else 256 or the
+    model's positions, whichever is fewer."""
+    if s.max_tokens is not None:
+        return loaded.fit(s.max_tokens, "max_tokens", "max_tokens")
+    return min(PAGE_TOKENS, loaded.max_positions or PAGE_TOKENS)
+
+
 def routing_view(
     model=None, text: str | None = None, *, settings: ReportSettings | None = None, progress=None, **fields
 ):
@@ -95,8 +106,10 @@ def routing_view(
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
     if s.generate and not loaded.causal:  # before minutes of reading
         raise InputError("generate: only a causal LM continues a text", field="generate")
-    table = read_heads(settings=s.heads().replace(model=loaded), progress=progress)
-    ids, _ = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, s.max_tokens)
+    limit = page_tokens(loaded, s)
+    ids, _ = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, limit)
+    loaded.fit(ids.shape[1] + s.generate, "generate", "the text and its continuation")
+    table = read_heads(settings=s.heads(limit).replace(model=loaded), progress=progress)
     generated_from = None
     if s.generate:
         say("stage", f"generating {s.generate} tokens with the KV cache, keeping every query's weights")

@@ -26,7 +26,7 @@ import torch
 from ..engine import InputError, UnsupportedRequest
 from ..engine.fused_probes import FusedKeyMass, FusedRowStats
 from ..engine.probes import KeyVectors, PerLayer, Probe, row_stats_probe, value_norms
-from ..engine.repeats import Repeated, diagonal_scores, repeat_probe, repeated_random_tokens, special_ids
+from ..engine.repeats import DEFAULT_LEN, Repeated, diagonal_scores, repeat_probe, repeated_random_tokens, special_ids
 from ..models import LoadedModel, load
 from ..progress import eta, reporter
 from ..settings import HeadsSettings
@@ -59,7 +59,7 @@ def read_heads(
     s = HeadsSettings.of(settings, model, fields, text=inputs)
     say = reporter(progress)
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-    limit = s.max_tokens or loaded.max_positions or None
+    limit = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else loaded.max_positions or None
     ids, cut = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, limit)
     meta = {
         "kind": loaded.kind,
@@ -86,6 +86,12 @@ def read_heads(
     t0 = time.perf_counter()
     say("stage", f"repeated random tokens ({len(s.seeds)} seeds)")
     per_seed, stim = stimulus_scores(loaded, s.seeds, s.stimulus_batch)
+    if stim.S < DEFAULT_LEN:
+        say(
+            "warn",
+            f"the repeated-token stimulus uses {stim.S} tokens per repeat "
+            f"(the model has {loaded.max_positions} positions)",
+        )
     cols.update(mean_scores(per_seed))
     meta["stimulus"] = stim.describe() + f"; scores averaged over seeds {list(s.seeds)}"
     if loaded.causal:
@@ -112,11 +118,25 @@ STIMULUS_SCORES = ("prev_token", "duplicate", "induction")
 def stimulus_scores(loaded: LoadedModel, seeds, batch: int) -> tuple[list[dict], Repeated]:
     """The repeated-token scores per probe seed, and the first seed's stimulus (its loss and description):
     the one repeated-stimulus block of a text read and a corpus read."""
-    per_seed = [
-        repeated_scores(loaded, repeated_random_tokens(loaded.tokenizer, batch=batch, seed=s, causal=loaded.causal))
-        for s in seeds
-    ]
-    return per_seed, repeated_random_tokens(loaded.tokenizer, batch=batch, seed=seeds[0], causal=loaded.causal)
+    S = stimulus_length(loaded)
+
+    def stimulus(seed):
+        return repeated_random_tokens(loaded.tokenizer, S=S, batch=batch, seed=seed, causal=loaded.causal)
+
+    return [repeated_scores(loaded, stimulus(s)) for s in seeds], stimulus(seeds[0])
+
+
+def stimulus_length(loaded: LoadedModel, S: int = DEFAULT_LEN) -> int:
+    """Random tokens per repeat: ``S``, or fewer so that BOS/[CLS] + 2·S (+ [SEP]) fit the model's positions."""
+    limit = loaded.max_positions
+    if not limit:
+        return S
+    extra = (loaded.tokenizer.bos_token_id if loaded.causal else loaded.tokenizer.cls_token_id) is not None
+    extra += (not loaded.causal) and loaded.tokenizer.sep_token_id is not None
+    fitted = min(S, (limit - int(extra)) // 2)
+    if fitted < 4:
+        raise InputError(f"the model has {limit} positions: too few for a repeated-token stimulus", field="model")
+    return fitted
 
 
 def mean_scores(per_seed: list[dict]) -> dict:
@@ -358,6 +378,7 @@ def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, exact, say) ->
     """grad_attr for every head (one backward), then exact ablation for the ``exact`` heads the estimate
     ranks highest by magnitude (or all): the columns of the modes not run stay NaN."""
     if loaded.causal:
+        S = stimulus_length(loaded, S)
         stim = repeated_random_tokens(loaded.tokenizer, S=S, batch=batch_size, seed=seed, causal=True)
         batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
         described = stim.describe() + "; effect = Δ mean next-token loss"

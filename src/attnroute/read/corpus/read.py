@@ -134,7 +134,8 @@ def read_corpus(
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
     if loaded.seq2seq:
         raise ReadError("corpus reading covers causal LMs and encoders; read an encoder-decoder one text at a time")
-    window = s.max_tokens or min(loaded.max_positions or 1024, 1024)
+    window = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else None
+    window = window or min(loaded.max_positions or 1024, 1024)
     effect_tokens = min(s.importance_tokens, window)
     with process_group() as (rank, world):
         meta: dict = {"kind": loaded.kind, "corpus": docs.describe(), "timings_s": {}, "window_tokens": window}

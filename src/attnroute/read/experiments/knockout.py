@@ -149,7 +149,8 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     heads = list(s.heads) if s.heads is not None else None
     if not loaded.causal:
         raise KnockoutError("route knockout measures a causal LM's next-token prediction; this model is not one")
-    ids, _ = encode_text(loaded.tokenizer, text, loaded.max_positions or None)
+    ids, _ = encode_text(loaded.tokenizer, text, None)
+    loaded.fit(ids.shape[1], "text", "the text")  # word positions are resolved on the tokens that run
     L = loaded.n_layers
     if not 1 <= window <= L:
         raise KnockoutError(f"window must be between 1 and the model's {L} layers, got {window}", field="window")

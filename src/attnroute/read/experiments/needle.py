@@ -57,8 +57,13 @@ def haystack(loaded: LoadedModel, length: int, code: str, seed: int) -> tuple[to
     return torch.tensor([ids]), sorted(set(code_pos))
 
 
+ANSWER_TOKENS = 6  # tokens decoded after the question: the code, and a little room
+
+
 @torch.no_grad()
-def probe_length(loaded: LoadedModel, ids: torch.Tensor, code_pos: list[int], code: str, answer_tokens: int = 6):
+def probe_length(
+    loaded: LoadedModel, ids: torch.Tensor, code_pos: list[int], code: str, answer_tokens: int = ANSWER_TOKENS
+):
     """(needle mass [L, H] and entropy [L, H] of the last query, the greedy continuation, answered?)."""
     from transformers import DynamicCache
 
@@ -98,9 +103,13 @@ def needle(
     if not loaded.causal:
         raise InputError("the needle probe asks a causal LM to answer; this model is not one", field="model")
     lengths, code, seed, top = list(s.lengths), s.code, s.seed, s.top
-    limit = loaded.max_positions or max(lengths)
-    if lengths[-1] > limit:
-        raise InputError(f"length {lengths[-1]} exceeds the model's {limit} positions", field="lengths")
+    loaded.fit(lengths[-1], "lengths", "the longest context")
+    room = (loaded.max_positions or lengths[-1] + ANSWER_TOKENS) - ANSWER_TOKENS  # the answer is decoded after
+    if lengths[-1] > room:
+        say(
+            "warn", f"contexts cut to {room} tokens so that the {ANSWER_TOKENS}-token answer fits the model's positions"
+        )
+        lengths = sorted({min(n, room) for n in lengths})
     per = []
     for n in lengths:
         say("stage", f"needle at {n} tokens")

@@ -97,6 +97,8 @@ def swap(
         raise SwapError("map swap compares a causal LM's next-token prediction; this model is not one")
     ids_a, _ = encode_text(loaded.tokenizer, prompt_a, None)
     ids_b, _ = encode_text(loaded.tokenizer, prompt_b, None)
+    longer = "prompt_b" if ids_b.shape[1] > ids_a.shape[1] else "prompt_a"
+    loaded.fit(max(ids_a.shape[1], ids_b.shape[1]), longer, "the prompt")
     if ids_a.shape != ids_b.shape:
         raise SwapError(
             f"the prompts have {ids_a.shape[1]} and {ids_b.shape[1]} tokens; a map swap needs the same count "
