@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,8 +250,9 @@ def _load_dir(path: Path, say):
         if pickles:
             raise ModelLoadError(_pickle_refusal(pickles[0]))
         raise ModelLoadError(f"{path} has a config.json but no .safetensors weights")
-    for f in safes:
-        check_safetensors(f)
+    for f in [path / "config.json", *safes]:
+        regular_file(f)
+    tensors = {name: n for f in safes for name, n in check_safetensors(f).items()}
     say(f"loading {path.name}")
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
@@ -258,6 +261,7 @@ def _load_dir(path: Path, say):
         raise ModelLoadError(
             f"transformers could not read {path}/config.json: {type(e).__name__}: {first[:200]}"
         ) from None
+    check_size(path, config, tensors)  # before anything is built: a config can ask for 100,000 layers
     kind = model_kind(config)
     cls = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "encoder": AutoModel}[kind]
     try:
@@ -272,18 +276,64 @@ def _load_dir(path: Path, say):
     return model.eval(), tokenizer, kind
 
 
-def check_safetensors(path: Path) -> None:
+def check_safetensors(path: Path) -> dict[str, int]:
     """Read a safetensors file's header (and each tensor's extent) before transformers does: an empty,
-    truncated or malformed file is named in one line instead of a SafetensorError traceback."""
+    truncated or malformed file is named in one line instead of a SafetensorError traceback. Returns
+    each tensor's element count (from the header: no weight is read)."""
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            keys = list(f.keys())
+            sizes = {k: math.prod(f.get_slice(k).get_shape()) for k in f.keys()}
     except Exception as e:  # noqa: BLE001  (SafetensorError, OSError, …)
         raise ModelLoadError(f"{path}: not a readable safetensors file ({str(e).splitlines()[0][:160]})") from None
-    if not keys:
+    if not sizes:
         raise ModelLoadError(f"{path}: the safetensors file holds no tensors")
+    return sizes
+
+
+LAYER_INDEX = re.compile(r"\.(?:layers|layer|h|blocks|block)\.(\d+)\.")
+
+
+def check_size(path: Path, config, tensors: dict[str, int]) -> None:
+    """Refuse, before the model is built, a config whose layer count the weights do not hold (the rest
+    would be random, and 100,000 of them take minutes and gigabytes to make) or whose weights would not
+    fit in the memory this machine has available."""
+    layers = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "num_layers", 0) or 0)
+    held = {int(m.group(1)) for name in tensors for m in [LAYER_INDEX.search(name)] if m}
+    if held and layers > max(held) + 1 and not getattr(config, "is_encoder_decoder", False):
+        raise ModelLoadError(
+            f"{path}: config.json says {layers} layers and the weights hold {max(held) + 1}; give the config "
+            "that belongs to these weights"
+        )
+    need = 4 * sum(tensors.values())  # float32, as attnroute loads every model
+    free = available_memory()
+    if free and need > free:
+        raise ModelLoadError(
+            f"{path}: the weights take {need / 1e9:.1f} GB in float32 and {free / 1e9:.1f} GB of memory are available"
+        )
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux's MemAvailable), None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def regular_file(path: Path) -> None:
+    """A weights file must be a regular file: a FIFO or a device (a .gguf linked to /dev/zero) is never
+    opened or hashed, which would block or run forever."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise ModelLoadError(f"{path}: cannot be read ({e.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise ModelLoadError(f"{path} is not a regular file (a device, FIFO or socket); give a weights file")
 
 
 def refuse_partial_weights(path: Path, info: dict) -> None:
@@ -332,6 +382,7 @@ def check_gguf(path: Path) -> None:
 def _load_gguf_cached(gguf: Path, say):
     # The cache is keyed by content, so a complete cache entry means these very bytes parsed and
     # converted before: the header check (2-3 s of GGUFReader) is only paid when converting.
+    regular_file(gguf)
     target = cache_dir() / f"{gguf.stem}-{content_key(gguf)}"
     if (target / "model.safetensors").exists() and (target / "attnroute-complete").exists():
         say(f"loading {gguf.name} from the safetensors cache {target}")

@@ -114,3 +114,35 @@ def test_the_gguf_cache_is_keyed_on_content_not_name_and_size(tmp_path):
     b.write_bytes(b"GGUF" + bytes(999) + b"\x01")  # same name, same size, other bytes
     assert a.stat().st_size == b.stat().st_size and content_key(a) != content_key(b)
     assert content_key(a) == content_key(a)
+
+
+def test_an_absurd_config_is_refused_before_anything_is_built(tmp_path, capsys):
+    import json
+    import time
+
+    from read.zoo import build  # the tiny-model zoo of tests/read
+
+    from attnroute.cli import main
+
+    model = build("llama", tmp_path)
+    cfg = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 100_000}))
+    capsys.readouterr()  # the zoo's own saving messages
+    t0 = time.perf_counter()
+    assert main(["heads", "--model", str(model)]) == 2
+    assert time.perf_counter() - t0 < 10  # it built 100,000 layers for minutes before
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "config.json says 100000 layers and the weights hold 2" in err[0]
+
+
+def test_weights_that_are_special_files_are_never_opened(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "zero.gguf").symlink_to("/dev/zero")  # hashing it would never end
+    os.mkfifo(tmp_path / "pipe.gguf")  # opening it would block
+    for name in ("zero.gguf", "pipe.gguf"):
+        code = f"from attnroute.cli import main; raise SystemExit(main(['heads', '--model', {str(tmp_path / name)!r}]))"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "is not a regular file" in done.stderr and "Traceback" not in done.stderr

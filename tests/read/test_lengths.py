@@ -17,7 +17,7 @@ LONG = " ".join(f"word{i}" for i in range(120))  # far more than 64 tokens
 
 @pytest.fixture(scope="module")
 def short(tmp_path_factory):
-    return str(build("gpt2", tmp_path_factory.mktemp("short"), name="gpt2-64", n_positions=64))
+    return str(build("gpt2", tmp_path_factory.mktemp("short"), folder="gpt2-64", n_positions=64))
 
 
 REFUSED = [

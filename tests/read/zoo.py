@@ -159,8 +159,8 @@ def model_class(cfg):
     return {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "encoder": AutoModel}[kind]
 
 
-def build(arch: str, directory: Path, name: str | None = None, **overrides) -> Path:
-    """Save a tiny random model of ``arch`` (and the MiniLM tokenizer) under ``directory`` / ``name``
+def build(arch: str, directory: Path, folder: str | None = None, **overrides) -> Path:
+    """Save a tiny random model of ``arch`` (and the MiniLM tokenizer) under ``directory`` / ``folder``
     (default: the architecture); ``overrides`` change its config (e.g. n_positions=64). Returns the path."""
     cfg = config(arch)
     for k, v in overrides.items():
@@ -175,7 +175,7 @@ def build(arch: str, directory: Path, name: str | None = None, **overrides) -> P
                 p.normal_(1.0, 0.15)
             else:
                 p.normal_(0.0, 0.15)
-    path = directory / (name or arch)
+    path = directory / (folder or arch)
     model.save_pretrained(path, safe_serialization=True)
     for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         if (tokenizer_dir() / f).exists():
