@@ -504,3 +504,15 @@ def test_skip_bad_skips_and_counts_what_is_not_text(tmp_path):
     ]
     with pytest.raises(ar.InputError, match="c.jsonl:2: the 'text' field is int, not text"):
         list(Corpus(path))
+
+
+def test_every_experiment_schema_accepts_what_its_command_writes_and_names_what_breaks():
+    from attnroute.engine.jsonable import shape_problem
+
+    schema = {"windows": [{"layers": [int], "p": float}], "target": {"token": str}}
+    good = {"windows": [{"layers": [0, 4], "p": 1}], "target": {"token": " Paris"}, "extra": None}
+    assert shape_problem(good, schema) is None  # ints pass as floats; extra fields are free
+    assert shape_problem({**good, "target": {}}, schema) == "the field target.token is missing"
+    assert shape_problem({**good, "windows": {}}, schema) == "the field windows is dict, expected a list"
+    broken = {**good, "windows": [{"layers": [0, True], "p": 0.1}]}
+    assert shape_problem(broken, schema) == "the field windows[0].layers[1] is bool, expected int"

@@ -1,6 +1,7 @@
 """The routing report: self-contained, escaped, interactive in a real browser (headless Chromium)."""
 
 import io
+import json
 import re
 
 import numpy as np
@@ -211,4 +212,10 @@ def test_report_adds_knockout_swap_and_needle_sections(tmp_path, open_page, caps
     capsys.readouterr()
     code = main(["report", "--model", model, "--out", str(tmp_path / "x.html"), "--add", str(bad)])
     err = capsys.readouterr().err
-    assert code == 2 and "add" in err and "missing or malformed field" in err and not (tmp_path / "x.html").exists()
+    assert code == 2 and "not a whole knockout result: the field verdict is missing" in err
+    assert not (tmp_path / "x.html").exists()
+    broken = json.loads(ko.read_text())
+    broken["windows"][1]["delta_p_route"] = "0.3"  # a number written as text
+    bad.write_text(json.dumps(broken))
+    assert main(["report", "--model", model, "--out", str(tmp_path / "x.html"), "--add", str(bad)]) == 2
+    assert "the field windows[1].delta_p_route is str, expected float" in capsys.readouterr().err

@@ -19,8 +19,38 @@ def strict(obj):
     return obj
 
 
+def shape_problem(data, schema, where: str = "") -> str | None:
+    """The first way ``data`` (parsed JSON) differs from ``schema`` — a dict of key -> type, nested dict,
+    or [item schema] — as a sentence naming the field; None when it fits. ints pass as floats."""
+    if isinstance(schema, dict):
+        if not isinstance(data, dict):
+            return f"{where or 'the result'} is {type(data).__name__}, expected an object"
+        for key, sub in schema.items():
+            if key not in data:
+                return f"the field {where}{key} is missing"
+            if problem := shape_problem(data[key], sub, f"{where}{key}."):
+                return problem
+        return None
+    name = where.rstrip(".") or "the result"
+    if isinstance(schema, list):
+        if not isinstance(data, list):
+            return f"the field {name} is {type(data).__name__}, expected a list"
+        return next((p for i, x in enumerate(data) if (p := shape_problem(x, schema[0], f"{name}[{i}]."))), None)
+    ok = isinstance(data, schema) and not (isinstance(data, bool) and schema is not bool)
+    ok = ok or (schema is float and isinstance(data, int) and not isinstance(data, bool))
+    return None if ok else f"the field {name} is {type(data).__name__}, expected {schema.__name__}"
+
+
 class Result:
-    """A result that crosses floors: a dataclass whose ``to_dict()`` is its JSON contract."""
+    """A result that crosses floors: a dataclass whose ``to_dict()`` is its JSON contract, and
+    ``SCHEMA`` the part of it that readers of the JSON rely on (checked by ``validate``)."""
+
+    SCHEMA: dict = {}
+
+    @classmethod
+    def validate(cls, data) -> str | None:
+        """Why ``data`` is not this result's JSON (the field missing or of the wrong type), or None."""
+        return shape_problem(data, cls.SCHEMA)
 
     def to_dict(self) -> dict:
         raise NotImplementedError
@@ -30,4 +60,4 @@ class Result:
         return json.dumps(strict(self.to_dict()), indent=indent, allow_nan=False)
 
 
-__all__ = ["Result", "strict"]
+__all__ = ["Result", "shape_problem", "strict"]

@@ -8,10 +8,12 @@ such a result, or one with a missing or malformed field is refused in one line n
 from __future__ import annotations
 
 from ..errors import InputError
+from ..read.experiments import KnockoutResult, NeedleResult, SwapResult
 from . import findings, learn_section
 from .jsonout import read_json
 
 SECTIONS_MARK = "<!--__SECTIONS__-->"  # where report.html takes extra sections
+RESULTS = {"knockout": KnockoutResult, "swap": SwapResult, "needle": NeedleResult}  # what each command writes
 KINDS = {
     "learn": (tuple(learn_section.TITLES), "attnroute learn … --out DIR"),
     "add": (tuple(findings.FIGURES), "attnroute knockout|swap|needle --json"),
@@ -32,6 +34,8 @@ def load(path, field: str) -> str:
             f"{field} {path}: not a result of `{written_by}` (experiment {kind!r}, expected one of {', '.join(kinds)})",
             field=field,
         )
+    if field == "add" and (problem := RESULTS[kind].validate(data)):  # the contract of the command that wrote it
+        raise InputError(f"{field} {path}: not a whole {kind} result: {problem}", field=field)
     try:
         return row(learn_section.section(data)) if field == "learn" else findings.section(data)
     except (KeyError, TypeError, IndexError, ValueError, AttributeError) as e:

@@ -39,6 +39,20 @@ class KnockoutError(InputError):
 
 @dataclass
 class KnockoutResult(Result):
+    SCHEMA = {
+        "experiment": str,
+        "verdict": {"lines": [str]},
+        "summary": dict,
+        "model": str,
+        "tokens": [str],
+        "route": {"queries": [int], "keys": [int]},
+        "target": {"token": str},
+        "window": int,
+        "p_target_clean": float,
+        "windows": [{"layers": [int], **dict.fromkeys(("delta_p_route", "delta_p_control"), float),
+                     **dict.fromkeys(("delta_nll_route", "delta_nll_control"), float)}],
+    }  # fmt: skip
+
     model: str
     text: str
     tokens: list[str]

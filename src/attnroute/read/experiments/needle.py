@@ -158,6 +158,23 @@ class NeedleResult(Result):
     """Per length: whether the model answered, the retrieval heads' weight on the needle and entropy, the
     best head."""
 
+    SCHEMA = {
+        "experiment": str,
+        "verdict": {"lines": [str]},
+        "summary": dict,
+        "model": str,
+        "retrieval_heads": [[int]],
+        "lengths": [
+            {
+                "length": int,
+                "answered": bool,
+                "answer": str,
+                "retrieval_heads": [{"layer": int, "head": int, "needle_weight": float, "entropy": float}],
+                "best_head": {"layer": int, "head": int, "needle_weight": float},
+            }
+        ],
+    }
+
     model: str
     code: str
     seed: int

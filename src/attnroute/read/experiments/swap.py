@@ -33,6 +33,17 @@ class SwapError(InputError):
 
 @dataclass
 class SwapResult(Result):
+    SCHEMA = {
+        "experiment": str,
+        "verdict": {"lines": [str]},
+        "summary": dict,
+        "model": str,
+        "top_a": str,
+        "top_b": str,
+        "window": int,
+        "layers": [{"layers": [int], "kl_from_a": float, "kl_from_b": float, "p_top_a": float, "p_top_b": float}],
+    }
+
     model: str
     tokens_a: list[str]
     tokens_b: list[str]
