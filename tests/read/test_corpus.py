@@ -452,3 +452,22 @@ def test_killed_at_random_points_then_resumed_equals_one_read(tiny, tmp_path):
     )
     (whole, a), (resumed, b) = _rows(tmp_path / "whole.json"), _rows(tmp_path / "resumed.json")
     assert a == b and whole["n_tokens"] == resumed["n_tokens"] and whole["n_documents"] == resumed["n_documents"]
+
+
+def test_torchrun_with_one_damaged_rank_checkpoint_refuses_once_on_every_rank(tiny, tmp_path):
+    model, _ = tiny
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node", "2"]
+    ck = tmp_path / "ck"
+    cmd = [*torchrun, "-m", "attnroute", *_cli(model, tmp_path / "two.json", "--checkpoint", str(ck))[3:]]
+    subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=300)
+    damaged = tmp_path / "ck.rank1-of-2"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode != 0 and len(errors) == 1, done.stderr[-3000:]
+    assert errors[0].startswith("error: --checkpoint: rank 1: checkpoint") and "is damaged" in errors[0]
+    # no rank prints a traceback: the one torchrun prints is its launcher's report of a failed child
+    # (ChildFailedError, torch's elastic agent), with no frame of attnroute in it
+    assert not re.search(r'File ".*/attnroute/', done.stderr) and "ChildFailedError" in done.stderr
+    assert "rank 0:" not in done.stderr  # rank 0 read no shard: it refused with rank 1

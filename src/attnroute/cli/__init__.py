@@ -20,6 +20,7 @@ before torch loads.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 
@@ -42,8 +43,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
-    except InputError as e:  # one line, never a traceback
-        print(f"error: {refusal_line(e, command_parser(parser, args), getattr(args, 'fields', {}))}", file=sys.stderr)
+    except InputError as e:  # one line, never a traceback; under torchrun said once, by rank 0
+        if not later_rank():
+            print(
+                f"error: {refusal_line(e, command_parser(parser, args), getattr(args, 'fields', {}))}", file=sys.stderr
+            )
         return 2
     except Interrupted as e:  # Ctrl-C in a long read: where it stopped, how to resume
         print(f"interrupted: {e}", file=sys.stderr)
@@ -53,6 +57,11 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # `attnroute … | head`: the reader left; nothing more to say
         sys.stderr.close()
         return 0
+
+
+def later_rank() -> bool:
+    """A rank other than 0 of a torchrun launch: its ranks refuse together (the same line), and one says it."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
 
 
 def refusal_line(e: InputError, command: argparse.ArgumentParser, aliases: dict | None = None) -> str:

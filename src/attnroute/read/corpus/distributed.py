@@ -14,6 +14,7 @@ import os
 
 import torch
 
+from ...errors import InputError
 from .accumulator import Accumulator
 
 
@@ -40,6 +41,27 @@ def rank_world() -> tuple[int, int]:
     return 0, 1
 
 
+def agree(world: int, fn):
+    """``fn()`` on every rank; when it refuses on any rank, every rank refuses with the same line (the
+    lowest failing rank's), so no rank goes on to read its shard and wait for a partner that left."""
+    mine = None
+    try:
+        result = fn()
+    except InputError as e:
+        mine, result = e, None
+    if world == 1:
+        if mine is not None:
+            raise mine
+        return result
+    said = [None] * world
+    torch.distributed.all_gather_object(said, None if mine is None else (str(mine), mine.field))
+    first = next(((r, s) for r, s in enumerate(said) if s is not None), None)
+    if first is not None:
+        rank, (message, field) = first
+        raise InputError(f"rank {rank}: {message}", field=field)  # the same line on every rank
+    return result
+
+
 def merge_ranks(acc: Accumulator, world: int) -> Accumulator:
     """Gather every rank's accumulator and merge them in rank order (the same on every rank)."""
     if world == 1:
@@ -52,4 +74,4 @@ def merge_ranks(acc: Accumulator, world: int) -> Accumulator:
     return merged
 
 
-__all__ = ["merge_ranks", "process_group", "rank_world"]
+__all__ = ["agree", "merge_ranks", "process_group", "rank_world"]

@@ -40,7 +40,7 @@ from ..stimuli import encode_text
 from ..verify import routing_check
 from .accumulator import EMPTY_DIGEST, STATS, Accumulator
 from .checkpoint import CheckpointMismatch, checkpoint_path, fingerprint, load_checkpoint, save_checkpoint
-from .distributed import merge_ranks, process_group
+from .distributed import agree, merge_ranks, process_group
 from .documents import Corpus
 from .significance import ALPHA, significance
 
@@ -190,7 +190,8 @@ def documents_pass(loaded, docs: Corpus, total: int, s: CorpusSettings, where, k
     (rank, world), (pairs, stimulus, window, effect_tokens) = where, plan
     ck_path = checkpoint_path(s.checkpoint, rank, world) if s.checkpoint else None
     shape = (loaded.n_layers, loaded.n_heads, len(pairs))
-    acc = (load_checkpoint(ck_path, key, shape) if ck_path else None) or Accumulator(*shape)
+    restored = agree(world, lambda: load_checkpoint(ck_path, key, shape) if ck_path else None)
+    acc = restored or Accumulator(*shape)
     resumed, mine_total, stored = acc.docs_done, len(range(rank, total, world)), acc.documents_digest
     if resumed > mine_total:
         raise CheckpointMismatch(
