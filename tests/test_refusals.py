@@ -516,3 +516,41 @@ def test_every_experiment_schema_accepts_what_its_command_writes_and_names_what_
     assert shape_problem({**good, "windows": {}}, schema) == "the field windows is dict, expected a list"
     broken = {**good, "windows": [{"layers": [0, True], "p": 0.1}]}
     assert shape_problem(broken, schema) == "the field windows[0].layers[1] is bool, expected int"
+
+
+def test_any_word_of_a_prompt_draws_in_a_figure():
+    """mathtext is off: '$ { $' from a prompt is drawn as it is (it raised in matplotlib's parser, and the
+    JSON written after the plot was lost)."""
+    from attnroute.show.findings import png_bytes
+
+    rows = [dict(layers=[0, 4], delta_p_route=-0.1, delta_p_control=0.0, delta_nll_route=0.2, delta_nll_control=0.0)]
+    result = {
+        "experiment": "knockout",
+        "model": "m",
+        "tokens": ["<s>", "$", "{", "$", "x"],
+        "route": {"queries": [4], "keys": [1, 2, 3]},
+        "target": {"token": "$ { $"},
+        "window": 5,
+        "p_target_clean": 0.5,
+        "windows": rows,
+    }
+    assert png_bytes(result)[:4] == b"\x89PNG"
+
+
+def test_ctrl_c_while_loading_is_one_line_and_130(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnroute", "heads", "--model", "minilm", "--json", str(tmp_path / "h.json")],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    for line in proc.stderr:  # wait for the read to start, then interrupt it
+        if "loading" in line or "stage:" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130 and "Traceback" not in rest and not (tmp_path / "h.json").exists()

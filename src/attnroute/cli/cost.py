@@ -4,7 +4,7 @@ serving, and the FLOPs and memory of long context."""
 from __future__ import annotations
 
 from ..settings import KV_DTYPES, KVSettings, SimulateSettings
-from .common import STDOUT, emit_json, json_flag, outputs, say, tables
+from .common import STDOUT, deliver, emit_json, json_flag, outputs, tables
 
 KV_FIELDS = ("model", "layers", "heads", "kv_heads", "head_dim", "dtype", "window")
 
@@ -77,8 +77,7 @@ def run_simulate(args) -> int:
     if args.json != STDOUT:
         tables(None).print(simulate_table(data, settings.budget_gb))
     if args.plot:
-        serving_png(results, args.plot, data["capacity_tokens"])
-        say(f"wrote {args.plot}")
+        deliver(args.plot, "plot", png_of(serving_png, results, data["capacity_tokens"]))
     return 0
 
 
@@ -92,11 +91,20 @@ def run_bill(args) -> int:
         data = bill.rows(tuple(args.lengths), progress=status.update)
     emit_json(data, args.json)
     if args.plot:
-        bill_png(data, args.plot)
+        deliver(args.plot, "plot", png_of(bill_png, data))
     tables(args.json).print(bill_table(data))
     if args.markdown:
         tables(args.json).print(bill_markdown(data), markup=False, highlight=False)
     return 0
+
+
+def png_of(draw, *data) -> bytes:
+    """A figure drawn into memory (``draw(*data, file)``), for deliver to write atomically."""
+    import io
+
+    buf = io.BytesIO()
+    draw(*data[:1], buf, *data[1:])
+    return buf.getvalue()
 
 
 def console_status(text: str):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
 from ..read.roles import COLORS as ROLE_COLORS
+from .jsonout import write_bytes
 from .plotting import pyplot
 
 
@@ -73,7 +75,9 @@ def write_pngs(data: dict, out_dir) -> list[Path]:
 
 
 def _save(fig, path: Path) -> Path:
+    """Rendered in memory, then written atomically (a failed write leaves an earlier chart whole)."""
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
     pyplot().close(fig)
-    return path
+    return write_bytes(path, buf.getvalue())
