@@ -422,6 +422,11 @@ def _corpus_cases(t: Path) -> dict:
     _parquet(t / "mixed" / "b.parquet", ["row"])
     (t / "plain.txt").write_text("one\n\ntwo\n")
     (t / "lines.jsonl").write_text('{"text": "one"}\n')
+    import datasets
+
+    datasets.Dataset.from_dict({"text": [1, 2]}).save_to_disk(str(t / "intset"))
+    split = datasets.Dataset.from_dict({"text": ["a"]})
+    datasets.DatasetDict({"train": split, "test": split}).save_to_disk(str(t / "splits"))
     late = "".join(f'{{"text": "document {i}"}}\n' for i in range(5000)) + "not json\n"
     (t / "late.jsonl").write_text(late)
     return {
@@ -438,6 +443,8 @@ def _corpus_cases(t: Path) -> dict:
         "--field on .txt": (["{t}/plain.txt", "--field", "body"], "--field 'body' names a column"),
         "--per-line on .jsonl": (["{t}/lines.jsonl", "--per-line"], "--per-line splits a .txt file"),
         "a bad line 5,001": (["{t}/late.jsonl"], "late.jsonl:5001: not JSON"),
+        "int dataset column": (["{t}/intset"], "intset row 0: the document is int, not text"),
+        "a saved DatasetDict": (["{t}/splits"], "holds several splits (train, test)"),
     }
 
 
@@ -463,6 +470,8 @@ def corpus_cases(tmp_path_factory):
         "--field on .txt",
         "--per-line on .jsonl",
         "a bad line 5,001",
+        "int dataset column",
+        "a saved DatasetDict",
     ],
 )
 def test_corpus_documents_are_checked_before_the_model_loads(corpus_cases, case, capsys, monkeypatch):

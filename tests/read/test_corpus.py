@@ -471,3 +471,15 @@ def test_torchrun_with_one_damaged_rank_checkpoint_refuses_once_on_every_rank(ti
     # (ChildFailedError, torch's elastic agent), with no frame of attnroute in it
     assert not re.search(r'File ".*/attnroute/', done.stderr) and "ChildFailedError" in done.stderr
     assert "rank 0:" not in done.stderr  # rank 0 read no shard: it refused with rank 1
+
+
+def test_report_refuses_a_corpus_for_an_encoder_decoder_before_reading_the_text(tmp_path, capsys, monkeypatch):
+    import attnroute.read.capture as capture
+
+    t5 = build("t5", tmp_path)
+    monkeypatch.setattr(capture, "read_heads", lambda *a, **k: pytest.fail("the text was read before the refusal"))
+    assert main(["report", "--model", str(t5), "--corpus", str(CORPUS), "--out", str(tmp_path / "r.html")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert err == [
+        "error: --corpus: a corpus read covers causal LMs and encoders; read an encoder-decoder one text at a time"
+    ]

@@ -52,7 +52,8 @@ def main(argv=None) -> int:
     except Interrupted as e:  # Ctrl-C in a long read: where it stopped, how to resume
         print(f"interrupted: {e}", file=sys.stderr)
         return 130
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C anywhere else: one line, no traceback
+        print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `attnroute … | head`: the reader left; nothing more to say
         sys.stderr.close()

@@ -16,7 +16,7 @@ from ..progress import reporter
 from ..settings import ReportSettings
 from .adapter import routed
 from .corpus.documents import Corpus
-from .corpus.read import read_corpus
+from .corpus.read import SEQ2SEQ_CORPUS, read_corpus
 from .heads import DEFAULT_TEXT, body, read_heads
 from .headtable import HeadTable
 from .stimuli import encode_text
@@ -106,6 +106,8 @@ def routing_view(
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
     if s.generate and not loaded.causal:  # before minutes of reading
         raise InputError("generate: only a causal LM continues a text", field="generate")
+    if corpus and loaded.seq2seq:  # read_corpus would refuse it too, but only after the whole text report
+        raise InputError(SEQ2SEQ_CORPUS, field="corpus")
     limit = page_tokens(loaded, s)
     ids, _ = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, limit)
     loaded.fit(ids.shape[1] + s.generate, "generate", "the text and its continuation")

@@ -28,9 +28,9 @@ def serving_png(results, path, capacity_tokens: int) -> Path:
     b.legend(fontsize=8)
     fig.suptitle(f"serving under a budget of {capacity_tokens:,} token slots")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
-    return Path(path)
+    return path if hasattr(path, "write") else Path(path)
 
 
 def bill_png(data: list[dict], path) -> Path:
@@ -62,6 +62,6 @@ def bill_png(data: list[dict], path) -> Path:
     b.legend(fontsize=7)
     fig.suptitle("the bill of long context: B=1, H=8, D=64, fp32, W=256, ProbSparse c=5")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
-    return Path(path)
+    return path if hasattr(path, "write") else Path(path)

@@ -228,13 +228,13 @@ def _dir(path: Path, field: str, per_line: bool) -> Iterator[str | Bad]:
 
 
 def _dataset(path: Path, field: str, per_line: bool) -> Iterator[str | Bad]:
-    from datasets import load_from_disk  # memory-mapped Arrow: rows are read as they are visited
+    from datasets import DatasetDict, load_from_disk  # memory-mapped Arrow: rows are read as they are visited
 
     try:
         ds = load_from_disk(str(path))
     except Exception as e:  # noqa: BLE001  (datasets raises many kinds for a bad directory)
         raise CorpusError(f"{path}: not a dataset saved with datasets.save_to_disk ({type(e).__name__}: {e})") from None
-    if hasattr(ds, "keys") and not hasattr(ds, "column_names"):  # a DatasetDict: refuse to guess the split
+    if isinstance(ds, DatasetDict):  # refuse to guess the split
         raise CorpusError(f"{path} holds several splits ({', '.join(ds.keys())}); give the directory of one split")
     if field not in ds.column_names:
         raise CorpusError(

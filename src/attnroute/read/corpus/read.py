@@ -50,6 +50,9 @@ from .significance import ALPHA, significance
 MICHEL_2019 = "8 of 96 encoder self-attention heads (WMT En-Fr Transformer, 6 layers × 16) matter significantly"
 
 
+SEQ2SEQ_CORPUS = "a corpus read covers causal LMs and encoders; read an encoder-decoder one text at a time"
+
+
 class CorpusInterrupted(Interrupted):
     """Ctrl-C (or the ``stop`` event) during a corpus read: where it stopped and how to resume."""
 
@@ -133,7 +136,7 @@ def read_corpus(
         raise ReadError(f"the corpus {s.corpus} holds no non-empty document", field="corpus")
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
     if loaded.seq2seq:
-        raise ReadError("corpus reading covers causal LMs and encoders; read an encoder-decoder one text at a time")
+        raise ReadError(SEQ2SEQ_CORPUS, field="corpus")
     window = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else None
     window = window or min(loaded.max_positions or 1024, 1024)
     effect_tokens = min(s.importance_tokens, window)
@@ -346,4 +349,4 @@ def _table(loaded, acc: Accumulator, stimulus, pairs, importance_tokens: int, me
     return HeadTable(loaded.name, L, H, cols, corpus_roles, offsets, meta, attention=list(loaded.attention_kinds))
 
 
-__all__ = ["CorpusInterrupted", "read_corpus"]
+__all__ = ["SEQ2SEQ_CORPUS", "CorpusInterrupted", "read_corpus"]
