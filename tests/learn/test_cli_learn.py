@@ -59,3 +59,9 @@ def test_section_escapes_text_and_sits_in_the_report(tmp_path):
     assert merged.index("Learn: an induction circuit forms") < merged.index("/*page*/")
     with pytest.raises(ValueError, match="no place"):
         learn_section.insert("<html></html>", [result])
+
+
+def test_learn_json_goes_to_stdout_alone(capsys):
+    assert main(["learn", "induction", "--steps", "2", "--every", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)  # the tables and verdict went to stderr or were left out
+    assert data["experiment"] == "induction" and data["verdict"]["lines"]
