@@ -193,6 +193,9 @@ BAD = [
     ["heads", "--corpus", "data/python-docs-topics.jsonl", "--checkpoint", "/nonexistent/dir/ck"],
     ["heads", "--corpus", "data/python-docs-topics.jsonl", "--limit", "0"],
     ["heads", "--corpus", "data/python-docs-topics.jsonl", "--text", "also a text"],
+    ["heads", "--model", "minilm", "--limit", "3"],
+    ["heads", "--model", "minilm", "--checkpoint", "ck"],
+    ["heads", "--model", "minilm", "--skip-bad"],
     ["knockout", "a b c", "--from", "c", "--to", "zebra"],
     ["knockout", "a b c", "--from", "c", "--to", "a", "--plot", "k.jpeg"],
     ["swap", "one two", "one two three four five"],
@@ -218,6 +221,8 @@ BAD = [
     ["learn", "pruning", "--head-counts", "0"],
     ["learn", "induction", "--layers", "1"],
     ["bench", "--sizes", "-5"],
+    ["bench", "--quick", "--sizes", "64"],
+    ["bench", "--suite", "read", "--sizes", "64"],
     ["bench", "--from-json", "/nonexistent.json"],
 ]
 

@@ -9,6 +9,7 @@ from ..errors import InputError
 from .common import STDOUT, console, emit_json, json_flag, outputs, say, tables
 
 SUITES = ("all", "engine", "read", "effects", "long-context")
+SIZES = [1024, 4096, 8192]  # the engine benchmark's lengths Tq = Tk
 READ_PARTS = {
     "read": ("effects", "long_context"),
     "all": ("effects", "long_context"),
@@ -19,7 +20,7 @@ READ_PARTS = {
 
 def add(sub) -> None:
     b = sub.add_parser("bench", help="time and memory of every backend beside torch SDPA")
-    b.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096, 8192], help="sequence lengths Tq = Tk")
+    b.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="sequence lengths Tq = Tk")
     b.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run")
     b.add_argument(
         "--suite",
@@ -41,6 +42,9 @@ def run(args) -> int:
     for T in args.sizes:
         if T < 16:
             raise InputError(f"sizes must be at least 16, got {T}", field="sizes")
+    if args.sizes != SIZES and (args.quick or args.suite not in ("engine", "all")):
+        why = "`quick` runs its own tiny sizes" if args.quick else f"the {args.suite} suite runs no engine benchmark"
+        raise InputError(f"`sizes` would be ignored: {why}", field="sizes")
     outputs({}, {"json": args.json}, dirs={"out": args.out})
     out = Path(args.out) if args.out else None
     results = {}

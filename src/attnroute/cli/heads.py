@@ -8,6 +8,15 @@ from ..settings import DEFAULT_EXACT, CorpusSettings, HeadsSettings, probe_seeds
 from .common import deliver, emit_json, json_flag, model_flag, notes, outputs, read_progress, read_text_arg, tables
 
 FIELDS = {"seeds": "--seed"}  # settings fields whose flag is not --field-name
+CORPUS_ONLY = {  # flag -> its default: given with one text, each would be ignored
+    "field": "text",
+    "per_line": False,
+    "limit": None,
+    "skip_bad": False,
+    "checkpoint": None,
+    "checkpoint_every": 10,
+    "importance_tokens": 256,
+}
 
 
 def add(sub) -> None:
@@ -73,6 +82,9 @@ def corpus_flags(p) -> None:
 def run(args) -> int:
     if args.corpus:
         return run_corpus(args)
+    given = next((f for f, default in CORPUS_ONLY.items() if getattr(args, f) != default), None)
+    if given:
+        raise InputError(f"`{given}` applies to a corpus read; give `corpus` too, or leave it out", field=given)
     outputs({"file": args.file, "model": args.model}, {"json": args.json, "csv": args.csv})
     settings = HeadsSettings(
         model=args.model,
@@ -106,7 +118,8 @@ def run_corpus(args) -> int:
         model=args.model,
         corpus=args.corpus,
         **{f: getattr(args, f) for f in ("field", "per_line", "limit", "skip_bad", "max_tokens", "importance_tokens")},
-        **{f: getattr(args, f) for f in ("checkpoint", "checkpoint_every", "max_weight", "exact")},
+        **{f: getattr(args, f) for f in ("checkpoint", "checkpoint_every", "max_weight")},
+        exact=0 if args.no_ablation else args.exact,  # no per-document ablation
         seeds=probe_seeds(args.seed),
         verify=not args.no_verify,
     )
