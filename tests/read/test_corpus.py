@@ -483,3 +483,19 @@ def test_report_refuses_a_corpus_for_an_encoder_decoder_before_reading_the_text(
     assert err == [
         "error: --corpus: a corpus read covers causal LMs and encoders; read an encoder-decoder one text at a time"
     ]
+
+
+def test_cli_refuses_a_damaged_checkpoint_in_one_line_and_leaves_it_as_it_was(tiny, tmp_path, capsys):
+    import hashlib
+
+    model, _ = tiny
+    ck = tmp_path / "ck.safetensors"
+    ck.write_bytes(os.urandom(2048))
+    before = hashlib.sha256(ck.read_bytes()).hexdigest()
+    argv = ["heads", "--model", str(model), "--corpus", str(CORPUS), "--limit", "3", "--max-tokens", "48"]
+    assert main([*argv, "--exact", "2", "--checkpoint", str(ck), "--json", str(tmp_path / "h.json")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert (
+        len(err) == 1 and err[0].startswith("error: --checkpoint: checkpoint") and "remove it to start over" in err[0]
+    )
+    assert hashlib.sha256(ck.read_bytes()).hexdigest() == before and not (tmp_path / "h.json").exists()
