@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..engine.jsonable import strict
 from ..read.capture import RoutingView
 from ..read.roles import ROLES
 from .jsonout import write_text
@@ -91,7 +92,7 @@ def report_data(view: RoutingView, kv: dict | None = None) -> dict:
         "stream_layer": [table.stream_layer(layer) for layer in range(table.layers)],
         "columns": cols,
         "roles": table.roles,
-        "meta": _jsonable(table.meta.to_dict()),
+        "meta": strict(table.meta.to_dict()),  # numpy scalars as numbers, NaN as null: as in the JSON
         "has_effects": getattr(table.meta, "grad_vs_ablation", None) is not None,
         "weights": pack_weights(view.weights),
         "kv": kv if kv is not None else {"unavailable": "no KV-cache card was computed for this page"},
@@ -145,16 +146,6 @@ def corpus_card(table) -> dict:
 
 def _readable(tokens: list[str]) -> list[str]:
     return [t.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\\n") for t in tokens]
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    return x
 
 
 def script_safe_json(data: dict) -> str:
