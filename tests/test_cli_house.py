@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 import attnroute
 
 CLI = Path(attnroute.__file__).parent / "cli"
@@ -98,3 +101,58 @@ def test_a_bad_flag_is_refused_before_torch_loads():
     done = run_python("-c", code)
     assert done.stdout.strip() == "[2, 2, 2, 2, 2] False", done.stderr
     assert done.stderr.count("error: ") == 5 and "Traceback" not in done.stderr
+
+
+@given(st.text(max_size=40))
+def test_a_list_flag_is_integers_or_one_refusal(text):
+    from attnroute.cli.common import int_list
+    from attnroute.errors import InputError
+
+    try:
+        values = int_list(text, "heads")
+    except InputError as e:
+        assert str(e).startswith("heads must be comma-separated integers") and e.field == "heads"
+    else:
+        assert values and all(isinstance(v, int) for v in values)
+        assert values == tuple(int(x) for x in text.split(","))
+
+
+PLAIN = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Zl", "Zp"), blacklist_characters="`_"), max_size=60)
+
+
+@given(PLAIN, st.sampled_from(["max_tokens", "heads", "text", "model", None]))
+def test_the_refusal_line_never_turns_a_plain_word_into_a_flag(message, field):
+    """Without backticks or underscores the only change is the error's own field: mapped where the
+    message starts with it, else its flag leads."""
+    import re
+
+    from attnroute.cli import build_parser, command_parser, refusal_line
+    from attnroute.errors import InputError
+
+    parser = build_parser()
+    line = refusal_line(InputError(message, field=field), command_parser(parser, parser.parse_args(["heads"])))
+    flag = {"max_tokens": "--max-tokens", "text": "--text", "model": "--model"}.get(field)
+    body = message or "InputError"
+    if flag is None:
+        assert line == body
+    elif re.match(rf"{field}(?![\w-])", body):
+        assert line == flag + body[len(field) :]
+    else:
+        assert line == f"{flag}: {body}"
+
+
+def test_flags_replace_field_names_in_three_places_only():
+    from attnroute.cli import build_parser, command_parser, refusal_line
+    from attnroute.errors import InputError
+
+    parser = build_parser()
+    heads = command_parser(parser, parser.parse_args(["heads"]))
+    cases = {
+        ("max_tokens must be at least 2, got 0", "max_tokens"): "--max-tokens must be at least 2, got 0",
+        ("give `corpus` or `text`/`file`, not both", "corpus"): "give --corpus or --text/--file, not both",
+        ("choose checkpoint_every, then", None): "choose --checkpoint-every, then",
+        ("the word model stays a word", "model"): "--model: the word model stays a word",
+        ("heads 6 must be a multiple", None): "heads 6 must be a multiple",
+    }
+    for (message, field), expected in cases.items():
+        assert refusal_line(InputError(message, field=field), heads) == expected
