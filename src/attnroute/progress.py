@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-STAGES = ("load", "stage", "warn", "layer", "ablate", "corpus", "checkpoint", "rank")
-
 
 @dataclass(frozen=True)
 class Event:
@@ -51,4 +49,4 @@ def eta(started: float, now: float, done: int, total: int) -> float:
     return (now - started) / max(done, 1) * max(total - done, 0)
 
 
-__all__ = ["Event", "Progress", "STAGES", "eta", "reporter"]
+__all__ = ["Event", "Progress", "eta", "reporter"]

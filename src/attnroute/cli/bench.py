@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
-from .common import STDOUT, console, emit_json, json_flag, outputs, say, tables
+from .common import STDOUT, console, emit_json, json_flag, outputs, tables
 
 SUITES = ("all", "engine", "read", "effects", "long-context")
 SIZES = [1024, 4096, 8192]  # the engine benchmark's lengths Tq = Tk
@@ -90,11 +90,8 @@ def read_suite(args, out) -> dict:
 
 def write(out, name: str, result: dict) -> None:
     if out:
-        from ..show.jsonout import write_json
-
         out.mkdir(parents=True, exist_ok=True)
-        write_json(result, out / name)
-        say(f"wrote {out / name}")
+        emit_json(result, str(out / name), "out")  # atomic, and kept elsewhere if the write fails
 
 
 def markdown_of(path: str) -> str:

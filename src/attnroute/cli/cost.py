@@ -70,6 +70,7 @@ def run_simulate(args) -> int:
     from ..cost.serving import serve_stream
     from ..show.cost_figures import serving_png
     from ..show.cost_tables import simulate_table
+    from ..show.plotting import png
 
     with console_status("serving the stream…") as status:  # a long CSV takes a while: show where it is
         data, results = serve_stream(settings, progress=status.update)
@@ -77,7 +78,7 @@ def run_simulate(args) -> int:
     if args.json != STDOUT:
         tables(None).print(simulate_table(data, settings.budget_gb))
     if args.plot:
-        deliver(args.plot, "plot", png_of(serving_png, results, data["capacity_tokens"]))
+        deliver(args.plot, "plot", png(lambda f: serving_png(results, f, data["capacity_tokens"])))
     return 0
 
 
@@ -86,25 +87,17 @@ def run_bill(args) -> int:
     from ..bench import bill
     from ..show.cost_figures import bill_png
     from ..show.cost_tables import bill_markdown, bill_table
+    from ..show.plotting import png
 
     with console_status("measuring…") as status:
         data = bill.rows(tuple(args.lengths), progress=status.update)
     emit_json(data, args.json)
     if args.plot:
-        deliver(args.plot, "plot", png_of(bill_png, data))
+        deliver(args.plot, "plot", png(lambda f: bill_png(data, f)))
     tables(args.json).print(bill_table(data))
     if args.markdown:
         tables(args.json).print(bill_markdown(data), markup=False, highlight=False)
     return 0
-
-
-def png_of(draw, *data) -> bytes:
-    """A figure drawn into memory (``draw(*data, file)``), for deliver to write atomically."""
-    import io
-
-    buf = io.BytesIO()
-    draw(*data[:1], buf, *data[1:])
-    return buf.getvalue()
 
 
 def console_status(text: str):

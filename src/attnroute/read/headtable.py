@@ -60,17 +60,18 @@ class ReadMeta:
         return cls(**data)
 
     # read access by the JSON's keys, for code that reads the written JSON and the table alike
+    def __contains__(self, key: str) -> bool:
+        """A key of the JSON's meta: a field, unless it is optional and was not measured."""
+        names = {f.name for f in fields(self)}
+        return key in names and not (key in self.OPTIONAL and getattr(self, key) is None)
+
     def __getitem__(self, key: str):
-        data = self.to_dict()
-        if key not in data:
+        if key not in self:
             raise KeyError(key)
-        return data[key]
+        return getattr(self, key)
 
     def get(self, key: str, default=None):
-        return self.to_dict().get(key, default)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.to_dict()
+        return self[key] if key in self else default
 
 
 @dataclass(kw_only=True)

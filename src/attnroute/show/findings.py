@@ -7,11 +7,10 @@ figure, its verdict lines and its summary, like a learn section. show/ reads pla
 from __future__ import annotations
 
 import base64
-import io
 from html import escape
 
 from .knockout_figure import knockout_png, needle_png
-from .plotting import pyplot
+from .plotting import png, pyplot
 
 TITLES = {
     "knockout": "Route knockout: cut one route, layer window by layer window",
@@ -22,9 +21,7 @@ TITLES = {
 
 def png_bytes(result: dict) -> bytes:
     """The figure of a knockout, swap or needle result as PNG bytes (the caller writes them)."""
-    buf = io.BytesIO()
-    FIGURES[result["experiment"]](result, buf)
-    return buf.getvalue()
+    return png(lambda f: FIGURES[result["experiment"]](result, f))
 
 
 def swap_png(result: dict, path):

@@ -18,4 +18,14 @@ def pyplot():
     return plt
 
 
-__all__ = ["pyplot"]
+def png(draw) -> bytes:
+    """A figure as PNG bytes: ``draw(file)`` writes it to an in-memory file (the caller writes the bytes
+    atomically, or embeds them in a page)."""
+    import io
+
+    buf = io.BytesIO()
+    draw(buf)
+    return buf.getvalue()
+
+
+__all__ = ["png", "pyplot"]
