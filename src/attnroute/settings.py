@@ -291,6 +291,134 @@ class NeedleSettings(Settings):
             raise InputError("code is empty: give the secret the needle states", field="code")
 
 
+# ------------------------------------------------------------------------------------ patching
+
+PATCH_SITES = ("head", "layer", "q", "k", "v")  # a head's output, a layer's attention output, a head's q / k / v
+DIRECTIONS = ("denoising", "noising")  # run corrupt, patch in clean / run clean, patch in corrupt
+
+
+def _pairs(prompts, clean, corrupt, answer, wrong, metric):
+    """The prompt pairs: a .jsonl path, a sequence of PromptPair / dicts, or one pair from the fields."""
+    from .promptset import FIELDS, PromptPair, check_pairs, read_jsonl
+
+    if prompts is not None and clean is not None:
+        raise InputError("give prompts (a file) or one clean/corrupt pair, not both", field="prompts")
+    if prompts is None:
+        if clean is None or corrupt is None:
+            raise InputError("give prompts (a .jsonl file) or both clean and corrupt", field="prompts")
+        return check_pairs([PromptPair(clean, corrupt, answer, wrong)], metric, where="the pair")
+    if isinstance(prompts, str | bytes) or hasattr(prompts, "__fspath__"):
+        pairs = read_jsonl(prompts, metric)
+    else:
+        pairs = [p if isinstance(p, PromptPair) else PromptPair(*(dict(p).get(k) for k in FIELDS), row=i) for i, p in
+                 enumerate(prompts, 1)]  # fmt: skip
+        pairs = check_pairs(pairs, metric)
+    if answer is not None or wrong is not None:  # one answer for every row, unless a row names its own
+        pairs = tuple(dataclasses.replace(p, answer=p.answer or answer, wrong=p.wrong or wrong) for p in pairs)
+    return pairs
+
+
+def positions_spec(value) -> str:
+    """'all' (the whole sequence at once), 'each' (every position on its own: [L, H, T]), or indices/a word."""
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"positions must be 'all', 'each', token indices or a word, got {value!r}", field="positions")
+    return value.strip()
+
+
+@dataclass(frozen=True)
+class PatchSettings(Settings):
+    """Activation patching between clean and corrupted prompts, measured with ``metric``."""
+
+    model: object = DEFAULT_MODEL
+    prompts: object = None  # a .jsonl path or a sequence of pairs
+    clean: str | None = None  # or one pair
+    corrupt: str | None = None
+    answer: str | None = None  # the metric's fields for every row that does not name its own
+    wrong: str | None = None
+    metric: object = "logit-diff"  # a name, or metric(logits, batch) -> Tensor[B] from Python
+    direction: str = "denoising"
+    sites: tuple[str, ...] = ("head",)
+    positions: str = "all"
+    exact: int | str = "settle"  # "settle": the top of the estimate until the exact top 10 holds; "all"; N
+    top: int = 10  # the exact top that must stop changing
+    pairs: tuple = ()  # filled from prompts / clean+corrupt
+
+    def __post_init__(self):
+        from .promptset import metric_name
+
+        name = self.metric if isinstance(self.metric, str) else None
+        if name is not None:
+            metric_name(name)
+        elif not callable(self.metric):
+            raise InputTypeError(
+                f"metric must be a name or a callable, got {type(self.metric).__name__}", field="metric"
+            )
+        one_of(self.direction, "direction", DIRECTIONS)
+        sites = tuple(self.sites)
+        bad = [x for x in sites if x not in PATCH_SITES] or ([] if sites else ["(none)"])
+        if bad:
+            raise InputError(f"unknown site {bad[0]!r}: expected some of {', '.join(PATCH_SITES)}", field="sites")
+        _set(self, "sites", tuple(dict.fromkeys(sites)))
+        _set(self, "positions", positions_spec(self.positions))
+        _set(self, "exact", "settle" if self.exact == "settle" else exact_count(self.exact))
+        integer(self.top, "top", 1)
+        if not self.pairs:  # a Python metric reads whatever fields it likes: only clean/corrupt are required
+            pairs = _pairs(self.prompts, self.clean, self.corrupt, self.answer, self.wrong, name or "loss")
+            _set(self, "pairs", pairs)
+
+
+@dataclass(frozen=True)
+class RoutesSettings(Settings):
+    """Route attribution: the first-order effect of removing every query→key route, top K kept, top N verified."""
+
+    model: object = DEFAULT_MODEL
+    text: str | None = None  # one text (the metric's fields from answer / wrong), or prompts / a pair
+    prompts: object = None
+    clean: str | None = None
+    corrupt: str | None = None
+    answer: str | None = None
+    wrong: str | None = None
+    metric: object = "logit-diff"
+    top: int = 20  # routes kept
+    verify: int = 10  # of those, knocked out exactly
+    layers: tuple[int, ...] | None = None  # None: every layer
+    block_size: int = 256  # query rows per block: one [block, Tk] slice of one head at a time
+    pairs: tuple = ()
+
+    def __post_init__(self):
+        from .promptset import metric_name
+
+        name = self.metric if isinstance(self.metric, str) else None
+        if name is not None:
+            metric_name(name)
+        elif not callable(self.metric):
+            raise InputTypeError(
+                f"metric must be a name or a callable, got {type(self.metric).__name__}", field="metric"
+            )
+        integer(self.top, "top", 1, 100_000)
+        integer(self.verify, "verify", 0)
+        if self.verify > self.top:
+            raise InputError(f"verify ({self.verify}) cannot exceed top ({self.top}): only kept routes are verified",
+                             field="verify")  # fmt: skip
+        integer(self.block_size, "block_size", 1)
+        if self.layers is not None:
+            _set(self, "layers", integers(self.layers, "layers", 0))
+        if not self.pairs:
+            if self.text is not None:
+                nonempty_text(self.text, "text", optional=False)
+                if self.prompts is not None or self.clean is not None:
+                    raise InputError("give text, or prompts / a clean-corrupt pair, not both", field="text")
+                pair = _pairs(None, self.text, self.text, self.answer, self.wrong, name or "loss")
+            else:
+                pair = _pairs(self.prompts, self.clean, self.corrupt, self.answer, self.wrong, name or "loss")
+            _set(self, "pairs", pair)
+
+    @property
+    def single(self) -> bool:
+        """One text: the metric itself is attributed (no corrupt run to move towards)."""
+        return self.text is not None
+
+
 # ------------------------------------------------------------------------------------ check, cost
 
 
@@ -373,6 +501,9 @@ __all__ = [
     "KVSettings",
     "KnockoutSettings",
     "NeedleSettings",
+    "PATCH_SITES",
+    "PatchSettings",
+    "RoutesSettings",
     "ReportSettings",
     "Settings",
     "SimulateSettings",

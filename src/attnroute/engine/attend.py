@@ -27,7 +27,7 @@ from torch import Tensor
 from .backends import blocked, eager, fused, reference, sdpa
 from .backends.common import Request, UnsupportedRequest
 from .errors import InputError, InputTypeError
-from .interventions import Intervention
+from .interventions import Intervention, apply_inputs
 from .masks import Mask, TensorMask
 from .probes import Probe
 from .stages import default_scale
@@ -142,7 +142,7 @@ def attend(
               takes mass and carries no value, so a row's weights sum to 1 − p_sink
 
     scale: defaults to 1/√D. softcap: cap·tanh(s/cap) before masking; None and 0 both mean none.
-    probes read the weights block by block; interventions edit scores, weights or head outputs
+    probes read the weights block by block; interventions edit q/k/v, scores, weights or head outputs
     (both need impl "eager" or "blocked"; "auto" picks one). layer: passed to probes and
     interventions. return_trace: also return a Trace (scores, weights, lse when the backend holds
     them, and which backend ran and why). memory_budget: bytes eager's score matrix may take
@@ -152,6 +152,9 @@ def attend(
     if impl not in IMPLS:
         raise InputError(f"impl must be one of {IMPLS}, got {impl!r}")
     B, H, Hkv, Tq, Tk, D, Dv = validate_qkv(q, k, v)
+    if interventions:  # edits of q, k, v come first: every backend that takes interventions sees them
+        q, k, v = apply_inputs(interventions, q, k, v, layer)
+        validate_qkv(q, k, v)
     if scale is not None and not math.isfinite(float(scale)):
         raise InputError(f"scale must be a finite number, got {scale}", field="scale")
     req = Request(

@@ -1,8 +1,9 @@
 """Interventions: per-head edits at one stage of one attention call.
 
 An intervention names query heads (in grouped models a head is a query head, never its kv
-group) and optionally a layer, and edits one of three places:
+group) and optionally a layer, and edits one of four places:
 
+    edit_inputs(q, k, v)               before score       (activation patching of q, k or v)
     edit_scores(masked_scores, block)  before normalize   (temperature)
     edit_weights(weights, block)       after normalize    (uniform, substitute)
     edit_out(out, q0, q1)              per-head output    (zero, replace)
@@ -33,6 +34,10 @@ class Intervention:
         m = torch.zeros(H, dtype=torch.bool, device=device)
         m[self.heads] = True
         return m.view(1, H, 1, 1)  # (1, H, 1, 1)
+
+    def edit_inputs(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        """q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] -> the same three, edited out of place."""
+        return q, k, v
 
     def edit_scores(self, masked_scores: torch.Tensor, block: WeightBlock) -> torch.Tensor:
         return masked_scores
@@ -158,6 +163,13 @@ class SubstituteWeights(Intervention):
         out = weights.clone()
         out[:, self.heads] = sub.expand(B, len(self.heads), *sub.shape[-2:]) * keep[:, self.heads]
         return out
+
+
+def apply_inputs(interventions, q, k, v, layer):
+    for iv in interventions:
+        if iv.applies(layer):
+            q, k, v = iv.edit_inputs(q, k, v)
+    return q, k, v
 
 
 def apply_scores(interventions, masked_scores, block):

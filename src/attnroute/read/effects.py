@@ -171,17 +171,24 @@ def forward_from(
     """The model's own forward on ``batch`` (``copies`` repeats of the effect batch), with blocks 0 … start−1
     replaced by their clean outputs: everything else — masks, position embeddings, the output head with
     its soft-cap or logit scaling — is the model's own code. Returns the effect per example."""
+    result = run_from(loaded, start, stored, batch, interventions, copies, blocks)
+    return effect_loss(loaded, batch, result, clean_emb)
+
+
+@torch.no_grad()
+def run_from(loaded, start: int, stored: dict, batch: dict, interventions, copies: int, blocks=None, **model_kwargs):
+    """The model's outputs on ``batch`` with blocks 0 … start−1 answering with ``stored`` (their outputs on
+    the run being edited, repeated ``copies`` times): an edit at layer ``start`` cannot change them."""
     blocks = (blocks or layer_stack(loaded)) if start > 0 else []  # callers in a loop pass theirs
     for j in range(start):
         out = _repeat_output(stored[j], copies) if j == start - 1 else stored[j]  # only the last one is read
         blocks[j].forward = lambda *a, _out=out, **k: _out
     try:
         with routed(loaded, interventions=interventions, impl="eager"):
-            result = loaded.model(**batch)
+            return loaded.model(**batch, **model_kwargs)
     finally:
         for j in range(start):
             del blocks[j].forward  # back to the class's forward
-    return effect_loss(loaded, batch, result, clean_emb)
 
 
 def shortcut_check(loaded, batch: dict, base: torch.Tensor, stored: dict, clean_emb) -> dict:

@@ -1,0 +1,123 @@
+"""Prompt pairs for patching: a clean prompt, its corrupted twin, and what the metric reads.
+
+    {"clean": "When Mary and John went to the store, John gave a drink to",
+     "corrupt": "When Mary and John went to the store, Mary gave a drink to",
+     "answer": " Mary", "wrong": " John"}
+
+One JSON object per line of a ``.jsonl`` file (blank lines are skipped), or one pair given on the
+command line. Each metric names the fields it reads (``METRIC_FIELDS``); a row without one is
+refused naming the row and the field. Checks that need the tokenizer (same length, single-token
+answers) are in read/patching/prompts.py. Like settings.py this module imports no torch: a bad
+file is refused before any model loads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InputError
+
+# metric name -> the per-prompt fields it reads. Every metric but cosine reads logits; cosine is the
+# encoder's: the pooled embedding's cosine to the clean run's.
+METRIC_FIELDS = {
+    "logit-diff": ("answer", "wrong"),
+    "prob": ("answer",),
+    "logprob": ("answer",),
+    "loss": (),
+    "kl": (),
+    "cosine": (),
+}
+LOGIT_METRICS = tuple(m for m in METRIC_FIELDS if m != "cosine")
+FIELDS = ("clean", "corrupt", "answer", "wrong")
+MAX_PROMPTS = 10_000
+
+
+@dataclass(frozen=True)
+class PromptPair:
+    clean: str
+    corrupt: str
+    answer: str | None = None
+    wrong: str | None = None
+    row: int = 1  # the line of the file (1-based), or 1 for a pair given directly
+
+
+def metric_name(name) -> str:
+    if name not in METRIC_FIELDS:
+        raise InputError(f"metric {name!r} is not one of {', '.join(METRIC_FIELDS)}", field="metric")
+    return name
+
+
+def check_pairs(pairs, metric: str, where: str = "prompts") -> tuple[PromptPair, ...]:
+    """The pairs, each with the fields ``metric`` reads; refused naming the row otherwise."""
+    pairs = tuple(pairs)
+    if not pairs:
+        raise InputError(
+            f"{where} holds no prompt pairs: give at least one row with clean and corrupt", field="prompts"
+        )
+    if len(pairs) > MAX_PROMPTS:
+        raise InputError(f"{where} holds {len(pairs)} pairs; at most {MAX_PROMPTS} are read", field="prompts")
+    for p in pairs:
+        for name in ("clean", "corrupt", *METRIC_FIELDS[metric]):
+            value = getattr(p, name)
+            if not isinstance(value, str) or not value.strip(" \t\r\n") and name in ("clean", "corrupt"):
+                raise InputError(
+                    f"{where} row {p.row} has no {name!r} (the metric {metric} reads {', '.join(_needs(metric))}): "
+                    f"give a non-empty text",
+                    field="prompts",
+                )
+            if value == "":
+                raise InputError(f"{where} row {p.row}: {name!r} is empty", field="prompts")
+    return pairs
+
+
+def _needs(metric: str) -> tuple[str, ...]:
+    return ("clean", "corrupt", *METRIC_FIELDS[metric])
+
+
+def read_jsonl(path: str | Path, metric: str) -> tuple[PromptPair, ...]:
+    """Pairs from a JSON-lines file; refused (one line, naming the row) when a line is not an object
+    with string fields, or the file is empty, missing or not a regular file."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"prompts file {p} does not exist", field="prompts")
+    if not p.is_file():
+        raise InputError(f"prompts {p} is not a regular file: give a .jsonl file", field="prompts")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"prompts file {p} is not UTF-8 text (byte {e.start})", field="prompts") from None
+    except OSError as e:
+        raise InputError(f"prompts file {p} cannot be read: {e.strerror}", field="prompts") from None
+    pairs = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line, parse_constant=_no_constant)
+        except (json.JSONDecodeError, ValueError) as e:
+            raise InputError(f"prompts {p} row {n} is not JSON: {e}", field="prompts") from None
+        if not isinstance(row, dict):
+            raise InputError(f"prompts {p} row {n} is a {type(row).__name__}, not an object", field="prompts")
+        wrong = [k for k in FIELDS if k in row and not isinstance(row[k], str)]
+        if wrong:
+            raise InputError(
+                f"prompts {p} row {n}: {wrong[0]!r} must be a string, got {type(row[wrong[0]]).__name__}",
+                field="prompts",
+            )
+        pairs.append(PromptPair(*(row.get(k) for k in FIELDS), row=n))
+    return check_pairs(pairs, metric, where=f"prompts {p}")
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def finite(x: float) -> float | None:
+    """JSON has no NaN: a value that is not finite is written as null."""
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+__all__ = ["FIELDS", "LOGIT_METRICS", "METRIC_FIELDS", "PromptPair", "check_pairs", "metric_name", "read_jsonl"]

@@ -1,0 +1,139 @@
+"""Prompt pairs as token ids: what the model runs, checked before it runs.
+
+    groups = tokenize_pairs(tokenizer, kind, pairs, metric)
+
+Each prompt is encoded the way every attnroute verb encodes a text (read/stimuli.encode_text: a
+causal LM gets its BOS prepended when the tokenizer does not add one). Clean and corrupt must give the
+same number of tokens (patching exchanges activations position by position); answers must be one
+token each. Both are refused naming the row and the tokens. Prompts of different lengths are grouped:
+a group is one batch [n, T], so no padding (and no padding mask) ever enters a patched run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...engine import InputError
+from ...promptset import LOGIT_METRICS, METRIC_FIELDS, PromptPair
+from ..stimuli import encode_text
+
+
+class PromptError(InputError):
+    """A prompt pair the model cannot run as asked; the message names the row."""
+
+    def __init__(self, message: str):
+        super().__init__(message, field="prompts")
+
+
+@dataclass
+class Group:
+    """Prompts of one length: ``rows`` index the prompt set; ids are [n, T]."""
+
+    rows: list[int]
+    clean: torch.Tensor  # (n, T)
+    corrupt: torch.Tensor  # (n, T)
+    answer: torch.Tensor | None  # (n,) token ids
+    wrong: torch.Tensor | None  # (n,)
+
+    @property
+    def length(self) -> int:
+        return int(self.clean.shape[1])
+
+
+def tokens_of(tokenizer, ids) -> list[str]:
+    return tokenizer.convert_ids_to_tokens([int(i) for i in ids])
+
+
+def encode(tokenizer, kind: str, text: str) -> torch.Tensor:
+    """[T] ids, as every verb encodes a text (the BOS a causal LM needs included)."""
+    ids, _ = encode_text(tokenizer, text, None, add_bos=kind == "causal")
+    return ids[0]
+
+
+def single_token(tokenizer, text: str, row: int, name: str) -> int:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise PromptError(
+            f"row {row}: {name} {text!r} is {len(ids)} tokens {tokens_of(tokenizer, ids)}; the metric reads one "
+            "token: give a single-token answer (with its leading space, e.g. ' Mary')"
+        )
+    return int(ids[0])
+
+
+def check_metric_kind(metric, kind: str) -> None:
+    if isinstance(metric, str) and kind == "encoder" and metric in LOGIT_METRICS:
+        raise InputError(
+            f"metric {metric} reads next-token logits; this model is an encoder (no LM head): use --metric cosine",
+            field="metric",
+        )
+    if isinstance(metric, str) and kind != "encoder" and metric == "cosine":
+        raise InputError("metric cosine compares an encoder's sentence embeddings; this model has logits: use "
+                         "logit-diff, prob, logprob, loss or kl", field="metric")  # fmt: skip
+
+
+def tokenize_pairs(tokenizer, kind: str, pairs: tuple[PromptPair, ...], metric) -> tuple[list[Group], list[dict]]:
+    """(groups by length, each prompt's tokens for the record). Refused, naming the row, when clean and
+    corrupt differ in length or an answer is not one token."""
+    check_metric_kind(metric, kind)
+    fields = METRIC_FIELDS.get(metric, ()) if isinstance(metric, str) else ("answer", "wrong")
+    by_len: dict[int, list] = {}
+    record = []
+    for i, p in enumerate(pairs):
+        c, x = encode(tokenizer, kind, p.clean), encode(tokenizer, kind, p.corrupt)
+        if c.shape[0] != x.shape[0]:
+            raise PromptError(
+                f"row {p.row}: clean and corrupt differ in length ({c.shape[0]} vs {x.shape[0]} tokens): "
+                f"clean {tokens_of(tokenizer, c)}, corrupt {tokens_of(tokenizer, x)}; patching needs the same "
+                "positions on both sides"
+            )
+        ans = [single_token(tokenizer, getattr(p, f), p.row, f) if getattr(p, f) is not None else -1 for f in
+               ("answer", "wrong")]  # fmt: skip
+        for f, a in zip(("answer", "wrong"), ans):
+            if f in fields and a < 0:
+                raise PromptError(f"row {p.row} has no {f!r}, which the metric reads")
+        by_len.setdefault(int(c.shape[0]), []).append((i, c, x, *ans))
+        record.append({"row": p.row, "clean": tokens_of(tokenizer, c), "corrupt": tokens_of(tokenizer, x),
+                       "answer": p.answer, "wrong": p.wrong})  # fmt: skip
+    groups = []
+    for _, items in sorted(by_len.items()):
+        rows, cs, xs, an, wr = zip(*items)
+        groups.append(Group(list(rows), torch.stack(cs), torch.stack(xs), _ids(an), _ids(wr)))
+    return groups, record
+
+
+def _ids(values) -> torch.Tensor | None:
+    return None if any(v < 0 for v in values) else torch.tensor(values, dtype=torch.long)
+
+
+def resolve_positions(
+    tokenizer, kind: str, spec: str, pairs, groups: list[Group]
+) -> tuple[str, list[int] | None, dict]:
+    """``--positions``: 'all' (None: the whole sequence at once), 'each' (every position: [L, H, T]), or
+    token indices / a word of the clean prompt (the same positions in every prompt, so one length).
+    Returns (mode, positions, what it resolved to, for the record)."""
+    if spec == "all":
+        return "all", None, {"positions": "all"}
+    lengths = sorted({g.length for g in groups})
+    if len(lengths) > 1:
+        raise InputError(
+            f"positions {spec!r} needs every prompt the same length; these prompts have {len(lengths)} lengths "
+            f"({', '.join(map(str, lengths))} tokens): give one template, or positions all",
+            field="positions",
+        )
+    T = lengths[0]
+    if spec == "each":
+        return "each", list(range(T)), {"positions": "each", "T": T}
+    from ..experiments.knockout import positions as word_positions  # the one resolver of words and indices
+
+    class _Loaded:  # positions() reads the tokenizer only
+        def __init__(self, tok):
+            self.tokenizer = tok
+
+    ids = groups[0].clean[:1]
+    found = word_positions(_Loaded(tokenizer), pairs[groups[0].rows[0]].clean, ids, spec, "positions")
+    return "each", found, {"positions": spec, "resolved": found, "T": T}
+
+
+__all__ = ["Group", "PromptError", "check_metric_kind", "encode", "resolve_positions", "tokenize_pairs", "tokens_of"]

@@ -1,0 +1,154 @@
+"""The runs behind a patching experiment, for one group of same-length prompts.
+
+    run = PairRun(loaded, group, metric, direction)   # two recorded forwards: clean and corrupt
+    run.measure([component, ...])                      # exact: M with each component patched, [k, n]
+    run.gradients()                                    # one forward + backward on the base run
+
+Denoising runs the corrupt prompts and patches clean activations in; noising the reverse. The base
+run is the one being edited, the source the one activations come from. Exact patches share forwards:
+the batch is repeated once per component (copy c patches component c) and the layers before the
+patched one answer with the base run's recorded block outputs (they cannot change) — the restart is
+checked once against the full forward and not used if it differs.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from ..adapter import routed
+from ..effects import _repeat, layer_stack, pooled, run_from
+from .prompts import Group
+from .sites import Component, PatchCopies, Recorder, Tap, estimate_grid
+
+TOKEN_BUDGET = 8192  # tokens per exact forward (copies × prompts × length): bounded memory on 2 cores
+
+
+class PairRun:
+    def __init__(self, loaded, group: Group, metric, direction: str):
+        self.loaded, self.group, self.metric, self.direction = loaded, group, metric, direction
+        self.n = len(group.rows)
+        self.kwargs = _output_kwargs(loaded, metric)
+        self.fields = {"answer": group.answer, "wrong": group.wrong}
+        clean_out, self.clean_rec, clean_blocks = self._record(group.clean)
+        self.fields.update(_references(loaded, clean_out, self.batch(group.clean)))
+        self.m_clean = self._metric(clean_out, group.clean)
+        corrupt_out, self.corrupt_rec, corrupt_blocks = self._record(group.corrupt)
+        self.m_corrupt = self._metric(corrupt_out, group.corrupt)
+        denoise = direction == "denoising"
+        self.base_ids = group.corrupt if denoise else group.clean
+        self.base_blocks = corrupt_blocks if denoise else clean_blocks
+        self.source = self.clean_rec if denoise else self.corrupt_rec
+        self.m_base = self.m_corrupt if denoise else self.m_clean
+        self.blocks = layer_stack(loaded)
+        self.shortcut = self._check_shortcut()
+
+    # ---------------------------------------------------------------- forwards
+
+    def batch(self, ids: torch.Tensor) -> dict:
+        b = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        if self.loaded.seq2seq:
+            start = int(self.loaded.model.config.decoder_start_token_id or 0)
+            b["decoder_input_ids"] = torch.full((ids.shape[0], 1), start, dtype=torch.long)
+        return b
+
+    def _metric(self, outputs, ids: torch.Tensor, copies: int = 1) -> torch.Tensor:
+        """The metric per prompt of ``copies`` stacked copies of the group, as [copies · n]."""
+        batch = self.batch(ids.repeat(copies, 1))
+        for name, value in self.fields.items():
+            if value is not None:
+                batch[name] = value.repeat(copies, *([1] * (value.dim() - 1)))
+        x = outputs.logits if self.loaded.kind != "encoder" else pooled(outputs.last_hidden_state,
+                                                                         batch["attention_mask"])  # fmt: skip
+        return self.metric(x, batch).detach().float()
+
+    @torch.no_grad()
+    def _record(self, ids: torch.Tensor):
+        recs = [Recorder(layer) for layer in range(self.loaded.n_layers)]
+        stored: dict[int, object] = {}
+        blocks = layer_stack(self.loaded) or []
+        hooks = [
+            b.register_forward_hook(lambda m, a, out, i=i: stored.__setitem__(i, out)) for i, b in enumerate(blocks)
+        ]
+        try:
+            with routed(self.loaded, interventions=recs, impl="eager"):
+                out = self.loaded.model(**self.batch(ids), **self.kwargs)
+        finally:
+            for h in hooks:
+                h.remove()
+        return out, recs, stored
+
+    def _check_shortcut(self) -> dict:
+        if self.blocks is None:
+            return {"used": False, "reason": "no single stack of layers (encoder-decoder): full forwards"}
+        start = max(1, self.loaded.n_layers // 2)
+        out = run_from(
+            self.loaded, start, self.base_blocks, self.batch(self.base_ids), [], 1, self.blocks, **self.kwargs
+        )
+        diff = float((self._metric(out, self.base_ids) - self.m_base).abs().max())
+        tol = 1e-4 * max(1.0, float(self.m_base.abs().max()))
+        if diff <= tol:
+            return {"used": True, "restart_check_max_abs_diff": diff, "tolerance": tol}
+        return {"used": False, "reason": f"the layer restart differed from the full forward by {diff:.3g} "
+                f"(tolerance {tol:.3g}): full forwards"}  # fmt: skip
+
+    def copies(self) -> int:
+        return max(1, TOKEN_BUDGET // max(1, self.n * self.group.length))
+
+    @torch.no_grad()
+    def measure(self, comps: list[Component]) -> torch.Tensor:
+        """The metric with each component patched, [len(comps), n]; components of one layer at a time."""
+        out = torch.empty(len(comps), self.n)
+        by_layer: dict[int, list[int]] = {}
+        for i, c in enumerate(comps):
+            by_layer.setdefault(c.layer, []).append(i)
+        k = self.copies()
+        for layer, idx in sorted(by_layer.items()):
+            for j in range(0, len(idx), k):
+                chunk = idx[j : j + k]
+                iv = PatchCopies(layer, [comps[i] for i in chunk], self.n, self.source[layer])
+                rep = _repeat(self.batch(self.base_ids), len(chunk))
+                start = layer if self.shortcut["used"] else 0
+                res = run_from(self.loaded, start, self.base_blocks, rep, [iv], len(chunk), self.blocks, **self.kwargs)
+                out[chunk] = self._metric(res, self.base_ids, len(chunk)).view(len(chunk), self.n)
+        return out
+
+    def gradients(self, sites) -> dict[tuple[int, str], torch.Tensor]:
+        """One forward and one backward on the base run: the estimate grid [n, units, T] of every
+        (layer, site) — the first-order change of M when the source's activation replaces the base's."""
+        taps = [Tap(layer) for layer in range(self.loaded.n_layers)]
+        with torch.enable_grad(), routed(self.loaded, interventions=taps, impl="eager"):
+            outputs = self.loaded.model(**self.batch(self.base_ids), **self.kwargs)
+            total = self._metric_grad(outputs).sum()
+            leaves = [t.leaves[name] for t in taps for name in ("q", "k", "v", "out")]
+            grads = torch.autograd.grad(total, leaves, allow_unused=True)
+        for leaf, g in zip(leaves, grads):
+            leaf.grad = torch.zeros_like(leaf) if g is None else g
+        return {(t.layer, site): estimate_grid(t, self.source[t.layer], site).detach() for t in taps for site in sites}
+
+    def _metric_grad(self, outputs) -> torch.Tensor:
+        batch = self.batch(self.base_ids)
+        batch.update({k: v for k, v in self.fields.items() if v is not None})
+        x = outputs.logits if self.loaded.kind != "encoder" else pooled(outputs.last_hidden_state,
+                                                                         batch["attention_mask"])  # fmt: skip
+        return self.metric(x, batch)
+
+
+def _output_kwargs(loaded, metric) -> dict:
+    """logits_to_keep=1 when the metric reads the last position only and the model takes the argument:
+    the output head then runs on one position (most of a small model's forward otherwise)."""
+    if loaded.kind == "encoder" or not getattr(metric, "last_only", False):
+        return {}
+    params = inspect.signature(loaded.model.forward).parameters
+    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+
+def _references(loaded, clean_out, batch) -> dict:
+    """What kl and cosine compare with: the clean run's last-position log-probabilities / pooled embedding."""
+    if loaded.kind == "encoder":
+        return {"clean_embedding": pooled(clean_out.last_hidden_state, batch["attention_mask"]).detach().float()}
+    return {"clean_logprobs": torch.log_softmax(clean_out.logits[:, -1].float(), -1).detach()}
+
+
+__all__ = ["PairRun", "TOKEN_BUDGET"]
