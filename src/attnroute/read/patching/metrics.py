@@ -25,8 +25,13 @@ import torch
 import torch.nn.functional as F
 
 
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """fp16/bf16 logits are read in fp32; fp32 and fp64 stay as they are."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def _last(logits: torch.Tensor) -> torch.Tensor:
-    return logits[:, -1].float()  # (B, V)
+    return _wide(logits[:, -1])  # (B, V)
 
 
 def logit_diff(logits, batch):
@@ -43,7 +48,7 @@ def logprob(logits, batch):
 
 
 def loss(logits, batch):
-    ce = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), batch["input_ids"][:, 1:], reduction="none")
+    ce = F.cross_entropy(_wide(logits[:, :-1]).transpose(1, 2), batch["input_ids"][:, 1:], reduction="none")
     m = batch["attention_mask"][:, 1:].float()
     return (ce * m).sum(1) / m.sum(1).clamp_min(1)
 
@@ -54,7 +59,7 @@ def kl(logits, batch):
 
 
 def cosine(embedding, batch):
-    return F.cosine_similarity(embedding.float(), batch["clean_embedding"], dim=-1)
+    return F.cosine_similarity(_wide(embedding), batch["clean_embedding"], dim=-1)
 
 
 for _fn in (logit_diff, prob, logprob, kl):
