@@ -90,6 +90,7 @@ class Session:
     impl: str = "auto"
     calls: list = field(default_factory=list)  # (layer, Tq, Tk, mask kind) per call, for tests
     before_attend: list = field(default_factory=list)  # callables(layer, module, q, k, v)
+    after_attend: list = field(default_factory=list)  # callables(layer, out [B, H, Tq, Dv]) -> out
 
 
 def _make_attention_fn(name: str):
@@ -124,13 +125,15 @@ def _make_attention_fn(name: str):
             layer=layer,
             **args,
         )
+        for hook in s.after_attend:
+            out = hook(layer, out)
         return out.transpose(1, 2).contiguous(), None  # (B, Tq, H, Dv), as transformers expects
 
     return attnroute_attention
 
 
 @contextlib.contextmanager
-def routed(loaded, probes=(), interventions=(), impl: str = "auto", before_attend=()):
+def routed(loaded, probes=(), interventions=(), impl: str = "auto", before_attend=(), after_attend=()):
     """Scoped routing: registers, switches, and always undoes both."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -143,6 +146,7 @@ def routed(loaded, probes=(), interventions=(), impl: str = "auto", before_atten
         tuple(interventions),
         impl,
         before_attend=list(before_attend),
+        after_attend=list(after_attend),
     )
     previous = model.config._attn_implementation
     _SESSIONS[name] = session

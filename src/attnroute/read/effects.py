@@ -176,7 +176,9 @@ def forward_from(
 
 
 @torch.no_grad()
-def run_from(loaded, start: int, stored: dict, batch: dict, interventions, copies: int, blocks=None, **model_kwargs):
+def run_from(
+    loaded, start: int, stored: dict, batch: dict, interventions, copies: int, blocks=None, impl="eager", **model_kwargs
+):
     """The model's outputs on ``batch`` with blocks 0 … start−1 answering with ``stored`` (their outputs on
     the run being edited, repeated ``copies`` times): an edit at layer ``start`` cannot change them."""
     blocks = (blocks or layer_stack(loaded)) if start > 0 else []  # callers in a loop pass theirs
@@ -184,7 +186,7 @@ def run_from(loaded, start: int, stored: dict, batch: dict, interventions, copie
         out = _repeat_output(stored[j], copies) if j == start - 1 else stored[j]  # only the last one is read
         blocks[j].forward = lambda *a, _out=out, **k: _out
     try:
-        with routed(loaded, interventions=interventions, impl="eager"):
+        with routed(loaded, interventions=interventions, impl=impl):
             return loaded.model(**batch, **model_kwargs)
     finally:
         for j in range(start):

@@ -43,7 +43,8 @@ class Group:
 
 
 def tokens_of(tokenizer, ids) -> list[str]:
-    return tokenizer.convert_ids_to_tokens([int(i) for i in ids])
+    """Each token as text (' Mary', not the BPE spelling 'ĠMary'); special tokens such as the BOS by name."""
+    return [tokenizer.decode([int(i)]) for i in ids]
 
 
 def encode(tokenizer, kind: str, text: str) -> torch.Tensor:
@@ -77,7 +78,7 @@ def tokenize_pairs(tokenizer, kind: str, pairs: tuple[PromptPair, ...], metric) 
     """(groups by length, each prompt's tokens for the record). Refused, naming the row, when clean and
     corrupt differ in length or an answer is not one token."""
     check_metric_kind(metric, kind)
-    fields = METRIC_FIELDS.get(metric, ()) if isinstance(metric, str) else ("answer", "wrong")
+    fields = METRIC_FIELDS.get(metric, ()) if isinstance(metric, str) else ()  # a callable reads what it likes
     by_len: dict[int, list] = {}
     record = []
     for i, p in enumerate(pairs):

@@ -47,11 +47,7 @@ class PairRun:
     # ---------------------------------------------------------------- forwards
 
     def batch(self, ids: torch.Tensor) -> dict:
-        b = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        if self.loaded.seq2seq:
-            start = int(self.loaded.model.config.decoder_start_token_id or 0)
-            b["decoder_input_ids"] = torch.full((ids.shape[0], 1), start, dtype=torch.long)
-        return b
+        return batch_of(self.loaded, ids)
 
     def _metric(self, outputs, ids: torch.Tensor, copies: int = 1) -> torch.Tensor:
         """The metric per prompt of ``copies`` stacked copies of the group, as [copies · n]."""
@@ -135,6 +131,16 @@ class PairRun:
         return self.metric(x, batch)
 
 
+def batch_of(loaded, ids: torch.Tensor) -> dict:
+    """The model's inputs for prompts [n, T] of one length: no padding; an encoder-decoder's decoder reads
+    its start token only (the metric reads the first decoder position)."""
+    b = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if loaded.seq2seq:
+        start = int(loaded.model.config.decoder_start_token_id or 0)
+        b["decoder_input_ids"] = torch.full((ids.shape[0], 1), start, dtype=torch.long)
+    return b
+
+
 def _output_kwargs(loaded, metric) -> dict:
     """logits_to_keep=1 when the metric reads the last position only and the model takes the argument:
     the output head then runs on one position (most of a small model's forward otherwise)."""
@@ -151,4 +157,4 @@ def _references(loaded, clean_out, batch) -> dict:
     return {"clean_logprobs": torch.log_softmax(clean_out.logits[:, -1].float(), -1).detach()}
 
 
-__all__ = ["PairRun", "TOKEN_BUDGET"]
+__all__ = ["PairRun", "TOKEN_BUDGET", "batch_of"]

@@ -1,0 +1,223 @@
+"""route_attribution(): every query→key route's estimated effect on your metric, the top verified exactly.
+
+    result = route_attribution("smollm2", text="When Mary and John went to the store, John gave a drink to",
+                               metric="logit-diff", answer=" Mary", wrong=" John", top=20, verify=10)
+
+One text (the metric attributed on its own run), or prompt pairs of one length (the gradient taken on
+the clean runs, the routes' effects averaged over prompts, and each also said as a share of the way
+from M_clean to M_corrupt). How it is computed: routes.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+from ...engine.jsonable import Result
+from ...models import LoadedModel, load, load_tokenizer
+from ...progress import reporter
+from ...promptset import finite
+from ...settings import RoutesSettings
+from ..adapter import routed
+from ..effects import layer_stack, run_from
+from .agreement import agreement
+from .metrics import resolve
+from .prompts import PromptError, tokenize_pairs, tokens_of
+from .routes import CHECKPOINT_FROM, _metric_input, knockout_one, output_gradients, stream_routes
+from .runs import _output_kwargs, batch_of
+
+FLAT_AT_CLEAN = ("kl", "cosine")  # 0 (or 1) with zero gradient on the run they compare with
+
+
+@dataclass
+class RoutesResult(Result):
+    SCHEMA = {
+        "experiment": str,
+        "verdict": {"lines": [str]},
+        "summary": dict,
+        "model": str,
+        "routes": [{"layer": int, "head": int, "query": int, "key": int, "estimate": float, "weight": float}],
+        "meta": {"metric": str, "n_prompts": int, "tokens": [str]},
+        "agreement": dict,
+    }
+
+    model: str
+    meta: dict
+    routes: list[dict] = field(default_factory=list)
+    agreement: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        m = self.meta
+        lines = [f"{m['metric']} = {m['m']:.3f} over {m['n_prompts']} prompt(s) of {m['T']} tokens"]
+        for r in self.routes[:3]:
+            exact = "" if r.get("exact") is None else f", exact {r['exact']:+.3f}"
+            lines.append(f"L{r['layer']} h{r['head']} {r['query_token']!r} → {r['key_token']!r}: "
+                         f"estimate {r['estimate']:+.3f}{exact} (weight {r['weight']:.3f})")  # fmt: skip
+        a = self.agreement.get("estimate_vs_exact", {})
+        if a.get("spearman") is not None:
+            lines.append(f"estimate vs exact over {a['n']} routes: Spearman {a['spearman']:.2f}, R² {a['r2']:.2f}, "
+                         f"slope {a['slope']:.2f}")  # fmt: skip
+        return {
+            "experiment": "routes",
+            "verdict": {"lines": lines},
+            "summary": {
+                "routes kept": len(self.routes),
+                "verified": sum(r.get("exact") is not None for r in self.routes),
+            },  # fmt: skip
+            "model": self.model,
+            "meta": self.meta,
+            "agreement": self.agreement,
+            "routes": self.routes,
+        }
+
+
+def route_attribution(model=None, text=None, *, settings: RoutesSettings | None = None, progress=None, **fields):
+    """Route attribution; the fields are RoutesSettings' (or pass ``settings``). See the module docstring."""
+    s = RoutesSettings.of(settings, model, fields, text=text)
+    say = reporter(progress)
+    name, fn = resolve(s.metric)
+    if name in FLAT_AT_CLEAN:
+        raise PromptError(f"metric {name} is flat (zero gradient) on the run it compares with, so every route "
+                          "estimate would be 0: use logit-diff, prob, logprob or loss")  # fmt: skip
+    if not isinstance(s.model, LoadedModel):
+        found = load_tokenizer(s.model)
+        if found is not None:
+            _one_length(tokenize_pairs(*found, s.pairs, s.metric)[0])
+    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, s.pairs, s.metric)
+    g = _one_length(groups)
+    loaded.fit(g.length, "text" if s.single else "prompts", "the text" if s.single else "the prompts")
+    layers = _layers(loaded, s.layers)
+    batch = batch_of(loaded, g.clean)
+    kwargs = _output_kwargs(loaded, fn)
+    fields_ = {"answer": g.answer, "wrong": g.wrong}
+    fields_ = {k: v for k, v in fields_.items() if v is not None}
+    say("stage", f"route attribution: forward + backward on {g.clean.shape[0]} × {g.length} tokens")
+    grads, m_base = output_gradients(loaded, batch, fn, fields_, kwargs, layers)
+    say("stage", f"streaming the routes of {len(layers)} layers block by block (top {s.top} kept)")
+    routes, stored = stream_routes(loaded, batch, grads, s.top, kwargs, record_blocks=s.verify > 0)
+    del grads
+    m_corrupt = None if s.single else _corrupt_metric(loaded, g, fn, fields_, kwargs)
+    result = RoutesResult(loaded.name, _meta(loaded, name, s, g, record, m_base, m_corrupt, layers))
+    _label(loaded, result.meta, routes)
+    exact = _verify(loaded, batch, routes[: s.verify], stored, fn, fields_, kwargs, m_base, result.meta, say)
+    for r, e in zip(routes, exact + [None] * len(routes)):
+        r["exact"] = e
+        if m_corrupt is not None:
+            gap = float((m_corrupt - m_base).mean())
+            r["toward_corrupt"] = r["estimate"] / gap if abs(gap) > 1e-9 else None
+            r["exact_toward_corrupt"] = None if e is None or abs(gap) <= 1e-9 else e / gap
+    result.routes, result.agreement = routes, _agreements(routes)
+    return result
+
+
+def _one_length(groups):
+    if len(groups) > 1:
+        lengths = ", ".join(str(x.length) for x in groups)
+        raise PromptError(
+            f"route attribution averages routes by position, so every prompt must have the same length; "
+            f"these have {len(groups)} lengths ({lengths} tokens): give one template"
+        )
+    return groups[0]
+
+
+def _layers(loaded, layers) -> list[int]:
+    if layers is None:
+        return list(range(loaded.n_layers))
+    bad = [l for l in layers if l >= loaded.n_layers]
+    if bad:
+        raise PromptError(f"layer {bad[0]} does not exist: the model has {loaded.n_layers} attention layers")
+    return sorted(set(layers))
+
+
+@torch.no_grad()
+def _corrupt_metric(loaded, g, fn, fields_, kwargs) -> torch.Tensor:
+    batch = batch_of(loaded, g.corrupt)
+    with routed(loaded, impl="auto"):
+        out = loaded.model(**batch, **kwargs)
+    return fn(_metric_input(loaded, out, batch), {**batch, **fields_}).float()
+
+
+@torch.no_grad()
+def _verify(loaded, batch, routes, stored, fn, fields_, kwargs, m_base, meta, say) -> list[float]:
+    """Exact: knock each route out (−inf before the softmax, the row renormalized) and rerun from its layer."""
+    blocks = layer_stack(loaded)
+    restart = bool(blocks) and bool(stored)
+    if restart:  # the restart must reproduce the run before it is trusted
+        mid = max(1, loaded.n_layers // 2)
+        out = run_from(loaded, mid, stored, batch, [], 1, blocks, impl="auto", **kwargs)
+        diff = float((fn(_metric_input(loaded, out, batch), {**batch, **fields_}) - m_base).abs().max())
+        restart = diff <= 1e-4 * max(1.0, float(m_base.abs().max()))
+        meta["restart"] = {"used": restart, "max_abs_diff": diff}
+    exact = []
+    for n, r in enumerate(routes, 1):
+        start = r["layer"] if restart else 0
+        out = run_from(loaded, start, stored, batch, [knockout_one(r)], 1, blocks, impl="auto", **kwargs)
+        m = fn(_metric_input(loaded, out, batch), {**batch, **fields_}).float()
+        exact.append(float((m - m_base).mean()))
+        say("verify", f"route {n} of {len(routes)} knocked out", done=n, total=len(routes))
+    return exact
+
+
+def _label(loaded, meta, routes) -> None:
+    tokens = meta["tokens"]
+    dec = meta.get("decoder_tokens")
+    for r in routes:
+        kind = loaded.attention_kinds[r["layer"]]
+        qt = dec if kind in ("decoder-self", "cross") and dec else tokens
+        kt = dec if kind == "decoder-self" and dec else tokens
+        r["query_token"], r["key_token"] = qt[r["query"]], kt[r["key"]]
+        if kind != "self":
+            r["stream"] = kind
+
+
+def _meta(loaded, name, s, g, record, m_base, m_corrupt, layers) -> dict:
+    meta = {
+        "metric": name,
+        "mode": "text" if s.single else "pairs",
+        "n_prompts": int(g.clean.shape[0]),
+        "T": g.length,
+        "m": float(m_base.mean()),
+        "m_values": [finite(v) for v in m_base.tolist()],
+        "tokens": record[0]["clean"],
+        "prompts": record,
+        "layers": layers,
+        "top": s.top,
+        "verify": s.verify,
+        "backward": "blocks checkpointed" if g.length > CHECKPOINT_FROM else "stored activations",
+        "norm_weight": "A_ij · ‖W_O^h v_j‖ (Kobayashi et al. 2020); null where the output projection is not a Linear",
+    }
+    if m_corrupt is not None:
+        meta.update(m_corrupt=float(m_corrupt.mean()), m_corrupt_values=[finite(v) for v in m_corrupt.tolist()])
+    if loaded.seq2seq:
+        start = int(loaded.model.config.decoder_start_token_id or 0)
+        meta["decoder_tokens"] = tokens_of(loaded.tokenizer, [start])
+    return meta
+
+
+def _rank(a, b) -> float | None:
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
+        return None
+    return float(spearmanr(a[ok], b[ok]).statistic)
+
+
+def _agreements(routes: list[dict]) -> dict:
+    """Estimate vs exact on the verified routes; weight and norm-weighted weight vs |effect| (rank)."""
+    ver = [r for r in routes if r.get("exact") is not None]
+    nan = float("nan")
+    get = lambda rs, k: [nan if r.get(k) is None else r[k] for r in rs]  # noqa: E731
+    return {
+        "estimate_vs_exact": agreement(get(ver, "estimate"), get(ver, "exact")),
+        "weight_vs_abs_exact": _rank(get(ver, "weight"), np.abs(get(ver, "exact"))),
+        "norm_weight_vs_abs_exact": _rank(get(ver, "norm_weight"), np.abs(get(ver, "exact"))),
+        "weight_vs_abs_estimate": _rank(get(routes, "weight"), np.abs(get(routes, "estimate"))),
+        "norm_weight_vs_abs_estimate": _rank(get(routes, "norm_weight"), np.abs(get(routes, "estimate"))),
+    }
+
+
+__all__ = ["RoutesResult", "route_attribution"]

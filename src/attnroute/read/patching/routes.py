@@ -1,0 +1,179 @@
+"""Route attribution: the first-order effect on your metric of removing each single query→key route.
+
+Removing route i→j of one head and renormalizing row i over what stays (what `knockout` does) moves the
+row's weights by ΔA_ik = A_ij·A_ik (k ≠ j) and ΔA_ij = −A_ij, to first order, so the metric moves by
+
+    est_ij = −A_ij · (∂M/∂A_ij − Σ_k A_ik ∂M/∂A_ik) = −A_ij · (dP_ij − D_i),   dP = dO·vᵀ,  D_i = dO_i·o_i
+
+which is minus FlashAttention's dS_ij (the gradient of M with respect to the row's logit s_ij). It is
+computed in two passes, never holding a [T, T] matrix beyond one block of rows:
+
+    1  forward + backward of the model (its fused attention where it has one; blocks checkpointed past
+       2,048 tokens): dO, the metric's gradient at every head's output, [B, H, T, Dv] per layer
+    2  forward through the blocked engine: each block of query rows gets its weights P [B, H, bq, kspan];
+       dP = dO_block · v_blockᵀ, D = Σ_k P ∘ dP, est = −P ∘ (dP − D), and the top K routes by |est|
+       are kept while streaming (the rest are dropped with their block)
+
+Beside each kept route: its weight A_ij, its norm-weighted weight A_ij·‖v_j W_O^h‖ (Kobayashi et al.
+2020, "Attention is not only a weight"), the estimate, and for the top N the exact effect of knocking
+the route out (engine KnockoutEdges: −inf before the softmax, the row renormalized).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from ...engine import KnockoutEdges, Probe
+from ..adapter import routed
+from ..effects import layer_stack, pooled
+
+CHECKPOINT_FROM = 2048  # tokens: past this the backward recomputes each block instead of storing it
+
+
+class RouteProbe(Probe):
+    """Streams −dS block by block and keeps the top ``top`` routes by |estimate| (means over the batch)."""
+
+    def __init__(self, grads: dict, grams: dict, top: int, kv_groups: int):
+        self.grads, self.grams, self.top, self.G = grads, grams, top, kv_groups
+        self.v: dict[int, torch.Tensor] = {}  # the current pass's values per layer, set before each call
+        self.best = None  # (values [k], keys [k, 4] = layer, head, query, key, weights [k], norm weights [k])
+
+    def capture(self, layer, module, q, k, v) -> None:
+        if layer in self.grads:
+            self.v[layer] = v.detach()
+
+    def update(self, block) -> None:
+        l = block.layer
+        if l not in self.grads:
+            return
+        P = block.weights.float()  # (B, H, bq, kspan)
+        v = self.v[l][:, :, block.kv0 : block.kv1].float().repeat_interleave(self.G, dim=1)  # (B, H, kspan, Dv)
+        dO = self.grads[l][:, :, block.q0 : block.q1].float()  # (B, H, bq, Dv)
+        dP = dO @ v.transpose(-1, -2)  # (B, H, bq, kspan)
+        D = (P * dP).sum(-1, keepdim=True)  # (B, H, bq, 1) = dO_i · o_i
+        est = -(P * (dP - D)).mean(0)  # (H, bq, kspan): the mean over prompts
+        k = min(self.top, est.numel())
+        _, flat = est.abs().flatten().topk(k)
+        H, bq, kspan = est.shape
+        h, rest = flat // (bq * kspan), flat % (bq * kspan)
+        i, j = rest // kspan, rest % kspan
+        weight = P.mean(0)[h, i, j]
+        norm_w = self._norm_weight(l, P, v, h, i, j)
+        keys = torch.stack([torch.full_like(h, l), h, i + block.q0, j + block.kv0], 1)
+        self._merge(est[h, i, j], keys, weight, norm_w)
+
+    def _norm_weight(self, l, P, v, h, i, j):
+        """mean over prompts of A_ij · ‖W_O^h v_j‖, with ‖W_O^h x‖² = xᵀ (W_O^hᵀ W_O^h) x."""
+        gram = self.grams.get(l)
+        if gram is None:
+            return torch.full(h.shape, float("nan"))
+        vj = v[:, h, j]  # (B, k, Dv)
+        quad = torch.einsum("bkd,kde,bke->bk", vj, gram[h], vj).clamp_min(0).sqrt()
+        return (P[:, h, i, j] * quad).mean(0)
+
+    def _merge(self, values, keys, weight, norm_w) -> None:
+        if self.best is not None:
+            values, keys, weight, norm_w = (
+                torch.cat([a, b]) for a, b in zip(self.best, (values, keys, weight, norm_w))
+            )
+        k = min(self.top, values.numel())
+        _, idx = values.abs().topk(k)
+        self.best = (values[idx], keys[idx], weight[idx], norm_w[idx])
+
+    def routes(self) -> list[dict]:
+        if self.best is None:
+            return []
+        values, keys, weight, norm_w = self.best
+        order = values.abs().argsort(descending=True)
+        return [
+            {"layer": int(keys[o, 0]), "head": int(keys[o, 1]), "query": int(keys[o, 2]), "key": int(keys[o, 3]),
+             "estimate": float(values[o]), "weight": float(weight[o]), "norm_weight": _num(norm_w[o])}
+            for o in order.tolist()
+        ]  # fmt: skip
+
+
+def _num(x) -> float | None:
+    x = float(x)
+    return x if x == x else None
+
+
+def grams(loaded, n_heads: int) -> dict:
+    """Per layer: W_O^hᵀ W_O^h [H, Dv, Dv] from the output projection (None where it is not a Linear)."""
+    out = {}
+    for l, proj in enumerate(loaded.out_projections):
+        if proj is None:
+            continue
+        W = proj.weight.detach().float()  # (d_model, H·Dv)
+        Dv = W.shape[1] // n_heads
+        Wh = W.view(W.shape[0], n_heads, Dv).permute(1, 0, 2)  # (H, d_model, Dv)
+        out[l] = Wh.transpose(1, 2) @ Wh  # (H, Dv, Dv)
+    return out
+
+
+@contextlib.contextmanager
+def checkpointed(loaded, on: bool):
+    """Each block of the layer stack recomputed in the backward instead of stored (torch.utils.checkpoint):
+    the backward holds the blocks' inputs, not every intermediate, at the cost of one more forward."""
+    blocks = layer_stack(loaded) if on else None
+    if not blocks:
+        yield False
+        return
+    for b in blocks:
+        orig = type(b).forward.__get__(b)
+        b.forward = lambda *a, _f=orig, **k: checkpoint(_f, *a, use_reentrant=False, **k)
+    try:
+        yield True
+    finally:
+        for b in blocks:
+            del b.forward
+
+
+def output_gradients(loaded, batch: dict, metric, fields: dict, kwargs: dict, layers) -> tuple[dict, torch.Tensor]:
+    """Pass 1: ({layer: ∂ΣM/∂out [B, H, T, Dv]}, M per prompt) from one forward and one backward."""
+    taps: dict[int, torch.Tensor] = {}
+
+    def tap(layer, out):
+        if layer not in layers:
+            return out
+        z = torch.zeros_like(out, requires_grad=True)
+        taps[layer] = z
+        return out + z
+
+    T = batch["input_ids"].shape[1]
+    with torch.enable_grad(), checkpointed(loaded, T > CHECKPOINT_FROM), routed(loaded, after_attend=[tap]):
+        outputs = loaded.model(**batch, **kwargs)
+        M = metric(_metric_input(loaded, outputs, batch), {**batch, **fields})
+        order = sorted(taps)
+        grads = torch.autograd.grad(M.sum(), [taps[l] for l in order])
+    return dict(zip(order, (g.detach() for g in grads))), M.detach().float()
+
+
+def _metric_input(loaded, outputs, batch):
+    return outputs.logits if loaded.kind != "encoder" else pooled(outputs.last_hidden_state, batch["attention_mask"])
+
+
+@torch.no_grad()
+def stream_routes(loaded, batch: dict, grads: dict, top: int, kwargs: dict, record_blocks: bool) -> tuple[list, dict]:
+    """Pass 2: the top routes (and, for the exact checks, each block's output on this run)."""
+    probe = RouteProbe(grads, grams(loaded, loaded.n_heads), top, loaded.n_heads // loaded.n_kv_heads)
+    stored: dict[int, object] = {}
+    blocks = (layer_stack(loaded) or []) if record_blocks else []
+    hooks = [b.register_forward_hook(lambda m, a, out, i=i: stored.__setitem__(i, out)) for i, b in enumerate(blocks)]
+    try:
+        with routed(loaded, probes=[probe], impl="blocked", before_attend=[probe.capture]):
+            loaded.model(**batch, **kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return probe.routes(), stored
+
+
+def knockout_one(route: dict) -> KnockoutEdges:
+    return KnockoutEdges([route["query"]], [route["key"]], heads=[route["head"]], layer=route["layer"])
+
+
+__all__ = ["CHECKPOINT_FROM", "RouteProbe", "checkpointed", "grams", "knockout_one", "output_gradients",
+           "stream_routes"]  # fmt: skip

@@ -1,0 +1,123 @@
+"""Route attribution against autograd on the eager weights, and its exact checks on SmolLM2.
+
+The reference runs the engine's eager attention with a zero leaf Z added to every layer's weights
+(A + Z, Z = 0), takes ∂M/∂A by autograd, and forms −A_ij·(∂M/∂A_ij − Σ_k A_ik ∂M/∂A_ik) for every
+route — the renormalized removal the streamed −dS must equal. Tiny models cover every mask kind the
+adapter sees: causal, sliding windows (mistral, gemma2), soft-capped logits (gemma2), sink logits
+(gpt-oss), a bidirectional encoder (bert) and an encoder-decoder with position bias (t5).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from attnroute.engine import Intervention
+from attnroute.models import load
+from attnroute.read.adapter import routed
+from attnroute.read.patching.route_attribution import route_attribution
+from attnroute.read.patching.runs import batch_of
+
+from .zoo import build
+
+TEXT = "the cat sat on the mat and the dog sat on the rug"
+
+
+class WeightLeaf(Intervention):
+    def __init__(self, layer):
+        super().__init__([], layer)
+        self.A = self.Z = None
+
+    def edit_weights(self, weights, block):
+        self.A = weights.detach()
+        self.Z = torch.zeros_like(weights, requires_grad=True)
+        return weights + self.Z
+
+
+def first_token_logit(logits, batch):
+    return logits[:, -1, 1037].float()  # any fixed token: a metric with a gradient everywhere
+
+
+first_token_logit.last_only = True
+
+
+def embedding_coordinate(embedding, batch):
+    return embedding[:, 3].float()
+
+
+def reference(loaded, ids, metric):
+    """{(layer, head, i, j): estimate} for every route, by autograd on the eager weights."""
+    leaves = [WeightLeaf(l) for l in range(loaded.n_layers)]
+    batch = batch_of(loaded, ids)
+    with torch.enable_grad(), routed(loaded, interventions=leaves, impl="eager"):
+        out = loaded.model(**batch)
+        x = out.logits if loaded.kind != "encoder" else out.last_hidden_state.mean(1)
+        grads = torch.autograd.grad(metric(x, batch).sum(), [lv.Z for lv in leaves])
+    est = {}
+    for l, (lv, g) in enumerate(zip(leaves, grads)):
+        A = lv.A.double()
+        e = -(A * (g.double() - (A * g.double()).sum(-1, keepdim=True))).mean(0)  # (H, Tq, Tk)
+        for (h, i, j), v in np.ndenumerate(e.numpy()):
+            est[(l, h, i, j)] = v
+    return est
+
+
+@pytest.mark.parametrize(
+    "arch,metric",
+    [("llama", first_token_logit), ("mistral", first_token_logit), ("gemma2", first_token_logit),
+     ("gpt_oss", first_token_logit), ("bert", embedding_coordinate), ("t5", first_token_logit)],
+)  # fmt: skip
+def test_every_route_equals_autograd_on_the_eager_weights(arch, metric, tmp_path):
+    loaded = load(str(build(arch, tmp_path)))
+    r = route_attribution(loaded, text=TEXT, metric=metric, top=100_000, verify=0)
+    from attnroute.read.patching.prompts import encode
+
+    ids = encode(loaded.tokenizer, loaded.kind, TEXT)[None]
+    ref = reference(loaded, ids, metric)
+    got = {(x["layer"], x["head"], x["query"], x["key"]): x["estimate"] for x in r.routes}
+    nonzero = {k: v for k, v in ref.items() if abs(v) > 1e-7}
+    assert len(nonzero) > 50
+    missing = [k for k in nonzero if k not in got]
+    assert not missing, f"{len(missing)} routes with an effect were not reported, e.g. {missing[:3]}"
+    worst = max(abs(got[k] - v) for k, v in nonzero.items())
+    scale = max(abs(v) for v in nonzero.values())
+    assert worst <= 1e-4 * max(1.0, scale), (worst, scale)
+    assert all(abs(v) <= 1e-6 for k, v in got.items() if k not in nonzero)  # what the reference calls 0 is 0
+
+
+IOI = "When Mary and John went to the store, John gave a drink to"
+
+
+def test_smollm2_top_routes_are_verified_and_weight_is_reported_beside_effect(smollm2):
+    r = route_attribution(smollm2, text=IOI, metric="logit-diff", answer=" Mary", wrong=" John", top=30, verify=12)
+    d = r.to_dict()
+    assert len(d["routes"]) == 30 and sum(x["exact"] is not None for x in d["routes"]) == 12
+    ranked = [abs(x["estimate"]) for x in d["routes"]]
+    assert ranked == sorted(ranked, reverse=True)
+    assert d["meta"]["tokens"][0] == "<|im_start|>" and d["meta"]["tokens"][-1] == " to"  # the BOS said
+    assert d["meta"]["restart"]["used"]
+    a = d["agreement"]["estimate_vs_exact"]
+    assert a["n"] == 12 and -1 <= a["spearman"] <= 1 and a["slope"] is not None
+    x = d["routes"][0]
+    assert {"weight", "norm_weight", "estimate", "exact", "query_token", "key_token"} <= set(x)
+    assert x["norm_weight"] > 0 and 0 < x["weight"] <= 1
+    # the exact effect is a knockout: the same number the knockout verb's engine edit gives
+    from attnroute.engine import KnockoutEdges
+    from attnroute.read.patching.metrics import logit_diff
+
+    ids = torch.tensor([[smollm2.tokenizer.bos_token_id] + smollm2.tokenizer(IOI)["input_ids"]])
+    tok = smollm2.tokenizer
+    fields = {
+        "answer": torch.tensor([tok(" Mary")["input_ids"][0]]),
+        "wrong": torch.tensor([tok(" John")["input_ids"][0]]),
+    }
+    with torch.no_grad(), routed(smollm2, interventions=[KnockoutEdges([x["query"]], [x["key"]], [x["head"]],
+                                                                        layer=x["layer"])], impl="eager"):  # fmt: skip
+        m = float(logit_diff(smollm2.model(input_ids=ids).logits, fields)[0])
+    assert m - d["meta"]["m"] == pytest.approx(x["exact"], abs=1e-4)
+
+
+def test_flat_metrics_are_refused_before_any_model_loads():
+    from attnroute.read.patching.prompts import PromptError
+
+    with pytest.raises(PromptError, match="zero gradient"):
+        route_attribution("no-such-model", text=IOI, metric="kl")
