@@ -113,6 +113,33 @@ def test_every_head_of_smollm2_matches_the_hook_reference(smollm2):
         m_clean = logit_diff(_forward(smollm2, clean).logits, fields).numpy()
     np.testing.assert_allclose(r.meta["m_clean_values"], m_clean, atol=1e-4)
     assert r.meta["m_clean"] > 0 > r.meta["m_corrupt"]
+    check_direct_effects(smollm2, r, clean, fields)
+
+
+@torch.no_grad()
+def check_direct_effects(loaded, r, clean, fields):
+    """Direct effects add up to the metric; each layer's sum over heads equals what its o_proj writes, read
+    here by a forward hook and put through the final RMSNorm at the run's scale."""
+    d = r.direct
+    assert d["adds_up_max_abs_diff"] <= 1e-4 and d["norm"] == "LlamaRMSNorm"
+    per = np.zeros((loaded.n_layers, loaded.n_heads, clean.shape[0]))
+    for row in d["rows"]:
+        per[row["layer"], row["head"]] = row["clean_values"]
+    written, final = {}, {}
+    hooks = [p.register_forward_hook(lambda m, a, o, l=l: written.__setitem__(l, o[:, -1])) for l, p in
+             enumerate(loaded.out_projections)]  # fmt: skip
+    norm = loaded.model.model.norm
+    hooks.append(norm.register_forward_hook(lambda m, a, o: final.__setitem__("x", a[0][:, -1])))
+    with eager(loaded):
+        _forward(loaded, clean)
+    for h in hooks:
+        h.remove()
+    W = loaded.model.lm_head.weight
+    u = W[fields["answer"]] - W[fields["wrong"]]  # (B, d)
+    sigma = (final["x"].pow(2).mean(-1, keepdim=True) + norm.variance_epsilon).sqrt()
+    for l in range(loaded.n_layers):
+        direct = (u * norm.weight * written[l] / sigma).sum(-1).numpy()
+        np.testing.assert_allclose(per[l].sum(0), direct, atol=1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -234,3 +261,10 @@ def test_an_encoder_decoder_is_patched_per_stream(tmp_path):
     np.testing.assert_allclose(_grid(r), ref, atol=1e-5, rtol=0)
     assert r.meta["attention_kinds"] == ["self", "self", "decoder-self", "decoder-self", "cross", "cross"]
     assert not r.meta["shortcut"][0]["used"]  # two stacks: full forwards, said
+
+
+@pytest.mark.parametrize("arch,reason", [("gemma2", "soft-cap"), ("gpt2", "Conv1D")])
+def test_direct_effects_that_would_not_add_up_are_refused_with_the_reason(arch, reason, tmp_path):
+    loaded = load(str(build(arch, tmp_path)))
+    r = patch(loaded, TINY, metric="logit-diff", exact=0)
+    assert reason in r.to_dict()["direct"]["reason"]

@@ -54,6 +54,7 @@ class PatchResult(Result):
     rows: list[dict] = field(default_factory=list)
     agreement: dict = field(default_factory=dict)
     grid: dict = field(default_factory=dict)  # site -> normalized [L, units] or [L, units, T] (NaN: estimate only)
+    direct: dict = field(default_factory=dict)  # direct effects per head on the clean and corrupt runs
 
     def to_dict(self) -> dict:
         exact = [r for r in self.rows if r["exact"] and r["normalized"] is not None]
@@ -70,6 +71,7 @@ class PatchResult(Result):
             "meta": self.meta,
             "agreement": self.agreement,
             "rows": self.rows,
+            "direct": self.direct or {"reason": "direct effects are given for the logit-diff metric"},
         }
 
 
@@ -109,6 +111,8 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
     meta = _meta(loaded, metric_name, s, record, resolved, m_clean, m_corrupt, runs, settle)
     result = PatchResult(loaded.name, meta)
     m_base = m_corrupt if s.direction == "denoising" else m_clean
+    if metric_name == "logit-diff":
+        result.direct = _direct(runs, N, loaded)
     for site, cs in comps.items():
         rows = [_row(loaded, c, est[site][i], values[site][i], m_base, m_corrupt, den) for i, c in enumerate(cs)]
         result.rows += rows
@@ -219,6 +223,35 @@ def _grid(loaded, site: str, rows: list[dict], positions) -> np.ndarray:
         if r["normalized"] is not None:
             g[r["layer"], r["head"] or 0, r["position"] or 0] = r["normalized"]
     return g[..., 0] if positions is None else g
+
+
+def _direct(runs, N: int, loaded) -> dict:
+    """Per head: the direct effect on the clean and corrupt runs (mean, interval, per prompt) and the rest."""
+    parts = [r.direct() for r in runs]
+    for p in parts:
+        for side in ("clean", "corrupt"):
+            if "reason" in p[side]:
+                return {"reason": p[side]["reason"]}
+    L, H = loaded.n_layers, loaded.n_heads
+    out = {"rows": [], "rest": {}, "adds_up_max_abs_diff": max(p[s]["adds_up_max_abs_diff"] for p in parts for s in
+                                                                   ("clean", "corrupt"))}  # fmt: skip
+    per = {}
+    for side in ("clean", "corrupt"):
+        heads, rest = np.full((N, L, H), np.nan), np.full(N, np.nan)
+        for r, p in zip(runs, parts):
+            heads[r.group.rows], rest[r.group.rows] = p[side]["heads"].numpy(), p[side]["rest"].numpy()
+        per[side] = heads
+        out["rest"][side], out["rest"][f"{side}_ci"] = _mean_ci(rest)
+    for l in range(L):
+        for h in range(H):
+            row = {"layer": l, "head": h}
+            for side in ("clean", "corrupt"):
+                row[side], row[f"{side}_ci"] = _mean_ci(per[side][:, l, h])
+            row["difference"], row["difference_ci"] = _mean_ci(per["clean"][:, l, h] - per["corrupt"][:, l, h])
+            row["clean_values"] = [finite(v) for v in per["clean"][:, l, h]]
+            out["rows"].append(row)
+    out["norm"] = parts[0]["clean"]["norm"]
+    return out
 
 
 def _meta(loaded, metric_name, s, record, resolved, m_clean, m_corrupt, runs, settle) -> dict:

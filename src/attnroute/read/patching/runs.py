@@ -19,6 +19,7 @@ import torch
 
 from ..adapter import routed
 from ..effects import _repeat, layer_stack, pooled, run_from
+from .direct import FinalRecorder, direct_effects
 from .prompts import Group
 from .sites import Component, PatchCopies, Recorder, Tap, estimate_grid
 
@@ -31,10 +32,10 @@ class PairRun:
         self.n = len(group.rows)
         self.kwargs = _output_kwargs(loaded, metric)
         self.fields = {"answer": group.answer, "wrong": group.wrong}
-        clean_out, self.clean_rec, clean_blocks = self._record(group.clean)
+        clean_out, self.clean_rec, clean_blocks, self.clean_final = self._record(group.clean)
         self.fields.update(_references(loaded, clean_out, self.batch(group.clean)))
         self.m_clean = self._metric(clean_out, group.clean)
-        corrupt_out, self.corrupt_rec, corrupt_blocks = self._record(group.corrupt)
+        corrupt_out, self.corrupt_rec, corrupt_blocks, self.corrupt_final = self._record(group.corrupt)
         self.m_corrupt = self._metric(corrupt_out, group.corrupt)
         denoise = direction == "denoising"
         self.base_ids = group.corrupt if denoise else group.clean
@@ -68,12 +69,21 @@ class PairRun:
             b.register_forward_hook(lambda m, a, out, i=i: stored.__setitem__(i, out)) for i, b in enumerate(blocks)
         ]
         try:
-            with routed(self.loaded, interventions=recs, impl="eager"):
+            with FinalRecorder(self.loaded) as final, routed(self.loaded, interventions=recs, impl="eager"):
                 out = self.loaded.model(**self.batch(ids), **self.kwargs)
         finally:
             for h in hooks:
                 h.remove()
-        return out, recs, stored
+        return out, recs, stored, final
+
+    def direct(self) -> dict:
+        """Direct effects of every head on the clean and the corrupt runs (logit-diff only)."""
+        g = self.group
+        return {
+            side: direct_effects(self.loaded, rec, final, g.answer, g.wrong, m)
+            for side, rec, final, m in (("clean", self.clean_rec, self.clean_final, self.m_clean),
+                                        ("corrupt", self.corrupt_rec, self.corrupt_final, self.m_corrupt))
+        }  # fmt: skip
 
     def _check_shortcut(self) -> dict:
         if self.blocks is None:
