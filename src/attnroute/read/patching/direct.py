@@ -108,8 +108,10 @@ def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff
     through = (u * final.y.float()).sum(-1) + db
     gap = float((through - logit_diff).abs().max())
     if gap > TOL * max(1.0, float(logit_diff.abs().max())):
-        return {"reason": f"the model changes its logits after the output head (soft-cap or scaling): u·y + Δb "
-                          f"differs from its logit difference by {gap:.3g}, so direct effects would not add up"}  # fmt: skip
+        return {
+            "reason": f"the model changes its logits after the output head (soft-cap or scaling): u·y + Δb differs "
+            f"from its logit difference by {gap:.3g}, so direct effects would not add up"
+        }
     per_head, written = _heads(loaded, recs, N, u)  # (n, L, H), (n, d)
     x = final.inputs[id(found)].float()
     rest = (u * N(x - written)).sum(-1) + (u * b).sum(-1) + db  # everything the heads did not write
