@@ -14,7 +14,13 @@ import attnroute
 CLI = Path(attnroute.__file__).parent / "cli"
 MAX_LINES = 25  # a handler's body, its docstring not counted
 PARSER_BUILDERS = {"add", "build_parser", "corpus_flags", "json_flag", "model_flag"}  # declarations, not logic
-LIGHT = {"errors", "settings", "progress", "cli"}  # what cli/ may import at module level (no torch below them)
+LIGHT = {
+    "errors",
+    "settings",
+    "progress",
+    "cli",
+    "promptset",
+}  # what cli/ may import at module level (no torch below them)
 
 
 def functions(path: Path):

@@ -13,8 +13,8 @@ import attnroute
 SRC = Path(attnroute.__file__).parent
 
 # floor -> the floors its modules may import. The ground floor (errors, settings, progress) imports
-# nothing of attnroute and no torch; models loads what read, check and cost use. No sideways arrows.
-GROUND = {"errors", "settings", "progress"}
+# nothing of attnroute and no torch (promptset reads prompt files before any model); models loads what read, check and cost use. No sideways arrows.
+GROUND = {"errors", "settings", "progress", "promptset"}
 ALLOWED = {
     **{g: GROUND for g in GROUND},
     "engine": GROUND | {"engine"},
@@ -28,7 +28,7 @@ ALLOWED = {
     "cli": GROUND | {"engine", "models", "read", "check", "cost", "learn", "show", "bench", "cli"},
     "__init__": set(),  # names load lazily (PEP 562): the root imports no floor
 }
-ANALYSIS = ("errors", "settings", "progress", "engine", "models", "read", "check", "cost", "learn")
+ANALYSIS = ("errors", "settings", "progress", "promptset", "engine", "models", "read", "check", "cost", "learn")
 NOT_IN_ANALYSIS = ("matplotlib", "argparse", "rich")  # analysis floors return data; they draw and parse nothing
 
 

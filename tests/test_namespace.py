@@ -98,6 +98,15 @@ PUBLIC = [
     "check",
     "CheckReport",
     "run_experiment",
+    "PatchSettings",
+    "RoutesSettings",
+    "PromptPair",
+    "patch",
+    "route_attribution",
+    "PatchResult",
+    "RoutesResult",
+    "METRICS",
+    "tokens",
 ]
 
 

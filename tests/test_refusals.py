@@ -224,6 +224,17 @@ BAD = [
     ["bench", "--quick", "--sizes", "64"],
     ["bench", "--suite", "read", "--sizes", "64"],
     ["bench", "--from-json", "/nonexistent.json"],
+    ["patch", "--prompts", "ioi", "--metric", "logit-difference"],
+    ["patch", "--prompts", "ioi", "--sites", "head,mlp"],
+    ["patch", "--prompts", "ioi", "--direction", "sideways"],
+    ["patch", "--prompts", "/nonexistent/prompts.jsonl"],
+    ["patch", "--clean", "a b", "--metric", "prob", "--answer", " x"],
+    ["patch", "--prompts", "ioi", "--clean", "a", "--corrupt", "b"],
+    ["patch", "--prompts", "ioi", "--plot", "p.svg"],
+    ["patch", "--prompts", "ioi", "--exact", "some"],
+    ["routes", "a text", "--metric", "kl"],
+    ["routes", "a text", "--answer", " x", "--wrong", " y", "--top", "5", "--verify", "9"],
+    ["routes", "a text", "--prompts", "ioi"],
 ]
 
 
@@ -568,3 +579,81 @@ def test_ctrl_c_while_loading_is_one_line_and_130(tmp_path):
     proc.send_signal(signal.SIGINT)
     rest = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130 and "Traceback" not in rest and not (tmp_path / "h.json").exists()
+
+
+# ------------------------------------------------------------------------------------ prompt pairs
+
+
+def _prompt_cases(t: Path) -> dict:
+    """argv -> words of the one-line refusal; each needs the tokenizer at most, never the model's weights."""
+    rows = {
+        "empty.jsonl": "",
+        "blank.jsonl": "\n\n",
+        "missing.jsonl": json.dumps({"clean": "When Mary and John went out, John said to", "answer": " Mary"}),
+        "notjson.jsonl": '{"clean": "a", "corrupt": "b",\n',
+        "list.jsonl": "[1, 2]",
+        "number.jsonl": json.dumps({"clean": 3, "corrupt": "b", "answer": " a", "wrong": " b"}),
+        "lengths.jsonl": json.dumps({"clean": "When Mary and John went out, John said to",
+                                     "corrupt": "When Mary and John went out, Elizabeth-Anne said to",
+                                     "answer": " Mary", "wrong": " John"}),
+        "multi.jsonl": json.dumps({"clean": "When Mary and John went out, John said to",
+                                   "corrupt": "When Mary and John went out, Mary said to",
+                                   "answer": " Maryanne-Louise", "wrong": " John"}),
+    }  # fmt: skip
+    for name, text in rows.items():
+        (t / name).write_text(text)
+    ok = str(t / "ok.jsonl")
+    (t / "ok.jsonl").write_text(json.dumps({"clean": "When Mary and John went out, John said to",
+                                            "corrupt": "When Mary and John went out, Mary said to",
+                                            "answer": " Mary", "wrong": " John"}))  # fmt: skip
+    return {
+        "empty file": (["patch", "--prompts", str(t / "empty.jsonl")], "holds no prompt pairs"),
+        "blank lines only": (["patch", "--prompts", str(t / "blank.jsonl")], "holds no prompt pairs"),
+        "row missing corrupt": (["patch", "--prompts", str(t / "missing.jsonl")], "row 1 has no 'corrupt'"),
+        "row not JSON": (["patch", "--prompts", str(t / "notjson.jsonl")], "row 1 is not JSON"),
+        "row a list": (["patch", "--prompts", str(t / "list.jsonl")], "row 1 is a list, not an object"),
+        "field a number": (["patch", "--prompts", str(t / "number.jsonl")], "'clean' must be a string"),
+        "lengths differ": (["patch", "--prompts", str(t / "lengths.jsonl")], "clean and corrupt differ in length"),
+        "answer of many tokens": (["patch", "--prompts", str(t / "multi.jsonl")], "give a single-token answer"),
+        "position out of range": (["patch", "--prompts", ok, "--positions", "99"], "position 99 is outside"),
+        "word not in the prompt": (["patch", "--prompts", ok, "--positions", "Zebra"], "'Zebra' is not a word"),
+        "logits on an encoder": (["patch", "--prompts", ok, "--model", "minilm"], "this model is an encoder"),
+        "cosine on a causal LM": (["patch", "--prompts", ok, "--metric", "cosine"], "metric cosine compares"),
+        "per-position over lengths": (["patch", "--prompts", "ioi", "--positions", "each"], "lengths"),
+        "routes over lengths": (["routes", "--prompts", "ioi"], "must have the same length"),
+        "routes text with many-token answer": (
+            ["routes", "a b c", "--answer", " Maryanne-Louise", "--wrong", " x"],
+            "single-token answer",
+        ),  # fmt: skip
+    }
+
+
+@pytest.fixture(scope="module")
+def prompt_cases(tmp_path_factory):
+    t = tmp_path_factory.mktemp("prompts")
+    return t, _prompt_cases(t)
+
+
+PROMPT_CASES = ["empty file", "blank lines only", "row missing corrupt", "row not JSON", "row a list",
+                "field a number", "lengths differ", "answer of many tokens", "position out of range",
+                "word not in the prompt", "logits on an encoder", "cosine on a causal LM", "per-position over lengths",
+                "routes over lengths", "routes text with many-token answer"]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", PROMPT_CASES)
+def test_prompt_pairs_are_checked_before_the_model_loads(prompt_cases, case, capsys, monkeypatch):
+    import importlib
+
+    patch_verb = importlib.import_module("attnroute.read.patching.patch")  # the module, not the function
+    routes_verb = importlib.import_module("attnroute.read.patching.route_attribution")
+
+    t, cases = prompt_cases
+    argv, words = cases[case]
+    fail = lambda *a, **k: pytest.fail("the model loaded before the prompts were checked")  # noqa: E731
+    monkeypatch.setattr(patch_verb, "load", fail)
+    monkeypatch.setattr(routes_verb, "load", fail)
+    before = _digest(t)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and "Traceback" not in err[0], err
+    assert _digest(t) == before

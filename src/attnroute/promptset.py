@@ -44,6 +44,16 @@ class PromptPair:
     row: int = 1  # the line of the file (1-based), or 1 for a pair given directly
 
 
+BUNDLED = {"ioi": "ioi.jsonl"}  # prompt sets shipped with attnroute (src/attnroute/data/)
+
+
+def bundled_prompts(name):
+    """The path of a bundled prompt set for its name ('ioi'), anything else as given."""
+    if isinstance(name, str) and name in BUNDLED:
+        return str(Path(__file__).parent / "data" / BUNDLED[name])
+    return name
+
+
 def metric_name(name) -> str:
     if name not in METRIC_FIELDS:
         raise InputError(f"metric {name!r} is not one of {', '.join(METRIC_FIELDS)}", field="metric")
@@ -120,4 +130,14 @@ def finite(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(float(x)) else None
 
 
-__all__ = ["FIELDS", "LOGIT_METRICS", "METRIC_FIELDS", "PromptPair", "check_pairs", "metric_name", "read_jsonl"]
+__all__ = [
+    "BUNDLED",
+    "FIELDS",
+    "bundled_prompts",
+    "LOGIT_METRICS",
+    "METRIC_FIELDS",
+    "PromptPair",
+    "check_pairs",
+    "metric_name",
+    "read_jsonl",
+]

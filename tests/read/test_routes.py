@@ -117,7 +117,7 @@ def test_smollm2_top_routes_are_verified_and_weight_is_reported_beside_effect(sm
 
 
 def test_flat_metrics_are_refused_before_any_model_loads():
-    from attnroute.read.patching.prompts import PromptError
+    from attnroute import InputError
 
-    with pytest.raises(PromptError, match="zero gradient"):
+    with pytest.raises(InputError, match="zero gradient"):
         route_attribution("no-such-model", text=IOI, metric="kl")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..settings import KnockoutSettings, NeedleSettings, SwapSettings
-from .common import deliver, emit_json, int_list, json_flag, model_flag, outputs, read_progress, tables
+from .common import deliver, emit_json, int_list, json_flag, model_flag, outputs, read_progress, say, tables
 
 
 def add(sub) -> None:
@@ -76,7 +76,15 @@ def needle(args) -> int:
 
 
 def show(result: dict, table, args) -> int:
-    """The table; the JSON first (minutes of work are kept even if drawing fails), then the figure."""
+    """The tokens that ran and what words resolved to; the table; the JSON first (minutes of work are kept
+    even if drawing fails), then the figure."""
+    from ..show.patching_tables import tokens_line
+
+    for key, label in (("tokens", "tokens"), ("tokens_a", "tokens (A)"), ("tokens_b", "tokens (B)")):
+        if key in result:
+            say(f"{label}: {tokens_line(result[key])}")
+    for r in result.get("resolved", {}).values():
+        say(r["said"])
     tables(args.json).print(table)
     emit_json(result, args.json)
     if getattr(args, "plot", None):

@@ -20,4 +20,26 @@ def encode_text(tokenizer, text: str, max_tokens: int | None, add_bos: bool = Tr
     return ids, cut
 
 
-__all__ = ["encode_text"]
+def tokens_of(tokenizer, ids) -> list[str]:
+    """Each token as text (' Mary', not the BPE spelling 'ĠMary'); special tokens such as the BOS by name."""
+    return [tokenizer.decode([int(i)]) for i in ids]
+
+
+def tokens(model, text: str) -> list[str]:
+    """The tokens every attnroute verb runs for ``text`` (the BOS it prepends included), as the command line
+    prints them. ``model``: a LoadedModel or a model name / path (then only its tokenizer is loaded)."""
+    from ..models import LoadedModel, load, load_tokenizer
+
+    if isinstance(model, LoadedModel):
+        tokenizer, kind = model.tokenizer, model.kind
+    else:
+        found = load_tokenizer(model)
+        if found is None:
+            loaded = load(model)
+            found = loaded.tokenizer, loaded.kind
+        tokenizer, kind = found
+    ids, _ = encode_text(tokenizer, text, None, add_bos=kind == "causal")
+    return tokens_of(tokenizer, ids[0])
+
+
+__all__ = ["encode_text", "tokens", "tokens_of"]

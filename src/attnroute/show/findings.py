@@ -1,4 +1,4 @@
-"""Knockout, map-swap and needle results as sections of the routing report (`report --add PATH`).
+"""Knockout, map-swap, needle, patch and routes results as sections of the routing report (`report --add PATH`).
 
 Each result is the JSON its command writes (`attnroute knockout|swap|needle --json`); a section is its
 figure, its verdict lines and its summary, like a learn section. show/ reads plain dicts only.
@@ -10,12 +10,15 @@ import base64
 from html import escape
 
 from .knockout_figure import knockout_png, needle_png
+from .patching_figures import patch_png, routes_png
 from .plotting import png, pyplot
 
 TITLES = {
     "knockout": "Route knockout: cut one route, layer window by layer window",
     "swap": "Map swap: prompt B run with prompt A's attention maps",
     "needle": "Dilution: a needle in growing context",
+    "patch": "Activation patching: which components carry the clean/corrupt difference",
+    "routes": "Route attribution: single query→key routes, estimated and verified",
 }
 
 
@@ -41,7 +44,7 @@ def swap_png(result: dict, path):
     return path
 
 
-FIGURES = {"knockout": knockout_png, "swap": swap_png, "needle": needle_png}
+FIGURES = {"knockout": knockout_png, "swap": swap_png, "needle": needle_png, "patch": patch_png, "routes": routes_png}
 
 
 def section(result: dict) -> str:

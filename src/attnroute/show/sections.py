@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from ..errors import InputError
 from ..read.experiments import KnockoutResult, NeedleResult, SwapResult
+from ..read.patching import PatchResult, RoutesResult
 from . import findings, learn_section
 from .jsonout import read_json
 
 SECTIONS_MARK = "<!--__SECTIONS__-->"  # where report.html takes extra sections
-RESULTS = {"knockout": KnockoutResult, "swap": SwapResult, "needle": NeedleResult}  # what each command writes
+RESULTS = {"knockout": KnockoutResult, "swap": SwapResult, "needle": NeedleResult, "patch": PatchResult,
+           "routes": RoutesResult}  # fmt: skip  # what each command writes
 KINDS = {
     "learn": (tuple(learn_section.TITLES), "attnroute learn … --out DIR"),
-    "add": (tuple(findings.FIGURES), "attnroute knockout|swap|needle --json"),
+    "add": (tuple(findings.FIGURES), "attnroute knockout|swap|needle|patch|routes --json"),
 }
 
 

@@ -30,7 +30,7 @@ from ...models import LoadedModel, load
 from ...progress import reporter
 from ...settings import KnockoutSettings
 from ..adapter import routed
-from ..stimuli import encode_text
+from ..stimuli import encode_text, tokens_of
 
 
 class KnockoutError(InputError):
@@ -70,6 +70,7 @@ class KnockoutResult(Result):
     p_control: list[float] = field(default_factory=list)
     loss_route: list[float] = field(default_factory=list)
     loss_control: list[float] = field(default_factory=list)
+    resolved: dict = field(default_factory=dict)  # what --from / --to resolved to, and how often the word occurs
 
     def to_dict(self) -> dict:
         rows = [
@@ -88,6 +89,7 @@ class KnockoutResult(Result):
         ]
         worst = min(rows, key=lambda r: r["delta_p_route"]) if rows else None
         lines = [f"p({self.target_token!r}) on the clean prompt: {self.p_clean:.3f}"]
+        lines += [r["said"] for r in self.resolved.values()]
         if worst:
             ctrl = worst["delta_p_control"]
             lines.append(
@@ -102,6 +104,7 @@ class KnockoutResult(Result):
             "text": self.text,
             "tokens": self.tokens,
             "route": {"queries": self.queries, "keys": self.keys},
+            "resolved": self.resolved,
             "control": {"queries": self.queries, "keys": self.control_keys},
             "target": {"token": self.target_token, "id": self.target_id},
             "window": self.window,
@@ -112,30 +115,43 @@ class KnockoutResult(Result):
         }
 
 
+def _said(spec: str, found: list[int], matches: int) -> dict:
+    line = f"{spec!r} resolved to positions {found}"
+    if matches > 1:
+        line += f" ({spec!r} occurs {matches} times: all are used; give indices to pick one)"
+    return {"spec": spec, "positions": found, "matches": matches, "said": line}
+
+
 def _nll(p: float) -> float:
     return float(-np.log(max(p, 1e-45)))
 
 
-def positions(loaded: LoadedModel, text: str, ids: torch.Tensor, spec: str, what: str) -> list[int]:
+def positions(tokenizer, text: str, ids: torch.Tensor, spec: str, what: str) -> list[int]:
     """Token positions for ``spec``: indices ("7", "3,4") or every token overlapping a whole-word match."""
+    return resolve_positions(tokenizer, text, ids, spec, what)[0]
+
+
+def resolve_positions(tokenizer, text: str, ids: torch.Tensor, spec: str, what: str) -> tuple[list[int], int]:
+    """(positions, how many times the word occurs; 0 for indices). Every occurrence is used: a word that
+    matches more than once says so through the count, and indices pick one."""
     T = ids.shape[1]
     if re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", spec):
         idx = [int(x) for x in spec.split(",")]
         bad = [i for i in idx if not 0 <= i < T]
         if bad:
-            raise KnockoutError(f"{what} position {bad[0]} is outside the {T} tokens of the text", field=what)
-        return sorted(set(idx))
+            raise KnockoutError(f"{what}: position {bad[0]} is outside the {T} tokens of the text", field=what)
+        return sorted(set(idx)), 0
     spans = [m.span() for m in re.finditer(rf"(?<!\w){re.escape(spec.strip())}(?!\w)", text)]
     if not spans:
         raise KnockoutError(
             f"{what} {spec!r} is not a word of the text; give a word of it or token indices", field=what
         )
-    enc = loaded.tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
+    enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
     shift = T - len(enc["input_ids"])  # a BOS encode_text prepended itself
     found = {
         i + shift for i, (a, b) in enumerate(enc["offset_mapping"]) if b > a and any(a < e and s < b for s, e in spans)
     }
-    return sorted(p for p in found if 0 <= p < T)
+    return sorted(p for p in found if 0 <= p < T), len(spans)
 
 
 def _logits(loaded, batch, interventions) -> torch.Tensor:
@@ -171,8 +187,8 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     bad = [h for h in heads or [] if not 0 <= h < loaded.n_heads]
     if bad:
         raise KnockoutError(f"head {bad[0]} does not exist: the model has {loaded.n_heads} heads", field="heads")
-    queries = positions(loaded, text, ids, source, "source")
-    keys = positions(loaded, text, ids, target, "target")
+    queries, q_matches = resolve_positions(loaded.tokenizer, text, ids, source, "source")
+    keys, k_matches = resolve_positions(loaded.tokenizer, text, ids, target, "target")
     if not any(k <= q for q in queries for k in keys):
         raise KnockoutError(
             f"no {source!r} position comes after a {target!r} position: a causal model has no such route",
@@ -184,7 +200,7 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     g = np.random.default_rng(seed)
     control = sorted(int(x) for x in g.choice(eligible, size=len(keys), replace=False))
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    tokens = loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist())
+    tokens = tokens_of(loaded.tokenizer, ids[0])
     clean = _logits(loaded, batch, [])  # (T, V): one clean forward gives the target and its baseline
     if target_token is None:
         target_id = int(clean[-1].argmax())
@@ -196,6 +212,7 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
             )
         target_id = int(tid[0])
     p_clean, loss_clean = _measure(loaded, batch, target_id, logits=clean)
+    said = {"source": _said(source, queries, q_matches), "target": _said(target, keys, k_matches)}
     result = KnockoutResult(
         loaded.name,
         text,
@@ -209,6 +226,7 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
         heads,
         p_clean,
         loss_clean,
+        resolved=said,
     )
     for start in range(0, L - window + 1):
         layers = range(start, start + window)
@@ -224,4 +242,4 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     return result
 
 
-__all__ = ["KnockoutError", "KnockoutResult", "knockout", "positions"]
+__all__ = ["KnockoutError", "KnockoutResult", "knockout", "positions", "resolve_positions"]

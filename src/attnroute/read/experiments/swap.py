@@ -24,7 +24,7 @@ from ...progress import reporter
 from ...settings import SwapSettings
 from ..adapter import routed
 from ..capture import capture_weights
-from ..stimuli import encode_text
+from ..stimuli import encode_text, tokens_of
 
 
 class SwapError(InputError):
@@ -129,8 +129,8 @@ def swap(
     tok = loaded.tokenizer
     result = SwapResult(
         loaded.name,
-        tok.convert_ids_to_tokens(ids_a[0].tolist()),
-        tok.convert_ids_to_tokens(ids_b[0].tolist()),
+        tokens_of(tok, ids_a[0]),
+        tokens_of(tok, ids_b[0]),
         tok.decode([top_a]),
         tok.decode([top_b]),
         window,

@@ -11,5 +11,6 @@ agreement   estimate against exact: Spearman, R², slope
 from .agreement import agreement
 from .metrics import BUILT_IN as METRICS
 from .patch import PatchResult, patch
+from .route_attribution import RoutesResult, route_attribution
 
-__all__ = ["METRICS", "PatchResult", "agreement", "patch"]
+__all__ = ["METRICS", "PatchResult", "RoutesResult", "agreement", "patch", "route_attribution"]

@@ -29,9 +29,10 @@ def final_norm_candidates(loaded) -> list[torch.nn.Module]:
     """Norm modules outside the layer stack: the final norm is the one whose output the output head reads."""
     inside = {id(m) for b in (layer_stack(loaded) or []) for m in b.modules()}
     return [
-        m for _, m in loaded.model.named_modules()
+        m
+        for _, m in loaded.model.named_modules()
         if id(m) not in inside and ("norm" in type(m).__name__.lower() or isinstance(m, torch.nn.LayerNorm))
-    ]  # fmt: skip
+    ]
 
 
 class FinalRecorder:

@@ -60,8 +60,10 @@ class PatchResult(Result):
         exact = [r for r in self.rows if r["exact"] and r["normalized"] is not None]
         best = sorted(exact, key=lambda r: -abs(r["normalized"]))[:3]
         m = self.meta
-        lines = [f"{m['metric']}: clean {m['m_clean']:.3f}, corrupt {m['m_corrupt']:.3f} over {m['n_prompts']} "
-                 f"prompts ({m['direction']})"]  # fmt: skip
+        lines = [
+            f"{m['metric']}: clean {m['m_clean']:.3f}, corrupt {m['m_corrupt']:.3f} over {m['n_prompts']} "
+            f"prompts ({m['direction']})"
+        ]
         lines += [f"{_label(r)}: normalized {r['normalized']:+.3f} ± {r['normalized_ci'] or 0:.3f}" for r in best]
         return {
             "experiment": "patch",
@@ -123,11 +125,15 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
 
 def refuse_unsupported(loaded, metric_name: str, mode: str) -> None:
     if loaded.seq2seq and metric_name == "loss":
-        raise PromptError("metric loss reads next-token predictions of the prompt; an encoder-decoder's prompt is "
-                          "its encoder input: use logit-diff, prob, logprob or kl")  # fmt: skip
+        raise PromptError(
+            "metric loss reads next-token predictions of the prompt; an encoder-decoder's prompt is "
+            "its encoder input: use logit-diff, prob, logprob or kl"
+        )
     if loaded.seq2seq and mode == "each":
-        raise PromptError("per-position patching reads one token axis; an encoder-decoder has two (encoder and "
-                          "decoder): use positions all")  # fmt: skip
+        raise PromptError(
+            "per-position patching reads one token axis; an encoder-decoder has two (encoder and "
+            "decoder): use positions all"
+        )
 
 
 def _gather(runs, N: int, of) -> np.ndarray:
@@ -166,8 +172,11 @@ def _settle(runs, comps, est: np.ndarray, values: np.ndarray, s: PatchSettings, 
         n, rounds = min(len(order), n + STEP), rounds + 1
         if top() == before:
             break
-    return {"rule": f"settle: first {FIRST}, then {STEP} at a time until the exact top {s.top} holds", "measured": n,
-            "rounds": rounds}  # fmt: skip
+    return {
+        "rule": f"settle: first {FIRST}, then {STEP} at a time until the exact top {s.top} holds",
+        "measured": n,
+        "rounds": rounds,
+    }
 
 
 def _measure(runs, comps, idx, values: np.ndarray, say) -> None:
@@ -233,8 +242,11 @@ def _direct(runs, N: int, loaded) -> dict:
             if "reason" in p[side]:
                 return {"reason": p[side]["reason"]}
     L, H = loaded.n_layers, loaded.n_heads
-    out = {"rows": [], "rest": {}, "adds_up_max_abs_diff": max(p[s]["adds_up_max_abs_diff"] for p in parts for s in
-                                                                   ("clean", "corrupt"))}  # fmt: skip
+    out = {
+        "rows": [],
+        "rest": {},
+        "adds_up_max_abs_diff": max(p[s]["adds_up_max_abs_diff"] for p in parts for s in ("clean", "corrupt")),
+    }
     per = {}
     for side in ("clean", "corrupt"):
         heads, rest = np.full((N, L, H), np.nan), np.full(N, np.nan)

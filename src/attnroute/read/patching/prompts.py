@@ -17,7 +17,7 @@ import torch
 
 from ...engine import InputError
 from ...promptset import LOGIT_METRICS, METRIC_FIELDS, PromptPair
-from ..stimuli import encode_text
+from ..stimuli import encode_text, tokens_of
 
 
 class PromptError(InputError):
@@ -40,11 +40,6 @@ class Group:
     @property
     def length(self) -> int:
         return int(self.clean.shape[1])
-
-
-def tokens_of(tokenizer, ids) -> list[str]:
-    """Each token as text (' Mary', not the BPE spelling 'ĠMary'); special tokens such as the BOS by name."""
-    return [tokenizer.decode([int(i)]) for i in ids]
 
 
 def encode(tokenizer, kind: str, text: str) -> torch.Tensor:
@@ -70,8 +65,11 @@ def check_metric_kind(metric, kind: str) -> None:
             field="metric",
         )
     if isinstance(metric, str) and kind != "encoder" and metric == "cosine":
-        raise InputError("metric cosine compares an encoder's sentence embeddings; this model has logits: use "
-                         "logit-diff, prob, logprob, loss or kl", field="metric")  # fmt: skip
+        raise InputError(
+            "metric cosine compares an encoder's sentence embeddings; this model has logits: use "
+            "logit-diff, prob, logprob, loss or kl",
+            field="metric",
+        )
 
 
 def tokenize_pairs(tokenizer, kind: str, pairs: tuple[PromptPair, ...], metric) -> tuple[list[Group], list[dict]]:
@@ -89,14 +87,23 @@ def tokenize_pairs(tokenizer, kind: str, pairs: tuple[PromptPair, ...], metric) 
                 f"clean {tokens_of(tokenizer, c)}, corrupt {tokens_of(tokenizer, x)}; patching needs the same "
                 "positions on both sides"
             )
-        ans = [single_token(tokenizer, getattr(p, f), p.row, f) if getattr(p, f) is not None else -1 for f in
-               ("answer", "wrong")]  # fmt: skip
+        ans = [
+            single_token(tokenizer, getattr(p, f), p.row, f) if getattr(p, f) is not None else -1
+            for f in ("answer", "wrong")
+        ]
         for f, a in zip(("answer", "wrong"), ans):
             if f in fields and a < 0:
                 raise PromptError(f"row {p.row} has no {f!r}, which the metric reads")
         by_len.setdefault(int(c.shape[0]), []).append((i, c, x, *ans))
-        record.append({"row": p.row, "clean": tokens_of(tokenizer, c), "corrupt": tokens_of(tokenizer, x),
-                       "answer": p.answer, "wrong": p.wrong})  # fmt: skip
+        record.append(
+            {
+                "row": p.row,
+                "clean": tokens_of(tokenizer, c),
+                "corrupt": tokens_of(tokenizer, x),
+                "answer": p.answer,
+                "wrong": p.wrong,
+            }
+        )
     groups = []
     for _, items in sorted(by_len.items()):
         rows, cs, xs, an, wr = zip(*items)
@@ -120,21 +127,20 @@ def resolve_positions(
     if len(lengths) > 1:
         raise InputError(
             f"positions {spec!r} needs every prompt the same length; these prompts have {len(lengths)} lengths "
-            f"({', '.join(map(str, lengths))} tokens): give one template, or positions all",
+            f"({', '.join(map(str, lengths))} tokens): give one template, or `positions` all",
             field="positions",
         )
     T = lengths[0]
     if spec == "each":
         return "each", list(range(T)), {"positions": "each", "T": T}
-    from ..experiments.knockout import positions as word_positions  # the one resolver of words and indices
+    from ..experiments.knockout import resolve_positions as words  # the one resolver of words and indices
 
-    class _Loaded:  # positions() reads the tokenizer only
-        def __init__(self, tok):
-            self.tokenizer = tok
-
-    ids = groups[0].clean[:1]
-    found = word_positions(_Loaded(tokenizer), pairs[groups[0].rows[0]].clean, ids, spec, "positions")
-    return "each", found, {"positions": spec, "resolved": found, "T": T}
+    text = pairs[groups[0].rows[0]].clean
+    found, matches = words(tokenizer, text, groups[0].clean[:1], spec, "positions")
+    said = {"positions": spec, "resolved": found, "T": T, "in": f"row {pairs[groups[0].rows[0]].row}, clean"}
+    if matches > 1:
+        said["note"] = f"{spec!r} occurs {matches} times in the prompt: all are patched (give indices to pick one)"
+    return "each", found, said
 
 
 __all__ = ["Group", "PromptError", "check_metric_kind", "encode", "resolve_positions", "tokenize_pairs", "tokens_of"]

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
+from ...engine import InputError
 from ...engine.jsonable import Result
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
@@ -54,19 +55,23 @@ class RoutesResult(Result):
         lines = [f"{m['metric']} = {m['m']:.3f} over {m['n_prompts']} prompt(s) of {m['T']} tokens"]
         for r in self.routes[:3]:
             exact = "" if r.get("exact") is None else f", exact {r['exact']:+.3f}"
-            lines.append(f"L{r['layer']} h{r['head']} {r['query_token']!r} → {r['key_token']!r}: "
-                         f"estimate {r['estimate']:+.3f}{exact} (weight {r['weight']:.3f})")  # fmt: skip
+            lines.append(
+                f"L{r['layer']} h{r['head']} {r['query_token']!r} → {r['key_token']!r}: "
+                f"estimate {r['estimate']:+.3f}{exact} (weight {r['weight']:.3f})"
+            )
         a = self.agreement.get("estimate_vs_exact", {})
         if a.get("spearman") is not None:
-            lines.append(f"estimate vs exact over {a['n']} routes: Spearman {a['spearman']:.2f}, R² {a['r2']:.2f}, "
-                         f"slope {a['slope']:.2f}")  # fmt: skip
+            lines.append(
+                f"estimate vs exact over {a['n']} routes: Spearman {a['spearman']:.2f}, R² {a['r2']:.2f}, "
+                f"slope {a['slope']:.2f}"
+            )
         return {
             "experiment": "routes",
             "verdict": {"lines": lines},
             "summary": {
                 "routes kept": len(self.routes),
                 "verified": sum(r.get("exact") is not None for r in self.routes),
-            },  # fmt: skip
+            },
             "model": self.model,
             "meta": self.meta,
             "agreement": self.agreement,
@@ -80,8 +85,11 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     say = reporter(progress)
     name, fn = resolve(s.metric)
     if name in FLAT_AT_CLEAN:
-        raise PromptError(f"metric {name} is flat (zero gradient) on the run it compares with, so every route "
-                          "estimate would be 0: use logit-diff, prob, logprob or loss")  # fmt: skip
+        raise InputError(
+            f"metric {name} is flat (zero gradient) on the run it compares with, so every route "
+            "estimate would be 0: use logit-diff, prob, logprob or loss",
+            field="metric",
+        )
     if not isinstance(s.model, LoadedModel):
         found = load_tokenizer(s.model)
         if found is not None:

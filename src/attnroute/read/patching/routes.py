@@ -89,10 +89,17 @@ class RouteProbe(Probe):
         values, keys, weight, norm_w = self.best
         order = values.abs().argsort(descending=True)
         return [
-            {"layer": int(keys[o, 0]), "head": int(keys[o, 1]), "query": int(keys[o, 2]), "key": int(keys[o, 3]),
-             "estimate": float(values[o]), "weight": float(weight[o]), "norm_weight": _num(norm_w[o])}
+            {
+                "layer": int(keys[o, 0]),
+                "head": int(keys[o, 1]),
+                "query": int(keys[o, 2]),
+                "key": int(keys[o, 3]),
+                "estimate": float(values[o]),
+                "weight": float(weight[o]),
+                "norm_weight": _num(norm_w[o]),
+            }
             for o in order.tolist()
-        ]  # fmt: skip
+        ]
 
 
 def _num(x) -> float | None:
@@ -175,5 +182,12 @@ def knockout_one(route: dict) -> KnockoutEdges:
     return KnockoutEdges([route["query"]], [route["key"]], heads=[route["head"]], layer=route["layer"])
 
 
-__all__ = ["CHECKPOINT_FROM", "RouteProbe", "checkpointed", "grams", "knockout_one", "output_gradients",
-           "stream_routes"]  # fmt: skip
+__all__ = [
+    "CHECKPOINT_FROM",
+    "RouteProbe",
+    "checkpointed",
+    "grams",
+    "knockout_one",
+    "output_gradients",
+    "stream_routes",
+]

@@ -56,8 +56,11 @@ class PairRun:
         for name, value in self.fields.items():
             if value is not None:
                 batch[name] = value.repeat(copies, *([1] * (value.dim() - 1)))
-        x = outputs.logits if self.loaded.kind != "encoder" else pooled(outputs.last_hidden_state,
-                                                                         batch["attention_mask"])  # fmt: skip
+        x = (
+            outputs.logits
+            if self.loaded.kind != "encoder"
+            else pooled(outputs.last_hidden_state, batch["attention_mask"])
+        )
         return self.metric(x, batch).detach().float()
 
     @torch.no_grad()
@@ -81,9 +84,11 @@ class PairRun:
         g = self.group
         return {
             side: direct_effects(self.loaded, rec, final, g.answer, g.wrong, m)
-            for side, rec, final, m in (("clean", self.clean_rec, self.clean_final, self.m_clean),
-                                        ("corrupt", self.corrupt_rec, self.corrupt_final, self.m_corrupt))
-        }  # fmt: skip
+            for side, rec, final, m in (
+                ("clean", self.clean_rec, self.clean_final, self.m_clean),
+                ("corrupt", self.corrupt_rec, self.corrupt_final, self.m_corrupt),
+            )
+        }
 
     def _check_shortcut(self) -> dict:
         if self.blocks is None:
@@ -96,8 +101,11 @@ class PairRun:
         tol = 1e-4 * max(1.0, float(self.m_base.abs().max()))
         if diff <= tol:
             return {"used": True, "restart_check_max_abs_diff": diff, "tolerance": tol}
-        return {"used": False, "reason": f"the layer restart differed from the full forward by {diff:.3g} "
-                f"(tolerance {tol:.3g}): full forwards"}  # fmt: skip
+        return {
+            "used": False,
+            "reason": f"the layer restart differed from the full forward by {diff:.3g} "
+            f"(tolerance {tol:.3g}): full forwards",
+        }
 
     def copies(self) -> int:
         return max(1, TOKEN_BUDGET // max(1, self.n * self.group.length))
@@ -136,8 +144,11 @@ class PairRun:
     def _metric_grad(self, outputs) -> torch.Tensor:
         batch = self.batch(self.base_ids)
         batch.update({k: v for k, v in self.fields.items() if v is not None})
-        x = outputs.logits if self.loaded.kind != "encoder" else pooled(outputs.last_hidden_state,
-                                                                         batch["attention_mask"])  # fmt: skip
+        x = (
+            outputs.logits
+            if self.loaded.kind != "encoder"
+            else pooled(outputs.last_hidden_state, batch["attention_mask"])
+        )
         return self.metric(x, batch)
 
 
