@@ -12,8 +12,8 @@ import attnroute
 
 SRC = Path(attnroute.__file__).parent
 
-# floor -> the floors its modules may import. The ground floor (errors, settings, progress) imports
-# nothing of attnroute and no torch (promptset reads prompt files before any model); models loads what read, check and cost use. No sideways arrows.
+# floor -> the floors its modules may import. The ground floor (errors, settings, progress, promptset)
+# imports nothing of attnroute and no torch; models loads what read, check and cost use. No sideways arrows.
 GROUND = {"errors", "settings", "progress", "promptset"}
 ALLOWED = {
     **{g: GROUND for g in GROUND},
