@@ -60,8 +60,9 @@ def metric_name(name) -> str:
     return name
 
 
-def check_pairs(pairs, metric: str, where: str = "prompts") -> tuple[PromptPair, ...]:
-    """The pairs, each with the fields ``metric`` reads; refused naming the row otherwise."""
+def check_pairs(pairs, metric: str, where: str = "prompts", sides=("clean", "corrupt")) -> tuple[PromptPair, ...]:
+    """The pairs, each with ``sides`` and the fields ``metric`` reads; refused naming the row otherwise.
+    (Ablation effects read the clean side only: then ``sides`` is ("clean",).)"""
     pairs = tuple(pairs)
     if not pairs:
         raise InputError(
@@ -70,11 +71,11 @@ def check_pairs(pairs, metric: str, where: str = "prompts") -> tuple[PromptPair,
     if len(pairs) > MAX_PROMPTS:
         raise InputError(f"{where} holds {len(pairs)} pairs; at most {MAX_PROMPTS} are read", field="prompts")
     for p in pairs:
-        for name in ("clean", "corrupt", *METRIC_FIELDS[metric]):
+        for name in (*sides, *METRIC_FIELDS[metric]):
             value = getattr(p, name)
             if not isinstance(value, str) or not value.strip(" \t\r\n") and name in ("clean", "corrupt"):
                 raise InputError(
-                    f"{where} row {p.row} has no {name!r} (the metric {metric} reads {', '.join(_needs(metric))}): "
+                    f"{where} row {p.row} has no {name!r} (this reads {', '.join((*sides, *METRIC_FIELDS[metric]))}): "
                     f"give a non-empty text",
                     field="prompts",
                 )
@@ -83,13 +84,10 @@ def check_pairs(pairs, metric: str, where: str = "prompts") -> tuple[PromptPair,
     return pairs
 
 
-def _needs(metric: str) -> tuple[str, ...]:
-    return ("clean", "corrupt", *METRIC_FIELDS[metric])
-
-
-def read_jsonl(path: str | Path, metric: str) -> tuple[PromptPair, ...]:
-    """Pairs from a JSON-lines file; refused (one line, naming the row) when a line is not an object
-    with string fields, or the file is empty, missing or not a regular file."""
+def read_jsonl(path: str | Path) -> list[PromptPair]:
+    """Pairs from a JSON-lines file, unchecked for the metric's fields (check_pairs does that); refused
+    (one line, naming the row) when a line is not an object with string fields, or the file is missing
+    or not a regular file. Other keys of a row (a template number, a note) are kept out of the pair."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"prompts file {p} does not exist", field="prompts")
@@ -118,7 +116,7 @@ def read_jsonl(path: str | Path, metric: str) -> tuple[PromptPair, ...]:
                 field="prompts",
             )
         pairs.append(PromptPair(*(row.get(k) for k in FIELDS), row=n))
-    return check_pairs(pairs, metric, where=f"prompts {p}")
+    return pairs
 
 
 def _no_constant(name: str):

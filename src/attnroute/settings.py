@@ -131,6 +131,12 @@ class HeadsSettings(Settings):
     max_weight: bool = False  # adds the row maximum and argmax offsets (a blocked pass)
     exact: int | str = DEFAULT_EXACT  # or "all": the full sweep
     verify: bool = True  # the routing check against the model's own eager attention
+    # your metric: effects measured on your prompts (their clean side) instead of repeated random tokens
+    metric: object = "loss"  # a name (promptset.METRIC_FIELDS) or metric(logits, batch) -> Tensor[B]
+    prompts: object = None  # a .jsonl path or a sequence of pairs; None with a metric: the text
+    answer: str | None = None
+    wrong: str | None = None
+    effect_prompts: tuple = ()  # filled from prompts / text when the metric or prompts are given
 
     PRESETS = {
         "default": {},
@@ -155,6 +161,35 @@ class HeadsSettings(Settings):
             )
         _set(self, "modes", modes)
         _set(self, "exact", exact_count(self.exact))
+        _set(self, "effect_prompts", _effect_prompts(self))
+
+    @property
+    def own_metric(self) -> bool:
+        """Effects are measured with the user's metric on the user's prompts (not the repeated tokens)."""
+        return bool(self.effect_prompts)
+
+
+def _effect_prompts(s) -> tuple:
+    """The prompts an own metric is measured on (their clean side), or () for the built-in effect."""
+    from .promptset import metric_name
+
+    name = s.metric if isinstance(s.metric, str) else None
+    if name is not None:
+        metric_name(name)
+    elif not callable(s.metric):
+        raise InputTypeError(f"metric must be a name or a callable, got {type(s.metric).__name__}", field="metric")
+    if s.effect_prompts or (name == "loss" and s.prompts is None and s.answer is None and s.wrong is None):
+        return tuple(s.effect_prompts)
+    if s.prompts is None and s.text is None:
+        raise InputError(
+            f"metric {name or 'custom'} is measured on your prompts: give `prompts`, or `text` with `answer` and "
+            "`wrong`",
+            field="metric",
+        )
+    if not s.ablation:
+        raise InputError("a metric is an ablation effect; it cannot be asked with the ablation off", field="metric")
+    text = s.text if s.prompts is None else None
+    return _pairs(s.prompts, text, None, s.answer, s.wrong, name or "loss", sides=("clean",))
 
 
 def probe_seeds(seed: int) -> tuple[int, int, int]:
@@ -229,6 +264,18 @@ class ReportSettings(Settings):
 # ------------------------------------------------------------------------------------ experiments
 
 
+def _last_position_metric(metric) -> None:
+    """knockout and swap read the last position: loss (the whole prompt) and cosine (encoders) are refused."""
+    from .promptset import metric_name
+
+    if metric is None or callable(metric):
+        return
+    metric_name(metric)
+    if metric in ("loss", "cosine"):
+        raise InputError(f"metric {metric} does not read the last position; use logit-diff, prob, logprob or kl",
+                         field="metric")  # fmt: skip
+
+
 def _heads_list(heads) -> tuple[int, ...] | None:
     return None if heads is None else integers(heads, "heads", 0)
 
@@ -245,6 +292,9 @@ class KnockoutSettings(Settings):
     heads: tuple[int, ...] | None = None  # None: every head
     target_token: str | None = None  # None: the model's own top prediction
     seed: int = 0  # the control route's draw
+    metric: object = None  # also your metric (logit-diff, prob, logprob, kl, or a callable) at the last position
+    answer: str | None = None
+    wrong: str | None = None
 
     def __post_init__(self):
         nonempty_text(self.text, "text", optional=False)
@@ -254,6 +304,7 @@ class KnockoutSettings(Settings):
         integer(self.window, "window", 1)
         integer(self.seed, "seed", 0, SEED_MAX)
         _set(self, "heads", _heads_list(self.heads))
+        _last_position_metric(self.metric)
 
 
 @dataclass(frozen=True)
@@ -265,12 +316,16 @@ class SwapSettings(Settings):
     prompt_b: str = ""
     window: int = 1
     heads: tuple[int, ...] | None = None
+    metric: object = None  # also your metric on B's output (the answer / wrong tokens, or kl from B's own)
+    answer: str | None = None
+    wrong: str | None = None
 
     def __post_init__(self):
         nonempty_text(self.prompt_a, "prompt_a", optional=False)
         nonempty_text(self.prompt_b, "prompt_b", optional=False)
         integer(self.window, "window", 1)
         _set(self, "heads", _heads_list(self.heads))
+        _last_position_metric(self.metric)
 
 
 @dataclass(frozen=True)
@@ -297,25 +352,26 @@ PATCH_SITES = ("head", "layer", "q", "k", "v")  # a head's output, a layer's att
 DIRECTIONS = ("denoising", "noising")  # run corrupt, patch in clean / run clean, patch in corrupt
 
 
-def _pairs(prompts, clean, corrupt, answer, wrong, metric):
-    """The prompt pairs: a .jsonl path, a sequence of PromptPair / dicts, or one pair from the fields."""
+def _pairs(prompts, clean, corrupt, answer, wrong, metric, sides=("clean", "corrupt")):
+    """The prompt pairs: a .jsonl path, a sequence of PromptPair / dicts, or one pair from the fields;
+    ``answer`` / ``wrong`` fill the rows that do not name their own, then every row is checked."""
     from .promptset import FIELDS, PromptPair, check_pairs, read_jsonl
 
     if prompts is not None and clean is not None:
         raise InputError("give prompts (a file) or one clean/corrupt pair, not both", field="prompts")
+    where = "prompts"
     if prompts is None:
-        if clean is None or corrupt is None:
+        if clean is None or ("corrupt" in sides and corrupt is None):
             raise InputError("give prompts (a .jsonl file) or both clean and corrupt", field="prompts")
-        return check_pairs([PromptPair(clean, corrupt, answer, wrong)], metric, where="the pair")
-    if isinstance(prompts, str | bytes) or hasattr(prompts, "__fspath__"):
-        pairs = read_jsonl(prompts, metric)
+        pairs, where = [PromptPair(clean, corrupt if corrupt is not None else clean)], "the pair"
+    elif isinstance(prompts, str | bytes) or hasattr(prompts, "__fspath__"):
+        pairs, where = read_jsonl(prompts), f"prompts {prompts}"
     else:
         pairs = [p if isinstance(p, PromptPair) else PromptPair(*(dict(p).get(k) for k in FIELDS), row=i) for i, p in
                  enumerate(prompts, 1)]  # fmt: skip
-        pairs = check_pairs(pairs, metric)
     if answer is not None or wrong is not None:  # one answer for every row, unless a row names its own
-        pairs = tuple(dataclasses.replace(p, answer=p.answer or answer, wrong=p.wrong or wrong) for p in pairs)
-    return pairs
+        pairs = [dataclasses.replace(p, answer=p.answer or answer, wrong=p.wrong or wrong) for p in pairs]
+    return check_pairs(pairs, metric, where=where, sides=sides)
 
 
 def positions_spec(value) -> str:

@@ -14,6 +14,7 @@ def add(sub) -> None:
     ko.add_argument("--window", type=int, default=5, help="layers per window (default 5)")
     ko.add_argument("--heads", help="only these heads, comma-separated (default all)")
     ko.add_argument("--token", dest="target_token", help="the target token (default: the model's own top prediction)")
+    metric_flags(ko)
     model_flag(ko)
     ko.add_argument("--plot", help="write the figure (PNG) here")
     json_flag(ko, "the result")
@@ -24,6 +25,7 @@ def add(sub) -> None:
     sw.add_argument("prompt_b", help="the prompt that runs (same number of tokens)")
     sw.add_argument("--window", type=int, default=1, help="layers swapped together (default 1)")
     sw.add_argument("--heads", help="only these heads, comma-separated (default all)")
+    metric_flags(sw)
     model_flag(sw)
     json_flag(sw, "the result")
     sw.set_defaults(fn=swap)
@@ -37,9 +39,16 @@ def add(sub) -> None:
     nd.set_defaults(fn=needle)
 
 
+def metric_flags(p) -> None:
+    p.add_argument("--metric", help="also your metric at the last position: logit-diff, prob, logprob or kl")
+    p.add_argument("--answer", help="the metric's answer token (e.g. ' Mary')")
+    p.add_argument("--wrong", help="the metric's wrong token")
+
+
 def knockout(args) -> int:
     outputs({"model": args.model}, {"json": args.json, "plot": args.plot}, {"plot": (".png",)})
-    fields = {f: getattr(args, f) for f in ("model", "text", "source", "target", "window", "target_token")}
+    fields = {f: getattr(args, f) for f in ("model", "text", "source", "target", "window", "target_token", "metric",
+                                            "answer", "wrong")}  # fmt: skip
     settings = KnockoutSettings(**fields, heads=int_list(args.heads, "heads"))
     from ..read.experiments import knockout as run
 
@@ -52,7 +61,7 @@ def knockout(args) -> int:
 
 def swap(args) -> int:
     outputs({"model": args.model}, {"json": args.json})
-    fields = {f: getattr(args, f) for f in ("model", "prompt_a", "prompt_b", "window")}
+    fields = {f: getattr(args, f) for f in ("model", "prompt_a", "prompt_b", "window", "metric", "answer", "wrong")}
     settings = SwapSettings(**fields, heads=int_list(args.heads, "heads"))
     from ..read.experiments import swap as run
 

@@ -4,6 +4,7 @@ a corpus (streamed; under torchrun one shard per rank, rank 0 writes)."""
 from __future__ import annotations
 
 from ..errors import InputError
+from ..promptset import bundled_prompts
 from ..settings import DEFAULT_EXACT, CorpusSettings, HeadsSettings, probe_seeds
 from .common import deliver, emit_json, json_flag, model_flag, notes, outputs, read_progress, read_text_arg, tables
 
@@ -59,6 +60,12 @@ def add(sub) -> None:
         "--checkpoint", help="write the corpus accumulator here every --checkpoint-every documents; rerun to resume"
     )
     h.add_argument("--checkpoint-every", type=int, default=10, help="documents between checkpoints (default 10)")
+    h.add_argument("--metric", default="loss",
+                   help="the effect: Δ loss on repeated random tokens (default), or Δ your metric on --prompts (or on "
+                   "--text with --answer/--wrong): logit-diff, prob, logprob, loss, kl, cosine")  # fmt: skip
+    h.add_argument("--prompts", help="a .jsonl of prompts (their clean side) the metric is measured on, or 'ioi'")
+    h.add_argument("--answer", help="the metric's answer token, for rows (or a --text) that name none")
+    h.add_argument("--wrong", help="the metric's wrong token, likewise")
     h.set_defaults(fn=run, fields=FIELDS)
 
 
@@ -85,8 +92,17 @@ def run(args) -> int:
     given = next((f for f, default in CORPUS_ONLY.items() if getattr(args, f) != default), None)
     if given:
         raise InputError(f"`{given}` applies to a corpus read; give `corpus` too, or leave it out", field=given)
-    outputs({"file": args.file, "model": args.model}, {"json": args.json, "csv": args.csv})
-    settings = HeadsSettings(
+    outputs({"file": args.file, "model": args.model, "prompts": args.prompts}, {"json": args.json, "csv": args.csv})
+    settings = text_settings(args)
+    from ..read.heads import read_heads
+
+    with read_progress() as progress:
+        table = read_heads(settings=settings, progress=progress)
+    return show(table, args)
+
+
+def text_settings(args) -> HeadsSettings:
+    return HeadsSettings(
         model=args.model,
         text=read_text_arg(args.text, args.file),
         max_tokens=args.max_tokens,
@@ -96,12 +112,11 @@ def run(args) -> int:
         modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
         exact=args.exact,
         verify=not args.no_verify,
+        metric=args.metric,
+        prompts=bundled_prompts(args.prompts),
+        answer=args.answer,
+        wrong=args.wrong,
     )
-    from ..read.heads import read_heads
-
-    with read_progress() as progress:
-        table = read_heads(settings=settings, progress=progress)
-    return show(table, args)
 
 
 def run_corpus(args) -> int:
@@ -110,6 +125,9 @@ def run_corpus(args) -> int:
         raise InputError("give `corpus` or `text`/`file`, not both", field="corpus")
     if args.modes != "zero":
         raise InputError("a corpus read measures zero ablation per document; `modes` is for one text", field="modes")
+    if args.metric != "loss" or args.prompts or args.answer or args.wrong:
+        raise InputError("a corpus read measures Δ loss per document; `metric` and `prompts` are for one read",
+                         field="metric")  # fmt: skip
     outputs(
         {"corpus": args.corpus, "model": args.model},
         {"json": args.json, "csv": args.csv, "checkpoint": args.checkpoint},

@@ -103,6 +103,20 @@ def effect_loss(loaded, batch: dict, outputs, clean_embedding=None) -> torch.Ten
     return 1 - torch.nn.functional.cosine_similarity(emb, clean_embedding.repeat(copies, 1), dim=-1)
 
 
+class MetricEffect:
+    """A metric (read/patching/metrics.py) as an ablation effect: per example, M on the ablated run, with the
+    metric's fields (answer, wrong, the clean run's references) repeated for a batch of ablated copies."""
+
+    def __init__(self, metric, fields: dict):
+        self.metric, self.fields = metric, {k: v for k, v in fields.items() if v is not None}
+
+    def __call__(self, loaded, batch: dict, outputs, clean_embedding=None) -> torch.Tensor:
+        x = outputs.logits if loaded.kind != "encoder" else pooled(outputs.last_hidden_state, batch["attention_mask"])
+        n = x.shape[0]  # a multiple of the prompts: copy c of a repeated batch holds rows c·B … (c+1)·B − 1
+        fields = {k: v.repeat(n // v.shape[0], *([1] * (v.dim() - 1))) for k, v in self.fields.items()}
+        return self.metric(x, {**batch, **fields})
+
+
 def pooled(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Mean pooling over real tokens, what sentence-transformers does for all-MiniLM-L6-v2."""
     m = attention_mask[..., None].to(hidden.dtype)
@@ -144,7 +158,7 @@ def layer_stack(loaded) -> list | None:
 
 
 @torch.no_grad()
-def clean_pass(loaded, batch: dict):
+def clean_pass(loaded, batch: dict, effect=effect_loss):
     """Clean loss per example, per-head mean outputs, each block's output (for the restart shortcut)
     and the clean embedding (encoders)."""
     recs = [OutputMean(layer) for layer in range(loaded.n_layers)]
@@ -160,19 +174,27 @@ def clean_pass(loaded, batch: dict):
         for h in hooks:
             h.remove()
     clean_emb = None if loaded.kind != "encoder" else pooled(out.last_hidden_state, batch["attention_mask"])
-    base = effect_loss(loaded, batch, out, clean_emb)
+    base = effect(loaded, batch, out, clean_emb)
     return base, {r.layer: r.mean for r in recs}, outputs, clean_emb
 
 
 @torch.no_grad()
 def forward_from(
-    loaded, start: int, stored: dict, batch: dict, interventions, copies: int, clean_emb=None, blocks=None
+    loaded,
+    start: int,
+    stored: dict,
+    batch: dict,
+    interventions,
+    copies: int,
+    clean_emb=None,
+    blocks=None,
+    effect=effect_loss,
 ):
     """The model's own forward on ``batch`` (``copies`` repeats of the effect batch), with blocks 0 … start−1
     replaced by their clean outputs: everything else — masks, position embeddings, the output head with
     its soft-cap or logit scaling — is the model's own code. Returns the effect per example."""
     result = run_from(loaded, start, stored, batch, interventions, copies, blocks)
-    return effect_loss(loaded, batch, result, clean_emb)
+    return effect(loaded, batch, result, clean_emb)
 
 
 @torch.no_grad()
@@ -193,12 +215,12 @@ def run_from(
             del blocks[j].forward  # back to the class's forward
 
 
-def shortcut_check(loaded, batch: dict, base: torch.Tensor, stored: dict, clean_emb) -> dict:
+def shortcut_check(loaded, batch: dict, base: torch.Tensor, stored: dict, clean_emb, effect=effect_loss) -> dict:
     """The restart shortcut's clean effect must equal the full forward's; measured from the middle layer."""
     if layer_stack(loaded) is None:
         return {"used": False, "reason": "no single stack of layers (encoder-decoder): full forwards"}
     start = max(1, loaded.n_layers // 2)
-    again = forward_from(loaded, start, stored, batch, [], 1, clean_emb)
+    again = forward_from(loaded, start, stored, batch, [], 1, clean_emb, effect=effect)
     diff = float((again - base).abs().max())
     tol = 1e-4 * max(1.0, float(base.abs().max()))
     if diff <= tol:
@@ -227,12 +249,16 @@ class Sweep:
     """Exact ablations on one effect batch: the clean pass and the shortcut check once, then
     ``measure(pairs)`` as many times as needed (the fast default measures in rounds)."""
 
-    def __init__(self, loaded, batch: dict, modes=("zero",), reuse_residual: bool = True, progress=None):
-        self.loaded, self.batch, self.modes, self.progress = loaded, batch, tuple(modes), progress
+    def __init__(
+        self, loaded, batch: dict, modes=("zero",), reuse_residual: bool = True, progress=None, effect=effect_loss
+    ):
+        self.loaded, self.batch, self.modes, self.progress, self.effect = loaded, batch, tuple(modes), progress, effect
         self.B = batch["input_ids"].shape[0]
-        self.base, self.means, self.stored, self.clean_emb = clean_pass(loaded, batch)
+        self.base, self.means, self.stored, self.clean_emb = clean_pass(loaded, batch, effect)
         self.check = (
-            shortcut_check(loaded, batch, self.base, self.stored, self.clean_emb) if reuse_residual else {"used": False}
+            shortcut_check(loaded, batch, self.base, self.stored, self.clean_emb, effect)
+            if reuse_residual
+            else {"used": False}
         )
         self.k = copies_per_forward(loaded, batch)
         self.blocks = layer_stack(loaded)  # found once, not once per forward
@@ -260,7 +286,7 @@ class Sweep:
                     rep = _repeat(self.batch, len(chunk))
                     start = layer if self.check["used"] else 0
                     per = forward_from(
-                        self.loaded, start, self.stored, rep, [iv], len(chunk), self.clean_emb, self.blocks
+                        self.loaded, start, self.stored, rep, [iv], len(chunk), self.clean_emb, self.blocks, self.effect
                     )
                     per = per.view(len(chunk), self.B)  # (k, B)
                     self.deltas[mode][layer, chunk] = (per - self.base[None]).mean(1).numpy()
@@ -278,12 +304,13 @@ def exact_sweep(
     progress=None,
     reuse_residual: bool = True,
     info: dict | None = None,
+    effect=effect_loss,
 ) -> dict:
     """Δ effect for the (layer, head) pairs ``heads`` (default: all) and each mode: {mode: np.ndarray [L, H]},
     NaN where not measured. ``info`` (a dict) receives how it was computed (shortcut or full forwards)."""
     L, H = loaded.n_layers, loaded.n_heads
     pairs = heads if heads is not None else [(layer, h) for layer in range(L) for h in range(H)]
-    sweep = Sweep(loaded, batch, modes, reuse_residual, progress)
+    sweep = Sweep(loaded, batch, modes, reuse_residual, progress, effect)
     sweep.measure(pairs)
     if info is not None:
         info.update(sweep.info)
@@ -299,6 +326,8 @@ def settled_sweep(
     step: int = 10,
     top: int = 10,
     progress=None,
+    effect=effect_loss,
+    sweep=None,
 ) -> tuple[dict, dict]:
     """Exact ablation in the order of ``ranking`` (an [L, H] score, largest first): the first ``first``
     heads, then ``step`` more at a time until a round changes nothing in the exact top-``top`` (of the
@@ -307,7 +336,7 @@ def settled_sweep(
     L, H = ranking.shape
     order = np.argsort(-np.nan_to_num(ranking.ravel(), nan=-np.inf), kind="stable")
     pairs = [(int(i // H), int(i % H)) for i in order]
-    sweep = Sweep(loaded, batch, modes, progress=progress)
+    sweep = sweep or Sweep(loaded, batch, modes, progress=progress, effect=effect)  # or the caller's (groups)
     n = min(first, len(pairs))
     sweep.measure(pairs[:n])
     rounds = 1
@@ -343,9 +372,16 @@ def plain_sweep(loaded, batch: dict, heads=None, progress=None) -> np.ndarray:
     return out_d
 
 
-def gradient_estimate(loaded, batch: dict) -> np.ndarray:
-    """−∂L/∂g for head gates g = 1: the linear estimate of Δ loss under zero ablation, [L, H]."""
+def gradient_estimate(loaded, batch: dict, effect=None) -> np.ndarray:
+    """−∂L/∂g for head gates g = 1: the linear estimate of Δ loss under zero ablation, [L, H]; with ``effect``
+    (a MetricEffect), of Δ that metric."""
     L, H = loaded.n_layers, loaded.n_heads
+    if effect is not None:
+        gates = torch.ones(L, H, requires_grad=True)
+        with torch.enable_grad(), routed(loaded, interventions=[HeadGate(gates, l) for l in range(L)], impl="eager"):
+            value = effect(loaded, batch, loaded.model(**batch)).mean()
+            (grad,) = torch.autograd.grad(value, gates)
+        return (-grad).numpy()
     gates = torch.ones(L, H, requires_grad=True)
     ivs = [HeadGate(gates, layer) for layer in range(L)]
     clean_emb = None

@@ -103,7 +103,13 @@ def read_heads(
         cols.setdefault(c, np.full((L, H), np.nan))
     head_roles, stability = label_heads(cols, per_seed)
     cols["role_stability"] = stability
-    if s.ablation:
+    if s.ablation and s.own_metric:  # your metric on your prompts
+        from .patching.ablation import metric_effect_columns
+
+        t0 = time.perf_counter()
+        meta.update(metric_effect_columns(loaded, cols, s, say))
+        meta["timings_s"]["effects"] = time.perf_counter() - t0
+    elif s.ablation:
         t0 = time.perf_counter()
         meta.update(effect_columns(loaded, cols, ids, s.effect_batch, s.effect_len, s.seeds[0], s.modes, s.exact, say))
         meta["timings_s"]["effects"] = time.perf_counter() - t0

@@ -151,29 +151,36 @@ def windows_table(title: str, rows: list[dict], columns: dict[str, str]) -> Tabl
 
 
 def knockout_table(result: dict) -> Table:
-    return windows_table(
-        f"p({result['target']['token']!r}) = {result['p_target_clean']:.4f} clean",
-        result["windows"],
-        {
-            "Δp route": "{delta_p_route:+.4f}",
-            "Δp control": "{delta_p_control:+.4f}",
-            "Δ−log p route": "{delta_nll_route:+.4f}",
-            "Δ−log p control": "{delta_nll_control:+.4f}",
-        },
-    )
+    columns = {
+        "Δp route": "{delta_p_route:+.4f}",
+        "Δp control": "{delta_p_control:+.4f}",
+        "Δ−log p route": "{delta_nll_route:+.4f}",
+        "Δ−log p control": "{delta_nll_control:+.4f}",
+    }
+    title = f"p({result['target']['token']!r}) = {result['p_target_clean']:.4f} clean"
+    m = result.get("metric")
+    if m:  # your metric beside the built-in ones
+        name = m["name"]
+        columns.update(
+            {f"Δ {name} route": "{delta_metric_route:+.4f}", f"Δ {name} control": "{delta_metric_control:+.4f}"}
+        )
+        title += f", {name} = {m['clean']:.4f} clean"
+    return windows_table(title, result["windows"], columns)
 
 
 def swap_table(result: dict) -> Table:
-    return windows_table(
-        f"top token: A {result['top_a']!r}, B {result['top_b']!r}",
-        result["layers"],
-        {
-            "KL(swapped ‖ B)": "{kl_from_b:.4f}",
-            "KL(swapped ‖ A)": "{kl_from_a:.4f}",
-            "p(A's top)": "{p_top_a:.4f}",
-            "p(B's top)": "{p_top_b:.4f}",
-        },
-    )
+    columns = {
+        "KL(swapped ‖ B)": "{kl_from_b:.4f}",
+        "KL(swapped ‖ A)": "{kl_from_a:.4f}",
+        "p(A's top)": "{p_top_a:.4f}",
+        "p(B's top)": "{p_top_b:.4f}",
+    }
+    title = f"top token: A {result['top_a']!r}, B {result['top_b']!r}"
+    m = result.get("metric")
+    if m:
+        columns[f"Δ {m['name']}"] = "{delta_metric:+.4f}"
+        title += f"; {m['name']}: B {m['b']:.4f}, A {m['a']:.4f}"
+    return windows_table(title, result["layers"], columns)
 
 
 def needle_table(result: dict) -> Table:
@@ -206,6 +213,8 @@ def read_notes(meta) -> list[str]:
         ]
     if getattr(meta, "ablation", None):
         lines.append(f"ablation: {meta.ablation['statement']}")
+    if getattr(meta, "metric", None):
+        lines.append(f"effect: {meta.effect_batch}")
     if getattr(meta, "tokens_cut", 0):
         lines.append(
             f"note: the text was cut to its first {meta.text_tokens} tokens ({meta.tokens_cut} dropped; "

@@ -26,10 +26,11 @@ import torch
 
 from ...engine import InputError, KnockoutEdges
 from ...engine.jsonable import Result
-from ...models import LoadedModel, load
+from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...settings import KnockoutSettings
 from ..adapter import routed
+from ..patching.text_metric import TextMetric, check_text_metric
 from ..stimuli import encode_text, tokens_of
 
 
@@ -71,6 +72,7 @@ class KnockoutResult(Result):
     loss_route: list[float] = field(default_factory=list)
     loss_control: list[float] = field(default_factory=list)
     resolved: dict = field(default_factory=dict)  # what --from / --to resolved to, and how often the word occurs
+    metric: dict | None = None  # your metric: its name, clean value, and its value per window (route, control)
 
     def to_dict(self) -> dict:
         rows = [
@@ -87,6 +89,10 @@ class KnockoutResult(Result):
             }
             for w, pr, pc, lr, lc in zip(self.windows, self.p_route, self.p_control, self.loss_route, self.loss_control)
         ]
+        if self.metric is not None:  # Δ your metric beside Δp, per window
+            m = self.metric
+            for row, mr, mc in zip(rows, m["route"], m["control"]):
+                row["delta_metric_route"], row["delta_metric_control"] = mr - m["clean"], mc - m["clean"]
         worst = min(rows, key=lambda r: r["delta_p_route"]) if rows else None
         lines = [f"p({self.target_token!r}) on the clean prompt: {self.p_clean:.3f}"]
         lines += [r["said"] for r in self.resolved.values()]
@@ -112,6 +118,7 @@ class KnockoutResult(Result):
             "p_target_clean": self.p_clean,
             "loss_clean": self.loss_clean,
             "windows": rows,
+            "metric": None if self.metric is None else {"name": self.metric["name"], "clean": self.metric["clean"]},
         }
 
 
@@ -173,6 +180,10 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     fields are KnockoutSettings' (source, target, window, heads, target_token, seed), or pass ``settings``."""
     s = KnockoutSettings.of(settings, model, fields, text=text)
     say = reporter(progress)
+    if s.metric is not None and not isinstance(s.model, LoadedModel):  # its tokens are checked before the weights
+        found = load_tokenizer(s.model)
+        if found is not None:
+            check_text_metric(found[0], s.metric, s.answer, s.wrong)
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
     say("stage", f"knocking out {s.source!r} → {s.target!r} in every {s.window}-layer window")
     text, source, target, window, target_token, seed = s.text, s.source, s.target, s.window, s.target_token, s.seed
@@ -212,6 +223,7 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
             )
         target_id = int(tid[0])
     p_clean, loss_clean = _measure(loaded, batch, target_id, logits=clean)
+    metric = None if s.metric is None else TextMetric(loaded.tokenizer, s.metric, s.answer, s.wrong, ids, clean)
     said = {"source": _said(source, queries, q_matches), "target": _said(target, keys, k_matches)}
     result = KnockoutResult(
         loaded.name,
@@ -227,13 +239,18 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
         p_clean,
         loss_clean,
         resolved=said,
+        metric=None if metric is None else {"name": metric.name, "clean": metric(clean), "route": [], "control": []},
     )
     for start in range(0, L - window + 1):
         layers = range(start, start + window)
         route = [KnockoutEdges(queries, keys, heads, layer=layer) for layer in layers]
         ctrl = [KnockoutEdges(queries, control, heads, layer=layer) for layer in layers]
-        pr, lr = _measure(loaded, batch, target_id, route)
-        pc, lc = _measure(loaded, batch, target_id, ctrl)
+        run_r, run_c = _logits(loaded, batch, route), _logits(loaded, batch, ctrl)
+        pr, lr = _measure(loaded, batch, target_id, logits=run_r)
+        pc, lc = _measure(loaded, batch, target_id, logits=run_c)
+        if metric is not None:
+            result.metric["route"].append(metric(run_r))
+            result.metric["control"].append(metric(run_c))
         result.windows.append((start, start + window - 1))
         result.p_route.append(pr)
         result.p_control.append(pc)

@@ -19,11 +19,12 @@ import torch
 
 from ...engine import InputError, SubstituteWeights
 from ...engine.jsonable import Result
-from ...models import LoadedModel, load
+from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...settings import SwapSettings
 from ..adapter import routed
 from ..capture import capture_weights
+from ..patching.text_metric import TextMetric, check_text_metric
 from ..stimuli import encode_text, tokens_of
 
 
@@ -52,6 +53,7 @@ class SwapResult(Result):
     window: int
     heads: list[int] | None
     rows: list[dict] = field(default_factory=list)
+    metric: dict | None = None  # your metric: its name and its value on B's and A's own runs
 
     def to_dict(self) -> dict:
         most = max(self.rows, key=lambda r: r["kl_from_b"]) if self.rows else None
@@ -73,6 +75,7 @@ class SwapResult(Result):
             "window": self.window,
             "heads": self.heads if self.heads is not None else "all",
             "layers": self.rows,
+            "metric": self.metric,
         }
 
 
@@ -100,6 +103,10 @@ def swap(
     SwapSettings' (window, heads), or pass ``settings``."""
     s = SwapSettings.of(settings, model, fields, prompt_a=prompt_a, prompt_b=prompt_b)
     say = reporter(progress)
+    if s.metric is not None and not isinstance(s.model, LoadedModel):  # its tokens are checked before the weights
+        found = load_tokenizer(s.model)
+        if found is not None:
+            check_text_metric(found[0], s.metric, s.answer, s.wrong)
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
     say("stage", f"running B with A's maps in every {s.window}-layer window")
     prompt_a, prompt_b, window = s.prompt_a, s.prompt_b, s.window
@@ -127,6 +134,8 @@ def swap(
     log_a, log_b = _last_logprobs(loaded, ids_a), _last_logprobs(loaded, ids_b)
     top_a, top_b = int(log_a.argmax()), int(log_b.argmax())
     tok = loaded.tokenizer
+    # your metric on B's last position (log-probabilities read as logits: every metric here is shift-invariant)
+    metric = None if s.metric is None else TextMetric(tok, s.metric, s.answer, s.wrong, ids_b, log_b[None])
     result = SwapResult(
         loaded.name,
         tokens_of(tok, ids_a[0]),
@@ -135,6 +144,7 @@ def swap(
         tok.decode([top_b]),
         window,
         heads,
+        metric=None if metric is None else {"name": metric.name, "b": metric(log_b[None]), "a": metric(log_a[None])},
     )
     for start in range(0, L - window + 1):
         ivs = [
@@ -149,6 +159,11 @@ def swap(
                 "kl_from_a": _kl(log_s, log_a),
                 "p_top_a": float(log_s[top_a].exp()),
                 "p_top_b": float(log_s[top_b].exp()),
+                **(
+                    {}
+                    if metric is None
+                    else {"metric": metric(log_s[None]), "delta_metric": metric(log_s[None]) - result.metric["b"]}
+                ),
             }
         )
     return result
