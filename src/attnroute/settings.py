@@ -397,6 +397,7 @@ class PatchSettings(Settings):
     positions: str = "all"
     exact: int | str = "settle"  # "settle": the top of the estimate until the exact top 10 holds; "all"; N
     top: int = 10  # the exact top that must stop changing
+    checkpoint: str | None = None  # the per-prompt arrays, saved after every round; rerun to resume
     pairs: tuple = ()  # filled from prompts / clean+corrupt
 
     def __post_init__(self):

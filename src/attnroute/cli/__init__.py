@@ -20,12 +20,12 @@ before torch loads.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 
 from ..errors import InputError, Interrupted
 from . import bench, check, cost, experiments, heads, learn, patching, report
+from .common import later_rank
 
 COMMANDS = (bench, heads, experiments, patching, check, report, learn, cost)  # each adds its parsers to the CLI
 
@@ -58,11 +58,6 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # `attnroute … | head`: the reader left; nothing more to say
         sys.stderr.close()
         return 0
-
-
-def later_rank() -> bool:
-    """A rank other than 0 of a torchrun launch: its ranks refuse together (the same line), and one says it."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
 
 
 def refusal_line(e: InputError, command: argparse.ArgumentParser, aliases: dict | None = None) -> str:

@@ -183,6 +183,11 @@ def deliver(path, field: str, data: bytes) -> None:
 # ------------------------------------------------------------------------------------ showing
 
 
+def later_rank() -> bool:
+    """A rank other than 0 of a torchrun launch: its ranks refuse together (the same line), and one says it."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
+
+
 @functools.cache
 def console():
     """Rich's console on stderr (progress, notes): stdout stays for tables or JSON."""
@@ -238,6 +243,7 @@ __all__ = [
     "deliver",
     "emit_json",
     "int_list",
+    "later_rank",
     "json_flag",
     "model_flag",
     "names",

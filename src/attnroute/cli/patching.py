@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from ..promptset import METRIC_FIELDS, bundled_prompts
 from ..settings import PATCH_SITES, PatchSettings, RoutesSettings
-from .common import deliver, emit_json, int_list, json_flag, model_flag, names, outputs, read_progress, say, tables
+from .common import (
+    deliver,
+    emit_json,
+    int_list,
+    json_flag,
+    later_rank,
+    model_flag,
+    names,
+    outputs,
+    read_progress,
+    say,
+    tables,
+)
 
 METRICS_HELP = (
     f"the metric, one value per prompt: {', '.join(METRIC_FIELDS)} (default logit-diff: logit(answer) − "
@@ -41,6 +53,7 @@ def add(sub) -> None:
         default="settle",
         help="settle (default: the estimate's top until the exact top 10 holds), all, or a number",
     )
+    pa.add_argument("--checkpoint", help="save the per-prompt results here after every round; rerun to resume")
     json_flag(pa, "the result")
     pa.add_argument("--csv", help="write one row per component as CSV")
     pa.add_argument("--plot", help="write the layers × heads heatmaps (PNG)")
@@ -63,10 +76,22 @@ def _files(args) -> dict:
 
 
 def patch(args) -> int:
-    outputs({"model": args.model, "prompts": args.prompts}, _files(args), {"plot": (".png",), "csv": (".csv",)})
+    files = {**_files(args), "checkpoint": args.checkpoint}
+    outputs({"model": args.model, "prompts": args.prompts}, files, {"plot": (".png",), "csv": (".csv",)})
     fields = {
         f: getattr(args, f)
-        for f in ("model", "clean", "corrupt", "answer", "wrong", "metric", "direction", "positions", "exact")
+        for f in (
+            "model",
+            "clean",
+            "corrupt",
+            "answer",
+            "wrong",
+            "metric",
+            "direction",
+            "positions",
+            "exact",
+            "checkpoint",
+        )
     }
     settings = PatchSettings(**fields, prompts=bundled_prompts(args.prompts), sites=names(args.sites) or ())
     from ..read.patching import patch as run
@@ -94,9 +119,12 @@ def routes(args) -> int:
 
 
 def show(result: dict, shown: list, args, rows: list, columns: tuple) -> int:
-    """The tokens that ran, the tables; then the JSON and CSV (the work is kept), then the figure."""
+    """The tokens that ran, the tables; then the JSON and CSV (the work is kept), then the figure. Under
+    torchrun every rank holds the same result and rank 0 alone shows and writes it."""
     from ..show.patching_tables import csv_text, tokens_line
 
+    if later_rank():
+        return 0
     first = result["meta"]["prompts"][0]
     say(f"tokens (row {first['row']}, clean): {tokens_line(first['clean'])}")
     if first["corrupt"] != first["clean"]:

@@ -19,19 +19,25 @@ and per site the estimate's agreement with exact patching (Spearman ρ, R², slo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+import torch
 
 from ...engine.jsonable import Result
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...promptset import finite
 from ...settings import PatchSettings
+from ..corpus.distributed import process_group
 from ..moments import Moments
 from .agreement import agreement
 from .metrics import resolve
 from .prompts import PromptError, resolve_positions, tokenize_pairs
 from .runs import PairRun
+from .shard import Shard, checkpoint_key
+from .shard import load as load_patch_checkpoint
+from .shard import save as save_patch_checkpoint
 from .sites import Component, components, pick
 
 FIRST, STEP = 20, 10
@@ -84,7 +90,8 @@ def _label(r: dict) -> str:
 
 
 def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, progress=None, **fields) -> PatchResult:
-    """Activation patching; the fields are PatchSettings' (or pass ``settings``). See the module docstring."""
+    """Activation patching; the fields are PatchSettings' (or pass ``settings``). See the module docstring.
+    Under torchrun the prompts are sharded over the ranks (shard.py); every rank returns the same result."""
     s = PatchSettings.of(settings, model, fields, prompts=prompts)
     say = reporter(progress)
     metric_name, fn = resolve(s.metric)
@@ -94,33 +101,77 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
             groups, _ = tokenize_pairs(*found, s.pairs, s.metric)
             resolve_positions(found[0], found[1], s.positions, s.pairs, groups)
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, s.pairs, s.metric)
+    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, s.pairs, s.metric)  # every rank checks them all
     mode, positions, resolved = resolve_positions(loaded.tokenizer, loaded.kind, s.positions, s.pairs, groups)
     refuse_unsupported(loaded, metric_name, mode)
     for g in groups:
         loaded.fit(g.length, "prompts", f"prompt row {s.pairs[g.rows[0]].row}")
-    say("stage", f"recording clean and corrupt runs of {len(s.pairs)} prompts in {len(groups)} length groups")
-    runs = [PairRun(loaded, g, fn, s.direction) for g in groups]
+    with process_group() as (rank, world):
+        shard = Shard(len(s.pairs), rank, world)
+        return _run(loaded, s, fn, metric_name, positions, shard, say, record, resolved)
+
+
+def _run(loaded, s: PatchSettings, fn, metric_name, positions, shard: Shard, say, record, resolved) -> PatchResult:
     N = len(s.pairs)
-    m_clean, m_corrupt = _gather(runs, N, lambda r: r.m_clean), _gather(runs, N, lambda r: r.m_corrupt)
-    say("stage", "attribution estimate: one forward and one backward per group")
-    grids = [r.gradients(s.sites) for r in runs]
+    mine = tuple(s.pairs[i] for i in shard.rows)
+    groups = tokenize_pairs(loaded.tokenizer, loaded.kind, mine, s.metric)[0] if mine else []
+    for g in groups:
+        g.rows = [shard.rows[i] for i in g.rows]  # indices of the whole prompt set
+    say("stage", f"recording clean and corrupt runs of {len(mine)} prompts in {len(groups)} length groups")
+    runs = [PairRun(loaded, g, fn, s.direction) for g in groups]
     comps = {site: components(site, loaded.n_layers, loaded.n_heads, loaded.n_kv_heads, positions) for site in s.sites}
-    est = {site: _estimates(runs, grids, cs, N) for site, cs in comps.items()}  # (C, N)
-    values = {site: np.full((len(cs), N), np.nan) for site, cs in comps.items()}
-    settle = {site: _settle(runs, comps[site], est[site], values[site], s, say) for site in s.sites}
+    store = Store(s, loaded, metric_name, comps, N, shard)
+    m_clean, m_corrupt = (
+        store.array("m_clean", runs, lambda r: r.m_clean),
+        store.array("m_corrupt", runs, lambda r: r.m_corrupt),
+    )
+    if store.resumed is None or not all(f"est.{site}" in store.state for site in s.sites):
+        say("stage", "attribution estimate: one forward and one backward per group")
+        grids = [r.gradients(s.sites) for r in runs]
+        for site, cs in comps.items():
+            store.state[f"est.{site}"] = shard.merge(_estimates(runs, grids, cs, N))  # (C, N)
+        store.save()
+    settle = {site: _settle(runs, comps[site], store, site, s, say) for site in s.sites}
     den = float(np.mean(m_clean - m_corrupt))
     meta = _meta(loaded, metric_name, s, record, resolved, m_clean, m_corrupt, runs, settle)
+    meta["ranks"], meta["resumed"] = shard.world, store.resumed
     result = PatchResult(loaded.name, meta)
     m_base = m_corrupt if s.direction == "denoising" else m_clean
     if metric_name == "logit-diff":
-        result.direct = _direct(runs, N, loaded)
+        result.direct = _direct(runs, N, loaded, shard)
     for site, cs in comps.items():
-        rows = [_row(loaded, c, est[site][i], values[site][i], m_base, m_corrupt, den) for i, c in enumerate(cs)]
+        est, values = store.state[f"est.{site}"], store.state[f"values.{site}"]
+        rows = [_row(loaded, c, est[i], values[i], m_base, m_corrupt, den) for i, c in enumerate(cs)]
         result.rows += rows
         result.agreement[site] = agreement([r["estimate"] for r in rows], [r["delta"] for r in rows])
         result.grid[site] = _grid(loaded, site, rows, positions)
     return result
+
+
+class Store:
+    """The whole per-prompt arrays (gathered over ranks), resumed from and saved to ``--checkpoint``."""
+
+    def __init__(self, s: PatchSettings, loaded, metric_name: str, comps: dict, N: int, shard: Shard):
+        self.shard, self.path = shard, None if s.checkpoint is None else Path(s.checkpoint)
+        self.state = {f"values.{site}": np.full((len(cs), N), np.nan) for site, cs in comps.items()}
+        self.key, self.resumed = None, None
+        if self.path is not None:
+            self.key = checkpoint_key(s, loaded, metric_name)
+            shapes = {**{k: v.shape for k, v in self.state.items()}, "m_clean": (N,), "m_corrupt": (N,)}
+            found = load_patch_checkpoint(self.path, self.key, shapes)
+            if found is not None:
+                self.state.update(found)
+                done = sum(int(np.isfinite(v).all(1).sum()) for k, v in found.items() if k.startswith("values."))
+                self.resumed = {"from": str(self.path), "components_measured": done}
+
+    def array(self, name: str, runs, of) -> np.ndarray:
+        if name not in self.state:
+            self.state[name] = self.shard.merge(_gather(runs, self.shard.n, of))
+        return self.state[name]
+
+    def save(self) -> None:
+        if self.path is not None and self.shard.rank == 0:
+            save_patch_checkpoint(self.path, self.state, self.key)
 
 
 def refuse_unsupported(loaded, metric_name: str, mode: str) -> None:
@@ -151,15 +202,18 @@ def _estimates(runs, grids, comps: list[Component], N: int) -> np.ndarray:
     return out
 
 
-def _settle(runs, comps, est: np.ndarray, values: np.ndarray, s: PatchSettings, say) -> dict:
-    """Exact patching in the order of |mean estimate| until the exact top ``s.top`` holds (or as asked)."""
+def _settle(runs, comps, store: Store, site: str, s: PatchSettings, say) -> dict:
+    """Exact patching in the order of |mean estimate| until the exact top ``s.top`` holds (or as asked),
+    in rounds of at most STEP·3 components, each saved to the checkpoint."""
+    est, values = store.state[f"est.{site}"], store.state[f"values.{site}"]
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
     if s.exact == "all" or isinstance(s.exact, int):
         n = len(order) if s.exact == "all" else min(int(s.exact), len(order))
-        _measure(runs, comps, order[:n], values, say)
-        return {"rule": f"{s.exact}", "measured": n, "rounds": 1}
+        for i in range(0, n, 3 * STEP):
+            _measure(runs, comps, order[i : min(n, i + 3 * STEP)], store, values, say, site)
+        return {"rule": f"{s.exact}", "measured": n, "rounds": max(1, -(-n // (3 * STEP)))}
     n = min(FIRST, len(order))
-    _measure(runs, comps, order[:n], values, say)
+    _measure(runs, comps, order[:n], store, values, say, site)
     rounds = 1
 
     def top():
@@ -168,7 +222,7 @@ def _settle(runs, comps, est: np.ndarray, values: np.ndarray, s: PatchSettings, 
 
     while n < len(order):
         before = top()
-        _measure(runs, comps, order[n : n + STEP], values, say)
+        _measure(runs, comps, order[n : n + STEP], store, values, say, site)
         n, rounds = min(len(order), n + STEP), rounds + 1
         if top() == before:
             break
@@ -179,13 +233,18 @@ def _settle(runs, comps, est: np.ndarray, values: np.ndarray, s: PatchSettings, 
     }
 
 
-def _measure(runs, comps, idx, values: np.ndarray, say) -> None:
-    picked = [comps[i] for i in idx]
+def _measure(runs, comps, idx, store: Store, values: np.ndarray, say, site: str) -> None:
+    """Exact values of components ``idx`` for every prompt (each rank its own, gathered); resumed ones skipped."""
+    todo = [int(i) for i in idx if not np.isfinite(values[i]).all()]
+    if not todo:
+        return
+    picked = [comps[i] for i in todo]
+    local = np.full((len(todo), values.shape[1]), np.nan)
     for r in runs:
-        patched = r.measure(picked).numpy()  # (k, n)
-        for j, i in enumerate(idx):
-            values[i, r.group.rows] = patched[j]
-    say("patch", f"exact patching: {len(picked)} components", done=len(picked), total=len(picked))
+        local[:, r.group.rows] = r.measure(picked).numpy()  # (k, n)
+    values[todo] = store.shard.merge(local)
+    store.save()
+    say("patch", f"{site}: {len(picked)} components patched exactly", done=len(picked), total=len(picked))
 
 
 def _mean_ci(x: np.ndarray) -> tuple[float | None, float | None]:
@@ -234,26 +293,27 @@ def _grid(loaded, site: str, rows: list[dict], positions) -> np.ndarray:
     return g[..., 0] if positions is None else g
 
 
-def _direct(runs, N: int, loaded) -> dict:
+def _direct(runs, N: int, loaded, shard: Shard) -> dict:
     """Per head: the direct effect on the clean and corrupt runs (mean, interval, per prompt) and the rest."""
     parts = [r.direct() for r in runs]
-    for p in parts:
-        for side in ("clean", "corrupt"):
-            if "reason" in p[side]:
-                return {"reason": p[side]["reason"]}
+    reasons = [p[side]["reason"] for p in parts for side in ("clean", "corrupt") if "reason" in p[side]]
+    if shard.world > 1:  # every rank says the same
+        said = [None] * shard.world
+        torch.distributed.all_gather_object(said, reasons[:1])
+        reasons = [r for rs in said for r in rs]
+    if reasons:
+        return {"reason": reasons[0]}
     L, H = loaded.n_layers, loaded.n_heads
-    out = {
-        "rows": [],
-        "rest": {},
-        "adds_up_max_abs_diff": max(p[s]["adds_up_max_abs_diff"] for p in parts for s in ("clean", "corrupt")),
-    }
+    worst = [p[side]["adds_up_max_abs_diff"] for p in parts for side in ("clean", "corrupt")]
+    out = {"rows": [], "rest": {}, "adds_up_max_abs_diff": float(np.nanmax(shard.merge_max(worst)))}
     per = {}
     for side in ("clean", "corrupt"):
-        heads, rest = np.full((N, L, H), np.nan), np.full(N, np.nan)
+        heads, rest = np.full((L, H, N), np.nan), np.full(N, np.nan)
         for r, p in zip(runs, parts):
-            heads[r.group.rows], rest[r.group.rows] = p[side]["heads"].numpy(), p[side]["rest"].numpy()
-        per[side] = heads
-        out["rest"][side], out["rest"][f"{side}_ci"] = _mean_ci(rest)
+            heads[..., r.group.rows] = p[side]["heads"].numpy().transpose(1, 2, 0)
+            rest[r.group.rows] = p[side]["rest"].numpy()
+        per[side] = shard.merge(heads).transpose(2, 0, 1)  # (N, L, H)
+        out["rest"][side], out["rest"][f"{side}_ci"] = _mean_ci(shard.merge(rest))
     for l in range(L):
         for h in range(H):
             row = {"layer": l, "head": h}
@@ -262,7 +322,7 @@ def _direct(runs, N: int, loaded) -> dict:
             row["difference"], row["difference_ci"] = _mean_ci(per["clean"][:, l, h] - per["corrupt"][:, l, h])
             row["clean_values"] = [finite(v) for v in per["clean"][:, l, h]]
             out["rows"].append(row)
-    out["norm"] = parts[0]["clean"]["norm"]
+    out["norm"] = parts[0]["clean"]["norm"] if parts else None
     return out
 
 
