@@ -9,7 +9,7 @@ which is minus FlashAttention's dS_ij (the gradient of M with respect to the row
 computed in two passes, never holding a [T, T] matrix beyond one block of rows:
 
     1  forward + backward of the model (its fused attention where it has one; blocks checkpointed past
-       2,048 tokens): dO, the metric's gradient at every head's output, [B, H, T, Dv] per layer
+       8,192 tokens): dO, the metric's gradient at every head's output, [B, H, T, Dv] per layer
     2  forward through the blocked engine: each block of query rows gets its weights P [B, H, bq, kspan];
        dP = dO_block · v_blockᵀ, D = Σ_k P ∘ dP, est = −P ∘ (dP − D), and the top K routes by |est|
        are kept while streaming (the rest are dropped with their block)
@@ -30,7 +30,7 @@ from ...engine import KnockoutEdges, Probe
 from ..adapter import routed
 from ..effects import layer_stack, pooled
 
-CHECKPOINT_FROM = 2048  # tokens: past this the backward recomputes each block instead of storing it
+CHECKPOINT_FROM = 8192  # tokens: past this the backward recomputes each block instead of storing it (memory)
 
 
 class RouteProbe(Probe):
