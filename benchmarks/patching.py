@@ -48,7 +48,7 @@ def hooks_loop(lm, groups) -> tuple[np.ndarray, float]:
     t0 = time.perf_counter()
     for g in groups:
         rec = {}
-        hooks = [p.register_forward_pre_hook(lambda m, a, l=l: rec.__setitem__(l, a[0].clone())) for l, p in
+        hooks = [p.register_forward_pre_hook(lambda m, a, l=l, rec=rec: rec.__setitem__(l, a[0].clone())) for l, p in
                  enumerate(lm.out_projections)]  # fmt: skip
         lm.model(input_ids=g.clean, logits_to_keep=1)
         for h in hooks:
@@ -58,7 +58,7 @@ def hooks_loop(lm, groups) -> tuple[np.ndarray, float]:
             d = rec[l].shape[-1] // H
             for h in range(H):
 
-                def put(m, a, l=l, h=h, d=d):
+                def put(m, a, l=l, h=h, d=d, rec=rec):
                     x = a[0].clone()
                     x[..., h * d : (h + 1) * d] = rec[l][..., h * d : (h + 1) * d]
                     return (x,)
@@ -102,8 +102,10 @@ def ioi() -> dict:
         "max_abs_diff_vs_hooks": float(np.abs(ours - ref).max()),
         "settled_agreement": a,
         "all_heads_agreement": full,
-        "top_heads": [{k: r[k] for k in ("layer", "head", "normalized", "normalized_ci")} for r in
-                      sorted((r for r in every["rows"]), key=lambda r: -abs(r["normalized"]))[:10]],  # fmt: skip
+        "top_heads": [
+            {k: r[k] for k in ("layer", "head", "normalized", "normalized_ci")}
+            for r in sorted((r for r in every["rows"]), key=lambda r: -abs(r["normalized"]))[:10]
+        ],  # fmt: skip
     }
 
 
@@ -141,7 +143,7 @@ def child(kind: str, T: int) -> dict:
         lm.model.set_attn_implementation("sdpa")
         with checkpointed(lm, T > CHECKPOINT_FROM):
             emb = lm.model.get_input_embeddings()(ids).detach().requires_grad_()
-            m = logit_diff(lm.model(inputs_embeds=emb, logits_to_keep=1).logits, fields)
+            m = logit_diff(lm.model(inputs_embeds=emb, logits_to_keep=1, use_cache=False).logits, fields)
             (g,) = torch.autograd.grad(m.sum(), emb)
         extra = {"grad_norm": float(g.norm())}
     else:

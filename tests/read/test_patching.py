@@ -183,6 +183,59 @@ def reference_qkv(loaded, clean, corrupt, metric, fields, site):
     return out
 
 
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("zoo-qkv")
+    return {arch: load(str(build(arch, root / arch))) for arch in ("mistral", "gemma2", "gpt_oss")}
+
+
+@pytest.mark.parametrize("arch", ["mistral", "gemma2", "gpt_oss"])
+@pytest.mark.parametrize("site", ["q", "k", "v"])
+def test_q_k_v_under_windows_soft_caps_and_sinks_match_the_hook_reference(zoo, arch, site):
+    """Sliding windows (mistral, gemma2: 6 tokens, crossed by these prompts), soft-capped logits (gemma2),
+    sink logits (gpt-oss): what the engine patches is what the model's own attention would have read."""
+    loaded = zoo[arch]
+    r = patch(loaded, TINY, metric="logit-diff", sites=(site,), exact="all")
+    tok = loaded.tokenizer
+    fields = {k: torch.tensor([tok(getattr(p, k), add_special_tokens=False)["input_ids"][0] for p in TINY])
+              for k in ("answer", "wrong")}  # fmt: skip
+    clean, corrupt = _ids(loaded, [p.clean for p in TINY]), _ids(loaded, [p.corrupt for p in TINY])
+    ref = reference_qkv(loaded, clean, corrupt, logit_diff, fields, site)
+    np.testing.assert_allclose(_grid(r, site), ref, atol=1e-5, rtol=0)
+
+
+def test_one_position_patched_matches_the_hook_reference_at_that_position(tiny_llama):
+    r = patch(tiny_llama, TINY[:1], metric="logit-diff", positions="cat", exact="all")
+    pos = r.meta["positions"]["resolved"]
+    assert pos == [2]
+    tok = tiny_llama.tokenizer
+    p = TINY[0]
+    f = {k: torch.tensor([tok(getattr(p, k), add_special_tokens=False)["input_ids"][0]]) for k in ("answer", "wrong")}
+    clean, corrupt = _ids(tiny_llama, [p.clean]), _ids(tiny_llama, [p.corrupt])
+    rec = {}
+    projs = tiny_llama.out_projections
+    hooks = [q.register_forward_pre_hook(lambda m, a, l=l: rec.__setitem__(l, a[0].detach())) for l, q in
+             enumerate(projs)]  # fmt: skip
+    with eager(tiny_llama), torch.no_grad():
+        _forward(tiny_llama, clean)
+    for h in hooks:
+        h.remove()
+    d = rec[0].shape[-1] // tiny_llama.n_heads
+    for row in r.rows:
+        l, h = row["layer"], row["head"]
+
+        def put(m, a, l=l, h=h):
+            x = a[0].clone()
+            x[:, 2, h * d : (h + 1) * d] = rec[l][:, 2, h * d : (h + 1) * d]
+            return (x,)
+
+        hook = projs[l].register_forward_pre_hook(put)
+        with eager(tiny_llama), torch.no_grad():
+            want = float(logit_diff(_forward(tiny_llama, corrupt).logits, f)[0])
+        hook.remove()
+        assert row["position"] == 2 and row["values"][0] == pytest.approx(want, abs=1e-5)
+
+
 @pytest.mark.parametrize("site", ["head", "q", "k", "v"])
 def test_grouped_query_heads_q_k_v_match_the_hook_reference(tiny_llama, site):
     r = patch(tiny_llama, TINY, metric="logit-diff", sites=(site,), exact="all")

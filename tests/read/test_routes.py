@@ -121,3 +121,20 @@ def test_flat_metrics_are_refused_before_any_model_loads():
 
     with pytest.raises(InputError, match="zero gradient"):
         route_attribution("no-such-model", text=IOI, metric="kl")
+
+
+def test_the_checkpointed_backward_gives_the_same_output_gradients(monkeypatch, tmp_path):
+    """Past CHECKPOINT_FROM tokens each layer is recomputed in the backward; the recomputation must see the
+    same keys (no cache appended twice) and give the same dO."""
+    from attnroute.read.patching import routes
+
+    loaded = load(str(build("llama", tmp_path)))
+    ids = torch.arange(1000, 1040)[None]
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    fields = {"answer": torch.tensor([5]), "wrong": torch.tensor([6])}
+    from attnroute.read.patching.metrics import logit_diff
+
+    stored, m1 = routes.output_gradients(loaded, batch, logit_diff, fields, {}, [0, 1])
+    monkeypatch.setattr(routes, "CHECKPOINT_FROM", 10)
+    again, m2 = routes.output_gradients(loaded, batch, logit_diff, fields, {}, [0, 1])
+    assert torch.equal(m1, m2) and all(torch.allclose(stored[l], again[l], atol=1e-7) for l in (0, 1))

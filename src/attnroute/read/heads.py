@@ -33,7 +33,7 @@ from ..settings import HeadsSettings
 from . import effects, roles
 from .adapter import routed
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable, TextMeta
-from .stimuli import encode_text
+from .stimuli import encode_text, tokens_of
 from .verify import model_inputs, routing_check
 
 DEFAULT_TEXT = (
@@ -64,6 +64,7 @@ def read_heads(
     meta = {
         "kind": loaded.kind,
         "text_tokens": int(ids.shape[1]),
+        "tokens": tokens_of(loaded.tokenizer, ids[0]),
         "tokens_cut": cut,
         "max_tokens": limit,
         "timings_s": {},

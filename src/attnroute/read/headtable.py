@@ -84,10 +84,11 @@ class TextMeta(ReadMeta):
     effect_batch: str | None = None  # what the effects were measured on (None: no ablation asked)
     grad_vs_ablation: dict | None = None  # the estimate's agreement with the exact ablation
     ablation: dict | None = None  # the statement, modes and heads measured exactly
+    tokens: list | None = None  # the tokens of the text as they ran (the BOS prepended included)
     metric: str | None = None  # the user's metric the effects are Δ of (None: the built-in effect)
     effect_prompts: list | None = None  # the prompts it was measured on, with their tokens
 
-    OPTIONAL = ("induction_loss", "effect_batch", "grad_vs_ablation", "ablation", "metric", "effect_prompts")
+    OPTIONAL = ("induction_loss", "effect_batch", "grad_vs_ablation", "ablation", "tokens", "metric", "effect_prompts")
 
 
 @dataclass(kw_only=True)

@@ -215,6 +215,10 @@ def read_notes(meta) -> list[str]:
         lines.append(f"ablation: {meta.ablation['statement']}")
     if getattr(meta, "metric", None):
         lines.append(f"effect: {meta.effect_batch}")
+    tokens = getattr(meta, "tokens", None)
+    if tokens:
+        shown = " ".join(f"[{i}]{t!r}" for i, t in enumerate(tokens[:12]))
+        lines.append(f"tokens ({len(tokens)}, as they ran): {shown}{' …' if len(tokens) > 12 else ''}")
     if getattr(meta, "tokens_cut", 0):
         lines.append(
             f"note: the text was cut to its first {meta.text_tokens} tokens ({meta.tokens_cut} dropped; "

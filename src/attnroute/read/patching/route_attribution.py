@@ -27,7 +27,7 @@ from ..effects import layer_stack, run_from
 from .agreement import agreement
 from .metrics import resolve
 from .prompts import PromptError, tokenize_pairs, tokens_of
-from .routes import CHECKPOINT_FROM, _metric_input, knockout_one, output_gradients, stream_routes
+from .routes import CHECKPOINT_FROM, _metric_input, knockout_one, no_cache, output_gradients, stream_routes
 from .runs import _output_kwargs, batch_of
 
 FLAT_AT_CLEAN = ("kl", "cosine")  # 0 (or 1) with zero gradient on the run they compare with
@@ -100,7 +100,7 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     loaded.fit(g.length, "text" if s.single else "prompts", "the text" if s.single else "the prompts")
     layers = _layers(loaded, s.layers)
     batch = batch_of(loaded, g.clean)
-    kwargs = _output_kwargs(loaded, fn)
+    kwargs = {**_output_kwargs(loaded, fn), **no_cache(loaded)}  # one forward each: nothing decodes
     fields_ = {"answer": g.answer, "wrong": g.wrong}
     fields_ = {k: v for k, v in fields_.items() if v is not None}
     say("stage", f"route attribution: forward + backward on {g.clean.shape[0]} × {g.length} tokens")

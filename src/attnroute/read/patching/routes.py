@@ -22,6 +22,7 @@ the route out (engine KnockoutEdges: −inf before the softmax, the row renormal
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -50,14 +51,15 @@ class RouteProbe(Probe):
         if l not in self.grads:
             return
         P = block.weights.float()  # (B, H, bq, kspan)
-        v = self.v[l][:, :, block.kv0 : block.kv1].float().repeat_interleave(self.G, dim=1)  # (B, H, kspan, Dv)
+        B, H, bq, kspan = P.shape
+        v = self.v[l][:, :, block.kv0 : block.kv1].float()  # (B, Hkv, kspan, Dv): query heads g·G … read kv head g
         dO = self.grads[l][:, :, block.q0 : block.q1].float()  # (B, H, bq, Dv)
-        dP = dO @ v.transpose(-1, -2)  # (B, H, bq, kspan)
+        dP = (dO.reshape(B, H // self.G, self.G * bq, -1) @ v.transpose(-1, -2)).view(B, H, bq, kspan)
         D = (P * dP).sum(-1, keepdim=True)  # (B, H, bq, 1) = dO_i · o_i
         est = -(P * (dP - D)).mean(0)  # (H, bq, kspan): the mean over prompts
-        k = min(self.top, est.numel())
-        _, flat = est.abs().flatten().topk(k)
-        H, bq, kspan = est.shape
+        flat = self._candidates(est.abs().flatten())
+        if flat is None:
+            return
         h, rest = flat // (bq * kspan), flat % (bq * kspan)
         i, j = rest // kspan, rest % kspan
         weight = P.mean(0)[h, i, j]
@@ -65,12 +67,23 @@ class RouteProbe(Probe):
         keys = torch.stack([torch.full_like(h, l), h, i + block.q0, j + block.kv0], 1)
         self._merge(est[h, i, j], keys, weight, norm_w)
 
+    def _candidates(self, size: torch.Tensor) -> torch.Tensor | None:
+        """Indices of this block's routes that can enter the top: once ``top`` are kept, only those larger
+        than the smallest kept (a comparison instead of a top-k over every route of the block)."""
+        k = min(self.top, size.numel())
+        if self.best is None or self.best[0].numel() < self.top:
+            return size.topk(k).indices
+        cand = torch.nonzero(size > self.best[0].abs().min()).flatten()
+        if cand.numel() == 0:
+            return None
+        return cand if cand.numel() <= k else cand[size[cand].topk(k).indices]
+
     def _norm_weight(self, l, P, v, h, i, j):
         """mean over prompts of A_ij · ‖W_O^h v_j‖, with ‖W_O^h x‖² = xᵀ (W_O^hᵀ W_O^h) x."""
         gram = self.grams.get(l)
         if gram is None:
             return torch.full(h.shape, float("nan"))
-        vj = v[:, h, j]  # (B, k, Dv)
+        vj = v[:, h // self.G, j]  # (B, k, Dv)
         quad = torch.einsum("bkd,kde,bke->bk", vj, gram[h], vj).clamp_min(0).sqrt()
         return (P[:, h, i, j] * quad).mean(0)
 
@@ -120,6 +133,12 @@ def grams(loaded, n_heads: int) -> dict:
     return out
 
 
+def no_cache(loaded) -> dict:
+    """use_cache=False where the model takes it: a recomputed block must not append its keys to a cache
+    a second time (the recomputation would then attend to 2·T keys), and nothing here decodes."""
+    return {"use_cache": False} if "use_cache" in inspect.signature(loaded.model.forward).parameters else {}
+
+
 @contextlib.contextmanager
 def checkpointed(loaded, on: bool):
     """Each block of the layer stack recomputed in the backward instead of stored (torch.utils.checkpoint):
@@ -151,7 +170,7 @@ def output_gradients(loaded, batch: dict, metric, fields: dict, kwargs: dict, la
 
     T = batch["input_ids"].shape[1]
     with torch.enable_grad(), checkpointed(loaded, T > CHECKPOINT_FROM), routed(loaded, after_attend=[tap]):
-        outputs = loaded.model(**batch, **kwargs)
+        outputs = loaded.model(**batch, **{**no_cache(loaded), **kwargs})
         M = metric(_metric_input(loaded, outputs, batch), {**batch, **fields})
         order = sorted(taps)
         grads = torch.autograd.grad(M.sum(), [taps[l] for l in order])
@@ -171,7 +190,7 @@ def stream_routes(loaded, batch: dict, grads: dict, top: int, kwargs: dict, reco
     hooks = [b.register_forward_hook(lambda m, a, out, i=i: stored.__setitem__(i, out)) for i, b in enumerate(blocks)]
     try:
         with routed(loaded, probes=[probe], impl="blocked", before_attend=[probe.capture]):
-            loaded.model(**batch, **kwargs)
+            loaded.model(**batch, **{**no_cache(loaded), **kwargs})
     finally:
         for h in hooks:
             h.remove()
