@@ -18,7 +18,7 @@ from ..adapter import routed
 from ..effects import MetricEffect, Sweep, gradient_estimate, rank_agreement, settled_sweep
 from .metrics import resolve
 from .prompts import tokenize_pairs
-from .runs import _references, batch_of
+from .runs import batch_of, references
 
 FLAT = ("kl", "cosine")  # zero gradient at the clean run: the estimate cannot rank, so every head is exact
 
@@ -48,7 +48,7 @@ class GroupSweep:
 def _effect(loaded, g, fn) -> tuple[dict, MetricEffect]:
     batch = batch_of(loaded, g.clean)
     with torch.no_grad(), routed(loaded, impl="auto"):
-        refs = _references(loaded, loaded.model(**batch), batch)
+        refs = references(loaded, loaded.model(**batch), batch)
     return batch, MetricEffect(fn, {"answer": g.answer, "wrong": g.wrong, **refs})
 
 

@@ -27,8 +27,8 @@ from ..effects import layer_stack, run_from
 from .agreement import agreement
 from .metrics import resolve
 from .prompts import PromptError, tokenize_pairs, tokens_of
-from .routes import CHECKPOINT_FROM, _metric_input, knockout_one, no_cache, output_gradients, stream_routes
-from .runs import _output_kwargs, batch_of
+from .routes import CHECKPOINT_FROM, knockout_one, metric_input, no_cache, output_gradients, stream_routes
+from .runs import batch_of, output_kwargs
 
 FLAT_AT_CLEAN = ("kl", "cosine")  # 0 (or 1) with zero gradient on the run they compare with
 
@@ -100,7 +100,7 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     loaded.fit(g.length, "text" if s.single else "prompts", "the text" if s.single else "the prompts")
     layers = _layers(loaded, s.layers)
     batch = batch_of(loaded, g.clean)
-    kwargs = {**_output_kwargs(loaded, fn), **no_cache(loaded)}  # one forward each: nothing decodes
+    kwargs = {**output_kwargs(loaded, fn), **no_cache(loaded)}  # one forward each: nothing decodes
     fields_ = {"answer": g.answer, "wrong": g.wrong}
     fields_ = {k: v for k, v in fields_.items() if v is not None}
     say("stage", f"route attribution: forward + backward on {g.clean.shape[0]} × {g.length} tokens")
@@ -146,7 +146,7 @@ def _corrupt_metric(loaded, g, fn, fields_, kwargs) -> torch.Tensor:
     batch = batch_of(loaded, g.corrupt)
     with routed(loaded, impl="auto"):
         out = loaded.model(**batch, **kwargs)
-    return fn(_metric_input(loaded, out, batch), {**batch, **fields_}).float()
+    return fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()
 
 
 @torch.no_grad()
@@ -157,14 +157,14 @@ def _verify(loaded, batch, routes, stored, fn, fields_, kwargs, m_base, meta, sa
     if restart:  # the restart must reproduce the run before it is trusted
         mid = max(1, loaded.n_layers // 2)
         out = run_from(loaded, mid, stored, batch, [], 1, blocks, impl="auto", **kwargs)
-        diff = float((fn(_metric_input(loaded, out, batch), {**batch, **fields_}) - m_base).abs().max())
+        diff = float((fn(metric_input(loaded, out, batch), {**batch, **fields_}) - m_base).abs().max())
         restart = diff <= 1e-4 * max(1.0, float(m_base.abs().max()))
         meta["restart"] = {"used": restart, "max_abs_diff": diff}
     exact = []
     for n, r in enumerate(routes, 1):
         start = r["layer"] if restart else 0
         out = run_from(loaded, start, stored, batch, [knockout_one(r)], 1, blocks, impl="auto", **kwargs)
-        m = fn(_metric_input(loaded, out, batch), {**batch, **fields_}).float()
+        m = fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()
         exact.append(float((m - m_base).mean()))
         say("verify", f"route {n} of {len(routes)} knocked out", done=n, total=len(routes))
     return exact

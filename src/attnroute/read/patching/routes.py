@@ -171,13 +171,13 @@ def output_gradients(loaded, batch: dict, metric, fields: dict, kwargs: dict, la
     T = batch["input_ids"].shape[1]
     with torch.enable_grad(), checkpointed(loaded, T > CHECKPOINT_FROM), routed(loaded, after_attend=[tap]):
         outputs = loaded.model(**batch, **{**no_cache(loaded), **kwargs})
-        M = metric(_metric_input(loaded, outputs, batch), {**batch, **fields})
+        M = metric(metric_input(loaded, outputs, batch), {**batch, **fields})
         order = sorted(taps)
         grads = torch.autograd.grad(M.sum(), [taps[l] for l in order])
     return dict(zip(order, (g.detach() for g in grads))), M.detach().float()
 
 
-def _metric_input(loaded, outputs, batch):
+def metric_input(loaded, outputs, batch):
     return outputs.logits if loaded.kind != "encoder" else pooled(outputs.last_hidden_state, batch["attention_mask"])
 
 
@@ -207,6 +207,8 @@ __all__ = [
     "checkpointed",
     "grams",
     "knockout_one",
+    "metric_input",
+    "no_cache",
     "output_gradients",
     "stream_routes",
 ]

@@ -30,10 +30,10 @@ class PairRun:
     def __init__(self, loaded, group: Group, metric, direction: str):
         self.loaded, self.group, self.metric, self.direction = loaded, group, metric, direction
         self.n = len(group.rows)
-        self.kwargs = _output_kwargs(loaded, metric)
+        self.kwargs = output_kwargs(loaded, metric)
         self.fields = {"answer": group.answer, "wrong": group.wrong}
         clean_out, self.clean_rec, clean_blocks, self.clean_final = self._record(group.clean)
-        self.fields.update(_references(loaded, clean_out, self.batch(group.clean)))
+        self.fields.update(references(loaded, clean_out, self.batch(group.clean)))
         self.m_clean = self._metric(clean_out, group.clean)
         corrupt_out, self.corrupt_rec, corrupt_blocks, self.corrupt_final = self._record(group.corrupt)
         self.m_corrupt = self._metric(corrupt_out, group.corrupt)
@@ -162,7 +162,7 @@ def batch_of(loaded, ids: torch.Tensor) -> dict:
     return b
 
 
-def _output_kwargs(loaded, metric) -> dict:
+def output_kwargs(loaded, metric) -> dict:
     """logits_to_keep=1 when the metric reads the last position only and the model takes the argument:
     the output head then runs on one position (most of a small model's forward otherwise)."""
     if loaded.kind == "encoder" or not getattr(metric, "last_only", False):
@@ -171,11 +171,11 @@ def _output_kwargs(loaded, metric) -> dict:
     return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
 
-def _references(loaded, clean_out, batch) -> dict:
+def references(loaded, clean_out, batch) -> dict:
     """What kl and cosine compare with: the clean run's last-position log-probabilities / pooled embedding."""
     if loaded.kind == "encoder":
         return {"clean_embedding": pooled(clean_out.last_hidden_state, batch["attention_mask"]).detach().float()}
     return {"clean_logprobs": torch.log_softmax(clean_out.logits[:, -1].float(), -1).detach()}
 
 
-__all__ = ["PairRun", "TOKEN_BUDGET", "batch_of"]
+__all__ = ["PairRun", "TOKEN_BUDGET", "batch_of", "output_kwargs", "references"]
