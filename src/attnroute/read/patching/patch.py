@@ -70,7 +70,8 @@ class PatchResult(Result):
             f"{m['metric']}: clean {m['m_clean']:.3f}, corrupt {m['m_corrupt']:.3f} over {m['n_prompts']} "
             f"prompts ({m['direction']})"
         ]
-        lines += [f"{_label(r)}: normalized {r['normalized']:+.3f} ± {r['normalized_ci'] or 0:.3f}" for r in best]
+        ci = lambda r: "" if r["normalized_ci"] is None else f" ± {r['normalized_ci']:.3f}"  # noqa: E731
+        lines += [f"{_label(r)}: normalized {r['normalized']:+.3f}{ci(r)}" for r in best]
         return {
             "experiment": "patch",
             "verdict": {"lines": lines},

@@ -158,23 +158,34 @@ def checkpointed(loaded, on: bool):
 
 
 def output_gradients(loaded, batch: dict, metric, fields: dict, kwargs: dict, layers) -> tuple[dict, torch.Tensor]:
-    """Pass 1: ({layer: ∂ΣM/∂out [B, H, T, Dv]}, M per prompt) from one forward and one backward."""
-    taps: dict[int, torch.Tensor] = {}
+    """Pass 1: ({layer: ∂ΣM/∂out [B, H, T, Dv]}, M per prompt) from one forward and one backward.
+
+    Each tapped output gets a zero *scalar* leaf added (so every layer is on a path to a requested input,
+    encoder–decoder streams included) and a hook that keeps its gradient: nothing of size [B, H, T, Dv]
+    is held but the gradients themselves (a zero tensor per layer would be another 1.1 GB at 16,384)."""
+    leaves: dict[int, torch.Tensor] = {}
+    grads: dict[int, torch.Tensor] = {}
+
+    def keep(layer):
+        def hook(g):
+            grads[layer] = g.detach()
+
+        return hook
 
     def tap(layer, out):
-        if layer not in layers:
+        if layer not in layers or layer in leaves:  # a checkpointed recomputation calls it again: the first counts
             return out
-        z = torch.zeros_like(out, requires_grad=True)
-        taps[layer] = z
-        return out + z
+        leaves[layer] = torch.zeros((), dtype=out.dtype, requires_grad=True)
+        y = out + leaves[layer]
+        y.register_hook(keep(layer))
+        return y
 
     T = batch["input_ids"].shape[1]
     with torch.enable_grad(), checkpointed(loaded, T > CHECKPOINT_FROM), routed(loaded, after_attend=[tap]):
         outputs = loaded.model(**batch, **{**no_cache(loaded), **kwargs})
         M = metric(metric_input(loaded, outputs, batch), {**batch, **fields})
-        order = sorted(taps)
-        grads = torch.autograd.grad(M.sum(), [taps[l] for l in order])
-    return dict(zip(order, (g.detach() for g in grads))), M.detach().float()
+        torch.autograd.grad(M.sum(), [leaves[l] for l in sorted(leaves)])
+    return {l: grads[l] for l in sorted(grads)}, M.detach().float()
 
 
 def metric_input(loaded, outputs, batch):
