@@ -171,13 +171,7 @@ class HeadsSettings(Settings):
 
 def _effect_prompts(s) -> tuple:
     """The prompts an own metric is measured on (their clean side), or () for the built-in effect."""
-    from .promptset import metric_name
-
-    name = s.metric if isinstance(s.metric, str) else None
-    if name is not None:
-        metric_name(name)
-    elif not callable(s.metric):
-        raise InputTypeError(f"metric must be a name or a callable, got {type(s.metric).__name__}", field="metric")
+    name = metric_setting(s.metric)
     if s.effect_prompts or (name == "loss" and s.prompts is None and s.answer is None and s.wrong is None):
         return tuple(s.effect_prompts)
     if s.prompts is None and s.text is None:
@@ -374,6 +368,17 @@ def _pairs(prompts, clean, corrupt, answer, wrong, metric, sides=("clean", "corr
     return check_pairs(pairs, metric, where=where, sides=sides)
 
 
+def metric_setting(metric) -> str | None:
+    """A metric's name (checked), or None for a Python callable; anything else is refused."""
+    from .promptset import metric_name
+
+    if isinstance(metric, str):
+        return metric_name(metric)
+    if not callable(metric):
+        raise InputTypeError(f"metric must be a name or a callable, got {type(metric).__name__}", field="metric")
+    return None
+
+
 def positions_spec(value) -> str:
     """'all' (the whole sequence at once), 'each' (every position on its own: [L, H, T]), or indices/a word."""
     if not isinstance(value, str) or not value.strip():
@@ -401,15 +406,7 @@ class PatchSettings(Settings):
     pairs: tuple = ()  # filled from prompts / clean+corrupt
 
     def __post_init__(self):
-        from .promptset import metric_name
-
-        name = self.metric if isinstance(self.metric, str) else None
-        if name is not None:
-            metric_name(name)
-        elif not callable(self.metric):
-            raise InputTypeError(
-                f"metric must be a name or a callable, got {type(self.metric).__name__}", field="metric"
-            )
+        name = metric_setting(self.metric)
         one_of(self.direction, "direction", DIRECTIONS)
         sites = tuple(self.sites)
         bad = [x for x in sites if x not in PATCH_SITES] or ([] if sites else ["(none)"])
@@ -439,25 +436,15 @@ class RoutesSettings(Settings):
     top: int = 20  # routes kept
     verify: int = 10  # of those, knocked out exactly
     layers: tuple[int, ...] | None = None  # None: every layer
-    block_size: int = 256  # query rows per block: one [block, Tk] slice of one head at a time
     pairs: tuple = ()
 
     def __post_init__(self):
-        from .promptset import metric_name
-
-        name = self.metric if isinstance(self.metric, str) else None
-        if name is not None:
-            metric_name(name)
-        elif not callable(self.metric):
-            raise InputTypeError(
-                f"metric must be a name or a callable, got {type(self.metric).__name__}", field="metric"
-            )
+        name = metric_setting(self.metric)
         integer(self.top, "top", 1, 100_000)
         integer(self.verify, "verify", 0)
         if self.verify > self.top:
             raise InputError(f"verify ({self.verify}) cannot exceed top ({self.top}): only kept routes are verified",
                              field="verify")  # fmt: skip
-        integer(self.block_size, "block_size", 1)
         if self.layers is not None:
             _set(self, "layers", integers(self.layers, "layers", 0))
         if not self.pairs:

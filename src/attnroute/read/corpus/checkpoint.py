@@ -91,11 +91,9 @@ def save_checkpoint(path: Path, acc: Accumulator, key: str) -> None:
         raise
 
 
-def load_checkpoint(path: Path, key: str, shape: tuple[int, int, int]) -> Accumulator | None:
-    """The accumulator a checkpoint holds, or None when there is none; refused in one line when it was
-    written by another command or version, or is damaged (``shape``: layers, heads, candidates)."""
-    if not path.exists():
-        return None
+def read_safetensors(path: Path, what: str) -> tuple[dict, dict]:
+    """(metadata, arrays) of a checkpoint file; refused in one line when it is not a regular file or not a
+    readable safetensors file (``what``: whose checkpoint it should be, for the message)."""
     from safetensors import safe_open
     from safetensors.numpy import load_file
 
@@ -104,11 +102,19 @@ def load_checkpoint(path: Path, key: str, shape: tuple[int, int, int]) -> Accumu
     try:
         with safe_open(str(path), framework="numpy") as f:
             meta = f.metadata() or {}
-        state = load_file(str(path))
+        return meta, load_file(str(path))
     except Exception as e:  # noqa: BLE001  (a damaged or foreign file)
         raise CheckpointMismatch(
-            f"checkpoint {path} is damaged or not an attnroute corpus checkpoint ({type(e).__name__}); {START_OVER}"
+            f"checkpoint {path} is damaged or not an attnroute {what} checkpoint ({type(e).__name__}); {START_OVER}"
         ) from None
+
+
+def load_checkpoint(path: Path, key: str, shape: tuple[int, int, int]) -> Accumulator | None:
+    """The accumulator a checkpoint holds, or None when there is none; refused in one line when it was
+    written by another command or version, or is damaged (``shape``: layers, heads, candidates)."""
+    if not path.exists():
+        return None
+    meta, state = read_safetensors(path, "corpus")
     if meta.get("version") != str(CHECKPOINT_VERSION):
         raise CheckpointMismatch(f"checkpoint {path} was written by another version of attnroute; {START_OVER}")
     if meta.get("key") != key:
@@ -136,5 +142,6 @@ __all__ = [
     "checkpoint_path",
     "fingerprint",
     "load_checkpoint",
+    "read_safetensors",
     "save_checkpoint",
 ]

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ...engine import InputError
-from ..corpus.checkpoint import START_OVER, CheckpointMismatch, state_digest, weights_digest
+from ..corpus.checkpoint import START_OVER, CheckpointMismatch, read_safetensors, state_digest, weights_digest
 
 VERSION = "patch-1"
 
@@ -89,19 +89,7 @@ def load(path: Path, key: str, shapes: dict[str, tuple]) -> dict[str, np.ndarray
     line when it was written by another command, another version, or is damaged."""
     if not path.exists():
         return None
-    from safetensors import safe_open
-    from safetensors.numpy import load_file
-
-    if not path.is_file():
-        raise CheckpointMismatch(f"checkpoint {path} is not a regular file; {START_OVER}")
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-        state = load_file(str(path))
-    except Exception as e:  # noqa: BLE001  (a damaged or foreign file)
-        raise CheckpointMismatch(
-            f"checkpoint {path} is damaged or not an attnroute patch checkpoint ({type(e).__name__}); {START_OVER}"
-        ) from None
+    meta, state = read_safetensors(path, "patch")
     if meta.get("version") != VERSION:
         raise CheckpointMismatch(
             f"checkpoint {path} was not written by this version of `attnroute patch`; {START_OVER}"
