@@ -76,9 +76,11 @@ def test_an_interrupted_run_resumes_from_its_checkpoint_and_measures_nothing_twi
         return real(self, comps)
 
     monkeypatch.setattr(runs.PairRun, "measure", ctrl_c_at_the_values)
-    with pytest.raises(KeyboardInterrupt):
+    from attnroute import Interrupted
+
+    with pytest.raises(Interrupted, match="rerun the same command to resume") as stop:
         patch(loaded, str(prompts), sites=("head", "v"), exact="all", checkpoint=str(ck))
-    assert ck.exists()
+    assert ck.exists() and stop.value.resume == str(ck)
     measured = []
     monkeypatch.setattr(runs.PairRun, "measure", lambda self, comps: measured.extend(comps) or real(self, comps))
     again = patch(loaded, str(prompts), sites=("head", "v"), exact="all", checkpoint=str(ck)).to_dict()

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ...engine.jsonable import Result
+from ...errors import Interrupted
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...promptset import finite
@@ -109,7 +110,15 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
         loaded.fit(g.length, "prompts", f"prompt row {s.pairs[g.rows[0]].row}")
     with process_group() as (rank, world):
         shard = Shard(len(s.pairs), rank, world)
-        return _run(loaded, s, fn, metric_name, positions, shard, say, record, resolved)
+        try:
+            return _run(loaded, s, fn, metric_name, positions, shard, say, record, resolved)
+        except KeyboardInterrupt:
+            if s.checkpoint is None:
+                raise
+            raise Interrupted(
+                f"patching stopped; what was measured is saved in {s.checkpoint}: rerun the same command to resume",
+                resume=str(s.checkpoint),
+            ) from None
 
 
 def _run(loaded, s: PatchSettings, fn, metric_name, positions, shard: Shard, say, record, resolved) -> PatchResult:
