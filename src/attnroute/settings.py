@@ -531,6 +531,36 @@ class SimulateSettings(Settings):
     max_len: int = 2048
 
 
+# ------------------------------------------------------------------------------------ serve
+
+
+@dataclass(frozen=True)
+class ServeSettings(Settings):
+    """The live explorer: one model per process, requests serialized through one bounded queue."""
+
+    model: object = DEFAULT_MODEL
+    host: str = "127.0.0.1"  # anything else is said loudly (the token is still required)
+    port: int = 0  # 0: a free port chosen by the OS
+    max_tokens: int = 1024  # a longer text gets 413
+    time_limit: float = 120.0  # seconds a request may run; past it: stopped, 504
+    queue: int = 8  # requests waiting beyond the running one; past it: 503 with Retry-After
+    cache_mb: int = 256  # the LRU of results, bounded in bytes
+
+    def __post_init__(self):
+        if not isinstance(self.host, str) or not self.host.strip() or any(c in self.host for c in "/ ?#@"):
+            raise InputError(f"host must be an address such as 127.0.0.1, got {self.host!r}", field="host")
+        integer(self.port, "port", 0, 65535)
+        integer(self.max_tokens, "max_tokens", 2, 1_000_000)
+        if (
+            isinstance(self.time_limit, bool)
+            or not isinstance(self.time_limit, (int, float))
+            or not (0 < self.time_limit <= 86_400)
+        ):
+            raise InputError(f"time_limit must be seconds in (0, 86400], got {self.time_limit!r}", field="time_limit")
+        integer(self.queue, "queue", 0, 1000)
+        integer(self.cache_mb, "cache_mb", 0, 1_000_000)
+
+
 __all__ = [
     "ABLATION_MODES",
     "CONVENTIONS",
@@ -550,6 +580,7 @@ __all__ = [
     "RoutesSettings",
     "ReportSettings",
     "Settings",
+    "ServeSettings",
     "SimulateSettings",
     "SwapSettings",
     "exact_count",

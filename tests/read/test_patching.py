@@ -71,21 +71,23 @@ def reference_head_patching(loaded, clean, corrupt, metric, batch_fields):
         _forward(loaded, clean)
     for h in hooks:
         h.remove()
-    out = np.zeros((L, H, clean.shape[0]))
-    for l in range(L):
+    B = clean.shape[0]
+    out = np.zeros((L, H, B))
+    for l in range(L):  # one forward per layer: its H patched copies of the corrupt batch side by side
         d = recorded[l].shape[-1] // H
-        for h in range(H):
 
-            def swap(m, args, l=l, h=h, d=d):
-                x = args[0].clone()
-                x[..., h * d : (h + 1) * d] = recorded[l][..., h * d : (h + 1) * d]
-                return (x,)
+        def swap(m, args, l=l, d=d):
+            x = args[0].clone()  # (H·B, T, H·d): copy h (rows h·B … h·B + B − 1) gets head h from the clean run
+            for h in range(H):
+                x[h * B : (h + 1) * B, :, h * d : (h + 1) * d] = recorded[l][..., h * d : (h + 1) * d]
+            return (x,)
 
-            hook = projs[l].register_forward_pre_hook(swap)
-            with eager(loaded):
-                res = _forward(loaded, corrupt, last_only=True)
-            hook.remove()
-            out[l, h] = metric(_read(loaded, res), batch_fields).numpy()
+        hook = projs[l].register_forward_pre_hook(swap)
+        with eager(loaded):
+            res = _forward(loaded, corrupt.repeat(H, 1), last_only=True)
+        hook.remove()
+        tiled = {k: v.repeat(H, *[1] * (v.dim() - 1)) for k, v in batch_fields.items()}
+        out[l] = metric(_read(loaded, res), tiled).numpy().reshape(H, B)
     return out
 
 

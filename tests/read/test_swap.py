@@ -29,6 +29,6 @@ def test_different_token_counts_are_refused(smollm2):
 
 def test_cli_json(smollm2, tmp_path, capsys):
     js = tmp_path / "s.json"
-    assert main(["swap", A, B, "--window", "15", "--heads", "0,4", "--json", str(js)]) == 0, capsys.readouterr().err
+    assert main(["swap", A, B, "--window", "29", "--heads", "0,4", "--json", str(js)]) == 0, capsys.readouterr().err
     data = json.loads(js.read_text())
-    assert data["heads"] == [0, 4] and [row["layers"] for row in data["layers"]][0] == [0, 14]
+    assert data["heads"] == [0, 4] and [row["layers"] for row in data["layers"]] == [[0, 28], [1, 29]]

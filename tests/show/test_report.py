@@ -36,14 +36,31 @@ def test_page_is_self_contained_and_escaped(smollm2_report):
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)  # no CDN, no network
     assert "<script>alert(1)</script>" not in html and "<img src=x" not in html
     assert html.count("<script") == 2  # the data block and the page's own script, nothing injected
+    for name in ("components.js", "report.js", "explorer.js", "page.css"):  # inlined: none may close its element
+        text = report_mod.asset(name).lower()
+        assert "<script" not in text and "</script" not in text and "<!--" not in text and "</style" not in text
     assert len(html) < report_mod.WEIGHT_BUDGET * 4 / 3 + 400_000
 
 
-def test_weights_are_bounded_with_top_k_and_say_what_was_dropped():
-    w = [np.random.default_rng(0).dirichlet(np.ones(50), size=(4, 50)) for _ in range(3)]  # L=3 × [H, T, T]
-    full = report_mod.pack_weights(w)
-    assert full["format"] == "full" and full["dropped_mean"] == 0
-    small = report_mod.pack_weights(w, budget=3 * 4 * 50 * 3 * 5)
+def test_every_key_is_kept_at_512_tokens_and_past_the_budget_the_drop_is_said():
+    from attnroute.show import weights as codec
+
+    g = np.random.default_rng(0)
+    T = 512
+    w = g.dirichlet(np.full(T, 0.05), size=(2, T)) * np.tri(T)  # a diffuse causal row has most keys under 1/510
+    w /= w.sum(-1, keepdims=True)
+    layers = [w.astype(np.float32)] * 3
+    packed = report_mod.pack_weights(layers)
+    assert packed["format"] == "log8" and packed["triangle"] == [True] * 3
+    assert packed["dropped_max"] <= T * codec.FLOOR  # every key from 1e-6 up is kept
+    # a 512-token SmolLM2 page (30 layers × 9 heads, causal triangles) fits the budget: every key kept
+    assert 30 * 9 * T * (T + 1) // 2 <= report_mod.WEIGHT_BUDGET
+    # the codes round-trip within half a step of the log scale (±2.8 %)
+    codes = codec.encode(w)
+    back, keep = codec.decode(codes), codes > 0
+    assert np.abs(back[keep] / w[keep] - 1).max() <= 0.028 and np.all(w[~keep] < codec.FLOOR)
+    assert np.all(keep[w >= codec.FLOOR])
+    small = report_mod.pack_weights(layers, budget=3 * 2 * T * 3 * 5)
     assert small["format"] == "topk" and small["k"] == 5 and 0 < small["dropped_mean"] < small["dropped_max"] < 1
 
 
@@ -59,17 +76,43 @@ def test_pngs_and_json_data(minilm_report, tmp_path):
 def test_page_in_headless_chromium(which, request, tmp_path, open_page):
     rep = request.getfixturevalue(which)
     path = rep.save(tmp_path / "report.html")
-    with open_page(path, ready="rect.cell[data-layer='0'][data-head='1']") as (page, events):
+    T = len(rep.data["tokens"])
+    with open_page(path, ready="body[data-ready='1']") as (page, events):
         title = page.text_content("#detail-title")
-        heat_before = page.evaluate("document.getElementById('heat').toDataURL()")
-        page.click("rect.cell[data-layer='0'][data-head='1']")
+        heat = "document.querySelector('canvas.heat').toDataURL()"
+        heat_before = page.evaluate(heat)
+        page.click("#grid rect.cell[data-layer='0'][data-head='1']")
         assert page.text_content("#detail-title") != title and "L0.H1" in page.text_content("#detail-title")
-        assert page.evaluate("document.getElementById('heat').toDataURL()") != heat_before
+        assert page.evaluate(heat) != heat_before
+        labels = page.eval_on_selector_all("svg.links text", "els => els.map(e => e.textContent).join('|')")
+        assert page.locator("svg.links text").count() == 2 + 2 * T  # every token, the card scrolls
+        sink_links = page.locator("line.route[data-key='0']").count()
+        page.check("#hide-sink")  # the sink's links go, the rest renormalized
+        assert sink_links > 0 and page.locator("line.route[data-key='0']").count() == 0
+        page.uncheck("#hide-sink")
+        plain = page.evaluate(heat)
+        page.check("#norm-weighted")
+        assert page.evaluate(heat) != plain
+        page.click("#grid rect.cell[data-layer='1'][data-head='2']", modifiers=["Shift"])  # two heads side by side
+        assert page.locator("#panels .panel").count() == 2 and "beside" in page.text_content("#detail-title")
+        page.fill("#layer-from", "1")
+        page.fill("#layer-to", "2")
+        page.dispatch_event("#layer-to", "change")
+        assert page.locator("#grid rect.cell").count() == 2 * rep.data["heads"]
+        page.click("#token-text .tok[data-index='2']")  # every head's routes out of a token
+        assert "Token 2" in page.text_content("#token-title")
+        assert page.locator("#token-grid rect.cell").count() == 2 * rep.data["heads"]
+        page.select_option("#token-dir", "into")
+        assert "routes in" in page.text_content("#token-title")
         page.select_option("#metric", "entropy")
-        labels = page.eval_on_selector_all("#links text", "els => els.map(e => e.textContent).join('|')")
+        cards = {c: page.is_visible(c) for c in ("#induction-card", "#kv-card", "#corpus-row")}
+        note = page.text_content("#weights-note")
         shot = page.screenshot(full_page=True)
     assert events["errors"] == [] and events["dialogs"] == []
-    if which == "smollm2_report":
+    assert "every key of every row kept" in note
+    causal = which == "smollm2_report"
+    assert cards == {"#induction-card": causal, "#kv-card": causal, "#corpus-row": False}  # cards that apply
+    if causal:
         assert "<" in labels and "script" in labels  # the injected markup is shown as text
     from PIL import Image  # matplotlib depends on pillow
 
@@ -113,14 +156,14 @@ def test_encoder_decoder_report_groups_rows_and_reads_each_streams_tokens(tmp_pa
     assert "unavailable" in rep.data["kv"]
     path = rep.save(tmp_path / "t5.html")
     cross = lm.attention_kinds.index("cross")
-    with open_page(path, ready=f"rect.cell[data-layer='{cross}'][data-head='1']") as (page, events):
-        page.click(f"rect.cell[data-layer='{cross}'][data-head='1']")
+    with open_page(path, ready="body[data-ready='1']") as (page, events):
+        page.click(f"#grid rect.cell[data-layer='{cross}'][data-head='1']")
         assert "X0.H1" in page.text_content("#detail-title")
-        labels = page.eval_on_selector_all("#links text", "els => els.map(e => e.textContent)")
+        labels = page.eval_on_selector_all("svg.links text", "els => els.map(e => e.textContent)")
         grid = page.eval_on_selector_all("#grid text", "els => els.map(e => e.textContent)")
     assert {"E0", "E1", "D0", "D1", "X0", "X1"} <= set(grid)
     dec, enc = rep.data["decoder_tokens"], rep.data["tokens"]
-    assert labels[2] == dec[0][:14] and labels[3] == enc[0][:14]  # left column: queries; right: keys
+    assert labels[2] == f"0 {dec[0]}"[:16] and labels[2 + len(dec)] == f"{enc[0]} 0"[:16]  # queries, then keys
     assert events["errors"] == []
 
 
@@ -154,7 +197,7 @@ def test_corpus_card_shows_error_bars_and_significance(tmp_path, open_page, caps
     card = json.loads(js.read_text())["corpus"]
     assert card["n_documents"] == 5 and len(card["importance_rows"]) > 0
     assert all(v is not None for row in card["ci"]["entropy"] for v in row)
-    with open_page(out, ready="circle.corpus-dot") as (page, events):
+    with open_page(out, ready="body[data-ready='1']") as (page, events):
         assert page.is_visible("#corpus-row")
         assert page.eval_on_selector_all("circle.corpus-dot", "els => els.length") == 2 * 4
         assert page.eval_on_selector_all("line.errbar", "els => els.length") == 2 * 4

@@ -1,7 +1,7 @@
 """attnroute's command line: each command parses its flags, builds a settings object, calls one
 function of the floors below and hands the result to show/.
 
-    attnroute report | heads | knockout | swap | needle | patch | routes | check | cost | learn | bench
+    attnroute report | serve | heads | knockout | swap | needle | patch | routes | check | cost | learn | bench
 
 Exit status: 0 success, 1 a check failed, 2 bad input or a target that cannot be loaded, 130
 interrupted. Every refusal is an InputError raised below this floor; main() maps it once to one line
@@ -24,10 +24,10 @@ import re
 import sys
 
 from ..errors import InputError, Interrupted
-from . import bench, check, cost, experiments, heads, learn, patching, report
+from . import bench, check, cost, experiments, heads, learn, patching, report, serve
 from .common import later_rank
 
-COMMANDS = (bench, heads, experiments, patching, check, report, learn, cost)  # each adds its parsers to the CLI
+COMMANDS = (bench, heads, experiments, patching, check, report, serve, learn, cost)  # each adds its parsers to the CLI
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,13 +11,14 @@ import numpy as np
 import torch
 
 from ..engine import CallbackProbe, InputError
+from ..engine.probes import value_norms
 from ..models import LoadedModel, load
 from ..progress import reporter
 from ..settings import ReportSettings
 from .adapter import routed
 from .corpus.documents import Corpus
 from .corpus.read import SEQ2SEQ_CORPUS, read_corpus
-from .heads import DEFAULT_TEXT, body, read_heads
+from .heads import DEFAULT_TEXT, body, key_sets, read_heads
 from .headtable import HeadTable
 from .stimuli import encode_text
 from .verify import model_inputs
@@ -37,16 +38,34 @@ class RoutingView:
     decoder_tokens: list[str] | None = None  # an encoder-decoder's decoder input (the text shifted right)
     corpus: HeadTable | None = None  # a corpus read (read_corpus): means, intervals, significance
     generated_from: int | None = None  # tokens from this position on were generated (report --generate)
+    value_norms: list[np.ndarray] | None = None  # per layer [H, T]: ‖v_j W_O^h‖, the value-norm-weighted maps
+    sink_keys: list[int] | None = None  # the sink positions (the first, special tokens): the page can hide them
 
 
 @torch.no_grad()
-def capture_weights(loaded: LoadedModel, ids: torch.Tensor) -> list[np.ndarray]:
-    """Every layer's weights for one text: L × [H, T, T] float32 (short texts; eager backend)."""
+def capture_weights(loaded: LoadedModel, ids: torch.Tensor, norms: dict | None = None, select=None) -> list:
+    """Every layer's weights for one text: L × [H, T, T] float32 (eager backend). ``norms``: a dict to
+    fill with each layer's value norms ‖v_j W_O^h‖ [H, T] (NaN without an output projection).
+    ``select(layer, weights [H, Tq, Tk]) -> array`` keeps only what it returns per layer (the explorer's
+    rows and columns of one token: a long text's L × H × T² weights are never held at once)."""
     per_layer: dict[int, np.ndarray] = {}
-    probe = CallbackProbe(lambda block: per_layer.__setitem__(block.layer, block.weights[0].float().numpy()))
-    with routed(loaded, probes=[probe], impl="eager"):
+    keep = select or (lambda layer, w: w)
+    probe = CallbackProbe(lambda block: per_layer.__setitem__(block.layer, keep(block.layer, block.weights[0].float())))
+
+    def value_norm(layer, module, q, k, v):
+        proj = loaded.out_projections[layer]
+        if proj is None:
+            norms[layer] = np.full((loaded.n_heads, v.shape[2]), np.nan, np.float32)
+        else:
+            norms[layer] = value_norms(v[:1], proj.weight, loaded.n_heads)[0].float().numpy()
+
+    with routed(loaded, probes=[probe], impl="eager", before_attend=[value_norm] if norms is not None else []):
         body(loaded)(**model_inputs(loaded, ids, torch.ones_like(ids)))
-    return [per_layer[layer] for layer in range(loaded.n_layers)]
+    return [_numpy(per_layer[layer]) for layer in range(loaded.n_layers)]
+
+
+def _numpy(x):
+    return x.numpy() if isinstance(x, torch.Tensor) else x
 
 
 @torch.no_grad()
@@ -117,8 +136,11 @@ def routing_view(
         say("stage", f"generating {s.generate} tokens with the KV cache, keeping every query's weights")
         generated_from = ids.shape[1]
         ids, weights = generate_with_weights(loaded, ids, s.generate)
+    norms: dict = {}
+    if s.generate:  # the values of a generated token are those of the whole text run again (cache or not)
+        capture_weights(loaded, ids, norms, select=lambda layer, w: None)
     else:
-        weights = capture_weights(loaded, ids)
+        weights = capture_weights(loaded, ids, norms)
     tokens = loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist())
     decoder_tokens = None
     if loaded.seq2seq:
@@ -136,7 +158,14 @@ def routing_view(
         decoder_tokens,
         corpus=corpus_table or None,
         generated_from=generated_from,
+        value_norms=[norms[layer] for layer in range(loaded.n_layers)],
+        sink_keys=sink_positions(loaded.tokenizer, ids),
     )
 
 
-__all__ = ["RoutingView", "capture_weights", "generate_with_weights", "routing_view"]
+def sink_positions(tokenizer, ids: torch.Tensor) -> list[int]:
+    """The positions read.heads counts as sinks (the first, and special tokens), of a [1, T] text."""
+    return [int(i) for i in torch.nonzero(key_sets(tokenizer, ids)[0][0]).flatten()]
+
+
+__all__ = ["RoutingView", "capture_weights", "generate_with_weights", "routing_view", "sink_positions"]

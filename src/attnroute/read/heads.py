@@ -19,6 +19,7 @@ import functools
 import inspect
 import string
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -47,15 +48,33 @@ class ReadError(InputError):
     """Bad input to read_heads(): one line, names the field, says what to do."""
 
 
+@dataclass
+class Reuse:
+    """What a read of another text by the same model already measured, kept by a long-lived caller (the
+    explorer): the routing check and the repeated-token block depend on the model only, not on the text."""
+
+    routing_check: dict
+    stimulus: tuple  # (per-seed scores, the first seed's Repeated, its induction loss or None)
+    seeds: tuple
+
+
 def read_heads(
-    model=None, inputs: str | None = None, *, settings: HeadsSettings | None = None, progress=None, **fields
+    model=None,
+    inputs: str | None = None,
+    *,
+    settings: HeadsSettings | None = None,
+    progress=None,
+    reuse: Reuse | None = None,
+    **fields,
 ):
     """Read a model's routing on a text -> HeadTable. ``model``: a LoadedModel, or 'smollm2' / 'minilm' /
     a path; ``inputs``: the text (None: the built-in paragraph). The other fields are HeadsSettings'
     (or pass ``settings``): ``verify`` first compares the routed model with its own eager attention
     (verify.routing_check) and stops with RoutingMismatch if they differ; ``exact`` is how many heads
     get an exact ablation (the top of the one-backward gradient estimate by magnitude), or "all";
-    ``modes`` the ablations run exactly. ``progress`` receives progress.Event objects."""
+    ``modes`` the ablations run exactly. ``progress`` receives progress.Event objects. ``reuse`` (the same
+    model's Reuse, from ``reusable``) skips the routing check and the repeated tokens: they do not
+    depend on the text."""
     s = HeadsSettings.of(settings, model, fields, text=inputs)
     say = reporter(progress)
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
@@ -69,7 +88,9 @@ def read_heads(
         "max_tokens": limit,
         "timings_s": {},
     }
-    if s.verify:
+    if reuse is not None:
+        meta["routing_check"] = reuse.routing_check
+    elif s.verify:
         t0 = time.perf_counter()
         say("stage", "verifying routed attention against the model's own eager attention")
         meta["routing_check"] = routing_check(loaded)
@@ -86,7 +107,11 @@ def read_heads(
 
     t0 = time.perf_counter()
     say("stage", f"repeated random tokens ({len(s.seeds)} seeds)")
-    per_seed, stim = stimulus_scores(loaded, s.seeds, s.stimulus_batch)
+    if reuse is not None and reuse.seeds == tuple(s.seeds):
+        per_seed, stim, induction = reuse.stimulus
+    else:
+        per_seed, stim = stimulus_scores(loaded, s.seeds, s.stimulus_batch)
+        induction = induction_loss(loaded, stim) if loaded.causal else None
     if stim.S < DEFAULT_LEN:
         say(
             "warn",
@@ -95,8 +120,8 @@ def read_heads(
         )
     cols.update(mean_scores(per_seed))
     meta["stimulus"] = stim.describe() + f"; scores averaged over seeds {list(s.seeds)}"
-    if loaded.causal:
-        meta["induction_loss"] = induction_loss(loaded, stim)
+    if induction is not None:
+        meta["induction_loss"] = induction
     meta["timings_s"]["repeated"] = time.perf_counter() - t0
 
     L, H = loaded.n_layers, loaded.n_heads
@@ -117,6 +142,18 @@ def read_heads(
     meta["role_thresholds"] = roles.THRESHOLDS
     meta = TextMeta.from_dict(meta)
     return HeadTable(loaded.name, L, H, cols, head_roles, offsets, meta, attention=list(loaded.attention_kinds))
+
+
+def reusable(loaded: LoadedModel, settings: HeadsSettings, progress=None) -> Reuse:
+    """The model's routing check and repeated-token block, measured once for many reads (read_heads'
+    ``reuse``): neither depends on the text."""
+    say = reporter(progress)
+    say("stage", "verifying routed attention against the model's own eager attention")
+    check = routing_check(loaded)
+    say("stage", f"repeated random tokens ({len(settings.seeds)} seeds)")
+    per_seed, stim = stimulus_scores(loaded, settings.seeds, settings.stimulus_batch)
+    induction = induction_loss(loaded, stim) if loaded.causal else None
+    return Reuse(check, (per_seed, stim, induction), tuple(settings.seeds))
 
 
 STIMULUS_SCORES = ("prev_token", "duplicate", "induction")
@@ -441,11 +478,13 @@ def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, exact, say) ->
 __all__ = [
     "DEFAULT_TEXT",
     "ReadError",
+    "Reuse",
     "diagonal_scores",
     "induction_loss",
     "key_sets",
     "read_heads",
     "repeat_probe",
     "repeated_scores",
+    "reusable",
     "text_statistics",
 ]

@@ -1,14 +1,15 @@
 """The routing report: one self-contained HTML page (no network), its data as JSON, PNG charts.
 
-Size bound: attention weights are stored as 8-bit (weight·255, rounded). When all heads' full
-matrices would exceed WEIGHT_BUDGET bytes, each row keeps only its top-k keys (k chosen to fit),
-and the page states the mean and largest weight mass so dropped. Everything else is [L, H]
-statistics, so the page stays under ~WEIGHT_BUDGET + 200 KB plus the text itself.
+Weights: every key of every row as 8-bit log codes (show/weights.py: 1e-6 … 1, ±2.8 %), causal layers
+as their lower triangle, zlib-compressed. Past WEIGHT_BUDGET bytes of codes (texts far beyond 512
+tokens), each row keeps its top-k keys (k chosen to fit) and the page states the mean and largest
+mass so dropped. The page's script is show/components.js (shared with the explorer, serve/) and
+show/report.js; its style show/page.css — inlined, so the page runs offline under a CSP that
+allows no network at all.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass
 from html import escape
@@ -22,8 +23,11 @@ from ..read.capture import RoutingView
 from ..read.roles import ROLES
 from .jsonout import write_text
 from .sections import insert
+from .weights import log8_bytes, pack_log8, pack_topk
 
-WEIGHT_BUDGET = 3_000_000  # bytes of attention weights embedded in the page
+# bytes of weight codes before compression: a 512-token SmolLM2 page (30 × 9 heads, causal triangles,
+# 35.5 MB of codes) keeps every key; the zlib-compressed blob is what the page carries
+WEIGHT_BUDGET = 40_000_000
 
 
 @dataclass
@@ -42,36 +46,14 @@ class Report:
 
 
 def pack_weights(weights: list[np.ndarray], budget: int = WEIGHT_BUDGET) -> dict:
-    """8-bit weights, full or top-k per row, base64 per layer (all heads of the layer in one blob)."""
+    """Every key of every row (log8 codes, show/weights.py) when their codes fit ``budget`` bytes; past it,
+    each row's top k keys with k chosen to fit, and the dropped mass measured (the page states it)."""
+    if log8_bytes(weights) <= budget:
+        return pack_log8(weights)
     L = len(weights)
-    H, T, _ = weights[0].shape
-    full_bytes = L * H * T * T
-    if full_bytes <= budget:
-        blobs = [base64.b64encode(np.round(w * 255).clip(0, 255).astype(np.uint8).tobytes()).decode() for w in weights]
-        return {"format": "full", "T": T, "k": T, "layers": blobs, "dropped_mean": 0.0, "dropped_max": 0.0}
-    k = max(1, min(T, budget // (L * H * T * 3)))  # 2 bytes index + 1 byte weight per kept entry
-    blobs, dropped = [], []
-    for w in weights:
-        idx = np.argsort(-w, axis=-1)[..., :k]  # (H, T, k)
-        val = np.take_along_axis(w, idx, -1)
-        dropped.append(1 - val.sum(-1))
-        rec = np.concatenate(
-            [
-                idx.astype("<u2").view(np.uint8).reshape(H, T, k, 2),
-                np.round(val * 255).clip(0, 255).astype(np.uint8)[..., None],
-            ],
-            -1,
-        )
-        blobs.append(base64.b64encode(rec.tobytes()).decode())
-    d = np.stack(dropped)
-    return {
-        "format": "topk",
-        "T": T,
-        "k": int(k),
-        "layers": blobs,
-        "dropped_mean": float(d.mean()),
-        "dropped_max": float(d.max()),
-    }
+    H, Tq, T = weights[0].shape
+    k = max(1, min(T, budget // (L * H * Tq * 3)))  # 2 bytes index + 1 byte code per kept entry
+    return pack_topk(weights, k)
 
 
 def report_data(view: RoutingView, kv: dict | None = None) -> dict:
@@ -95,6 +77,8 @@ def report_data(view: RoutingView, kv: dict | None = None) -> dict:
         "meta": strict(table.meta.to_dict()),  # numpy scalars as numbers, NaN as null: as in the JSON
         "has_effects": getattr(table.meta, "grad_vs_ablation", None) is not None,
         "weights": pack_weights(view.weights),
+        "value_norms": _norms(view.value_norms),
+        "sink_keys": view.sink_keys if view.sink_keys is not None else [0],
         "kv": kv if kv is not None else {"unavailable": "no KV-cache card was computed for this page"},
         "corpus": corpus_card(view.corpus) if view.corpus is not None else None,
         "seconds": round(view.seconds, 1),
@@ -144,6 +128,15 @@ def corpus_card(table) -> dict:
     }
 
 
+def _norms(norms: list[np.ndarray] | None) -> list | None:
+    """‖v_j W_O^h‖ per layer, head and key ([L][H][T], 4 significant digits): the page's
+    value-norm-weighted maps (Kobayashi et al. 2020) multiply a row's weights by them."""
+    if norms is None:
+        return None
+    # a layer without an output projection (NaN norms) has none: the page says so and shows raw weights
+    return [None if not np.isfinite(n).all() else [[float(f"{x:.4g}") for x in row] for row in n] for n in norms]
+
+
 def _readable(tokens: list[str]) -> list[str]:
     return [t.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\\n") for t in tokens]
 
@@ -151,7 +144,7 @@ def _readable(tokens: list[str]) -> list[str]:
 def script_safe_json(data: dict) -> str:
     """JSON that cannot close its <script> element or open a comment: <, >, & become \\u escapes."""
     return (
-        json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        json.dumps(strict(data), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         .replace("<", "\\u003c")
         .replace(">", "\\u003e")
         .replace("&", "\\u0026")
@@ -160,10 +153,27 @@ def script_safe_json(data: dict) -> str:
     )
 
 
-def render(data: dict) -> str:
-    template = resources.files("attnroute.show").joinpath("report.html").read_text(encoding="utf-8")
+def asset(name: str) -> str:
+    """A file of the page shipped in the package (show/components.js, page.css, …)."""
+    return resources.files("attnroute.show").joinpath(name).read_text(encoding="utf-8")
+
+
+def page(template: str, data: dict, parts: dict | None = None) -> str:
+    """``template`` with the shared style and components and its own ``parts`` ({mark: asset}) inlined,
+    then ``data`` in its data element — last, so no text in the data is ever taken for a mark."""
+    out = (
+        asset(template)
+        .replace("/*__STYLE__*/", asset("page.css"))
+        .replace("/*__COMPONENTS__*/", asset("components.js"))
+    )
+    for mark, name in (parts or {}).items():
+        out = out.replace(mark, asset(name))
     page_data = {**data, "role_info": [r.to_dict() for r in ROLES]}  # names and colours: one home, read/roles.py
-    return template.replace("/*__DATA__*/null", script_safe_json(page_data))
+    return out.replace("/*__DATA__*/null", script_safe_json(page_data), 1)
+
+
+def render(data: dict) -> str:
+    return page("report.html", data, {"/*__REPORT__*/": "report.js"})
 
 
 def build(view: RoutingView, sections: list[str] = (), kv: dict | None = None) -> Report:
@@ -174,4 +184,14 @@ def build(view: RoutingView, sections: list[str] = (), kv: dict | None = None) -
     return Report(insert(page, list(sections)) if sections else page, data)
 
 
-__all__ = ["Report", "WEIGHT_BUDGET", "build", "pack_weights", "render", "report_data", "script_safe_json"]
+__all__ = [
+    "Report",
+    "WEIGHT_BUDGET",
+    "asset",
+    "build",
+    "page",
+    "pack_weights",
+    "render",
+    "report_data",
+    "script_safe_json",
+]

@@ -1,0 +1,205 @@
+"""The explorer's HTTP face (Starlette): one page, a JSON API, every request behind the token.
+
+    GET  /?token=T            the page (show/explorer.html: components.js inlined, nothing from a CDN)
+    GET  /health              {"status": "ok", "queue": n} — also behind the token
+    GET  /api/info            the model: layers, heads, kind, the token limit
+    GET  /api/progress?id=J   a pending request's progress (the page's progress bar polls it)
+    POST /api/text | head | token | cut | pair | verify | report     JSON in, JSON out (report: the page)
+
+Security (docs/serve.md): the token (random, 32 bytes) in ``?token=`` or the ``X-Attnroute-Token``
+header, compared in constant time — without it a request gets 401 and nothing else, /health included;
+no CORS headers, so another origin can neither read a response nor send the JSON body without a
+preflight that is refused; POST bodies must be ``application/json`` and at most MAX_BODY bytes; the
+Host header must name this server (DNS rebinding); the page's Content-Security-Policy is the report's
+plus ``connect-src 'self'``. No request names a file: the saved report comes back as the response body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from ..engine.jsonable import strict
+from .cache import ResultCache
+from .errors import Cancelled, RequestError
+from .worker import Job, Worker
+
+MAX_BODY = 256 * 1024  # bytes of a request body: a text of the token limit fits many times over
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'")  # fmt: skip
+HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+
+
+class Settings:
+    def __init__(self, token: str, time_limit: float = 120.0, queue: int = 8, cache_bytes: int = 256 * 2**20,
+                 hosts: list[str] | None = None):  # fmt: skip
+        self.token, self.time_limit, self.queue, self.cache_bytes = token, time_limit, queue, cache_bytes
+        self.hosts = hosts or ["127.0.0.1", "localhost", "[::1]"]  # the Host headers accepted
+
+
+def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status, headers={**HEADERS, **(headers or {})})
+
+
+def authorized(request: Request, token: str) -> bool:
+    given = request.headers.get("x-attnroute-token") or request.query_params.get("token") or ""
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+async def body_of(request: Request) -> dict:
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise RequestError(415, "expected a JSON body (Content-Type: application/json)")
+    size = request.headers.get("content-length")
+    if size is not None and size.isdigit() and int(size) > MAX_BODY:
+        raise RequestError(413, f"the request body is {int(size):,} bytes; at most {MAX_BODY:,} are read")
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise RequestError(413, f"the request body is over {MAX_BODY:,} bytes; at most {MAX_BODY:,} are read")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RequestError(400, f"the body is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+# kind -> (the Explorer method, the body fields it takes in order)
+CALLS = {
+    "text": ("text", ("text",)),
+    "head": ("head", ("text", "layer", "head")),
+    "token": ("token", ("text", "index")),
+    "cut": ("cut", ("text", "cuts", "target")),
+    "pair": ("pair", ("clean", "corrupt", "answer", "wrong")),
+    "verify": ("verify", ("clean", "corrupt", "answer", "wrong", "route")),
+    "report": ("report", ("text",)),
+}
+OPTIONAL = {"target"}
+
+
+def build(explorer, settings: Settings, page_html: str) -> Starlette:
+    """The app for one Explorer (one model); ``page_html`` the explorer page."""
+    worker = Worker(settings.queue)
+    cache = ResultCache(settings.cache_bytes)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        worker.shutdown()  # SIGINT/SIGTERM: uvicorn lets requests in flight finish, then this cancels the rest
+
+    def guard(handler):
+        async def wrapped(request: Request):
+            if not authorized(request, settings.token):
+                return error(401, "missing or wrong token: open the URL `attnroute serve` printed")
+            try:
+                return await handler(request)
+            except RequestError as e:
+                return error(e.status, e.message, e.headers)
+
+        return wrapped
+
+    async def page(request: Request):
+        return HTMLResponse(page_html, headers={**HEADERS, "Content-Security-Policy": CSP})
+
+    async def health(request: Request):
+        return JSONResponse({"status": "ok", "queue": worker.pending}, headers=HEADERS)
+
+    async def info(request: Request):
+        return JSONResponse(strict(explorer.info()), headers=HEADERS)
+
+    async def progress(request: Request):
+        job = worker.jobs.get(request.query_params.get("id", ""))
+        return JSONResponse(job.to_dict() if job else {"id": None}, headers=HEADERS)
+
+    def api(kind: str):
+        method, names = CALLS[kind]
+
+        async def handler(request: Request):
+            data = await body_of(request)
+            unknown = sorted(set(data) - set(names) - {"job"})
+            if unknown:  # never drop an argument we do not understand
+                raise RequestError(400, f"unknown field(s) {unknown} for /api/{kind}: expected {list(names)}")
+            missing = [n for n in names if n not in data and n not in OPTIONAL]
+            if missing:
+                raise RequestError(400, f"/api/{kind} needs {missing}")
+            args = [data.get(n) for n in names]
+            key = kind + json.dumps(args, sort_keys=True, ensure_ascii=False)
+            if (hit := cache.get(key)) is not None:
+                return _respond(kind, hit)
+            job_id = data.get("job")
+            job = Job(job_id if isinstance(job_id, str) and 0 < len(job_id) <= 64 else None)
+            if job.id in worker.jobs:
+                raise RequestError(409, f"job id {job.id!r} is in use: give each request its own")
+            future = worker.submit(lambda j: getattr(explorer, method)(*args, job=j), job)
+            body = await _wait(request, future, job, settings.time_limit)
+            if body is None:  # the client went away: its work was dropped, nobody reads an answer
+                return Response(status_code=499)
+            cache.put(key, body)
+            return _respond(kind, body)
+
+        return guard(handler)
+
+    routes = [
+        Route("/", guard(page)),
+        Route("/health", guard(health)),
+        Route("/api/info", guard(info)),
+        Route("/api/progress", guard(progress)),
+        *[Route(f"/api/{k}", api(k), methods=["POST"]) for k in CALLS],
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(TrustedHostMiddleware,
+                    allowed_hosts=settings.hosts)])  # fmt: skip
+    app.state.worker, app.state.cache = worker, cache
+    return app
+
+
+def _respond(kind: str, body: bytes) -> Response:
+    if kind == "report":
+        saved = {**HEADERS, "Content-Disposition": 'attachment; filename="attnroute-report.html"'}
+        return Response(body, media_type="text/html; charset=utf-8", headers=saved)
+    return Response(body, media_type="application/json", headers=HEADERS)
+
+
+async def _wait(request: Request, future, job: Job, limit: float) -> bytes | None:
+    """The job's response body; None when the client disconnected (the job is cancelled)."""
+    wrapped = asyncio.wrap_future(future)
+    deadline = time.monotonic() + limit
+    while True:
+        done, _ = await asyncio.wait({wrapped}, timeout=0.2)
+        if done:
+            break
+        if await request.is_disconnected():
+            job.cancelled.set()
+            future.cancel()
+            return None
+        if time.monotonic() > deadline:
+            job.cancelled.set()
+            future.cancel()
+            raise RequestError(504, f"the request ran past the time limit ({limit:g} s, --time-limit): it was stopped")
+    try:
+        result = wrapped.result()
+    except Cancelled:
+        raise RequestError(503, "the request was cancelled (the server is stopping)") from None
+    except RequestError:
+        raise
+    except Exception as e:  # a defect, not the user's input: one line to the page, the server keeps serving
+        raise RequestError(
+            500, f"internal error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from e
+    if isinstance(result, str):  # the report page
+        return result.encode()
+    return json.dumps(strict(result), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+__all__ = ["CSP", "MAX_BODY", "Settings", "build"]

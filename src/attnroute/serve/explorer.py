@@ -1,0 +1,305 @@
+"""The explorer's model work, without HTTP: one LoadedModel, the requests of the page as methods.
+
+Every method returns JSON-ready data and runs on the server's one worker thread (worker.py): nothing
+here is called concurrently. ``job`` (worker.Job) receives progress and is the cancellation point:
+``job.check()`` raises Cancelled between forwards when the client went away or the time ran out.
+
+    text(text)                     the grid: per-head statistics and roles of the text, its tokens, top 5
+    head(text, layer, head)        one head's weights [T, T] (log8 codes) and value norms, run lazily
+    token(text, index)             every head's routes out of / into one token: row and column, per head
+    cut(text, cuts, target)        the top 5 next tokens and p(target) before and after the cuts
+    pair(clean, corrupt, …)        activation patching (heads, q/k/v) and the top routes of a prompt pair
+    verify(clean, …, route)        one route of the pair knocked out exactly: Δ metric
+    report(text)                   the offline report page of the text
+
+A cut of a route is KnockoutEdges([query], [key], [head], layer) — the same intervention, the same
+eager path and the same measurement as ``attnroute.knockout(..., window=1, heads=[head])`` on that
+layer, so the two give the same numbers (tested to 1e-6). A cut of a head is ZeroHead.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..engine import KnockoutEdges, ZeroHead
+from ..models import LoadedModel
+from ..read.capture import capture_weights, sink_positions
+from ..read.heads import DEFAULT_TEXT, Reuse, read_heads, reusable
+from ..read.stimuli import encode_text, tokens_of
+from ..settings import HeadsSettings
+from ..show.weights import head_payload
+from .errors import RequestError
+
+TOP = 5  # next tokens shown before and after a cut
+MAX_CUTS = 64
+
+
+@dataclass
+class TextState:
+    """One text as the model ran it: what every later request on the text starts from."""
+
+    ids: torch.Tensor  # [1, T]
+    tokens: list[str]
+    grid: dict  # the page's grid data (JSON-ready)
+    clean: torch.Tensor | None  # last-position logits (causal) or the pooled embedding (encoder), fp32
+
+
+class Explorer:
+    def __init__(self, loaded: LoadedModel, max_tokens: int, progress=None):
+        if loaded.seq2seq:
+            raise RequestError(
+                400, "the explorer reads causal LMs and encoders; for an encoder-decoder use `attnroute report`"
+            )
+        self.loaded = loaded
+        self.max_tokens = loaded.fit(max_tokens, "max_tokens", "max_tokens") if loaded.max_positions else max_tokens
+        self.settings = HeadsSettings.from_name("report", model=loaded, ablation=False)
+        t0 = time.perf_counter()
+        self.reuse: Reuse = reusable(loaded, self.settings, progress)  # routing check + repeated tokens, once
+        self.startup_s = time.perf_counter() - t0
+        self._texts: dict[str, TextState] = {}  # a few recent texts (their grids are also in the result cache)
+
+    # ---------------------------------------------------------------- what the page shows first
+    def info(self) -> dict:
+        m = self.loaded
+        return {
+            "model": m.name,
+            "kind": m.kind,
+            "layers": m.n_layers,
+            "heads": m.n_heads,
+            "kv_heads": m.n_kv_heads,
+            "max_tokens": self.max_tokens,
+            "default_text": DEFAULT_TEXT,
+            "routing_check": self.reuse.routing_check,
+        }
+
+    def state(self, text: str, job) -> TextState:
+        """The text's state, computed once per text (the grid: one read of the text, ~1 s at 60 tokens)."""
+        if text in self._texts:
+            return self._texts[text]
+        ids = self.encode(text)
+        job.say("reading the text's routing", 0, 2)
+        table = read_heads(settings=self.settings.replace(text=text), progress=job.progress, reuse=self.reuse)
+        job.check()
+        job.say("the clean run", 1, 2)
+        clean = self.outputs(ids, [])
+        cols = {c: np.nan_to_num(v, nan=0.0).round(5).tolist() for c, v in table.columns.items()}
+        grid = {
+            "tokens": tokens_of(self.loaded.tokenizer, ids[0]),
+            "columns": cols,
+            "roles": table.roles,
+            "sink_keys": sink_positions(self.loaded.tokenizer, ids),
+            "routing_check": table.meta.routing_check,
+            "stimulus": table.meta.stimulus,
+            "top": self.top(clean) if self.loaded.causal else None,
+        }
+        st = TextState(ids, grid["tokens"], grid, clean)
+        self._texts = {**dict(list(self._texts.items())[-3:]), text: st}  # the last four texts
+        return st
+
+    def encode(self, text: str) -> torch.Tensor:
+        if not isinstance(text, str) or not text.strip():
+            raise RequestError(400, "text: expected a non-empty string")
+        ids, _ = encode_text(self.loaded.tokenizer, text, None)
+        if ids.shape[1] > self.max_tokens:
+            raise RequestError(
+                413, f"the text is {ids.shape[1]} tokens; this server reads at most {self.max_tokens} (--max-tokens)"
+            )
+        return ids
+
+    def text(self, text: str, job) -> dict:
+        return self.state(text, job).grid
+
+    # ---------------------------------------------------------------- weights, lazily
+    def _layer_head(self, layer, head) -> tuple[int, int]:
+        L, H = self.loaded.n_layers, self.loaded.n_heads
+        if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < L:
+            raise RequestError(400, f"layer: expected an integer in 0 … {L - 1}, got {layer!r}")
+        if not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < H:
+            raise RequestError(400, f"head: expected an integer in 0 … {H - 1}, got {head!r}")
+        return layer, head
+
+    def head(self, text: str, layer, head, job) -> dict:
+        """One head's weights: one eager forward keeping only that head (a long text's L·H·T² weights are
+        never held), with its value norms for the value-norm-weighted map."""
+        layer, head = self._layer_head(layer, head)
+        st = self.state(text, job)
+        job.say(f"L{layer}.H{head}: one forward keeping its weights", 0, 1)
+        norms: dict = {}
+        kept = capture_weights(self.loaded, st.ids, norms, select=lambda l, w: w[head].numpy() if l == layer else None)
+        return {"layer": layer, "head": head, **head_payload(kept[layer]), "norms": _round(norms[layer][head])}
+
+    def token(self, text: str, index, job) -> dict:
+        """Every head's routes out of token ``index`` (its row) and into it (its column): [L][H] payloads."""
+        st = self.state(text, job)
+        T = st.ids.shape[1]
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < T:
+            raise RequestError(400, f"index: expected a token position in 0 … {T - 1}, got {index!r}")
+        job.say(f"token {index}: one forward keeping its row and column in every head", 0, 1)
+        kept = capture_weights(
+            self.loaded, st.ids, select=lambda l, w: torch.stack([w[:, index, :], w[:, :, index]], 1).numpy()
+        )  # per layer (H, 2, T)
+        out = np.stack([k[:, 0] for k in kept])  # (L, H, T)
+        into = np.stack([k[:, 1] for k in kept])
+        return {"index": index, "out": head_payload(out.reshape(-1, T)), "into": head_payload(into.reshape(-1, T))}
+
+    # ---------------------------------------------------------------- cuts
+    def interventions(self, cuts, T: int) -> list:
+        if not isinstance(cuts, list) or len(cuts) > MAX_CUTS:
+            raise RequestError(400, f"cuts: expected a list of at most {MAX_CUTS} cuts")
+        made = []
+        for n, c in enumerate(cuts):
+            if not isinstance(c, dict) or c.get("kind") not in ("route", "head"):
+                raise RequestError(400, f"cut {n}: expected {{kind: 'route' | 'head', layer, head, …}}")
+            layer, head = self._layer_head(c.get("layer"), c.get("head"))
+            if c["kind"] == "head":
+                made.append(ZeroHead([head], layer=layer))
+                continue
+            q, k = c.get("query"), c.get("key")
+            for name, v in (("query", q), ("key", k)):
+                if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < T:
+                    raise RequestError(400, f"cut {n}: {name} must be a token position in 0 … {T - 1}, got {v!r}")
+            if self.loaded.causal and k > q:
+                raise RequestError(400, f"cut {n}: key {k} comes after query {q}: a causal model has no such route")
+            made.append(KnockoutEdges([q], [k], [head], layer=layer))
+        return made
+
+    @torch.no_grad()
+    def outputs(self, ids: torch.Tensor, interventions: list) -> torch.Tensor:
+        """Causal: the last position's logits [V] on the eager path (knockout's own measurement);
+        encoder: the mean-pooled sentence embedding [C]."""
+        from ..read.adapter import routed
+
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        with routed(self.loaded, interventions=interventions, impl="eager"):
+            out = self.loaded.model(**batch)
+        if self.loaded.causal:
+            return out.logits[0, -1].float()
+        return out.last_hidden_state[0].float().mean(0)
+
+    def top(self, logits: torch.Tensor) -> list[dict]:
+        p = torch.softmax(logits, -1)
+        vals, idx = p.topk(TOP)
+        return [
+            {"token": self.loaded.tokenizer.decode([int(i)]), "id": int(i), "p": float(v)} for v, i in zip(vals, idx)
+        ]
+
+    def target_id(self, target, clean: torch.Tensor) -> int:
+        if target is None or target == "":
+            return int(clean.argmax())
+        if not isinstance(target, str):
+            raise RequestError(400, "target: expected a token as text, e.g. ' Paris'")
+        ids = self.loaded.tokenizer(target, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise RequestError(400, f"target {target!r} is {len(ids)} tokens; give one token")
+        return int(ids[0])
+
+    def cut(self, text: str, cuts, target, job) -> dict:
+        st = self.state(text, job)
+        made = self.interventions(cuts, st.ids.shape[1])
+        job.say(f"running the model with {len(made)} cut(s)", 0, 1)
+        after = self.outputs(st.ids, made) if made else st.clean
+        if not self.loaded.causal:
+            cos = float(torch.nn.functional.cosine_similarity(st.clean, after, dim=0))
+            return {"kind": "encoder", "metric": {"name": "cosine to the clean sentence embedding", "before": 1.0,
+                                                  "after": cos, "delta": cos - 1.0}}  # fmt: skip
+        tid = self.target_id(target, st.clean)
+        pb, pa = torch.softmax(st.clean, -1), torch.softmax(after, -1)
+        tok = self.loaded.tokenizer.decode([tid])
+        return {
+            "kind": "causal",
+            "target": {"token": tok, "id": tid},
+            "before": {"top": self.top(st.clean), "p": float(pb[tid]), "logprob": float(torch.log(pb[tid]))},
+            "after": {"top": self.top(after), "p": float(pa[tid]), "logprob": float(torch.log(pa[tid]))},
+            "metric": {
+                "name": f"p({tok!r})",
+                "before": float(pb[tid]),
+                "after": float(pa[tid]),
+                "delta": float(pa[tid] - pb[tid]),
+            },  # fmt: skip
+            "cuts": len(made),
+        }
+
+    # ---------------------------------------------------------------- prompt pairs
+    def _pair_fields(self, clean, corrupt, answer, wrong) -> dict:
+        for name, v in (("clean", clean), ("corrupt", corrupt), ("answer", answer), ("wrong", wrong)):
+            if not isinstance(v, str) or not v.strip():
+                raise RequestError(400, f"{name}: expected a non-empty string")
+        for v in (clean, corrupt):
+            self.encode(v)  # the token limit
+        return {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong}
+
+    def pair(self, clean, corrupt, answer, wrong, job) -> dict:
+        """Patching of heads and their q/k/v (denoising), and the top routes by attribution, on one pair."""
+        from ..read.patching import patch, route_attribution
+
+        f = self._pair_fields(clean, corrupt, answer, wrong)
+        if not self.loaded.causal:
+            raise RequestError(400, "prompt pairs measure a logit difference: the model must be a causal LM")
+        job.say("patching heads and q/k/v", 0, 2)
+        p = _input_errors(lambda: patch(self.loaded, sites=("head", "q", "k", "v"), progress=job.progress, **f))
+        job.check()
+        job.say("route attribution", 1, 2)
+        r = _input_errors(lambda: route_attribution(self.loaded, top=20, verify=5, progress=job.progress, **f))
+        return {
+            "patch": p.to_dict(),
+            "grid": {k: np.asarray(v).tolist() for k, v in p.grid.items()},
+            "routes": r.to_dict(),
+        }
+
+    def verify(self, clean, corrupt, answer, wrong, route, job) -> dict:
+        """One route of the clean prompt knocked out exactly (every layer after it rerun): Δ logit-diff."""
+        f = self._pair_fields(clean, corrupt, answer, wrong)
+        if not isinstance(route, dict):
+            raise RequestError(400, "route: expected {layer, head, query, key}")
+        ids = self.encode(clean)
+        made = self.interventions([{**route, "kind": "route"}], ids.shape[1])
+        a, w = self.target_id(f["answer"], torch.zeros(1)), self.target_id(f["wrong"], torch.zeros(1))
+        job.say("the route knocked out", 0, 1)
+        base, cut = self.outputs(ids, []), self.outputs(ids, made)
+        before, after = float(base[a] - base[w]), float(cut[a] - cut[w])
+        return {"route": route, "metric": "logit-diff", "before": before, "after": after, "exact": after - before}
+
+    # ---------------------------------------------------------------- the offline page
+    def report(self, text: str, job) -> str:
+        from ..read.capture import RoutingView
+        from ..show import report as page
+
+        st = self.state(text, job)
+        job.say("capturing every head's weights for the page", 0, 1)
+        norms: dict = {}
+        weights = capture_weights(self.loaded, st.ids, norms)
+        table = read_heads(settings=self.settings.replace(text=text), reuse=self.reuse)
+        m = self.loaded
+        view = RoutingView(
+            table,
+            m.tokenizer.convert_ids_to_tokens(st.ids[0].tolist()),
+            weights,
+            m.model.config,
+            m.n_kv_heads,
+            m.max_positions,
+            0.0,
+            value_norms=[norms[layer] for layer in range(m.n_layers)],
+            sink_keys=st.grid["sink_keys"],
+        )
+        return page.build(view, kv={"unavailable": "the explorer's saved page has no KV-cache card"}).html
+
+
+def _round(a: np.ndarray) -> list:
+    return [None if not np.isfinite(x) else float(f"{x:.4g}") for x in np.asarray(a, dtype=np.float64)]
+
+
+def _input_errors(fn):
+    """The read floor's refusals (InputError: a word that is not one token, lengths that differ) as 400."""
+    from ..errors import InputError
+
+    try:
+        return fn()
+    except InputError as e:
+        raise RequestError(400, str(e)) from None
+
+
+__all__ = ["Explorer", "MAX_CUTS", "TOP", "TextState"]

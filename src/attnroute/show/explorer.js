@@ -1,0 +1,201 @@
+// The live explorer (attnroute serve): the page's state is {text, cuts, heads, token}, kept in the URL's
+// hash; every number comes from the server's API (serve/app.py), which runs the model. Components: AR.
+"use strict";
+const D = JSON.parse(document.getElementById("data").textContent), INFO = D.info;
+const ROLE_COLORS = Object.fromEntries(D.role_info.map(r => [r.name, r.color]));
+const TOKEN = new URLSearchParams(location.search).get("token") || "";
+const $ = id => document.getElementById(id);
+const {html} = AR;
+const S = {mode: "text", text: "", cuts: [], heads: [], token: null, dir: "out", target: "", tokenHead: null};
+let G = null, jobs = 0;
+
+// ------------------------------------------------------------------ the API, with a progress bar
+async function api(kind, body) {
+  const job = "j" + Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
+  jobs++; $("busy").hidden = false; $("error").textContent = "";
+  const poll = setInterval(async () => {
+    try { const r = await fetch(`/api/progress?id=${job}`, {headers: {"X-Attnroute-Token": TOKEN}});
+      const p = await r.json(); if (p.id) { $("bar").firstElementChild.style.width = (100 * p.done / Math.max(1, p.total)) + "%";
+        $("busy-msg").textContent = p.message; } } catch (e) { /* the next poll tries again */ } }, 300);
+  try {
+    const r = await fetch(`/api/${kind}`, {method: "POST", headers: {"Content-Type": "application/json",
+      "X-Attnroute-Token": TOKEN}, body: JSON.stringify(Object.assign({job: job}, body))});
+    if (!r.ok) { let msg = `${r.status}`; try { msg += ": " + (await r.json()).error; } catch (e) { /* not JSON */ }
+      throw new Error(msg); }
+    return kind === "report" ? await r.blob() : await r.json();
+  } catch (e) { $("error").textContent = e.message; throw e; }
+  finally { clearInterval(poll); if (--jobs === 0) { $("busy").hidden = true; $("bar").firstElementChild.style.width = "0"; } }
+}
+function saveState() { const s = {mode: S.mode, text: S.text, cuts: S.cuts, heads: S.heads, token: S.token, dir: S.dir,
+  target: S.target, tokenHead: S.tokenHead};
+  history.replaceState(null, "", location.pathname + location.search + "#" + encodeURIComponent(JSON.stringify(s))); }
+function loadState() { if (location.hash.length < 2) return false;
+  try { Object.assign(S, JSON.parse(decodeURIComponent(location.hash.slice(1)))); return true; } catch (e) { return false; } }
+
+// ------------------------------------------------------------------ text mode
+const metricSel = $("metric"), fromIn = $("layer-from"), toIn = $("layer-to");
+fromIn.max = toIn.max = INFO.layers - 1; toIn.value = INFO.layers - 1;
+for (const m in AR.METRICS) if (m !== "ablation_delta" && m !== "grad_attr") html("option", {value: m}, metricSel, AR.METRICS[m]);
+const LNAME = l => String(l);
+function layerRange() { const a = Math.max(0, Math.min(INFO.layers - 1, +fromIn.value || 0));
+  return [a, Math.max(a, Math.min(INFO.layers - 1, toIn.value === "" ? INFO.layers - 1 : +toIn.value))]; }
+async function readText() {
+  S.text = $("text").value; S.target = $("target").value;
+  const grid = await api("text", {text: S.text});
+  G = {layers: INFO.layers, heads: INFO.heads, columns: grid.columns, roles: grid.roles, roleColors: ROLE_COLORS,
+    lname: LNAME, tokens: grid.tokens, sinkKeys: grid.sink_keys, top: grid.top};
+  if (!S.heads.length || S.heads.some(([l, h]) => l >= INFO.layers || h >= INFO.heads)) S.heads = [bestHead()];
+  if (S.token === null || S.token >= G.tokens.length) S.token = G.tokens.length - 1;
+  document.body.dataset.text = "1";
+  drawGrid(); await Promise.all([drawDetail(), drawCut(), drawTokenView()]); saveState();
+  document.body.dataset.ready = "1";
+}
+function bestHead() { let best = [0, 0], bv = -1; for (let l = 0; l < INFO.layers; l++) for (let h = 0; h < INFO.heads; h++) {
+  const v = Math.max(G.columns.induction[l][h], G.columns.prev_token[l][h]); if (v > bv) { bv = v; best = [l, h]; } } return best; }
+function cutHeads() { return S.cuts.filter(c => c.kind === "head").map(c => [c.layer, c.head]); }
+function drawGrid() {
+  if (!G) return; const [a, b] = layerRange();
+  const range = AR.grid($("grid"), G, {metric: metricSel.value, selected: S.heads, cut: cutHeads(), from: a, to: b,
+    onClick: (l, h, ev) => { selectHead(l, h, ev.shiftKey); }});
+  AR.gridLegend($("grid-legend"), G, metricSel.value, range);
+}
+for (const e of [metricSel, fromIn, toIn]) e.addEventListener("change", () => { drawGrid(); drawTokenView(); });
+async function selectHead(l, h, add) {
+  const last = S.heads[S.heads.length - 1];
+  S.heads = add && last && !(last[0] === l && last[1] === h) ? [last, [l, h]] : [[l, h]];
+  drawGrid(); saveState(); await drawDetail();
+}
+const heads = new Map();  // "text|l|h" -> {m, norms}: a head is fetched once per text
+async function headOf(l, h) { const key = `${S.text}|${l}|${h}`;
+  if (!heads.has(key)) { const P = await api("head", {text: S.text, layer: l, head: h});
+    heads.set(key, {m: AR.payloadMatrix(P), Tq: P.Tq, T: P.T, norms: P.norms.some(x => x === null) ? null : P.norms}); }
+  return heads.get(key); }
+async function drawDetail() {
+  if (!G) return; const panels = $("panels"), got = [];
+  for (const [l, h] of S.heads) got.push([l, h, await headOf(l, h)]);
+  panels.innerHTML = ""; let hidden = 0;
+  $("detail-title").textContent = "Head detail: " + S.heads.map(([l, h]) => `L${l}.H${h} (${G.roles[l][h]})`).join(" beside ");
+  for (const [l, h, H] of got) {
+    const m = AR.viewMatrix(H.m, H.Tq, H.T, {norms: $("norm-weighted").checked ? H.norms : null,
+      hideSink: $("hide-sink").checked, sinkKeys: G.sinkKeys});
+    const p = html("div", {class: "panel", "data-head": `${l}.${h}`}, panels); html("h3", {}, p, `L${l}.H${h} — ${G.roles[l][h]}`);
+    const r = html("div", {class: "row"}, p), lw = html("div", {class: "scroll"}, r), svg = AR.el("svg", {class: "links"}, lw);
+    hidden += AR.links(svg, m, H.Tq, H.T, G.tokens, G.tokens, {threshold: +$("threshold").value, focus: S.token,
+      onRoute: (q, k) => addCut({kind: "route", layer: l, head: h, query: q, key: k})});
+    AR.heat(html("canvas", {class: "heat"}, html("div", {class: "scroll"}, r)), m, H.Tq, H.T, G.tokens, G.tokens);
+  }
+  $("view-note").textContent = `Links under ${$("threshold").value} left out (${hidden}). ` +
+    ($("hide-sink").checked ? "Sink keys hidden, rows renormalized. " : "") +
+    ($("norm-weighted").checked ? "Value-norm-weighted: α·‖v W_O‖, rows renormalized. " : "");
+}
+for (const id of ["hide-sink", "norm-weighted", "threshold"]) $(id).addEventListener("change", drawDetail);
+
+// ------------------------------------------------------------------ cuts: the answer before and after
+function describe(c) { return c.kind === "head" ? `cut head L${c.layer}.H${c.head}` :
+  `cut route ${c.query} “${G.tokens[c.query]}” → ${c.key} “${G.tokens[c.key]}” in L${c.layer}.H${c.head}`; }
+async function addCut(c) { S.cuts.push(c); saveState(); drawGrid(); await drawCut(); }
+function topTable(t, rows, target) { t.innerHTML = "";
+  for (const r of rows) { const tr = html("tr", {}, t); html("td", {}, tr, JSON.stringify(r.token));
+    html("td", {class: "num"}, tr, r.p.toFixed(6)); if (r.id === target) tr.style.fontWeight = "bold"; } }
+async function drawCut(upTo) {
+  if (!G) return; const cuts = upTo === undefined ? S.cuts : S.cuts.slice(0, upTo);
+  const r = await api("cut", {text: S.text, cuts: cuts, target: S.target || null});
+  const list = $("cuts"); if (upTo === undefined) { list.innerHTML = "";
+    S.cuts.forEach((c, i) => { const li = html("li", {}, list, describe(c) + " ");
+      const x = html("button", {title: "remove this cut"}, li, "×");
+      x.addEventListener("click", async () => { S.cuts.splice(i, 1); saveState(); drawGrid(); await drawCut(); });
+      html("span", {class: "note step", "data-step": i}, li); }); }
+  if (r.kind === "encoder") { $("metric-line").textContent = `${r.metric.name}: ${r.metric.after.toFixed(6)} after ${cuts.length} cut(s)`;
+    $("top-before").innerHTML = ""; $("top-after").innerHTML = ""; return r; }
+  $("metric-line").textContent = `${r.metric.name}: ${r.metric.before.toFixed(6)} before, ${r.metric.after.toFixed(6)} after ` +
+    `(${r.metric.delta >= 0 ? "+" : ""}${r.metric.delta.toFixed(6)}) with ${cuts.length} cut(s)`;
+  $("metric-line").dataset.before = r.metric.before; $("metric-line").dataset.after = r.metric.after;
+  topTable($("top-before"), r.before.top, r.target.id); topTable($("top-after"), r.after.top, r.target.id);
+  return r;
+}
+$("undo").addEventListener("click", async () => { S.cuts.pop(); saveState(); drawGrid(); await drawCut(); });
+$("clear").addEventListener("click", async () => { S.cuts = []; saveState(); drawGrid(); await drawCut(); });
+$("replay").addEventListener("click", async () => {  // the cuts one at a time: the metric after each step
+  for (let i = 1; i <= S.cuts.length; i++) { const r = await drawCut(i);
+    const step = document.querySelector(`span.step[data-step="${i - 1}"]`);
+    if (step && r.metric) step.textContent = ` → ${r.metric.name} ${r.metric.after.toFixed(6)}`; }
+  await drawCut(); });
+$("cut-head").addEventListener("click", () => { const [l, h] = S.heads[S.heads.length - 1]; addCut({kind: "head", layer: l, head: h}); });
+
+// ------------------------------------------------------------------ a token's routes in every head
+async function drawTokenView() {
+  if (!G) return; const i = S.token, T = G.tokens.length, out = S.dir === "out";
+  AR.tokenText($("token-text"), G.tokens, G.tokens.map(() => 0), {focus: i, onToken: j => { S.token = j; saveState(); drawTokenView(); drawDetail(); }});
+  const P = await api("token", {text: S.text, index: i}), rows = AR.payloadMatrix(out ? P.out : P.into);
+  const vec = (l, h) => rows.subarray((l * INFO.heads + h) * T, (l * INFO.heads + h + 1) * T);
+  const sinks = new Set(G.sinkKeys);
+  const value = (l, h) => { const v = vec(l, h); let best = 0, s = 0, n = 0;
+    for (let j = 0; j < T; j++) { if (j === i) continue;
+      if (out) { if (!sinks.has(j) && v[j] > best) best = v[j]; } else if (j > i || INFO.kind !== "causal") { s += v[j]; n++; } }
+    return out ? best : (n ? s / n : 0); };
+  const name = out ? "largest weight to another non-sink key" : "mean weight from the queries that see it";
+  $("token-title").textContent = `Token ${i} “${G.tokens[i]}”: its routes ${out ? "out" : "in"} in every head`;
+  const [a, b] = layerRange();
+  if (!S.tokenHead) S.tokenHead = S.heads[0];
+  const range = AR.grid($("token-grid"), G, {metric: "entropy", cellValue: value, valueName: name, from: a, to: b,
+    selected: [S.tokenHead], onClick: (l, h) => { S.tokenHead = [l, h]; saveState(); drawTokenView(); }});
+  AR.gridLegend($("token-legend"), G, "entropy", range, name);
+  const [l, h] = S.tokenHead;
+  AR.tokenText($("token-shade"), G.tokens, Array.from(vec(l, h)), {focus: i, onToken: j => { S.token = j; saveState(); drawTokenView(); }});
+  $("token-card").dataset.token = String(i);
+}
+$("token-dir").addEventListener("change", () => { S.dir = $("token-dir").value; saveState(); drawTokenView(); });
+
+// ------------------------------------------------------------------ save as report (the offline page)
+$("save").addEventListener("click", async () => {
+  const blob = await api("report", {text: S.text}), a = document.createElement("a");
+  a.href = URL.createObjectURL(blob); a.download = "attnroute-report.html"; document.body.appendChild(a); a.click();
+  setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000); });
+
+// ------------------------------------------------------------------ prompt-pair mode
+function setMode(mode) { S.mode = mode; $("text-mode").hidden = mode !== "text"; $("pair-mode").hidden = mode !== "pair";
+  $("tab-text").classList.toggle("on", mode === "text"); $("tab-pair").classList.toggle("on", mode === "pair"); saveState(); }
+$("tab-text").addEventListener("click", () => setMode("text"));
+$("tab-pair").addEventListener("click", () => setMode("pair"));
+function pairFields() { return {clean: $("clean").value, corrupt: $("corrupt").value, answer: $("answer").value, wrong: $("wrong").value}; }
+async function runPair() {
+  const r = await api("pair", pairFields()), grid = r.grid;
+  const PG = (units, unit) => ({layers: INFO.layers, heads: units, columns: null, roles: null, roleColors: ROLE_COLORS,
+    lname: LNAME, unit: unit});
+  const name = "normalized patching effect";
+  const range = AR.grid($("patch-head"), PG(INFO.heads, "H"), {metric: "entropy", valueName: name,
+    cellValue: (l, h) => grid.head[l][h] === null ? NaN : grid.head[l][h]});
+  AR.gridLegend($("patch-legend"), G || PG(INFO.heads), "entropy", range, name + " (grey: estimate only)");
+  const qkv = $("patch-qkv"); qkv.innerHTML = "";
+  for (const site of ["q", "k", "v"]) { if (!grid[site]) continue; const box = html("div", {}, qkv); html("h3", {}, box, site);
+    const units = grid[site][0].length, svg = AR.el("svg", {}, box);
+    AR.grid(svg, PG(units, site === "q" ? "H" : "KV"), {metric: "entropy", valueName: `${site}: ${name}`,
+      cellValue: (l, u) => grid[site][l][u] === null ? NaN : grid[site][l][u]}); }
+  const t = $("routes"); t.innerHTML = ""; const hd = html("tr", {}, t);
+  for (const s of ["route", "weight", "estimate", "exact", ""]) html("th", {}, hd, s);
+  r.routes.routes.forEach((rt, n) => { const tr = html("tr", {"data-route": n}, t);
+    html("td", {}, tr, `L${rt.layer}.H${rt.head} ${rt.query} “${rt.query_token}” → ${rt.key} “${rt.key_token}”`);
+    html("td", {class: "num"}, tr, rt.weight.toFixed(3)); html("td", {class: "num"}, tr, rt.estimate.toFixed(4));
+    const ex = html("td", {class: "num exact"}, tr, rt.exact === null || rt.exact === undefined ? "" : rt.exact.toFixed(4));
+    const b = html("button", {}, html("td", {}, tr), "verify");
+    b.addEventListener("click", async () => { const v = await api("verify", Object.assign(pairFields(),
+      {route: {layer: rt.layer, head: rt.head, query: rt.query, key: rt.key}}));
+      ex.textContent = v.exact.toFixed(4); ex.dataset.exact = v.exact; }); });
+  $("routes-note").textContent = r.patch.verdict.lines.join(" · ");
+  document.body.dataset.pair = "1";
+}
+$("run-pair").addEventListener("click", runPair);
+
+// ------------------------------------------------------------------ start
+$("model").textContent = INFO.model;
+$("subtitle").textContent = `${INFO.layers} layers × ${INFO.heads} heads (${INFO.kv_heads} kv heads), ${INFO.kind}; ` +
+  `texts up to ${INFO.max_tokens} tokens. Routing verified against the model's own attention at start.`;
+$("run").addEventListener("click", () => { S.cuts = []; S.heads = []; S.token = null; S.tokenHead = null; readText(); });
+$("target").addEventListener("change", () => { S.target = $("target").value; saveState(); drawCut(); });
+$("clean").value = "When Mary and John went to the store, John gave a drink to";
+$("corrupt").value = "When Mary and John went to the store, Mary gave a drink to";
+$("answer").value = " Mary"; $("wrong").value = " John";
+const restored = loadState();
+$("text").value = S.text || INFO.default_text; $("target").value = S.target || ""; $("token-dir").value = S.dir;
+setMode(S.mode || "text");
+if (restored && S.text) readText(); else document.body.dataset.ready = "idle";
