@@ -541,7 +541,7 @@ class ServeSettings(Settings):
     model: object = DEFAULT_MODEL
     host: str = "127.0.0.1"  # anything else is said loudly (the token is still required)
     port: int = 0  # 0: a free port chosen by the OS
-    max_tokens: int = 1024  # a longer text gets 413
+    max_tokens: int | None = None  # a longer text gets 413; None: 1024, or the model's positions if fewer
     time_limit: float = 120.0  # seconds a request may run; past it: stopped, 504
     queue: int = 8  # requests waiting beyond the running one; past it: 503 with Retry-After
     cache_mb: int = 256  # the LRU of results, bounded in bytes
@@ -550,7 +550,7 @@ class ServeSettings(Settings):
         if not isinstance(self.host, str) or not self.host.strip() or any(c in self.host for c in "/ ?#@"):
             raise InputError(f"host must be an address such as 127.0.0.1, got {self.host!r}", field="host")
         integer(self.port, "port", 0, 65535)
-        integer(self.max_tokens, "max_tokens", 2, 1_000_000)
+        integer(self.max_tokens, "max_tokens", 2, 1_000_000, optional=True)
         if (
             isinstance(self.time_limit, bool)
             or not isinstance(self.time_limit, (int, float))

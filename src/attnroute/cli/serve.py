@@ -20,7 +20,9 @@ def add(sub) -> None:
         "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only)"
     )
     p.add_argument("--port", type=int, default=0, help="the port (default 0: a free one)")
-    p.add_argument("--max-tokens", type=int, default=1024, help="the longest text a request may send (default 1024)")
+    p.add_argument(
+        "--max-tokens", type=int, help="the longest text a request may send (default 1024, or the model's positions)"
+    )
     p.add_argument("--time-limit", type=float, default=120.0, help="seconds a request may run (default 120)")
     p.add_argument("--queue", type=int, default=8, help="requests that may wait for the model (default 8; more: 503)")
     p.add_argument("--cache-mb", type=int, default=256, help="memory for cached results (default 256 MiB)")

@@ -176,7 +176,7 @@ async def _wait(request: Request, future, job: Job, limit: float) -> bytes | Non
     wrapped = asyncio.wrap_future(future)
     deadline = time.monotonic() + limit
     while True:
-        done, _ = await asyncio.wait({wrapped}, timeout=0.2)
+        done, _ = await asyncio.wait({wrapped}, timeout=max(0.0, min(0.2, deadline - time.monotonic())))
         if done:
             break
         if await request.is_disconnected():

@@ -35,6 +35,7 @@ from ..show.weights import head_payload
 from .errors import RequestError
 
 TOP = 5  # next tokens shown before and after a cut
+DEFAULT_TOKENS = 1024
 MAX_CUTS = 64
 
 
@@ -49,13 +50,16 @@ class TextState:
 
 
 class Explorer:
-    def __init__(self, loaded: LoadedModel, max_tokens: int, progress=None):
+    def __init__(self, loaded: LoadedModel, max_tokens: int | None = None, progress=None):
         if loaded.seq2seq:
             raise RequestError(
                 400, "the explorer reads causal LMs and encoders; for an encoder-decoder use `attnroute report`"
             )
         self.loaded = loaded
-        self.max_tokens = loaded.fit(max_tokens, "max_tokens", "max_tokens") if loaded.max_positions else max_tokens
+        if max_tokens is None:  # 1024, or the model's positions if fewer
+            self.max_tokens = min(DEFAULT_TOKENS, loaded.max_positions or DEFAULT_TOKENS)
+        else:
+            self.max_tokens = loaded.fit(max_tokens, "max_tokens", "max_tokens") if loaded.max_positions else max_tokens
         self.settings = HeadsSettings.from_name("report", model=loaded, ablation=False)
         t0 = time.perf_counter()
         self.reuse: Reuse = reusable(loaded, self.settings, progress)  # routing check + repeated tokens, once

@@ -133,13 +133,13 @@ def _announce(server: uvicorn.Server, url: str) -> None:
         print("  (the token in the URL is required on every request; Ctrl-C stops the server)", flush=True)
 
 
-def serve(model, *, progress=None, **fields) -> Handle:
+def serve(model=None, *, progress=None, **fields) -> Handle:
     """The explorer from Python (a notebook): the server in a background thread, on 127.0.0.1 unless
     ``host`` says otherwise. ``fields`` are ServeSettings' (max_tokens, port, time_limit, queue, cache_mb).
     Returns a Handle: display it to see the explorer, ``handle.close()`` to stop it."""
     from ..settings import ServeSettings
 
-    s = ServeSettings(model=model, **fields)
+    s = ServeSettings(**({} if model is None else {"model": model}), **fields)
     warn_if_open(s.host)
     server, sock, url, token = prepare(s, progress)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="attnroute-serve")

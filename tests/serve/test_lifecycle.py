@@ -1,0 +1,73 @@
+"""`attnroute serve` starting and stopping as a process: SIGINT/SIGTERM exit 0 with in-flight work finished,
+--host beyond loopback warns and still needs the token, a taken port or a bad flag is one line (exit 2)
+before the model loads, a request past --time-limit is stopped (504) and the server keeps serving."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+
+from .conftest import start
+
+
+def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(tiny_llama):
+    server = start("--model", tiny_llama, "--time-limit", "60")
+    got = {}
+
+    def request():
+        with httpx.Client(base_url=server.base, headers=server.headers(), timeout=60) as c:
+            got["r"] = c.post("/api/report", json={"text": "A text that is read and saved while the server stops."})
+
+    t = threading.Thread(target=request)
+    t.start()
+    time.sleep(0.3)  # the request is in flight (or done) when the signal comes
+    assert server.stop(signal.SIGTERM) == 0, "\n".join(server.lines)
+    t.join(30)
+    assert got["r"].status_code in (200, 503) and "Traceback" not in "\n".join(server.lines)
+
+
+def test_wide_host_warns_needs_the_token_stops_slow_requests_and_exits_0_on_sigint(tiny_llama):
+    server = start("--model", tiny_llama, "--host", "0.0.0.0", "--time-limit", "0.05")
+    try:
+        out = "\n".join(server.lines)
+        assert "warning: --host 0.0.0.0 listens beyond this machine" in out and "token is still required" in out
+        assert httpx.get(server.base + "/api/info", timeout=10).status_code == 401
+        with httpx.Client(base_url=server.base, headers=server.headers(), timeout=60) as c:
+            assert c.get("/api/info").status_code == 200
+            long = " ".join(["the cat sat on the mat"] * 12)
+            r = c.post("/api/pair", json={"clean": long + " alice", "corrupt": long + " bob", "answer": "alice",
+                                          "wrong": "bob"})  # fmt: skip
+            assert r.status_code == 504 and "--time-limit" in r.json()["error"]
+            deadline = time.monotonic() + 30
+            while c.get("/health").json()["queue"] != 0:  # the stopped job leaves the worker
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert c.get("/api/info").status_code == 200
+    finally:
+        assert server.stop(signal.SIGINT) == 0, "\n".join(server.lines)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attnroute", "serve", *args], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
+def test_a_taken_port_and_bad_flags_are_one_line_before_the_model_loads(tiny_llama):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        t0 = time.perf_counter()
+        r = run_cli("--model", tiny_llama, "--port", str(port))
+    assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
+    assert "loading" not in r.stderr and time.perf_counter() - t0 < 30
+    for flags, said in ((["--port", "70000"], "--port"), (["--max-tokens", "1"], "--max-tokens"),
+                        (["--time-limit", "0"], "--time-limit"), (["--host", "a b"], "--host")):  # fmt: skip
+        r = run_cli("--model", tiny_llama, *flags)
+        assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
