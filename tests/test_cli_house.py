@@ -64,7 +64,7 @@ def heavy_imports(root: Path) -> list[str]:
     return found
 
 
-HEAVY = {"torch", "numpy", "transformers", "matplotlib", "rich", "safetensors", "scipy"}
+HEAVY = {"torch", "numpy", "transformers", "matplotlib", "rich", "safetensors", "scipy", "starlette", "uvicorn"}
 
 
 def test_no_cli_handler_is_over_25_lines():

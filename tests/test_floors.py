@@ -1,4 +1,4 @@
-"""The floors run one way: engine → read, check, cost, learn → show → cli (docs/architecture.md).
+"""The floors run one way: engine → read, check, cost, learn → show → serve → cli (docs/architecture.md).
 
 The test reads every module's imports with `ast` (no import is executed), resolves relative
 imports to attnroute's top-level folders and fails on any arrow the table below does not allow.
@@ -25,7 +25,8 @@ ALLOWED = {
     "learn": GROUND | {"engine", "learn"},
     "show": GROUND | {"engine", "read", "check", "cost", "learn", "show"},
     "bench": GROUND | {"engine", "models", "read", "check", "cost", "learn", "bench"},
-    "cli": GROUND | {"engine", "models", "read", "check", "cost", "learn", "show", "bench", "cli"},
+    "serve": GROUND | {"engine", "models", "read", "show", "serve"},  # the explorer: reads and shows, live
+    "cli": GROUND | {"engine", "models", "read", "check", "cost", "learn", "show", "bench", "serve", "cli"},
     "__init__": set(),  # names load lazily (PEP 562): the root imports no floor
 }
 ANALYSIS = ("errors", "settings", "progress", "promptset", "engine", "models", "read", "check", "cost", "learn")

@@ -107,6 +107,8 @@ PUBLIC = [
     "RoutesResult",
     "METRICS",
     "tokens",
+    "serve",
+    "ServeSettings",
 ]
 
 

@@ -115,6 +115,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "check": ("check.report", "check"),
     "CheckReport": ("check.report", "CheckReport"),
     "run_experiment": ("learn", "run_experiment"),
+    "serve": ("serve.server", "serve"),
+    "ServeSettings": ("settings", "ServeSettings"),
 }
 
 
@@ -243,4 +245,7 @@ __all__ = [
     "RoutesResult",
     "METRICS",
     "tokens",
+    # the live explorer
+    "serve",
+    "ServeSettings",
 ]

@@ -38,7 +38,7 @@ class ModelLoadError(InputError):
         super().__init__(message, field=field)
 
 
-@dataclass
+@dataclass(repr=False)
 class LoadedModel:
     model: torch.nn.Module
     tokenizer: object
@@ -47,6 +47,10 @@ class LoadedModel:
     attention_modules: list = field(default_factory=list)  # one per attention layer: encoder, decoder-self, cross
     out_projections: list = field(default_factory=list)  # per layer: the Linear after the heads (or None)
     attention_kinds: list = field(default_factory=list)  # per layer: "self", "decoder-self" or "cross"
+
+    def __repr__(self) -> str:  # one line, never the module tree (that is .model)
+        return (f"<LoadedModel {self.name}: {self.kind}, {self.n_layers} layers × {self.n_heads} heads "
+                f"({self.n_kv_heads} kv), {self.max_positions or 'unbounded'} positions>")  # fmt: skip
 
     @property
     def causal(self) -> bool:

@@ -9,10 +9,13 @@ from attnroute.cli import main
 pytestmark = pytest.mark.slow  # trains or measures for seconds to tens of seconds; make test runs it
 
 
-def test_bench_quick_writes_every_figure(tmp_path, capsys):
+def test_bench_quick_writes_every_figure_and_json_goes_to_stdout_alone(tmp_path, capsys):
     out = tmp_path / "engine.json"
-    assert main(["bench", "--quick", "--suite", "engine", "--out", str(tmp_path)]) == 0
+    assert main(["bench", "--quick", "--suite", "engine", "--out", str(tmp_path), "--json"]) == 0
     result = json.loads(out.read_text())
+    said = capsys.readouterr()
+    data = json.loads(said.out)  # nothing else on stdout: the tables went to stderr
+    assert set(data) == {"engine"} and data["engine"] == result
     impls = {(r["T"], r["impl"]) for r in result["backends"]}
     assert impls == {(T, i) for T in (256, 512) for i in ("sdpa", "blocked", "blocked+probes", "eager")}
     sdpa = {r["T"]: r["seconds"] for r in result["backends"] if r["impl"] == "sdpa"}
@@ -21,7 +24,7 @@ def test_bench_quick_writes_every_figure(tmp_path, capsys):
         assert r["time_vs_sdpa"] == pytest.approx(r["seconds"] / sdpa[r["T"]], rel=0.02, abs=0.01)
     assert all(0 < r["relative_error"] < 2 for r in result["probsparse"])
     assert result["generation"]["same_tokens"] is True
-    assert "attention backends" in capsys.readouterr().out
+    assert "attention backends" in said.err
 
 
 def test_read_tables_render_the_parts_that_ran(tmp_path, capsys):
@@ -48,9 +51,3 @@ def test_read_tables_render_the_parts_that_ran(tmp_path, capsys):
     row = "| 256 | attnroute HeadTable text statistics (fused) | 3 | 0.5 s (0.4–0.9) | 0.3 s (0.3–0.3) | 1.67× |"
     assert row in out
     assert "fused 1.00 s, eager weights 0.90 s" in out
-
-
-def test_bench_json_goes_to_stdout_alone(capsys):
-    assert main(["bench", "--quick", "--suite", "engine", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)  # nothing else on stdout: the tables went to stderr
-    assert set(data) == {"engine"} and data["engine"]["backends"]

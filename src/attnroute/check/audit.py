@@ -12,7 +12,7 @@ from .report import CheckReport, check, select
 from .targets import resolve
 
 
-@dataclass
+@dataclass(repr=False)
 class CheckRun(Result):
     """The reports of one `check` call: one per target function (an `hf:` model can give several)."""
 

@@ -17,7 +17,7 @@ from .outcome import CheckResult, Outcome
 NOT_ABOUT_MASKS = ("scale", "normalization_axis", "cached_decode")
 
 
-@dataclass
+@dataclass(repr=False)
 class CheckReport:
     target: str
     checks: list[CheckResult] = field(default_factory=list)
@@ -25,6 +25,17 @@ class CheckReport:
     strict: bool = False
     mask_shapes: list[str] = field(default_factory=list)  # "minimal", "full": the shapes the target accepted
     calls_reached: int = 0  # battery calls the target took without raising (returned something or hung)
+
+    def __repr__(self) -> str:  # one line: the checks are .checks
+        return f"<CheckReport {self.headline()}>"
+
+    def _repr_html_(self) -> str:
+        """The headline and one row per check (name, dtype, outcome, what it found): no script, escaped."""
+        from ..engine.display import card, table
+
+        rows = [{"check": c.name, "outcome": c.outcome.value, "detail": (c.detail or "")[:300]} for c in self.checks]
+        bad = [r for r in rows if r["outcome"] != "pass"]
+        return card(self.headline(), table(bad + [r for r in rows if r["outcome"] == "pass"], limit=60))
 
     def count(self, outcome: Outcome) -> int:
         return sum(c.outcome is outcome for c in self.checks)

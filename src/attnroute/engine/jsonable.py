@@ -59,5 +59,17 @@ class Result:
         """Strict JSON (NaN and inf as null) of ``to_dict()``."""
         return json.dumps(strict(self.to_dict()), indent=indent, allow_nan=False)
 
+    ROWS = None  # the to_dict() key of the table a notebook display shows the first rows of
+
+    def __repr__(self) -> str:  # one line (subclasses are @dataclass(repr=False)): never every array
+        from .display import summary_line
+
+        return summary_line(self.to_dict())
+
+    def _repr_html_(self) -> str:  # Jupyter: a card without a script, every text escaped
+        from .display import result_html
+
+        return result_html(strict(self.to_dict()), self.ROWS)
+
 
 __all__ = ["Result", "shape_problem", "strict"]

@@ -107,7 +107,7 @@ class CorpusMeta(ReadMeta):
     OPTIONAL = ("induction_loss", "skipped")
 
 
-@dataclass
+@dataclass(repr=False)
 class HeadTable(Result):
     model: str
     layers: int
@@ -195,6 +195,70 @@ class HeadTable(Result):
 
     def with_role(self, role: str) -> list[tuple[int, int]]:
         return [(l, h) for l in range(self.layers) for h in range(self.heads) if self.roles[l][h] == role]
+
+    def to_pandas(self):
+        """One row per head (the JSON rows; argmax offsets as argmax_* columns): a pandas DataFrame."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("HeadTable.to_pandas needs pandas: pip install pandas") from None
+        rows = []
+        for r in self.rows():
+            offs = r.pop("argmax_offsets")
+            rows.append({**r, **{f"argmax_{b}": v for b, v in offs.items()}})
+        return pd.DataFrame(rows).set_index(["layer", "head"])
+
+    def summary(self) -> str:
+        counts = {}
+        for row in self.roles:
+            for role in row:
+                counts[role] = counts.get(role, 0) + 1
+        kinds = ", ".join(f"{n} {r}" for r, n in sorted(counts.items(), key=lambda x: -x[1]))
+        tokens = getattr(self.meta, "text_tokens", None) or getattr(self.meta, "n_tokens", None)
+        return f"HeadTable({self.model}: {self.layers} layers × {self.heads} heads, {tokens} tokens; {kinds})"
+
+    def __repr__(self) -> str:  # one line: the arrays are in .columns, the rows in .rows()
+        return f"<{self.summary()}>"
+
+    def _repr_html_(self) -> str:
+        """The role grid (a cell per head, its numbers on hover), the strongest heads per score: HTML with
+        no script, every text escaped."""
+        from html import escape
+
+        from ..engine.display import card, table
+        from .roles import ROLES
+
+        colors = {r.name: r.color for r in ROLES}
+        cells = []
+        for layer in range(self.layers):
+            tds = "".join(
+                f'<td title="{escape(self._about(layer, h), quote=True)}" style="width:14px;height:14px;padding:0;'
+                f'background:{colors.get(self.roles[layer][h], "#ccc")}"></td>'
+                for h in range(self.heads)
+            )
+            cells.append(f'<tr><td style="font-size:10px;padding-right:4px">{layer}</td>{tds}</tr>')
+        legend = " ".join(
+            f'<span style="white-space:nowrap"><i style="display:inline-block;width:10px;height:10px;'
+            f'background:{r.color}"></i> {escape(r.name)}</span>'
+            for r in ROLES
+        )
+        top = []
+        for col in ("induction", "prev_token", "sink_mass", "ablation_delta"):
+            if col in self.columns and np.isfinite(self.columns[col]).any():
+                top.append({"score": col, **{f"#{i + 1}": f"L{l}.H{h} {v:.3f}" for i, (l, h, v) in
+                                             enumerate(self.top(col, 3))}})  # fmt: skip
+        grid = f"<table style='border-collapse:separate;border-spacing:1px'>{''.join(cells)}</table>"
+        body = (f"<div style='color:#666'>rows: layers; columns: heads; hover a cell</div><div style='display:flex;"
+                f"gap:18px;align-items:flex-start'>{grid}<div>{legend}{table(top)}</div></div>")  # fmt: skip
+        return card(self.summary(), body)
+
+    def _about(self, layer: int, h: int) -> str:
+        c = self.columns
+        parts = [f"L{layer}.H{h} {self.roles[layer][h]}"]
+        for name in ("entropy", "sink_mass", "prev_token", "induction", "ablation_delta"):
+            if name in c and np.isfinite(c[name][layer, h]):
+                parts.append(f"{name} {c[name][layer, h]:.3f}")
+        return " · ".join(parts)
 
 
 __all__ = ["COLUMNS", "OFFSET_BUCKETS", "CorpusMeta", "HeadTable", "ReadMeta", "TextMeta"]

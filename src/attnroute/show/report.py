@@ -30,13 +30,18 @@ from .weights import log8_bytes, pack_log8, pack_topk
 WEIGHT_BUDGET = 40_000_000
 
 
-@dataclass
+@dataclass(repr=False)
 class Report:
     html: str
     data: dict
 
     def save(self, path) -> Path:
         return write_text(path, self.html)  # atomic: an earlier page at the path stays whole if this fails
+
+    def __repr__(self) -> str:  # one line: the page is .html, its data .data
+        return (
+            f"<Report of {self.data.get('model')}: {len(self.data.get('tokens', []))} tokens, {len(self.html):,} bytes>"
+        )
 
     def _repr_html_(self) -> str:  # Jupyter: the page inline, in a sandboxed iframe (its scripts stay in it)
         return (

@@ -38,8 +38,9 @@ class KnockoutError(InputError):
     """A route that cannot be placed on the text; the message says which word or index."""
 
 
-@dataclass
+@dataclass(repr=False)
 class KnockoutResult(Result):
+    ROWS = "windows"  # the table its notebook display shows
     SCHEMA = {
         "experiment": str,
         "verdict": {"lines": [str]},

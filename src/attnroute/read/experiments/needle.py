@@ -153,8 +153,9 @@ def needle(
     return NeedleResult(loaded.name, code, seed, heads, rows)
 
 
-@dataclass
+@dataclass(repr=False)
 class NeedleResult(Result):
+    ROWS = "lengths"  # the table its notebook display shows
     """Per length: whether the model answered, the retrieval heads' weight on the needle and entropy, the
     best head."""
 

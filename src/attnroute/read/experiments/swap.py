@@ -32,8 +32,9 @@ class SwapError(InputError):
     """Two prompts whose maps cannot be exchanged."""
 
 
-@dataclass
+@dataclass(repr=False)
 class SwapResult(Result):
+    ROWS = "layers"  # the table its notebook display shows
     SCHEMA = {
         "experiment": str,
         "verdict": {"lines": [str]},

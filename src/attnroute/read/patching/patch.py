@@ -44,8 +44,9 @@ from .sites import Component, components, pick
 FIRST, STEP = 20, 10
 
 
-@dataclass
+@dataclass(repr=False)
 class PatchResult(Result):
+    ROWS = "rows"  # the table its notebook display shows
     SCHEMA = {
         "experiment": str,
         "verdict": {"lines": [str]},

@@ -33,8 +33,9 @@ from .runs import batch_of, output_kwargs
 FLAT_AT_CLEAN = ("kl", "cosine")  # 0 (or 1) with zero gradient on the run they compare with
 
 
-@dataclass
+@dataclass(repr=False)
 class RoutesResult(Result):
+    ROWS = "routes"  # the table its notebook display shows
     SCHEMA = {
         "experiment": str,
         "verdict": {"lines": [str]},

@@ -1,0 +1,45 @@
+"""docs/notebooks/attnroute.ipynb executed with nbclient on a real kernel: every result renders inline as
+HTML without a script, prints one short line, and ar.serve starts, answers and stops from the notebook."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+NOTEBOOK = Path(__file__).parents[2] / "docs" / "notebooks" / "attnroute.ipynb"
+
+
+def outputs(cell) -> tuple[str, str]:
+    html = "".join(o.get("data", {}).get("text/html", "") for o in cell.outputs)
+    text = "".join(o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+    text += "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")  # not stderr's warnings
+    return html, text
+
+
+def test_the_notebook_runs_and_every_display_is_inline_short_and_scriptless(tmp_path):
+    copy = tmp_path / NOTEBOOK.name  # the repo's notebook is an input: it is never written
+    shutil.copy(NOTEBOOK, copy)
+    nb = nbformat.read(copy, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    shown = {c.source.splitlines()[-1]: outputs(c) for c in code}
+    for name, marker in (("table", "HeadTable(smollm2: 30 layers × 9 heads"), ("ko", "knockout"), ("sw", "swap"), ("nd", "needle"),
+                         ("pr", "patch")):  # fmt: skip
+        html, text = shown[name]
+        assert marker in html and "<script" not in html.lower() and "<iframe" not in html, name
+        assert len(text) < 400 and "\n" not in text.strip() and "array(" not in text, (name, text)
+    assert "<td title=" in shown["table"][0]  # the role grid, its numbers on hover
+    assert (
+        shown["lm"][1].startswith("<LoadedModel smollm2: causal, 30 layers × 9 heads (3 kv)")
+        and len(shown["lm"][1]) < 200
+    )
+    assert "layer" in shown['table.to_pandas()[["role", "entropy", "sink_mass", "induction"]].head()'][0]
+    html, text = outputs(next(c for c in code if c.source.startswith("explorer = ar.serve")))
+    assert "<iframe" in html and 'src="http://127.0.0.1:' in html and "token=" in html and "running" in text
+    assert "{'status': 'ok', 'queue': 0}" in outputs(code[-2])[1]
+    assert "stopped" in outputs(code[-1])[1]
+    assert nbformat.read(NOTEBOOK, as_version=4).cells[1].outputs == []  # the input stayed as it was
