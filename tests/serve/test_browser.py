@@ -90,6 +90,8 @@ def test_type_click_cut_and_save(smollm2_server, smollm2, tmp_path):
         assert page.locator("#token-grid rect.cell").count() == 30 * 9
         assert "Token 7" in page.text_content("#token-title")
 
+        page.dispatch_event(f".panel[data-head='12.4'] line.route[data-query='{q}'][data-key='{k}']", "click")
+        wait_until(page, "document.querySelectorAll('#cuts li').length === 1")
         with page.expect_download(timeout=60_000) as dl:
             page.click("#save")
         saved = tmp_path / "saved.html"
@@ -103,6 +105,10 @@ def test_type_click_cut_and_save(smollm2_server, smollm2, tmp_path):
         page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort())
         page.wait_for_selector("body[data-ready='1']", state="attached", timeout=30_000)
         assert page.locator("#grid rect.cell").count() == 30 * 9
+        assert "L12.H4" in page.text_content("#detail-title")  # it opens on the view that was on screen
+        assert "Token 7" in page.text_content("#token-title")
+        cuts = page.text_content("#explorer-cuts")  # the cuts on screen, with the answer before and after
+        assert "L12.H4" in cuts and f"{ko.p_clean:.6f} before, {ko.p_route[12]:.6f} after" in cuts
     assert events["errors"] == [] and all(u.startswith("file:") for u in events["requests"])
 
 

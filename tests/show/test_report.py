@@ -91,8 +91,9 @@ def test_page_in_headless_chromium(which, request, tmp_path, open_page):
         assert sink_links > 0 and page.locator("line.route[data-key='0']").count() == 0
         page.uncheck("#hide-sink")
         plain = page.evaluate(heat)
-        page.check("#norm-weighted")
-        assert page.evaluate(heat) != plain
+        page.check("#norm-weighted")  # the value-norm-weighted map beside the raw one
+        assert page.evaluate(heat) == plain and page.locator("canvas.heat-norm").count() == 1
+        assert page.evaluate("document.querySelector('canvas.heat-norm').toDataURL()") != plain
         page.click("#grid rect.cell[data-layer='1'][data-head='2']", modifiers=["Shift"])  # two heads side by side
         assert page.locator("#panels .panel").count() == 2 and "beside" in page.text_content("#detail-title")
         page.fill("#layer-from", "1")

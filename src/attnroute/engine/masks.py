@@ -56,6 +56,19 @@ class Mask:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    def _repr_html_(self) -> str:
+        """Jupyter: the mask drawn on 8 queries × 8 keys (■ may attend), beside its repr; no script."""
+        from html import escape
+
+        from .display import card
+
+        try:
+            drawn = self.grid(8, 8)
+        except Exception as e:  # a mask built for one length (padding, document) draws only at that length
+            drawn = f"(drawn at its own length only: {e})"
+        return card(repr(self), f"<pre style='line-height:1.1;margin:4px 0'>{escape(drawn)}</pre>"
+                                "<div style='color:#666'>8 queries × 8 keys; ■ may attend, bottom-right</div>")  # fmt: skip
+
 
 @dataclass(frozen=True, repr=False)
 class Predicated(Mask):

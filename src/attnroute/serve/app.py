@@ -84,9 +84,9 @@ CALLS = {
     "cut": ("cut", ("text", "cuts", "target")),
     "pair": ("pair", ("clean", "corrupt", "answer", "wrong")),
     "verify": ("verify", ("clean", "corrupt", "answer", "wrong", "route")),
-    "report": ("report", ("text",)),
+    "report": ("report", ("text", "cuts", "heads", "token")),
 }
-OPTIONAL = {"target"}
+OPTIONAL = {"target", "cuts", "heads", "token"}
 
 
 def build(explorer, settings: Settings, page_html: str) -> Starlette:

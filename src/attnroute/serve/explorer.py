@@ -268,11 +268,16 @@ class Explorer:
         return {"route": route, "metric": "logit-diff", "before": before, "after": after, "exact": after - before}
 
     # ---------------------------------------------------------------- the offline page
-    def report(self, text: str, job) -> str:
+    def report(self, text: str, cuts, heads, token, job) -> str:
+        """The offline report page of what is on screen: the text's page, opening on the heads and token
+        shown, with the cuts made and their answer before and after as a section."""
         from ..read.capture import RoutingView
-        from ..show import report as page
+        from ..show.report import render, report_data
+        from ..show.sections import insert
 
         st = self.state(text, job)
+        opened = self._opened(heads, token, st.ids.shape[1])
+        answer = self.cut(text, cuts or [], None, job) if cuts else None
         job.say("capturing every head's weights for the page", 0, 1)
         norms: dict = {}
         weights = capture_weights(self.loaded, st.ids, norms)
@@ -289,7 +294,47 @@ class Explorer:
             value_norms=[norms[layer] for layer in range(m.n_layers)],
             sink_keys=st.grid["sink_keys"],
         )
-        return page.build(view, kv={"unavailable": "the explorer's saved page has no KV-cache card"}).html
+        data = {**report_data(view, {"unavailable": "the explorer's saved page has no KV-cache card"}), "open": opened}
+        return insert(render(data), [cuts_section(cuts or [], answer, st.tokens)] if cuts else [])
+
+    def _opened(self, heads, token, T: int) -> dict:
+        if heads is None:
+            heads = []
+        if not isinstance(heads, list) or len(heads) > 2 or not all(isinstance(x, list) and len(x) == 2 for x in heads):
+            raise RequestError(400, "heads: expected at most two [layer, head] pairs")
+        for layer, head in heads:
+            self._layer_head(layer, head)
+        if token is not None and (not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < T):
+            raise RequestError(400, f"token: expected a token position in 0 … {T - 1}, got {token!r}")
+        return {"heads": heads, "token": token}
+
+
+def cuts_section(cuts: list, answer: dict, tokens: list[str]) -> str:
+    """The saved page's card of the explorer's cuts: each cut, then the top 5 before and after (escaped)."""
+    from html import escape
+
+    from ..show.sections import row
+
+    def said(c):
+        if c["kind"] == "head":
+            return f"cut head L{c['layer']}.H{c['head']}"
+        return f"cut route {c['query']} {tokens[c['query']]!r} → {c['key']} {tokens[c['key']]!r} in L{c['layer']}.H{c['head']}"
+
+    items = "".join(f"<li>{escape(said(c))}</li>" for c in cuts)
+    if answer["kind"] == "encoder":
+        m = answer["metric"]
+        body = f"<p>{escape(m['name'])}: {m['after']:.6f} after the cuts</p>"
+    else:
+
+        def top(side):
+            return "".join(f"<tr><td>{escape(repr(t['token']))}</td><td class='num'>{t['p']:.6f}</td></tr>"
+                           for t in answer[side]["top"])  # fmt: skip
+
+        m = answer["metric"]
+        body = (f"<p>{escape(m['name'])}: {m['before']:.6f} before, {m['after']:.6f} after</p><div class='row'>"
+                f"<div><h3>before</h3><table class='kv'>{top('before')}</table></div>"
+                f"<div><h3>after</h3><table class='kv'>{top('after')}</table></div></div>")  # fmt: skip
+    return row(f'<div class="card" id="explorer-cuts"><h2>Cuts made in the explorer</h2><ol>{items}</ol>{body}</div>')
 
 
 def _round(a: np.ndarray) -> list:

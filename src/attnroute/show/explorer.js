@@ -76,17 +76,20 @@ async function drawDetail() {
   panels.innerHTML = ""; let hidden = 0;
   $("detail-title").textContent = "Head detail: " + S.heads.map(([l, h]) => `L${l}.H${h} (${G.roles[l][h]})`).join(" beside ");
   for (const [l, h, H] of got) {
-    const m = AR.viewMatrix(H.m, H.Tq, H.T, {norms: $("norm-weighted").checked ? H.norms : null,
-      hideSink: $("hide-sink").checked, sinkKeys: G.sinkKeys});
+    const m = AR.viewMatrix(H.m, H.Tq, H.T, {norms: null, hideSink: $("hide-sink").checked, sinkKeys: G.sinkKeys});
     const p = html("div", {class: "panel", "data-head": `${l}.${h}`}, panels); html("h3", {}, p, `L${l}.H${h} — ${G.roles[l][h]}`);
     const r = html("div", {class: "row"}, p), lw = html("div", {class: "scroll"}, r), svg = AR.el("svg", {class: "links"}, lw);
     hidden += AR.links(svg, m, H.Tq, H.T, G.tokens, G.tokens, {threshold: +$("threshold").value, focus: S.token,
       onRoute: (q, k) => addCut({kind: "route", layer: l, head: h, query: q, key: k})});
     AR.heat(html("canvas", {class: "heat"}, html("div", {class: "scroll"}, r)), m, H.Tq, H.T, G.tokens, G.tokens);
+    if ($("norm-weighted").checked) { const nw = html("div", {}, r);  // beside the raw map
+      html("div", {class: "note"}, nw, H.norms ? "value-norm-weighted: α·‖v W_O‖, rows renormalized" : "no value norms for this layer");
+      if (H.norms) AR.heat(html("canvas", {class: "heat-norm"}, html("div", {class: "scroll"}, nw)),
+        AR.viewMatrix(H.m, H.Tq, H.T, {norms: H.norms, hideSink: $("hide-sink").checked, sinkKeys: G.sinkKeys}), H.Tq, H.T, G.tokens, G.tokens); }
   }
   $("view-note").textContent = `Links under ${$("threshold").value} left out (${hidden}). ` +
     ($("hide-sink").checked ? "Sink keys hidden, rows renormalized. " : "") +
-    ($("norm-weighted").checked ? "Value-norm-weighted: α·‖v W_O‖, rows renormalized. " : "");
+    ($("norm-weighted").checked ? "Value-norm-weighted maps beside the raw ones (Kobayashi et al. 2020). " : "");
 }
 for (const id of ["hide-sink", "norm-weighted", "threshold"]) $(id).addEventListener("change", drawDetail);
 
@@ -148,7 +151,7 @@ $("token-dir").addEventListener("change", () => { S.dir = $("token-dir").value; 
 
 // ------------------------------------------------------------------ save as report (the offline page)
 $("save").addEventListener("click", async () => {
-  const blob = await api("report", {text: S.text}), a = document.createElement("a");
+  const blob = await api("report", {text: S.text, cuts: S.cuts, heads: S.heads, token: S.token}), a = document.createElement("a");
   a.href = URL.createObjectURL(blob); a.download = "attnroute-report.html"; document.body.appendChild(a); a.click();
   setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000); });
 

@@ -56,9 +56,10 @@ function weightsNote() {
     (D.generated_from !== null && D.generated_from !== undefined ? ` Tokens from position ${D.generated_from} on (red, italic) ` +
       "were generated (greedy, with the KV cache); their rows are the weights recorded while decoding." : "");
 }
-function viewOf(l, h) {
+function viewOf(l, h, weighted) {  // weighted: the value-norm-weighted map (null when the layer has no norms)
   const m = AR.headMatrix(W, layerBytes[l], l, h), Tq = W.Tq || T;
-  const norms = normW.checked && D.value_norms && D.value_norms[l] ? D.value_norms[l][h] : null;
+  const norms = weighted && D.value_norms && D.value_norms[l] ? D.value_norms[l][h] : null;
+  if (weighted && !norms) return null;
   return AR.viewMatrix(m, Tq, T, {norms: norms, hideSink: hideSink.checked, sinkKeys: D.sink_keys || [0]});
 }
 function selectHead(l, h, add) {
@@ -74,16 +75,20 @@ function drawDetail() {
   let hidden = 0;
   for (const [l, h] of selected) {
     const p = html("div", {class: "panel"}, panels); html("h3", {}, p, `${HNAME(l, h)} — ${D.roles[l][h]}`);
-    const r = html("div", {class: "row"}, p), m = viewOf(l, h), Tq = W.Tq || T;
+    const r = html("div", {class: "row"}, p), m = viewOf(l, h, false), Tq = W.Tq || T;
     const lw = html("div", {}, r); html("div", {class: "note"}, lw, "links (query → key), width ∝ weight; every token, scroll");
     const sc = html("div", {class: "scroll"}, lw), svg = el("svg", {class: "links"}, sc);
     hidden += AR.links(svg, m, Tq, T, QTOK(l), KTOK(l), {threshold: +thrIn.value, gen: gen, focus: tokenFocus});
     const hw = html("div", {}, r); html("div", {class: "note"}, hw, "heatmap: queries as rows, keys as columns; hover for numbers");
     const hs = html("div", {class: "scroll"}, hw); AR.heat(html("canvas", {class: "heat"}, hs), m, Tq, T, QTOK(l), KTOK(l));
+    if (normW.checked) { const nw = html("div", {}, r), mn = viewOf(l, h, true);
+      html("div", {class: "note"}, nw, mn ? "beside it, value-norm-weighted: α_ij·‖v_j W_O‖, rows renormalized" :
+        "no value norms for this layer (its output projection is not a Linear): raw weights only");
+      if (mn) AR.heat(html("canvas", {class: "heat-norm"}, html("div", {class: "scroll"}, nw)), mn, Tq, T, QTOK(l), KTOK(l)); }
   }
   document.getElementById("view-note").textContent = `Links under ${thrIn.value} left out (${hidden}). ` +
     (hideSink.checked ? "Sink keys hidden: each row renormalized over the other keys. " : "") +
-    (normW.checked ? "Value-norm-weighted: α_ij·‖v_j W_O^h‖, each row renormalized (Kobayashi et al. 2020). " : "") +
+    (normW.checked ? "Value-norm-weighted maps beside the raw ones: α_ij·‖v_j W_O^h‖, each row renormalized (Kobayashi et al. 2020). " : "") +
     "Heatmap colour: √weight, 0 (dark) … 1 (yellow).";
 }
 for (const e of [hideSink, normW, thrIn]) e.addEventListener("change", () => { drawDetail(); drawTokenView(); });
@@ -97,7 +102,7 @@ function tokenStrip() {
     tokenFocus = j; drawTokenView(); drawDetail(); }});
 }
 function tokenVector(l, h) {  // the weights of the routes out of / into the focused token in head (l, h)
-  const m = viewOf(l, h), Tq = W.Tq || T, i = tokenFocus;
+  const m = viewOf(l, h, false), Tq = W.Tq || T, i = tokenFocus;
   if (dirSel.value === "out") { const r = i - (T - Tq); return r >= 0 && r < Tq ? Array.from(m.slice(r * T, (r + 1) * T)) : new Array(T).fill(0); }
   const col = new Array(Tq); for (let q = 0; q < Tq; q++) col[q] = i < T ? m[q * T + i] : 0; return col;
 }
@@ -225,8 +230,11 @@ async function main() {
   let best = [0, 0], bestV = -1;  // open on the strongest induction (or previous-token) head
   for (let l = 0; l < D.layers; l++) for (let h = 0; h < D.heads; h++) {
     const v = Math.max(D.columns.induction[l][h], D.columns.prev_token[l][h]); if (v > bestV) { bestV = v; best = [l, h]; } }
-  tokenFocus = D.tokens.length - 1; tokenHead = best;
-  selectHead(best[0], best[1]); drawTokenView();
+  const open = D.open || {};  // a page saved from the explorer opens on its view
+  const heads = (open.heads || []).filter(([l, h]) => l < D.layers && h < D.heads);
+  tokenFocus = open.token !== undefined && open.token !== null && open.token < D.tokens.length ? open.token : D.tokens.length - 1;
+  tokenHead = heads.length ? heads[0] : best;
+  selected = heads.length ? heads.slice(-2) : [best]; drawGrid(); drawDetail(); drawTokenView();
   document.body.dataset.ready = "1";  // the browser tests wait for this
 }
 main();

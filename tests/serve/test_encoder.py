@@ -1,0 +1,38 @@
+"""The explorer on an encoder (MiniLM), in-process through Starlette's TestClient: the grid, a head, a cut
+measured as the cosine of the pooled sentence embedding; prompt pairs refused with the reason."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.testclient import TestClient
+
+from attnroute.serve.app import Settings, build
+from attnroute.serve.explorer import Explorer
+from attnroute.serve.server import explorer_page
+
+TEXT = "A short sentence about routing, and a second clause."
+
+
+@pytest.fixture(scope="module")
+def client(minilm):
+    explorer = Explorer(minilm)
+    app = build(explorer, Settings("t0ken", hosts=["testserver"]), explorer_page(explorer))
+    with TestClient(app, headers={"X-Attnroute-Token": "t0ken"}) as c:
+        yield c
+
+
+def test_an_encoder_reads_cuts_and_refuses_pairs(client):
+    info = client.get("/api/info").json()
+    assert info["kind"] == "encoder" and info["max_tokens"] == 512 and info["routing_check"]
+    grid = client.post("/api/text", json={"text": TEXT}).json()
+    assert grid["top"] is None and len(grid["roles"]) == 6 and grid["tokens"][0] == "[CLS]"
+    head = client.post("/api/head", json={"text": TEXT, "layer": 2, "head": 3}).json()
+    assert head["Tq"] == head["T"] == len(grid["tokens"])
+    # bidirectional: a key after its query is a route here
+    route = {"kind": "route", "layer": 0, "head": 0, "query": 1, "key": 5}
+    cut = client.post("/api/cut", json={"text": TEXT, "cuts": [route, {"kind": "head", "layer": 5, "head": 1}]})
+    m = cut.json()["metric"]
+    assert cut.status_code == 200 and m["before"] == 1.0 and 0.5 < m["after"] < 1.0 and m["delta"] < 0
+    r = client.post("/api/pair", json={"clean": "a b", "corrupt": "a c", "answer": "b", "wrong": "c"})
+    assert r.status_code == 400 and "causal LM" in r.json()["error"]
+    assert client.get("/health", headers={"X-Attnroute-Token": "nope"}).status_code == 401
