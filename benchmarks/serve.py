@@ -94,7 +94,7 @@ def main() -> None:
         t0 = time.perf_counter()
         c.post("/api/text", json={"text": texts[args.lengths[0]]})
         result["start_to_usable_page_s"] = round(to_url + page + time.perf_counter() - t0, 2)
-        for n, text in texts.items():
+        for text in texts.values():
             ids, _ = encode_text(lm.tokenizer, text, None)
             T = ids.shape[1]
             t0 = time.perf_counter()

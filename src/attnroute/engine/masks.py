@@ -66,8 +66,8 @@ class Mask:
             drawn = self.grid(8, 8)
         except Exception as e:  # a mask built for one length (padding, document) draws only at that length
             drawn = f"(drawn at its own length only: {e})"
-        return card(repr(self), f"<pre style='line-height:1.1;margin:4px 0'>{escape(drawn)}</pre>"
-                                "<div style='color:#666'>8 queries × 8 keys; ■ may attend, bottom-right</div>")  # fmt: skip
+        note = "<div style='color:#666'>8 queries × 8 keys; ■ may attend, bottom-right</div>"
+        return card(repr(self), f"<pre style='line-height:1.1;margin:4px 0'>{escape(drawn)}</pre>{note}")
 
 
 @dataclass(frozen=True, repr=False)

@@ -318,7 +318,8 @@ def cuts_section(cuts: list, answer: dict, tokens: list[str]) -> str:
     def said(c):
         if c["kind"] == "head":
             return f"cut head L{c['layer']}.H{c['head']}"
-        return f"cut route {c['query']} {tokens[c['query']]!r} → {c['key']} {tokens[c['key']]!r} in L{c['layer']}.H{c['head']}"
+        q, k = c["query"], c["key"]
+        return f"cut route {q} {tokens[q]!r} → {k} {tokens[k]!r} in L{c['layer']}.H{c['head']}"
 
     items = "".join(f"<li>{escape(said(c))}</li>" for c in cuts)
     if answer["kind"] == "encoder":
