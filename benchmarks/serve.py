@@ -77,13 +77,18 @@ def main() -> None:
     ap.add_argument("--clicks", type=int, default=20)
     ap.add_argument("--lengths", type=int, nargs="+", default=[60, 1000])
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "serve.json"))
-    ap.add_argument("--shots", action="store_true", help="also write docs/explorer.png")
+    ap.add_argument("--shots", action="store_true", help="also write docs/explorer.png and docs/report.png")
+    ap.add_argument("--shots-only", action="store_true", help="only the screenshots (no measurement)")
     args = ap.parse_args()
     from attnroute.models import load
     from attnroute.read.stimuli import encode_text
 
     proc, url, to_url = start()
     base, token = url.split("/?token=")
+    if args.shots_only:
+        shots(url)
+        proc.terminate()
+        return
     result = {"machine": f"{torch.get_num_threads()} torch threads", "start_to_url_s": round(to_url, 2), "lengths": []}
     with httpx.Client(base_url=base, headers={"X-Attnroute-Token": token}, timeout=600) as c:
         t0 = time.perf_counter()
@@ -93,13 +98,14 @@ def main() -> None:
         texts = {n: text_of(lm.tokenizer, n) for n in args.lengths}
         t0 = time.perf_counter()
         c.post("/api/text", json={"text": texts[args.lengths[0]]})
-        result["start_to_usable_page_s"] = round(to_url + page + time.perf_counter() - t0, 2)
+        first = time.perf_counter() - t0  # the first text's read: the grid on screen
+        result["start_to_usable_page_s"] = round(to_url + page + first, 2)
         for text in texts.values():
             ids, _ = encode_text(lm.tokenizer, text, None)
             T = ids.shape[1]
             t0 = time.perf_counter()
             grid = c.post("/api/text", json={"text": text}).json()
-            first_read = time.perf_counter() - t0
+            first_read = first if text == texts[args.lengths[0]] else time.perf_counter() - t0
             assert len(grid["tokens"]) == T
             t0 = time.perf_counter()
             c.post("/api/head", json={"text": text, "layer": 12, "head": 4})
@@ -113,30 +119,72 @@ def main() -> None:
                                       "head_weights_s": round(head, 3)})  # fmt: skip
             print(result["lengths"][-1], flush=True)
         if args.shots:
-            shots(url, texts[args.lengths[0]])
+            shots(url)
     proc.terminate()
     result["exit_status_on_sigterm"] = proc.wait(30)
+    result["report_512"] = report_512(lm, text_of(lm.tokenizer, 512))
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
 
 
-def shots(url: str, text: str) -> None:
-    """docs/explorer.png: the explorer after reading the text, a head clicked and one route cut."""
+def report_512(lm, text: str) -> dict:
+    """The offline page of a 512-token text (`attnroute report --max-tokens 512 --no-ablation`): its size,
+    the time to build it, and what of the weights it kept."""
+    from attnroute.read.capture import routing_view
+    from attnroute.show import report
+
+    t0 = time.perf_counter()
+    view = routing_view(lm, text, ablation=False, max_tokens=512)
+    page = report.build(view, kv=None)
+    w = page.data["weights"]
+    return {"tokens": len(view.tokens), "seconds": round(time.perf_counter() - t0, 1), "page_bytes": len(page.html),
+            "format": w["format"], "dropped_max": w["dropped_max"], "dropped_mean": w["dropped_mean"]}  # fmt: skip
+
+
+SHOT_TEXT = (
+    "When Mary and John went to the store, John gave a drink to Mary. Later Mary and John went home, "
+    "and John gave a book to"
+)
+
+
+def shots(url: str) -> None:
+    """docs/explorer.png: the explorer after reading a text, an induction head clicked and its strongest
+    route from the last token cut; docs/report.png: the saved offline page of the same view."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
-        page = b.new_page(viewport={"width": 1500, "height": 1100})
+        ctx = b.new_context(viewport={"width": 1800, "height": 1200}, accept_downloads=True)
+        page = ctx.new_page()
         page.goto(url)
         page.wait_for_selector("body[data-ready='idle']", state="attached")
-        page.fill("#text", text)
+        page.fill("#text", SHOT_TEXT)
         page.click("#run")
         page.wait_for_selector("body[data-ready='1']", state="attached", timeout=120_000)
-        page.click("#grid rect.cell[data-layer='12'][data-head='4']")
-        page.wait_for_selector(".panel[data-head='12.4'] line.route", state="attached", timeout=60_000)
-        page.dispatch_event(".panel[data-head='12.4'] line.route >> nth=-1", "click")
-        page.wait_for_timeout(3000)
-        page.screenshot(path=str(ROOT / "docs" / "explorer.png"), clip={"x": 0, "y": 0, "width": 1500, "height": 1100})
+        page.click("#grid rect.cell[data-layer='18'][data-head='6']")
+        page.wait_for_selector(".panel[data-head='18.6'] line.route", state="attached", timeout=60_000)
+        strongest = page.evaluate(
+            """() => { const ls = [...document.querySelectorAll(".panel[data-head='18.6'] line.route")]
+              .filter(l => +l.dataset.query === G.tokens.length - 1 && +l.dataset.key !== 0);  // not the sink
+              ls.sort((a, b) => b.getAttribute('stroke-width') - a.getAttribute('stroke-width'));
+              return [ls[0].dataset.query, ls[0].dataset.key]; }"""
+        )
+        sel = f".panel[data-head='18.6'] line.route[data-query='{strongest[0]}'][data-key='{strongest[1]}']"
+        page.dispatch_event(sel, "click")
+        page.wait_for_selector("#cuts li", state="attached", timeout=60_000)
+        page.wait_for_timeout(1500)
+        page.mouse.move(1, 1)
+        page.screenshot(path=str(ROOT / "docs" / "explorer.png"), clip={"x": 0, "y": 0, "width": 1800, "height": 1500})
+        with page.expect_download(timeout=120_000) as dl:
+            page.click("#save")
+        saved = ROOT / "benchmarks" / "results" / "explorer-saved-report.html"
+        dl.value.save_as(saved)
+        rep = ctx.new_page()
+        rep.goto(saved.as_uri())
+        rep.wait_for_selector("body[data-ready='1']", state="attached", timeout=60_000)
+        rep.mouse.move(1, 1)
+        rep.screenshot(path=str(ROOT / "docs" / "report.png"), clip={"x": 0, "y": 0, "width": 1800, "height": 1250})
+        saved.unlink()
         b.close()
 
 

@@ -275,6 +275,7 @@ class Explorer:
         from ..show.report import render, report_data
         from ..show.sections import insert
 
+        t0 = time.perf_counter()
         st = self.state(text, job)
         opened = self._opened(heads, token, st.ids.shape[1])
         answer = self.cut(text, cuts or [], None, job) if cuts else None
@@ -290,7 +291,7 @@ class Explorer:
             m.model.config,
             m.n_kv_heads,
             m.max_positions,
-            0.0,
+            time.perf_counter() - t0,
             value_norms=[norms[layer] for layer in range(m.n_layers)],
             sink_keys=st.grid["sink_keys"],
         )
