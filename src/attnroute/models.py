@@ -9,6 +9,7 @@ its quantization_config.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -382,7 +383,14 @@ def refuse_partial_weights(path: Path, info: dict) -> None:
 
 
 def content_key(path: Path) -> str:
-    """The first 16 hex digits of the file's SHA-256: the cache follows the bytes, not the name."""
+    """The first 16 hex digits of the file's SHA-256: the cache follows the bytes, not the name. Hashed once
+    per process for a file of unchanged size and mtime (load_tokenizer and load both ask for it)."""
+    st = os.stat(path)
+    return _content_key(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _content_key(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -26,6 +26,8 @@ async function api(kind, body) {
   } catch (e) { $("error").textContent = e.message; throw e; }
   finally { clearInterval(poll); if (--jobs === 0) { $("busy").hidden = true; $("bar").firstElementChild.style.width = "0"; } }
 }
+// a failed request is said in the page's error line (api above); its rejected promise needs no console line
+window.addEventListener("unhandledrejection", e => { if ($("error").textContent) e.preventDefault(); });
 function saveState() { const s = {mode: S.mode, text: S.text, cuts: S.cuts, heads: S.heads, token: S.token, dir: S.dir,
   target: S.target, tokenHead: S.tokenHead};
   history.replaceState(null, "", location.pathname + location.search + "#" + encodeURIComponent(JSON.stringify(s))); }

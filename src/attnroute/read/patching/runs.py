@@ -52,6 +52,11 @@ class PairRun:
 
     def _metric(self, outputs, ids: torch.Tensor, copies: int = 1) -> torch.Tensor:
         """The metric per prompt of ``copies`` stacked copies of the group, as [copies · n]."""
+        return self._metric_value(outputs, ids, copies).detach().float()
+
+    def _metric_value(self, outputs, ids: torch.Tensor, copies: int = 1) -> torch.Tensor:
+        """The metric on ``outputs`` of ``copies`` stacked copies of ``ids``, its graph kept (the estimate
+        differentiates it): logits, or an encoder's pooled embedding, with the answer fields tiled."""
         batch = self.batch(ids.repeat(copies, 1))
         for name, value in self.fields.items():
             if value is not None:
@@ -61,7 +66,7 @@ class PairRun:
             if self.loaded.kind != "encoder"
             else pooled(outputs.last_hidden_state, batch["attention_mask"])
         )
-        return self.metric(x, batch).detach().float()
+        return self.metric(x, batch)
 
     @torch.no_grad()
     def _record(self, ids: torch.Tensor):
@@ -142,14 +147,7 @@ class PairRun:
         return {(t.layer, site): estimate_grid(t, self.source[t.layer], site).detach() for t in taps for site in sites}
 
     def _metric_grad(self, outputs) -> torch.Tensor:
-        batch = self.batch(self.base_ids)
-        batch.update({k: v for k, v in self.fields.items() if v is not None})
-        x = (
-            outputs.logits
-            if self.loaded.kind != "encoder"
-            else pooled(outputs.last_hidden_state, batch["attention_mask"])
-        )
-        return self.metric(x, batch)
+        return self._metric_value(outputs, self.base_ids)
 
 
 def batch_of(loaded, ids: torch.Tensor) -> dict:
