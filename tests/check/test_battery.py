@@ -104,9 +104,10 @@ def test_unsupported_is_not_applicable_and_other_exceptions_fail():
             raise ValueError("no grouped heads")
         return broken.correct(q, k, v, attn_mask)
 
-    report = ar.check(gqa_value_error)
-    assert not report.passed
-    assert next(c for c in report.checks if c.name == "grouped_heads").outcome is Outcome.FAIL
+    report = ar.check(gqa_value_error)  # raised in every dtype, everything else passes: a capability it lacks
+    gqa = next(c for c in report.checks if c.name == "grouped_heads")
+    assert report.passed and gqa.outcome is Outcome.NA and "does not accept grouped heads" in gqa.detail
+    assert not ar.check(gqa_value_error, strict=True).passed  # --strict: an unaccepted case fails
 
 
 @pytest.mark.parametrize(
@@ -174,3 +175,47 @@ def test_report_says_when_most_checks_do_not_apply():
     report = ar.check(only_causal, convention="causal")
     assert "not applicable" in report.summary().splitlines()[0]
     assert report.count(Outcome.NA) > len(CHECKS) / 2 and report.count(Outcome.FAIL) == 0
+
+
+# ------------------------------------------------------------------ capability versus bug
+
+
+def _plain_sdpa(q, k, v, attn_mask=None):  # no enable_gqa: grouped heads raise, as in timm's fused path
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+
+
+def _self_attention_only(q, k, v, attn_mask=None):
+    assert q.shape[2] == k.shape[2], "self-attention: as many queries as keys"
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, enable_gqa=q.shape[1] != k.shape[1]
+    )
+
+
+def _raises_in_fp16_only(q, k, v, attn_mask=None):
+    if q.dtype == torch.float16 and q.shape[1] != k.shape[1]:
+        raise RuntimeError("no fp16 kernel for grouped heads")
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, enable_gqa=q.shape[1] != k.shape[1]
+    )
+
+
+def test_a_shape_the_target_cannot_take_is_na_and_named_strict_fails_it():
+    r = ar.check(_plain_sdpa, "sdpa")
+    by = {c.name: c for c in r.checks}
+    for name in ("grouped_heads", "grouped_heads_fp16", "grouped_heads_bf16"):
+        assert by[name].outcome.value == "n/a"
+        assert by[name].detail.startswith("the target does not accept grouped heads (H = 6, Hkv = 2): RuntimeError")
+    assert r.passed and r.count(Outcome.NA) == 3 and "3 n/a" in r.headline()
+    strict = ar.check(_plain_sdpa, "sdpa", strict=True)
+    assert (
+        not strict.passed
+        and "--strict: an unaccepted case fails" in {c.name: c for c in strict.checks}["grouped_heads"].detail
+    )
+    q = {c.name: c for c in ar.check(_self_attention_only, "sdpa").checks}
+    assert q["q_longer_than_k"].outcome.value == "n/a" and "more queries than keys" in q["q_longer_than_k"].detail
+    assert "AssertionError" in q["q_longer_than_k"].detail
+
+
+def test_an_exception_in_one_dtype_only_stays_a_fail():
+    by = {c.name: c for c in ar.check(_raises_in_fp16_only, "sdpa").checks}
+    assert by["grouped_heads_fp16"].outcome.value == "fail" and by["grouped_heads"].outcome.value == "pass"

@@ -147,8 +147,44 @@ def check(
         )
     report.mask_shapes = sorted(ctx.call.shapes)
     report.calls_reached = ctx.call.reached
+    unaccepted(report.checks, strict)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+# cases whose only difference from the cases a target passes is their shape: a target built without that
+# capability (plain SDPA without enable_gqa, a self-attention-only module) raises on them in every dtype
+SHAPE_CASES = {
+    "grouped_heads": "grouped heads (H = 6, Hkv = 2)",
+    "q_longer_than_k": "more queries than keys (Tq = 6, Tk = 3)",
+}
+RAISED = "the target raised "
+
+
+def _dtype_of(name: str) -> str:
+    return "fp16" if name.endswith("_fp16") else "bf16" if name.endswith("_bf16") else "fp32"
+
+
+def unaccepted(checks: list[CheckResult], strict: bool) -> None:
+    """A shape case that raised the same exception type in every dtype, while the target passed other
+    cases in each of those dtypes, is a capability the target lacks: n/a, saying which shape and what it
+    raised. An exception in one dtype only, or a target that passes nothing, stays a fail; ``strict``
+    keeps them fails (and says why)."""
+    for base, shape in SHAPE_CASES.items():
+        cases = [c for c in checks if c.name.removesuffix("_fp16").removesuffix("_bf16") == base]
+        if len(cases) < 2 or not all(c.outcome is Outcome.FAIL and c.detail.startswith(RAISED) for c in cases):
+            continue
+        if len({c.detail[len(RAISED) :].split(":")[0] for c in cases}) != 1:
+            continue  # different exceptions in different dtypes: not one missing capability
+        others = [c for c in checks if c not in cases and c.outcome in (Outcome.PASS, Outcome.HAZARD)]
+        if not all(any(_dtype_of(o.name) == _dtype_of(c.name) for o in others) for c in cases):
+            continue  # the target accepts nothing else in that dtype either
+        for c in cases:
+            raised = c.detail[len(RAISED) :]
+            if strict:
+                c.detail = f"the target does not accept {shape}: {raised} (--strict: an unaccepted case fails)"
+            else:
+                c.outcome, c.detail = Outcome.NA, f"the target does not accept {shape}: {raised}"
 
 
 __all__ = ["CheckReport", "check", "select"]

@@ -25,7 +25,11 @@ def add(sub) -> None:
     c.add_argument("--only", help="comma-separated check names to run")
     c.add_argument("--skip", help="comma-separated check names to mark not applicable")
     c.add_argument("--scale", type=float, help="the temperature the target means to use (e.g. 1 for T5); default 1/√d")
-    c.add_argument("--strict", action="store_true", help="hazards fail too (exit 1)")
+    c.add_argument(
+        "--strict",
+        action="store_true",
+        help="hazards fail too (exit 1), and so do shapes the target does not accept (grouped heads, Tq > Tk)",
+    )
     c.add_argument("--timeout", type=float, default=10.0, help="seconds per call before the target counts as hung")
     c.set_defaults(fn=run)
 

@@ -162,6 +162,8 @@ function setMode(mode) { S.mode = mode; $("text-mode").hidden = mode !== "text";
   $("tab-text").classList.toggle("on", mode === "text"); $("tab-pair").classList.toggle("on", mode === "pair"); saveState(); }
 $("tab-text").addEventListener("click", () => setMode("text"));
 $("tab-pair").addEventListener("click", () => setMode("pair"));
+if (INFO.kind !== "causal") { $("tab-pair").disabled = true;  // a logit difference needs a causal LM
+  $("tab-pair").title = "prompt pairs measure a logit difference: this model is not a causal LM"; }
 function pairFields() { return {clean: $("clean").value, corrupt: $("corrupt").value, answer: $("answer").value, wrong: $("wrong").value}; }
 async function runPair() {
   const r = await api("pair", pairFields()), grid = r.grid;
