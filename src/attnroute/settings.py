@@ -23,6 +23,7 @@ DEFAULT_MODEL = "smollm2"
 DEFAULT_EXACT = 20  # heads ablated exactly by default: the top of the one-backward estimate
 ABLATION_MODES = ("zero", "mean", "uniform")
 CONVENTIONS = ("sdpa", "mha", "additive", "hf", "causal")
+MASK_FAMILIES = ("any", "causal", "bidirectional")
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
 SEED_MAX = 2**32 - 1  # numpy's and torch's seed range
 MAX_GENERATE = 512
@@ -477,11 +478,16 @@ class CheckSettings(Settings):
     scale: float | None = None  # None: the target's own (1/√D, or the model's scaling)
     strict: bool = False  # hazards fail too
     timeout: float = 10.0  # seconds per call before the target counts as hung
+    # the masks the target can express: any; causal (a decoder: it takes its mask in its convention, but
+    # only causal ones, so every check uses the causal family); bidirectional (an encoder)
+    mask_family: str | None = None  # None: the target's own (an hf: model knows), else "any"
 
     def __post_init__(self):
         if not self.target:
             raise InputError("target is empty: give module:function, torch.sdpa or hf:NAME", field="target")
         one_of(self.convention, "convention", CONVENTIONS)
+        if self.mask_family is not None:
+            one_of(self.mask_family, "mask_family", MASK_FAMILIES)
         if self.scale is not None and not (0 < self.scale < float("inf")):
             raise InputError(f"scale must be a positive finite number, got {self.scale}", field="scale")
         if not (0 < self.timeout < float("inf")):
@@ -564,6 +570,7 @@ class ServeSettings(Settings):
 __all__ = [
     "ABLATION_MODES",
     "CONVENTIONS",
+    "MASK_FAMILIES",
     "DEFAULT_EXACT",
     "DEFAULT_MODEL",
     "DEFAULT_SEEDS",

@@ -159,3 +159,42 @@ def test_hf_decoder_decodes_with_its_cache_like_recomputation(capsys):
         by = {c["name"]: c for c in t["checks"]}
         assert by["cached_decode"]["outcome"] == "pass" and by["decode_alignment"]["outcome"] == "pass"
     assert code == 0
+
+
+def test_causal_decoders_from_the_cli(tmp_path, monkeypatch, capsys):
+    """A decoder causal by nature (no mask argument): --convention causal; one that takes a mask but only a
+    causal one: --mask-family causal, judged on every check with a causal mask (none left n/a); the first
+    refused under --convention causal names the flag that fits it."""
+    (tmp_path / "decoders.py").write_text(
+        "import torch\n"
+        "from attnroute.check import Unsupported\n"
+        "def natural(q, k, v):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,"
+        " enable_gqa=q.shape[1] != k.shape[1])\n"
+        "def needs_mask(q, k, v, attn_mask=None):\n"
+        "    if attn_mask is None:\n"
+        "        raise Unsupported('this decoder always takes its causal mask')\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,"
+        " enable_gqa=q.shape[1] != k.shape[1])\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    try:
+        assert main(["check", "decoders:natural", "--convention", "causal"]) == 1  # top-left is_causal: decode fails
+        out = capsys.readouterr().out
+        assert "decode_alignment: Tq=1" in out and "aligned top-left" in out
+        assert main(["check", "decoders:needs_mask", "--mask-family", "causal", "--json", "-"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["counts"]["n/a"] == 0 and data["counts"]["pass"] >= 40
+        assert main(["check", "decoders:needs_mask", "--convention", "causal"]) == 2
+        assert "--mask-family causal" in capsys.readouterr().err
+        with pytest.raises(SystemExit) as bad:  # argparse's own refusal: exit 2, the choices named
+            main(["check", "decoders:natural", "--mask-family", "sideways"])
+        assert bad.value.code == 2 and "choose from 'any', 'causal', 'bidirectional'" in capsys.readouterr().err
+    finally:
+        sys.modules.pop("decoders", None)
+    help_text = (
+        __import__("subprocess")
+        .run([sys.executable, "-m", "attnroute", "check", "--help"], capture_output=True, text=True)
+        .stdout
+    )
+    assert "causal (the target is causal by nature" in help_text and "--mask-family" in help_text

@@ -56,7 +56,7 @@ def audit(settings: CheckSettings | None = None, **fields) -> CheckRun:
             strict=s.strict,
             timeout=s.timeout,
             head_dim=t.head_dim,
-            mask_family=t.mask_family,
+            mask_family=s.mask_family or t.mask_family,
             mask_source=t.mask_source,
             extras=t.extras,
         )
@@ -64,7 +64,13 @@ def audit(settings: CheckSettings | None = None, **fields) -> CheckRun:
     ]
     if not any(r.called_at_all for r in reports):
         first = next((c.detail for r in reports for c in r.checks), "no checks ran")
-        raise InputError(f"cannot call {s.target} with [B, H, Tq, D] tensors: {first}", field="target")
+        hint = (
+            "; a decoder that takes a mask, but only a causal one, is checked in its own convention with "
+            "`mask_family` causal"
+            if s.convention == "causal"
+            else ""
+        )
+        raise InputError(f"cannot call {s.target} with [B, H, Tq, D] tensors: {first}{hint}", field="target")
     return CheckRun(s.target, s.strict, reports)
 
 

@@ -3,13 +3,14 @@ Exit 0 when every check passes, 1 when one fails, 2 when the target cannot be lo
 
 from __future__ import annotations
 
-from ..settings import CONVENTIONS, CheckSettings
+from ..settings import CONVENTIONS, MASK_FAMILIES, CheckSettings
 from .common import STDOUT, emit_json, json_flag, names, outputs
 
 CONVENTION_HELP = (
     "how the target takes its mask: sdpa (default; bool, True = may attend), mha (bool, True = masked), "
     "additive (float added to the scores), hf (transformers' 4-D additive mask), causal (the target is causal "
-    "by nature and takes no mask: it is judged on the causal family of checks)"
+    "by nature and takes no mask: only the causal cases can be asked; a decoder that takes a mask but only a "
+    "causal one is --mask-family causal in its own convention)"
 )
 
 
@@ -21,6 +22,13 @@ def add(sub) -> None:
         "hf:smollm2, hf:minilm or hf:PATH",
     )
     c.add_argument("--convention", default="sdpa", choices=CONVENTIONS, help=CONVENTION_HELP)
+    c.add_argument(
+        "--mask-family",
+        choices=MASK_FAMILIES,
+        help="the masks the target can express: any (default), causal (a decoder that takes its mask in its "
+        "convention but only causal ones: every check, scale and garbage included, is asked with a causal mask; "
+        "padding and windows come combined with causal), bidirectional (an encoder)",
+    )
     json_flag(c, "the report")
     c.add_argument("--only", help="comma-separated check names to run")
     c.add_argument("--skip", help="comma-separated check names to mark not applicable")
@@ -36,7 +44,7 @@ def add(sub) -> None:
 
 def run(args) -> int:
     outputs({"target": args.target[3:] if args.target.startswith("hf:") else None}, {"json": args.json})
-    fields = {f: getattr(args, f) for f in ("target", "convention", "scale", "strict", "timeout")}
+    fields = {f: getattr(args, f) for f in ("target", "convention", "scale", "strict", "timeout", "mask_family")}
     settings = CheckSettings(**fields, only=names(args.only), skip=names(args.skip))
     from ..check.audit import audit
 
