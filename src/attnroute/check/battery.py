@@ -20,7 +20,7 @@ import torch
 from ..engine import attend, causal, document, padding, sliding_window
 from .conventions import Caller, TargetFailed, Unsupported
 from .diagnose import explain, tiled_heads, window_hint
-from .outcome import CheckResult
+from .outcome import CheckResult, Outcome
 
 TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}  # on weights in [0, 1]
 SCALE_TOL = {torch.float32: 0.02, torch.float16: 0.03, torch.bfloat16: 0.08}  # on the fitted temperature
@@ -178,12 +178,48 @@ def _future(b, i, j):
     return "a future position"
 
 
+def over_shapes(name: str, cases) -> CheckResult:
+    """One check judged on several shapes — batch 1 and > 1, odd head counts and an odd B × H, Tq = 1 and
+    1 < Tq < Tk: bugs hide in the shapes a battery never uses (a loop over batch × heads in chunks of 2,
+    a batch-1 fast path). ``cases``: (label, thunk → CheckResult). The first failure is returned, prefixed
+    with its shape; a pass says every shape it was judged on."""
+    passed = []
+    worst = None
+    for label, run in cases:
+        r = run()
+        if r.outcome is Outcome.FAIL:
+            r.detail = f"{label}: {r.detail}"
+            r.name = name
+            return r
+        if r.outcome is Outcome.HAZARD and worst is None:
+            worst = r
+            r.detail = f"{label}: {r.detail}"
+        passed.append(label)
+    shapes = "; judged on B×H×Tq×Tk = " + ", ".join(passed)
+    if worst is not None:
+        worst.name, worst.detail = name, worst.detail + shapes
+        return worst
+    return CheckResult.ok(name, "every row matches the reference" + shapes)
+
+
+def _shape(B, H, Tq, Tk, Hkv=None) -> str:
+    return f"{B}×{H}×{Tq}×{Tk}" + (f" (Hkv={Hkv})" if Hkv and Hkv != H else "")
+
+
 # ------------------------------------------------------------------------------------ the checks
 
 
+CAUSAL_SHAPES = ((2, 2, 8), (1, 3, 7), (3, 3, 8))  # (B, H, T): batch 1, odd heads, an odd B × H (9)
+
+
 def check_causal(ctx, dtype):
-    q, k, v = _inputs(ctx, dtype=dtype, seed=1)
-    return compare(ctx, "causal", q, k, v, causal().materialize(2, 1, 8, 8), _future, causal_case=True)
+    def case(B, H, T, seed):
+        q, k, v = _inputs(ctx, B=B, H=H, Tq=T, Tk=T, dtype=dtype, seed=seed)
+        return lambda: compare(ctx, "causal", q, k, v, causal().materialize(B, 1, T, T), _future, causal_case=True)
+
+    return over_shapes(
+        "causal", [(_shape(B, H, T, T), case(B, H, T, 1 + n)) for n, (B, H, T) in enumerate(CAUSAL_SHAPES)]
+    )
 
 
 def _padding_reason(lengths, side, Tk):
@@ -195,15 +231,20 @@ def _padding_reason(lengths, side, Tk):
 
 
 def check_padding(ctx, dtype, side):
-    lengths = [8, 5, 3]
-    q, k, v = _inputs(ctx, B=3, dtype=dtype, seed=2)
-    keep = padding(lengths, Tk=8, side=side)
-    if (side == "left" and ctx.mask_family != "bidirectional") or ctx.causal_only:  # decoder-style: with causal
-        keep = keep & causal()
-    keep = keep.materialize(3, 1, 8, 8)
-    real = padding(lengths, Tk=8, side=side).materialize(3, 1, 8, 8)[:, 0, 0]  # (B, Tq) rows that are tokens
-    rows = real[:, None, :, None]  # padded query rows are judged by empty_rows
-    return compare(ctx, f"padding_{side}", q, k, v, keep, _padding_reason(lengths, side, 8), rows=rows)
+    def case(lengths, H, seed):
+        B = len(lengths)
+        q, k, v = _inputs(ctx, B=B, H=H, dtype=dtype, seed=seed)
+        keep = padding(lengths, Tk=8, side=side)
+        if (side == "left" and ctx.mask_family != "bidirectional") or ctx.causal_only:  # decoder-style: causal too
+            keep = keep & causal()
+        keep = keep.materialize(B, 1, 8, 8)
+        real = padding(lengths, Tk=8, side=side).materialize(B, 1, 8, 8)[:, 0, 0]  # (B, Tq) rows that are tokens
+        rows = real[:, None, :, None]  # padded query rows are judged by empty_rows
+        why = _padding_reason(lengths, side, 8)
+        return lambda: compare(ctx, f"padding_{side}", q, k, v, keep, why, rows=rows)
+
+    cases = [([8, 5, 3], 2, 2), ([8, 5, 3], 3, 22), ([6], 3, 23)]  # and an odd B × H (9), batch 1 with padding
+    return over_shapes(f"padding_{side}", [(_shape(len(n), H, 8, 8), case(n, H, s)) for n, H, s in cases])
 
 
 def check_batch_independence(ctx, dtype):
@@ -237,13 +278,20 @@ def check_batch_independence(ctx, dtype):
 
 
 def check_decode_alignment(ctx, dtype):
-    for Tq in (1, 3):
-        q, k, v = _inputs(ctx, B=2, Tq=Tq, Tk=8, seed=4, dtype=dtype)
-        r = compare(ctx, "decode_alignment", q, k, v, causal().materialize(2, 1, Tq, 8), _future, causal_case=True)
-        if not r.passed:
-            r.detail = f"Tq={Tq}, Tk=8: {r.detail}"
-            return r
-    return CheckResult.ok("decode_alignment", "Tq < Tk is aligned bottom-right (Tq = 1 and 3, Tk = 8)")
+    """Decoding with a cache: Tq = 1 and 1 < Tq < Tk, at batch 1 (where fast paths drop the mask and call
+    SDPA with is_causal=True, which is top-left) and batch 2, with odd head counts."""
+
+    def case(B, H, Tq, seed):
+        q, k, v = _inputs(ctx, B=B, H=H, Tq=Tq, Tk=8, seed=seed, dtype=dtype)
+        keep = causal().materialize(B, 1, Tq, 8)
+        return lambda: compare(ctx, "decode_alignment", q, k, v, keep, _future, causal_case=True)
+
+    cases = [(2, 2, 1), (2, 2, 3), (1, 3, 1), (1, 3, 3)]
+    r = over_shapes("decode_alignment", [(f"Tq={Tq}, Tk=8, B={B}, H={H}", case(B, H, Tq, 4 + n))
+                                         for n, (B, H, Tq) in enumerate(cases)])  # fmt: skip
+    if r.passed:
+        r.detail = "Tq < Tk is aligned bottom-right" + r.detail.removeprefix("every row matches the reference")
+    return r
 
 
 def check_q_longer_than_k(ctx, dtype):
@@ -256,18 +304,23 @@ def check_q_longer_than_k(ctx, dtype):
 
 
 def check_sliding_window(ctx, dtype, W=3):
-    q, k, v = _inputs(ctx, B=1, Tq=10, Tk=10, seed=6, dtype=dtype)
-    keep = sliding_window(W).materialize(1, 1, 10, 10)
-    return compare(
-        ctx,
-        "sliding_window",
-        q,
-        k,
-        v,
-        keep,
-        lambda b, i, j: "outside its window" if j <= i else "a future position",
-        extra=lambda o: window_hint(o, W, W, TOL[dtype]),
-    )
+    """A window of W keys on a whole sequence, and while decoding with a cache (Tq = 1 and 3 after more
+    than W cached keys): a decoder whose cached keys are never windowed sees them all."""
+
+    def case(B, H, Tq, Tk, seed):
+        q, k, v = _inputs(ctx, B=B, H=H, Tq=Tq, Tk=Tk, seed=seed, dtype=dtype)
+        keep = sliding_window(W).materialize(B, 1, Tq, Tk)
+        off = Tk - Tq
+
+        def why(b, i, j):
+            return "outside its window" if j <= i + off else "a future position"
+
+        extra = (lambda o: window_hint(o, W, W, TOL[dtype])) if Tq == Tk else None
+        return lambda: compare(ctx, "sliding_window", q, k, v, keep, why, extra=extra)
+
+    cases = [(1, 2, 10, 10), (2, 3, 10, 10), (1, 2, 1, 9), (2, 3, 3, 9)]
+    return over_shapes("sliding_window", [(_shape(B, H, Tq, Tk) + f", W={W}", case(B, H, Tq, Tk, 6 + n))
+                                          for n, (B, H, Tq, Tk) in enumerate(cases)])  # fmt: skip
 
 
 def check_document(ctx, dtype):
@@ -280,12 +333,18 @@ def check_document(ctx, dtype):
 
 
 def check_grouped_heads(ctx, dtype):
-    q, k, v = _inputs(ctx, B=1, H=6, Hkv=2, seed=8, dtype=dtype)
-    keep = None if ctx.mask_family == "bidirectional" else causal().materialize(1, 1, 8, 8)
-    scale = ctx.scale_for(q.shape[-1], v.shape[-1])
-    return compare(
-        ctx, "grouped_heads", q, k, v, keep, _future, extra=lambda o: tiled_heads(o, q, k, keep, scale, TOL[dtype])
-    )
+    """Grouped heads: 6 query heads on 2 kv heads, and 9 on 3 (an odd group count, an odd B × H)."""
+
+    def case(B, H, Hkv, seed):
+        q, k, v = _inputs(ctx, B=B, H=H, Hkv=Hkv, seed=seed, dtype=dtype)
+        keep = None if ctx.mask_family == "bidirectional" else causal().materialize(B, 1, 8, 8)
+        scale = ctx.scale_for(q.shape[-1], v.shape[-1])
+        return lambda: compare(ctx, "grouped_heads", q, k, v, keep, _future,
+                               extra=lambda o: tiled_heads(o, q, k, keep, scale, TOL[dtype]))  # fmt: skip
+
+    cases = [(1, 6, 2), (3, 9, 3)]
+    return over_shapes("grouped_heads", [(_shape(B, H, 8, 8, Hkv), case(B, H, Hkv, 8 + n))
+                                         for n, (B, H, Hkv) in enumerate(cases)])  # fmt: skip
 
 
 def fit_temperature(w, q, k, keep, tol) -> float:
