@@ -219,3 +219,56 @@ def test_a_shape_the_target_cannot_take_is_na_and_named_strict_fails_it():
 def test_an_exception_in_one_dtype_only_stays_a_fail():
     by = {c.name: c for c in ar.check(_raises_in_fp16_only, "sdpa").checks}
     assert by["grouped_heads_fp16"].outcome.value == "fail" and by["grouped_heads"].outcome.value == "pass"
+
+
+# ------------------------------------------------------------------ numerics: overflow named as overflow
+
+
+def _naive_softmax(q, k, v, attn_mask=None):
+    """exp then normalize, in the input dtype, without subtracting the row maximum (a shipped shortcut)."""
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf"))
+    e = s.exp()
+    return (e / e.sum(-1, keepdim=True)).nan_to_num(0.0) @ v
+
+
+def _clamped_exp(q, k, v, attn_mask=None):
+    """exp clamped below fp16's overflow (each term fits), still no maximum subtracted: the sum overflows."""
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf"))
+    e = s.clamp(max=11.0).exp()
+    return (e / e.sum(-1, keepdim=True)).nan_to_num(0.0) @ v
+
+
+def test_a_softmax_without_its_maximum_is_named_overflow_in_its_dtype():
+    by = {c.name: c for c in ar.check(_naive_softmax).checks}
+    assert by["overflow_fp16"].outcome is Outcome.FAIL
+    assert by["overflow_fp16"].detail.startswith("overflow in fp16: with visible logits near 50")
+    assert "does not subtract the row maximum" in by["overflow_fp16"].detail
+    assert by["causal_fp16"].outcome is Outcome.PASS  # ordinary logits: every mask check still passes
+    assert by["overflow"].outcome is Outcome.FAIL and "exp(100) is beyond fp32" in by["overflow"].detail
+    assert "a row of 64 keys at logit 10 sums past fp16's 65504 although each exp fits" in by["overflow_fp16"].detail
+    long = {c.name: c for c in ar.check(_clamped_exp).checks}["overflow_fp16"]  # each exp fits: its sums do not
+    assert long.outcome is Outcome.FAIL and "a row of 64 keys at logit 10 sums past fp16's 65504" in long.detail
+    ok = {c.name: c for c in ar.check(broken.correct).checks}
+    assert all(ok[f"overflow{d}"].outcome is Outcome.PASS for d in ("", "_fp16", "_bf16"))
+
+
+def _additive(sentinel):
+    def fn(q, k, v, attn_mask=None):
+        add = (
+            None if attn_mask is None else torch.zeros(attn_mask.shape, dtype=q.dtype).masked_fill(~attn_mask, sentinel)
+        )
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=add, enable_gqa=q.shape[1] != k.shape[1]
+        )
+
+    return fn
+
+
+def test_a_finite_mask_says_the_magnitude_it_gives_way_at():
+    for sentinel, said in ((-1e4, "~1e+04"), (-1e6, "~1e+06")):
+        r = {c.name: c for c in ar.check(_additive(sentinel)).checks}["masked_keys"]
+        assert r.outcome is Outcome.FAIL and f"masked keys leak once a masked key's logit exceeds {said}" in r.detail

@@ -467,7 +467,8 @@ def check_empty_rows(ctx, dtype):
 def _garbage_case(ctx, dtype, where: str):
     """Garbage in example 1's padded keys or values; the real rows must not change. A causal target
     gets *left* padding (batched decoding), where the padded keys lie in the past of the real rows —
-    with right padding they would sit in the future, hidden by the causal mask alone."""
+    with right padding they would sit in the future, hidden by the causal mask alone. Returns the
+    garbage values that leaked, and ``leaks(value)`` to probe others (the magnitude a finite mask holds to)."""
     lengths, left = [8, 5], ctx.causal_only
     q, k, v = _inputs(ctx, B=2, seed=12, dtype=dtype)
     keep = padding(lengths, Tk=8, side="left" if left else "right")
@@ -477,14 +478,34 @@ def _garbage_case(ctx, dtype, where: str):
     pad = slice(0, 3) if left else slice(5, 8)
     real = slice(3, 8) if left else slice(0, 5)
     clean = ctx.weights(q, k, v, keep)[1, :, real, real]
-    leaks = []
-    for garbage in (float("nan"), float("inf"), BIG_FINITE[dtype]):
+
+    def leaks(garbage: float) -> bool:
         k2, v2 = k.clone(), v.clone()
         (k2 if where == "keys" else v2)[1, :, pad] = garbage
         d = ctx.weights(q, k2, v2, keep)[1, :, real, real]
-        if not bool(torch.isfinite(d).all()) or float((d - clean).abs().max()) > TOL[dtype]:
-            leaks.append(garbage)
-    return leaks
+        return not bool(torch.isfinite(d).all()) or float((d - clean).abs().max()) > TOL[dtype]
+
+    def logit(garbage: float) -> float:  # the largest scaled logit a masked key gets at this magnitude
+        k2 = k.clone().double()
+        k2[1, :, pad] = garbage
+        G = q.shape[1] // k.shape[1]
+        s = q.double() @ k2.repeat_interleave(G, 1).transpose(-1, -2) * ctx.scale_for(q.shape[-1], v.shape[-1])
+        return float(s[1, :, real, pad].max())  # the largest (positive) logit leaks first
+
+    found = [g for g in (float("nan"), float("inf"), BIG_FINITE[dtype]) if leaks(g)]
+    return found, leaks, logit
+
+
+def leak_threshold(leaks, logit, high: float) -> str:
+    """The magnitude at which a finite mask gives way: bisection on log10 of the garbage between 1 and
+    ``high`` (which leaked), said as the masked key's logit there."""
+    lo, hi = 0.0, math.log10(high)
+    if leaks(1.0):
+        return "even a masked key entry of 1 leaks: the mask does not hide keys at all"
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if leaks(10**mid) else (mid, hi)
+    return f"masked keys leak once a masked key's logit exceeds ~{logit(10**hi):.0e}"
 
 
 GARBAGE_ROUTE = {  # where garbage behind the mask enters, and what a finite leak means there
@@ -495,14 +516,16 @@ GARBAGE_ROUTE = {  # where garbage behind the mask enters, and what a finite lea
 
 def _garbage_verdict(ctx, dtype, where: str) -> CheckResult:
     """A finite value behind the mask reaching a visible row fails (a mask must hold for any finite
-    input); NaN/inf that enters a matmul before the mask is IEEE propagation: a hazard."""
+    input), with the magnitude it gives way at; NaN/inf that enters a matmul before the mask is IEEE
+    propagation: a hazard."""
     name = f"masked_{where}"
-    leaks = _garbage_case(ctx, dtype, where)
+    leaks, probe, logit = _garbage_case(ctx, dtype, where)
     route, finite_means = GARBAGE_ROUTE[where]
     finite = [g for g in leaks if math.isfinite(g)]
     if finite:
+        at = f"; {leak_threshold(probe, logit, finite[0])}" if where == "keys" else ""
         return CheckResult.fail(
-            name, f"a finite {finite[0]:g} in example 1's padded {where} reached its real rows: {finite_means}"
+            name, f"a finite {finite[0]:g} in example 1's padded {where} reached its real rows: {finite_means}{at}"
         )
     if leaks:
         return CheckResult.hazard(
@@ -554,6 +577,55 @@ def check_sentinel_overrun(ctx, dtype):
     return CheckResult.ok("sentinel_overrun", f"visible logits at {logit:g} still outrank masked keys")
 
 
+OVERFLOW_LOGIT = {torch.float32: 100.0, torch.float16: 50.0, torch.bfloat16: 100.0}  # exp overflows each dtype
+LONG_ROW = {torch.float32: 87.0, torch.float16: 10.0, torch.bfloat16: 87.0}  # each exp fits, 64 of them do not
+DTYPE_MAX = {torch.float32: "3.4e38", torch.float16: "65504", torch.bfloat16: "3.4e38"}
+
+
+def _overflowed(w, keep) -> tuple[int, int]:
+    """Rows (that see a key) which came back NaN/inf or do not sum to 1: the signature of an overflow."""
+    seen = torch.ones_like(w[..., 0], dtype=torch.bool) if keep is None else keep.expand_as(w).any(-1)
+    bad = (~torch.isfinite(w).all(-1) | ((w.sum(-1) - 1).abs() > 0.05)) & seen
+    return int(bad.sum()), int(seen.sum())
+
+
+def check_overflow(ctx, dtype):
+    """Large visible logits (valid ones): a softmax that does not subtract the row maximum overflows —
+    exp(50) is past fp16's 65504, exp(100) past fp32's and bf16's 3.4e38 — and a long row whose every
+    exp fits can still overflow its sum (64 keys: e^87 fits fp32, 64·e^87 does not; 64·e^10 is past
+    fp16). Judged by the rows' sums (an overflowed row is NaN, inf or all zero), not to the last digit:
+    at logits of 50 the dtype's own rounding moves the weights."""
+    found = []
+    B, H = 2, 4  # 64 rows of 8 keys
+    q, k, v = _inputs(ctx, B=B, H=H, dtype=torch.float32, seed=13, spread=0.3)
+    L = OVERFLOW_LOGIT[dtype]
+    q[..., 0], k[..., 0] = 1.0, (L - 3) / ctx.scale_for(q.shape[-1], v.shape[-1])  # visible logits near L
+    keep = ctx.base_keep(B, 8, 8)
+    bad, rows = _overflowed(ctx.weights(q.to(dtype), k.to(dtype), v.to(dtype), keep), keep)
+    if bad:
+        found.append(f"with visible logits near {L:g}, {bad} of {rows} rows came back NaN, inf or not summing "
+                     f"to 1 (exp({L:g}) is beyond {_name(dtype)}'s {DTYPE_MAX[dtype]})")  # fmt: skip
+    Tk, Tq, R = 64, 4, LONG_ROW[dtype]
+    q, k, v = _inputs(ctx, B=1, H=1, Tq=Tq, Tk=Tk, dtype=torch.float32, seed=14, spread=0.0, D=8, Dv=Tk)
+    q[..., 0], k[..., 0] = 1.0, R / ctx.scale_for(8, Tk)  # 64 equal logits
+    keep = ctx.base_keep(1, Tq, Tk)
+    bad, rows = _overflowed(ctx.weights(q.to(dtype), k.to(dtype), v.to(dtype), keep), keep)
+    if bad:
+        found.append(f"a row of {Tk} keys at logit {R:g} sums past {_name(dtype)}'s {DTYPE_MAX[dtype]} although "
+                     f"each exp fits ({bad} of {rows} rows NaN, inf or zero)")  # fmt: skip
+    if found:
+        return CheckResult.fail(
+            "overflow", f"overflow in {_name(dtype)}: {'; '.join(found)}: the softmax does not subtract the row maximum"
+        )
+    return CheckResult.ok(
+        "overflow", f"visible logits near {L:g} and a {Tk}-key row at {R:g} normalize in {_name(dtype)}"
+    )
+
+
+def _name(dtype) -> str:
+    return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+
+
 BASE = {
     "scale": check_scale,  # first: its temperature is the reference's for every mask check
     "scale_dv": check_scale_dv,
@@ -571,6 +643,7 @@ BASE = {
     "masked_keys": check_masked_keys,
     "masked_values": check_masked_values,
     "sentinel_overrun": check_sentinel_overrun,
+    "overflow": check_overflow,
 }
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # every check in fp32, then everything again in fp16 and bf16 (a sentinel that overflows in low
