@@ -272,3 +272,117 @@ def test_a_finite_mask_says_the_magnitude_it_gives_way_at():
     for sentinel, said in ((-1e4, "~1e+04"), (-1e6, "~1e+06")):
         r = {c.name: c for c in ar.check(_additive(sentinel)).checks}["masked_keys"]
         assert r.outcome is Outcome.FAIL and f"masked keys leak once a masked key's logit exceeds {said}" in r.detail
+
+
+# ------------------------------------------------------------------ one mechanism per finding
+
+
+def _flat_scores(q, k):
+    B, H, Tq, D = q.shape
+    kk = k.repeat_interleave(H // k.shape[1], 1)
+    return (q @ kk.transpose(-1, -2) * D**-0.5).reshape(B * H, Tq, k.shape[2])
+
+
+def _tiled(order):
+    def fn(q, k, v, attn_mask=None):
+        B, H, Tq, _ = q.shape
+        Tk = k.shape[2]
+        if order == "repeat":  # scores b-major (b·H + h), the mask tiled with .repeat(H, 1, 1)
+            s = _flat_scores(q, k)
+            m = None if attn_mask is None else attn_mask.expand(B, 1, Tq, Tk)[:, 0].repeat(H, 1, 1)
+        else:  # scores heads-first (h·B + b), the mask with repeat_interleave
+            s = _flat_scores(q, k).view(B, H, Tq, Tk).transpose(0, 1).reshape(H * B, Tq, Tk)
+            m = None if attn_mask is None else attn_mask.expand(B, 1, Tq, Tk)[:, 0].repeat_interleave(H, 0)
+        if m is not None:
+            s = s.masked_fill(~m, float("-inf"))
+        w = torch.softmax(s, -1).nan_to_num(0.0)
+        w = w.view(B, H, Tq, Tk) if order == "repeat" else w.view(H, B, Tq, Tk).transpose(0, 1)
+        return w @ v.repeat_interleave(H // v.shape[1], 1)
+
+    return fn
+
+
+def _chunked(q, k, v, attn_mask=None):
+    """Batch × heads processed two at a time; the last, partial chunk is skipped (range(n // 2))."""
+    B, H, Tq, D = q.shape
+    G = H // k.shape[1]
+    qf, kf = q.reshape(B * H, Tq, D), k.repeat_interleave(G, 1).reshape(B * H, -1, D)
+    vf = v.repeat_interleave(G, 1).reshape(B * H, -1, v.shape[-1])
+    m = None if attn_mask is None else attn_mask.expand(B, H, Tq, k.shape[2]).reshape(B * H, Tq, -1)
+    out = torch.zeros(B * H, Tq, v.shape[-1], dtype=q.dtype)
+    for i in range(B * H // 2):
+        c = slice(2 * i, 2 * i + 2)
+        out[c] = torch.nn.functional.scaled_dot_product_attention(
+            qf[c], kf[c], vf[c], attn_mask=None if m is None else m[c]
+        )
+    return out.view(B, H, Tq, -1)
+
+
+def _soft_capped_ignoring_the_mask(q, k, v, attn_mask=None):
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    s = 30.0 * torch.tanh(s / 30.0)  # a soft cap (Gemma 2 style), and no mask applied at all
+    return torch.softmax(s, -1) @ v
+
+
+def test_a_mask_tiled_over_batch_times_heads_is_named_in_both_orders():
+    for order in ("repeat", "repeat_interleave"):
+        r = {c.name: c for c in ar.check(_tiled(order)).checks}["padding_right"]
+        assert r.outcome is Outcome.FAIL and "tiled over batch × heads" in r.detail, r.detail
+        assert (".repeat" in r.detail) == (order == "repeat")
+
+
+def test_a_chunked_loop_that_drops_the_last_chunk_is_caught_on_odd_batch_times_heads():
+    r = {c.name: c for c in ar.check(_chunked).checks}["causal"]
+    assert r.outcome is Outcome.FAIL and r.detail.startswith("1×3×7×7: ")
+    assert "skips the last partial chunk" in r.detail and "B·H = 3" in r.detail
+
+
+def _batch1_fast_path(q, k, v, attn_mask=None):
+    """transformers' sdpa path in shape: at batch 1 (no padding) the mask is dropped and causality is left
+    to SDPA's is_causal whenever Tq > 1 — top-left, wrong once keys are cached (Tq < Tk)."""
+    if q.shape[0] == 1:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=q.shape[2] > 1,
+                                                                enable_gqa=q.shape[1] != k.shape[1])  # fmt: skip
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, enable_gqa=q.shape[1] != k.shape[1]
+    )
+
+
+def test_ties_are_broken_by_the_rows_that_separate_them():
+    def top_left(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1]
+        )
+
+    r = {c.name: c for c in ar.check(top_left, "causal").checks}
+    assert "aligned top-left" in r["q_longer_than_k"].detail and "never masked" not in r["q_longer_than_k"].detail
+    fast = {c.name: c for c in ar.check(_batch1_fast_path).checks}["decode_alignment"]
+    assert fast.detail.startswith("Tq=3, Tk=8, B=1, H=3: ") and "aligned top-left" in fast.detail, fast.detail
+
+
+def test_no_exact_fit_still_names_the_closest_with_how_close():
+    r = {c.name: c for c in ar.check(_soft_capped_ignoring_the_mask, skip=["scale"]).checks}["causal"]
+    assert r.outcome is Outcome.FAIL and "most likely ignores the mask it is given (never masked)" in r.detail, r.detail
+    assert "the tolerance is 1e-04" in r.detail
+
+
+def test_sentinel_wording_only_when_a_sentinel_gives_way():
+    def bool_added(q, k, v, attn_mask=None):
+        s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+        s = s if attn_mask is None else s + attn_mask.to(s.dtype)
+        return torch.softmax(s, -1) @ v
+
+    added = {c.name: c for c in ar.check(bool_added).checks}
+    assert (
+        "not a sentinel" in added["sentinel_overrun"].detail
+        and "finite sentinel" not in added["sentinel_overrun"].detail
+    )
+    assert "bool mask is added to the scores" in added["padding_right"].detail
+
+    def filled(q, k, v, attn_mask=None):  # GPT-2's torch.where(mask, s, -1e4): the sentinel replaces the score
+        s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+        s = s if attn_mask is None else s.masked_fill(~attn_mask, -1e4)
+        return torch.softmax(s, -1) @ v
+
+    sentinel = {c.name: c for c in ar.check(filled).checks}["sentinel_overrun"]
+    assert "finite sentinel" in sentinel.detail and "at ordinary logits none" in sentinel.detail

@@ -167,7 +167,7 @@ def compare(ctx: Ctx, name, q, k, v, keep, why_masked, extra=None, causal_case=F
     scale = ctx.scale_for(q.shape[-1], v.shape[-1])
 
     def cause(judged):
-        return explain(obs, q, k, keep, scale, tol, causal_case=causal_case, rows=judged) or (
+        return explain(obs, q, k, keep, scale, tol, causal_case=causal_case, rows=judged, exp=exp) or (
             extra(obs) if extra else ""
         )
 
@@ -568,11 +568,21 @@ def check_sentinel_overrun(ctx, dtype):
     obs = ctx.weights(q, k, v, keep)
     leak = float(torch.where(keep.expand_as(obs), 0.0, obs).sum(-1).max())
     if not bool(torch.isfinite(obs).all()) or leak > TOL[dtype]:
+        # a sentinel only if the same mask holds at ordinary logits: a mask that is added, inverted or
+        # ignored lets masked keys take weight whatever the logits, and that is its own finding
+        q2, k2, v2 = _inputs(ctx, B=B, H=H, Tq=T, Tk=T, dtype=dtype, seed=15)
+        ordinary = ctx.weights(q2, k2, v2, keep)
+        plain = float(torch.where(keep.expand_as(ordinary), 0.0, ordinary).sum(-1).max())
+        if plain > TOL[dtype]:
+            return CheckResult.fail(
+                "sentinel_overrun",
+                f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row — and {plain:.2f} "
+                "at ordinary logits too: the mask does not hide them at all (not a sentinel; see padding_right)",
+            )
         return CheckResult.fail(
             "sentinel_overrun",
-            f"with every visible logit at {logit:g}, masked keys took {leak:.2f} "
-            "of a row: the mask is a finite sentinel (e.g. −1e4) that a valid "
-            "logit can fall below",
+            f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row (at ordinary logits "
+            "none): the mask is a finite sentinel (e.g. −1e4) that a valid logit can fall below",
         )
     return CheckResult.ok("sentinel_overrun", f"visible logits at {logit:g} still outrank masked keys")
 

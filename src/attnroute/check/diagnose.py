@@ -33,9 +33,48 @@ def weights_under(q, k, keep, scale: float, *, added: bool = False) -> torch.Ten
     return _softmax_rows(s.masked_fill(~keep, float("-inf")))
 
 
-def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, rows=None) -> str:
+def _batch_tiled(keep: torch.Tensor, B: int, H: int, order: str) -> torch.Tensor:
+    """The [B, H, Tq, Tk] mask a target sees when it tiles a [B, 1, Tq, Tk] mask over its flattened batch ×
+    heads the wrong way: scores flattened b-major (b·H + h) with a mask tiled by .repeat(H, 1, 1) (each
+    head reads example (b·H + h) mod B's mask), or flattened heads-first (h·B + b) with repeat_interleave
+    (example (h·B + b) // H's)."""
+    b = torch.arange(B)[:, None]
+    h = torch.arange(H)[None, :]
+    src = (b * H + h) % B if order == "repeat" else (h * B + b) // H  # (B, H): whose mask each head reads
+    return keep.expand(B, 1, *keep.shape[-2:])[src.flatten(), 0].view(B, H, *keep.shape[-2:])
+
+
+TILED = {
+    "repeat": "the mask is tiled over batch × heads with .repeat (scores flattened b·H + h, so each head reads "
+    "another example's mask): expand it per example (repeat_interleave, or a [B, 1, Tq, Tk] broadcast)",
+    "repeat_interleave": "the mask is tiled over batch × heads in the other order (scores flattened heads-first, "
+    "h·B + b, with a repeat_interleave mask): each head reads another example's mask",
+}
+
+
+def zero_heads(obs, exp, tol: float) -> str:
+    """Whole (example, head) blocks of zeros where the reference has weight, the rest right: a loop over
+    batch × heads in chunks that drops the last partial chunk."""
+    B, H = obs.shape[:2]
+    zero = (obs.abs().amax((-1, -2)) <= tol) & (exp.abs().amax((-1, -2)) > tol)  # (B, H)
+    if not bool(zero.any()):
+        return ""
+    rest = ~zero[..., None, None].expand_as(obs)
+    if bool(rest.any()) and float((obs - exp).abs()[rest].max()) > tol:
+        return ""
+    flat = [int(b) * H + int(h) for b, h in torch.nonzero(zero)]
+    return (
+        f"every row of {len(flat)} (example, head) pair(s) is zero — flat indices {flat} of B·H = {B * H}: a loop over "
+        "batch × heads in chunks that skips the last partial chunk"
+    )
+
+
+def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, rows=None, exp=None) -> str:
     """The cause whose weights match ``obs`` [B, H, Tq, Tk] within ``tol``, or ''. ``rows`` (bool,
-    broadcastable to [B, H, Tq, 1]) limits the comparison to the rows that were judged."""
+    broadcastable to [B, H, Tq, 1]) limits the comparison to the rows that were judged. When several fit
+    the judged rows, the rows that separate them decide (rows with no visible key, the top rows of
+    Tq < Tk): the one closest on every row wins. When none fits to ``tol`` but one accounts for nearly all
+    of the difference from the reference ``exp``, it is named with how close it comes."""
     B, H, Tq, Tk = obs.shape
     cands: list[tuple[str, torch.Tensor]] = []
     if keep is not None:
@@ -52,6 +91,10 @@ def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, row
         always_causal = causal().materialize(1, 1, Tq, Tk)
         if not bool((keep.expand(B, 1, Tq, Tk) == always_causal).all()):
             cands.append(("ignores the mask it is given (always causal)", weights_under(q, k, always_causal, scale)))
+        per_example = keep.expand(B, 1, Tq, Tk)
+        if B > 1 and H > 1 and not bool((per_example == per_example[:1]).all()):  # masks differ per example
+            for order, text in TILED.items():
+                cands.append((text, weights_under(q, k, _batch_tiled(keep, B, H, order), scale)))
     if causal_case:
         shifted_ahead = predicate(lambda b, h, qi, kv: kv <= qi + 1).materialize(1, 1, Tq, Tk)
         shifted_back = predicate(lambda b, h, qi, kv: kv < qi).materialize(1, 1, Tq, Tk)
@@ -70,9 +113,20 @@ def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, row
     judged = torch.ones_like(obs, dtype=torch.bool) if rows is None else rows.expand_as(obs)
     if not bool(torch.isfinite(obs[judged]).all()):
         return ""
-    for text, w in cands:
-        if float((obs - w).abs()[judged].max()) <= tol:
-            return text
+    if exp is not None and (zeros := zero_heads(obs, exp, tol)):
+        return zeros
+    finite = torch.isfinite(obs).all(-1, keepdim=True).expand_as(obs)
+    errors = [(text, float((obs - w).abs()[judged].max()), float((obs - w).abs()[finite].max())) for text, w in cands]
+    fits = [e for e in errors if e[1] <= tol]
+    if fits:  # ties on the judged rows are broken on every row
+        return min(fits, key=lambda e: e[2])[0]
+    if exp is not None and errors:
+        gap = float((obs - exp).abs()[judged].max())
+        text, err, _ = min(errors, key=lambda e: e[1])
+        if err <= 0.25 * gap:
+            return (
+                f"most likely {text} (it fits to {err:.1e}, the tolerance is {tol:.0e}; the reference is {gap:.2f} off)"
+            )
     return ""
 
 
@@ -98,4 +152,4 @@ def window_hint(obs, W: int, start: int, tol: float) -> str:
     return ""
 
 
-__all__ = ["explain", "tiled_heads", "weights_under", "window_hint"]
+__all__ = ["TILED", "explain", "tiled_heads", "weights_under", "window_hint", "zero_heads"]
