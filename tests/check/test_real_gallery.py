@@ -65,6 +65,7 @@ def test_correct_code_exits_0_and_buggy_code_exits_1():
         "GPT-2 (transformers 4.x _attn)",
         "timm Attention (unfused)",
         "T5 eager (no scale declared)",
+        "diffusers SlicedAttnProcessor (v0.29.0)",
     }
     assert {n for n, ok in verdicts.items() if not ok} == buggy
     assert all(run(t).count(Outcome.FAIL) == 0 for t in TARGETS if t["name"] not in buggy)

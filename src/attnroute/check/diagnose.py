@@ -52,14 +52,16 @@ TILED = {
 }
 
 
-def zero_heads(obs, exp, tol: float) -> str:
-    """Whole (example, head) blocks of zeros where the reference has weight, the rest right: a loop over
-    batch × heads in chunks that drops the last partial chunk."""
+def zero_heads(obs, exp, tol: float, judged=None) -> str:
+    """Whole (example, head) blocks of zeros where the reference has weight, the judged rest right: a loop
+    over batch × heads in chunks that drops the last partial chunk."""
     B, H = obs.shape[:2]
     zero = (obs.abs().amax((-1, -2)) <= tol) & (exp.abs().amax((-1, -2)) > tol)  # (B, H)
     if not bool(zero.any()):
         return ""
     rest = ~zero[..., None, None].expand_as(obs)
+    if judged is not None:
+        rest = rest & judged
     if bool(rest.any()) and float((obs - exp).abs()[rest].max()) > tol:
         return ""
     flat = [int(b) * H + int(h) for b, h in torch.nonzero(zero)]
@@ -113,7 +115,7 @@ def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, row
     judged = torch.ones_like(obs, dtype=torch.bool) if rows is None else rows.expand_as(obs)
     if not bool(torch.isfinite(obs[judged]).all()):
         return ""
-    if exp is not None and (zeros := zero_heads(obs, exp, tol)):
+    if exp is not None and (zeros := zero_heads(obs, exp, tol, judged)):
         return zeros
     finite = torch.isfinite(obs).all(-1, keepdim=True).expand_as(obs)
     errors = [(text, float((obs - w).abs()[judged].max()), float((obs - w).abs()[finite].max())) for text, w in cands]
