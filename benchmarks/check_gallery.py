@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/check_gallery.py      (run from the repository root)
 
-Each row runs the whole battery (16 checks × fp32, fp16, bf16) on one implementation copied into
+Each row runs the whole battery (17 checks × fp32, fp16, bf16, each on several shapes) on one implementation copied into
 tests/check/real/ (each file names its repository, path, commit and license).
 """
 
@@ -32,7 +32,10 @@ def finding(report) -> tuple[str, str]:
 
 
 def main() -> None:
-    print("| implementation | convention | outcome (pass / fail / hazard / n/a of 48) | first finding | kind | time |")
+    from attnroute.check import CHECKS
+
+    print(f"| implementation | convention | outcome (pass / fail / hazard / n/a of {len(CHECKS)}) | first finding | kind "
+          "| time |")  # fmt: skip
     print("|---|---|---|---|---|---:|")
     for m in pkgutil.iter_modules(real.__path__):
         for t in importlib.import_module(f"{real.__name__}.{m.name}").TARGETS:
