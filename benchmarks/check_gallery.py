@@ -34,8 +34,10 @@ def finding(report) -> tuple[str, str]:
 def main() -> None:
     from attnroute.check import CHECKS
 
-    print(f"| implementation | convention | outcome (pass / fail / hazard / n/a of {len(CHECKS)}) | first finding | kind "
-          "| time |")  # fmt: skip
+    n = len(CHECKS)
+    print(
+        f"| implementation | convention | outcome (pass / fail / hazard / n/a of {n}) | first finding | kind | time |"
+    )
     print("|---|---|---|---|---|---:|")
     for m in pkgutil.iter_modules(real.__path__):
         for t in importlib.import_module(f"{real.__name__}.{m.name}").TARGETS:
