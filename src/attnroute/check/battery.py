@@ -159,7 +159,9 @@ def judge(name, obs, exp, keep, tol, why_masked, explain_cause=None, rows=None) 
     return CheckResult.ok(name, "every row matches the reference; rows that see nothing are zeros")
 
 
-def compare(ctx: Ctx, name, q, k, v, keep, why_masked, extra=None, causal_case=False, rows=None) -> CheckResult:
+def compare(
+    ctx: Ctx, name, q, k, v, keep, why_masked, extra=None, causal_case=False, rows=None, first=()
+) -> CheckResult:
     """Run the target on one case and judge every row against the reference."""
     obs = ctx.weights(q, k, v, keep)
     exp = ctx.reference(q, k, v, keep)
@@ -167,7 +169,7 @@ def compare(ctx: Ctx, name, q, k, v, keep, why_masked, extra=None, causal_case=F
     scale = ctx.scale_for(q.shape[-1], v.shape[-1])
 
     def cause(judged):
-        return explain(obs, q, k, keep, scale, tol, causal_case=causal_case, rows=judged, exp=exp) or (
+        return explain(obs, q, k, keep, scale, tol, causal_case=causal_case, rows=judged, exp=exp, first=first) or (
             extra(obs) if extra else ""
         )
 
@@ -316,7 +318,9 @@ def check_sliding_window(ctx, dtype, W=3):
             return "outside its window" if j <= i + off else "a future position"
 
         extra = (lambda o: window_hint(o, W, W, TOL[dtype])) if Tq == Tk else None
-        return lambda: compare(ctx, "sliding_window", q, k, v, keep, why, extra=extra)
+        unwindowed = [(f"the window is not applied while decoding with a cache (Tq = {Tq} < Tk = {Tk}): the queries "
+                       "see every cached key", causal().materialize(B, 1, Tq, Tk))] if Tq < Tk else []  # fmt: skip
+        return lambda: compare(ctx, "sliding_window", q, k, v, keep, why, extra=extra, first=unwindowed)
 
     cases = [(1, 2, 10, 10), (2, 3, 10, 10), (1, 2, 1, 9), (2, 3, 3, 9)]
     return over_shapes("sliding_window", [(_shape(B, H, Tq, Tk) + f", W={W}", case(B, H, Tq, Tk, 6 + n))

@@ -71,14 +71,15 @@ def zero_heads(obs, exp, tol: float, judged=None) -> str:
     )
 
 
-def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, rows=None, exp=None) -> str:
+def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, rows=None, exp=None, first=()) -> str:
     """The cause whose weights match ``obs`` [B, H, Tq, Tk] within ``tol``, or ''. ``rows`` (bool,
     broadcastable to [B, H, Tq, 1]) limits the comparison to the rows that were judged. When several fit
     the judged rows, the rows that separate them decide (rows with no visible key, the top rows of
     Tq < Tk): the one closest on every row wins. When none fits to ``tol`` but one accounts for nearly all
-    of the difference from the reference ``exp``, it is named with how close it comes."""
+    of the difference from the reference ``exp``, it is named with how close it comes. ``first``: the
+    check's own (text, keep) explanations, tried before the general ones (they win a tie)."""
     B, H, Tq, Tk = obs.shape
-    cands: list[tuple[str, torch.Tensor]] = []
+    cands: list[tuple[str, torch.Tensor]] = [(text, weights_under(q, k, alt, scale)) for text, alt in first]
     if keep is not None:
         cands.append(
             ("the mask is inverted (rows attend exactly where they must not)", weights_under(q, k, ~keep, scale))
