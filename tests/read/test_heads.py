@@ -172,7 +172,7 @@ def one_forward_per_head(lm, batch, layer, head, mode):
 
 @pytest.mark.parametrize("mode", effects.MODES)
 def test_exact_sweep_equals_one_forward_per_head(smollm2, mode):
-    stim = repeated_random_tokens(smollm2.tokenizer, S=8, batch=2, seed=1)
+    stim = repeated_random_tokens(smollm2.tokenizer, S=8, batch=1, seed=1)
     batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
     fast = effects.exact_sweep(smollm2, batch, modes=(mode,))[mode]
     base, _, _, _ = effects.clean_pass(smollm2, batch)
@@ -183,7 +183,7 @@ def test_exact_sweep_equals_one_forward_per_head(smollm2, mode):
 
 
 def test_gradient_estimate_ranks_like_the_exact_sweep(smollm2):
-    stim = repeated_random_tokens(smollm2.tokenizer, S=12, batch=2, seed=2)
+    stim = repeated_random_tokens(smollm2.tokenizer, S=12, batch=1, seed=2)
     batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
     exact = effects.exact_sweep(smollm2, batch, modes=("zero",))["zero"]
     est = effects.gradient_estimate(smollm2, batch)
