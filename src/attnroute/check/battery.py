@@ -606,10 +606,10 @@ def _overflowed(w, keep) -> tuple[int, int]:
 def _overflow_case(ctx, dtype, B, H, Tq, Tk, logit, seed, spread, Dv=None):
     """(rows that overflowed, rows, the same at ordinary logits): the control says whether the shape itself
     already breaks the target (then the large logits are not to blame)."""
-    q, k, v = _inputs(ctx, B=B, H=H, Tq=Tq, Tk=Tk, dtype=torch.float32, seed=seed, spread=spread, D=8, Dv=Dv)
+    q, k, v = _inputs(ctx, B=B, H=H, Tq=Tq, Tk=Tk, dtype=torch.float32, seed=seed, spread=spread, D=Dv or 8, Dv=Dv)
     keep = ctx.base_keep(B, Tq, Tk)
     control = _overflowed(ctx.weights(q.to(dtype), k.to(dtype), v.to(dtype), keep), keep)[0]
-    q[..., 0], k[..., 0] = 1.0, logit / ctx.scale_for(8, v.shape[-1])  # every visible logit near ``logit``
+    q[..., 0], k[..., 0] = 1.0, logit / ctx.scale_for(q.shape[-1], v.shape[-1])  # every visible logit near ``logit``
     bad, rows = _overflowed(ctx.weights(q.to(dtype), k.to(dtype), v.to(dtype), keep), keep)
     return bad, rows, control
 

@@ -116,13 +116,24 @@ def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, row
     judged = torch.ones_like(obs, dtype=torch.bool) if rows is None else rows.expand_as(obs)
     if not bool(torch.isfinite(obs[judged]).all()):
         return ""
-    if exp is not None and (zeros := zero_heads(obs, exp, tol, judged)):
-        return zeros
     finite = torch.isfinite(obs).all(-1, keepdim=True).expand_as(obs)
-    errors = [(text, float((obs - w).abs()[judged].max()), float((obs - w).abs()[finite].max())) for text, w in cands]
+
+    def error(w):
+        """(on the judged rows, on every finite row): a row the explanation leaves without a key is left out
+        (what such a row holds depends on the mask's sentinel, which empty_rows judges), if most remain."""
+        seen = (w.sum(-1, keepdim=True) > 0).expand_as(obs)
+        rows = judged & seen if int((judged & seen).sum()) * 2 >= int(judged.sum()) else judged
+        every = finite & (seen | ~judged)
+        diff = (obs - w).abs()
+        return (float(diff[rows].max()) if bool(rows.any()) else float("inf"),  # nothing to fit: no fit
+                float(diff[every].max()) if bool(every.any()) else 0.0)  # fmt: skip
+
+    errors = [(text, *error(w)) for text, w in cands]
     fits = [e for e in errors if e[1] <= tol]
     if fits:  # ties on the judged rows are broken on every row
         return min(fits, key=lambda e: e[2])[0]
+    if exp is not None and (zeros := zero_heads(obs, exp, tol, judged)):
+        return zeros
     if exp is not None and errors:
         gap = float((obs - exp).abs()[judged].max())
         text, err, _ = min(errors, key=lambda e: e[1])
