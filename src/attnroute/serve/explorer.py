@@ -47,6 +47,7 @@ class TextState:
     tokens: list[str]
     grid: dict  # the page's grid data (JSON-ready)
     clean: torch.Tensor | None  # last-position logits (causal) or the pooled embedding (encoder), fp32
+    table: object = None  # the HeadTable of the text (the saved report's page reuses it)
 
 
 class Explorer:
@@ -100,7 +101,7 @@ class Explorer:
             "stimulus": table.meta.stimulus,
             "top": self.top(clean) if self.loaded.causal else None,
         }
-        st = TextState(ids, grid["tokens"], grid, clean)
+        st = TextState(ids, grid["tokens"], grid, clean, table)
         self._texts = {**dict(list(self._texts.items())[-3:]), text: st}  # the last four texts
         return st
 
@@ -282,10 +283,9 @@ class Explorer:
         job.say("capturing every head's weights for the page", 0, 1)
         norms: dict = {}
         weights = capture_weights(self.loaded, st.ids, norms)
-        table = read_heads(settings=self.settings.replace(text=text), reuse=self.reuse)
         m = self.loaded
         view = RoutingView(
-            table,
+            st.table,  # the text's read, made once for its grid
             m.tokenizer.convert_ids_to_tokens(st.ids[0].tolist()),
             weights,
             m.model.config,
