@@ -245,7 +245,11 @@ class Explorer:
         if not self.loaded.causal:
             raise RequestError(400, "prompt pairs measure a logit difference: the model must be a causal LM")
         job.say("patching heads and q/k/v", 0, 2)
-        p = _input_errors(lambda: patch(self.loaded, sites=("head", "q", "k", "v"), progress=job.progress, **f))
+        # exact for the top 20 of the estimate per site (the first round of `attnroute patch`'s settling):
+        # a page answers in seconds; the table says which rows are exact
+        p = _input_errors(
+            lambda: patch(self.loaded, sites=("head", "q", "k", "v"), exact=20, progress=job.progress, **f)
+        )
         job.check()
         job.say("route attribution", 1, 2)
         r = _input_errors(lambda: route_attribution(self.loaded, top=20, verify=5, progress=job.progress, **f))
