@@ -43,13 +43,19 @@ def main() -> None:
         for t in importlib.import_module(f"{real.__name__}.{m.name}").TARGETS:
             t0 = time.perf_counter()
             r = ar.check(
-                t["fn"], t["convention"], name=t["name"], scale=t.get("scale"), mask_family=t.get("mask_family", "any")
+                t["fn"],
+                t["convention"],
+                name=t["name"],
+                scale=t.get("scale"),
+                softcap=t.get("softcap"),
+                mask_family=t.get("mask_family", "any"),
             )
             seconds = time.perf_counter() - t0
             counts = " / ".join(str(r.count(o)) for o in (Outcome.PASS, Outcome.FAIL, Outcome.HAZARD, Outcome.NA))
             text, kind = finding(r)
             verdict = "exit 0" if r.passed else "exit 1"
             scale = f", --scale {t['scale']:g}" if t.get("scale") else ""
+            scale += f", --softcap {t['softcap']:g}" if t.get("softcap") else ""
             print(
                 f"| {t['name']} | {t['convention']}{scale} | {verdict}: {counts} | {text[:150]} | {kind} | "
                 f"{seconds:.2f} s |"

@@ -476,6 +476,7 @@ class CheckSettings(Settings):
     only: tuple[str, ...] | None = None
     skip: tuple[str, ...] | None = None
     scale: float | None = None  # None: the target's own (1/√D, or the model's scaling)
+    softcap: float | None = None  # cap·tanh(s/cap) before the mask; None: the target's own (a model's config)
     strict: bool = False  # hazards fail too
     timeout: float = 10.0  # seconds per call before the target counts as hung
     # the masks the target can express: any; causal (a decoder: it takes its mask in its convention, but
@@ -490,6 +491,8 @@ class CheckSettings(Settings):
             one_of(self.mask_family, "mask_family", MASK_FAMILIES)
         if self.scale is not None and not (0 < self.scale < float("inf")):
             raise InputError(f"scale must be a positive finite number, got {self.scale}", field="scale")
+        if self.softcap is not None and not (0 < self.softcap < float("inf")):
+            raise InputError(f"softcap must be a positive finite number, got {self.softcap}", field="softcap")
         if not (0 < self.timeout < float("inf")):
             raise InputError(f"timeout must be a positive number of seconds, got {self.timeout}", field="timeout")
 

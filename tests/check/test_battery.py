@@ -386,3 +386,69 @@ def test_sentinel_wording_only_when_a_sentinel_gives_way():
 
     sentinel = {c.name: c for c in ar.check(filled).checks}["sentinel_overrun"]
     assert "finite sentinel" in sentinel.detail and "at ordinary logits none" in sentinel.detail
+
+
+# ------------------------------------------------------------------ soft caps, underflow, shapes that crash
+
+
+def _capped(cap, after_mask=False):
+    """cap·tanh(s/cap) on the scaled logits, before the mask (Gemma 2) or, the bug, after it."""
+
+    def fn(q, k, v, attn_mask=None):
+        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
+        s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+        if not after_mask:
+            s = cap * torch.tanh(s / cap)
+        if attn_mask is not None:
+            s = s.masked_fill(~attn_mask, float("-inf"))
+        if after_mask:
+            s = cap * torch.tanh(s / cap)
+        w = torch.softmax(s.float(), -1).nan_to_num(0.0).to(q.dtype)
+        return w @ v
+
+    return fn
+
+
+@pytest.mark.parametrize("cap", [50.0, 2.0])  # 2: tanh far from linear, the fitted temperature must still hold
+def test_a_declared_soft_cap_is_judged_exactly(cap):
+    report = ar.check(_capped(cap), softcap=cap)
+    assert report.count(Outcome.FAIL) == 0, report.summary()
+    assert {c.name: c for c in report.checks}["scale"].outcome is Outcome.PASS
+    undeclared = ar.check(_capped(2.0), only=["causal"])  # the cap is a real difference from plain softmax
+    assert undeclared.count(Outcome.FAIL) == 1
+
+
+def test_a_soft_cap_after_the_mask_is_named():
+    by = {c.name: c for c in ar.check(_capped(50.0, after_mask=True), softcap=50.0).checks}
+    r = by["sentinel_overrun"]
+    assert r.outcome is Outcome.FAIL and "the soft cap is applied after the mask" in r.detail, r.detail
+    assert "finite sentinel" not in r.detail
+    assert by["causal"].outcome is Outcome.PASS  # e^-50 leaks nothing at ordinary logits
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
+def test_a_soft_cap_must_be_positive_and_finite(bad):
+    with pytest.raises(ar.InputError, match="softcap must be a positive finite number"):
+        ar.check(broken.correct, softcap=bad)
+
+
+def test_a_softmax_that_underflows_is_not_called_a_sentinel():
+    r = {c.name: c for c in ar.check(_naive_softmax, only=["sentinel_overrun"]).checks}["sentinel_overrun"]
+    assert r.outcome is Outcome.FAIL and "underflow" in r.detail and "sentinel (e.g." not in r.detail, r.detail
+    assert "does not subtract the row maximum" in r.detail
+
+
+def _crashes_at_batch_2_and_top_left_at_batch_1(q, k, v, attn_mask=None):
+    if q.shape[0] > 1 and q.shape[2] < k.shape[2]:
+        raise ValueError("non-broadcastable output operand")
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=q.shape[2] > 1 or k.shape[2] > 1, enable_gqa=q.shape[1] != k.shape[1]
+    ) if attn_mask is not None and not bool(attn_mask.all()) else torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, enable_gqa=q.shape[1] != k.shape[1]
+    )  # fmt: skip
+
+
+def test_a_shape_that_raises_does_not_hide_what_another_computes_wrong():
+    r = {c.name: c for c in ar.check(_crashes_at_batch_2_and_top_left_at_batch_1).checks}["decode_alignment"]
+    assert r.outcome is Outcome.FAIL and r.detail.startswith("Tq=3, Tk=8, B=1, H=3: "), r.detail
+    assert "aligned top-left" in r.detail and "at Tq=1, Tk=8, B=2, H=2 the target raised ValueError" in r.detail

@@ -199,3 +199,24 @@ def test_causal_decoders_from_the_cli(tmp_path, monkeypatch, capsys):
     )
     help_text = " ".join(help_text.split())  # argparse wraps its lines
     assert "causal (the target is causal by nature" in help_text and "--mask-family" in help_text
+    assert "--softcap" in help_text and "cap·tanh(s/cap)" in help_text
+
+
+def test_softcap_from_the_cli(capsys, tmp_path, monkeypatch):
+    (tmp_path / "capped.py").write_text(
+        "import torch\n"
+        "def gemma(q, k, v, attn_mask=None):\n"
+        "    s = q @ k.repeat_interleave(q.shape[1] // k.shape[1], 1).transpose(-1, -2) * q.shape[-1] ** -0.5\n"
+        "    s = 2.0 * torch.tanh(s / 2.0)\n"
+        "    s = s if attn_mask is None else s.masked_fill(~attn_mask, float('-inf'))\n"
+        "    w = torch.softmax(s.float(), -1).nan_to_num(0.0).to(q.dtype)\n"
+        "    return w @ v.repeat_interleave(q.shape[1] // v.shape[1], 1)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    try:
+        code, out, _ = run(capsys, "capped:gemma", "--softcap", "2", "--only", "scale,causal,padding_right")
+        assert code == 0, out
+        code, _, err = run(capsys, "capped:gemma", "--softcap", "0")
+        assert code == 2 and "softcap must be a positive finite number" in err and len(err.strip().splitlines()) == 1
+    finally:
+        sys.modules.pop("capped", None)

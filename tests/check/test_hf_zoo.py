@@ -38,6 +38,8 @@ def test_an_implementation_transformers_refuses_is_na_with_its_reason(tmp_path, 
     assert code == 0
     eager, counts = outcomes(report, "eager")
     assert counts["pass"] > 20  # the battery stands for gemma2's first full-attention layer
+    target = next(t for t in report["targets"] if t["target"].endswith("[eager]"))
+    assert target["softcap"] == 50.0  # its attn_logit_softcapping, applied by the model's code and the reference
     sdpa, counts = outcomes(report, "sdpa")
     assert counts["pass"] == counts["fail"] == 0 and all(c["outcome"] == "n/a" for c in sdpa.values())
     assert "transformers refuses sdpa for this model" in sdpa["scale"]["detail"]

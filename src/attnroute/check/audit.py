@@ -53,6 +53,7 @@ def audit(settings: CheckSettings | None = None, **fields) -> CheckRun:
             skip=skip,
             name=t.name,
             scale=s.scale if s.scale is not None else t.scale,
+            softcap=s.softcap if s.softcap is not None else t.softcap,
             strict=s.strict,
             timeout=s.timeout,
             head_dim=t.head_dim,

@@ -19,9 +19,10 @@ import torch
 
 from ..engine import attend, causal, document, padding, sliding_window
 from .conventions import Caller, TargetFailed, Unsupported
-from .diagnose import explain, tiled_heads, window_hint
+from .diagnose import capped_after_masking, explain, tiled_heads, window_hint
 from .outcome import CheckResult, Outcome
 
+RAISED = "the target raised "  # how a case the target raised on begins (report.unaccepted reads it)
 TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}  # on weights in [0, 1]
 SCALE_TOL = {torch.float32: 0.02, torch.float16: 0.03, torch.bfloat16: 0.08}  # on the fitted temperature
 BIG_FINITE = {torch.float32: 1e10, torch.float16: 1e3, torch.bfloat16: 1e10}  # finite garbage whose q·k stays finite
@@ -39,8 +40,10 @@ class Ctx:
         head_dim: int | None = None,
         timeout: float | None = None,
         mask_family: str = "any",
+        softcap: float | None = None,
     ):
         self.call = Caller(fn, convention, **({} if timeout is None else {"timeout": timeout}))
+        self.softcap = softcap or None  # cap·tanh(s/cap) before the mask, as the target declares (Gemma 2: 50)
         self.convention = convention
         self.declared_scale = scale  # the user's --scale: the reference uses it for every D
         self.fitted: Callable[[int, int], float] | None = None  # the target's own rule, once measured
@@ -67,7 +70,8 @@ class Ctx:
 
     def reference(self, q, k, v, keep) -> torch.Tensor:
         scale = self.scale_for(q.shape[-1], v.shape[-1])
-        return attend(q.double(), k.double(), v.double(), keep, scale=scale, impl="reference")[..., : k.shape[2]]
+        out = attend(q.double(), k.double(), v.double(), keep, scale=scale, softcap=self.softcap, impl="reference")
+        return out[..., : k.shape[2]]
 
 
 def inputs(B=2, H=2, Hkv=None, Tq=8, Tk=8, dtype=torch.float32, seed=0, spread=1.0, D=None, Dv=None):
@@ -169,9 +173,9 @@ def compare(
     scale = ctx.scale_for(q.shape[-1], v.shape[-1])
 
     def cause(judged):
-        return explain(obs, q, k, keep, scale, tol, causal_case=causal_case, rows=judged, exp=exp, first=first) or (
-            extra(obs) if extra else ""
-        )
+        why = explain(obs, q, k, keep, scale, tol, causal_case=causal_case, rows=judged, exp=exp, first=first,
+                      softcap=ctx.softcap)  # fmt: skip
+        return why or (extra(obs) if extra else "")
 
     return judge(name, obs, exp, keep, tol, why_masked, cause, rows)
 
@@ -183,25 +187,54 @@ def _future(b, i, j):
 def over_shapes(name: str, cases) -> CheckResult:
     """One check judged on several shapes — batch 1 and > 1, odd head counts and an odd B × H, Tq = 1 and
     1 < Tq < Tk: bugs hide in the shapes a battery never uses (a loop over batch × heads in chunks of 2,
-    a batch-1 fast path). ``cases``: (label, thunk → CheckResult). The first failure is returned, prefixed
-    with its shape; a pass says every shape it was judged on."""
-    passed = []
+    a batch-1 fast path). ``cases``: (label, thunk → CheckResult). Every shape is judged; the first failure
+    is returned, prefixed with its shape, with the other shapes that fail — and, when the first one raised
+    and a later one computed wrong numbers (or the other way round), that one's finding too: a crash at
+    batch 2 must not hide what batch 1 gets wrong. A pass says every shape it was judged on."""
+    passed, fails = [], []
     worst = None
     for label, run in cases:
-        r = run()
+        try:
+            r = run()
+        except TargetFailed as e:  # judged per shape: one that raises does not end the others
+            r = CheckResult.fail(name, str(e) if str(e).startswith("not called") else f"the target {e}")
         if r.outcome is Outcome.FAIL:
-            r.detail = f"{label}: {r.detail}"
-            r.name = name
-            return r
+            fails.append((label, r))
+            continue
         if r.outcome is Outcome.HAZARD and worst is None:
             worst = r
             r.detail = f"{label}: {r.detail}"
         passed.append(label)
+    if fails:
+        return _first_failure(name, fails, passed)
     shapes = "; judged on B×H×Tq×Tk = " + ", ".join(passed)
     if worst is not None:
         worst.name, worst.detail = name, worst.detail + shapes
         return worst
     return CheckResult.ok(name, "every row matches the reference" + shapes)
+
+
+def _first_failure(name: str, fails, passed) -> CheckResult:
+    """The finding of a check that failed on some shapes. Wrong numbers lead (a crash at batch 2 must not
+    hide what batch 1 computes wrong); a shape that raised is said after them. Only when every shape
+    raised does the detail stay "the target raised …" — what report.unaccepted reads as a capability."""
+    wrong = [(lb, r) for lb, r in fails if not r.detail.startswith(RAISED)]
+    crashed = [(lb, r) for lb, r in fails if r.detail.startswith(RAISED)]
+    if not wrong and not passed:
+        r = crashed[0][1]
+        r.name, r.detail = name, f"{r.detail} (at every shape: {', '.join(lb for lb, _ in crashed)})"
+        return r
+    (label, r), rest = (wrong or crashed)[0], (wrong or crashed)[1:]
+    detail = f"{label}: {r.detail}"
+    if wrong and crashed:
+        detail += f"; at {crashed[0][0]} {crashed[0][1].detail}"
+        rest += crashed[1:]
+    if rest:
+        detail += f" (also failing at {', '.join(lb for lb, _ in rest)})"
+    if passed and not wrong:
+        detail += f" (it ran at {', '.join(passed)})"
+    r.name, r.detail = name, detail
+    return r
 
 
 def _shape(B, H, Tq, Tk, Hkv=None) -> str:
@@ -344,25 +377,39 @@ def check_grouped_heads(ctx, dtype):
         keep = None if ctx.mask_family == "bidirectional" else causal().materialize(B, 1, 8, 8)
         scale = ctx.scale_for(q.shape[-1], v.shape[-1])
         return lambda: compare(ctx, "grouped_heads", q, k, v, keep, _future,
-                               extra=lambda o: tiled_heads(o, q, k, keep, scale, TOL[dtype]))  # fmt: skip
+                               extra=lambda o: tiled_heads(o, q, k, keep, scale, TOL[dtype], ctx.softcap))  # fmt: skip
 
     cases = [(1, 6, 2), (3, 9, 3)]
     return over_shapes("grouped_heads", [(_shape(B, H, 8, 8, Hkv), case(B, H, Hkv, 8 + n))
                                          for n, (B, H, Hkv) in enumerate(cases)])  # fmt: skip
 
 
-def fit_temperature(w, q, k, keep, tol) -> float:
+def fit_temperature(w, q, k, keep, tol, softcap: float | None = None) -> float:
     """τ in log w_ij = τ·(q_i·k_j) − c_i, fitted over the keys the row may see and the target gave
-    weight (a causal row's structural zeros say nothing about the scale)."""
+    weight (a causal row's structural zeros say nothing about the scale). With a soft cap the model is
+    log w_ij = cap·tanh(τ·s_ij/cap) − c_i, solved by fixed point: fit τ against cap·tanh(τ_n·s/cap)/τ_n,
+    which is linear in τ near τ_n (a few steps: the battery's logits sit where tanh is nearly linear)."""
     s = q.double() @ k.double().repeat_interleave(q.shape[1] // k.shape[1], 1).transpose(-1, -2)
     vis = w > tol * 1e-3
     if keep is not None:
         vis &= keep.expand_as(w)
     n = vis.sum(-1, keepdim=True).clamp_min(1)
     lw = torch.log(w.clamp_min(1e-300))
-    x = torch.where(vis, s - (s * vis).sum(-1, keepdim=True) / n, 0.0)
     y = torch.where(vis, lw - (lw * vis).sum(-1, keepdim=True) / n, 0.0)
-    return float((x * y).sum() / (x * x).sum().clamp_min(1e-300))
+
+    def fit(u):
+        x = torch.where(vis, u - (u * vis).sum(-1, keepdim=True) / n, 0.0)
+        return float((x * y).sum() / (x * x).sum().clamp_min(1e-300))
+
+    tau = fit(s)
+    for _ in range(50 if softcap else 0):
+        if not tau > 0:
+            break
+        new = fit(softcap * torch.tanh(tau * s / softcap) / tau)
+        if abs(new - tau) <= 1e-12 * tau:
+            break
+        tau = new
+    return tau
 
 
 def _rows_sum_to_one(name, w, keep, tol) -> CheckResult | None:
@@ -393,7 +440,7 @@ def check_scale(ctx, dtype):
     if bad:
         return bad
     D = q.shape[-1]
-    tau = fit_temperature(w, q, k, keep, TOL[dtype])
+    tau = fit_temperature(w, q, k, keep, TOL[dtype], ctx.softcap)
     want = ctx.declared_scale if ctx.declared_scale is not None else 1 / math.sqrt(D)
     said = f"declared scale {want:g}" if ctx.declared_scale is not None else "1/√d"
     ratio = tau / want
@@ -425,7 +472,7 @@ def check_scale_dv(ctx, dtype):
     q, k, v, keep, w, bad = _scale_case(ctx, "scale_dv", dtype, D=D, Dv=8)
     if bad:
         return bad
-    tau = fit_temperature(w, q, k, keep, TOL[dtype])
+    tau = fit_temperature(w, q, k, keep, TOL[dtype], ctx.softcap)
     want = ctx.scale_for(D, 8)
     if abs(tau / want - 1) < SCALE_TOL[dtype]:
         return CheckResult.ok("scale_dv", f"with D={D} ≠ Dv=8 the temperature follows D ({tau / want:.4f}×)")
@@ -570,12 +617,28 @@ def check_sentinel_overrun(ctx, dtype):
         keep = keep & causal()
     keep = keep.materialize(B, 1, T, T)
     obs = ctx.weights(q, k, v, keep)
+    bad, rows = _overflowed(obs, keep)
+    q2, k2, v2 = _inputs(ctx, B=B, H=H, Tq=T, Tk=T, dtype=dtype, seed=15)
+    ordinary = ctx.weights(q2, k2, v2, keep)  # the control: the same mask at ordinary logits
+    if bad and _overflowed(ordinary, keep)[0]:
+        return CheckResult.fail(
+            "sentinel_overrun",
+            f"with every visible logit at {logit:g}, {bad} of {rows} rows came back NaN, inf or not summing to 1 — "
+            "and at ordinary logits too (see the mask checks)",
+        )
+    if bad:
+        # every exp(−2·10⁴) is 0 in every dtype: a softmax that does not subtract the row maximum divides
+        # 0 by 0 — an underflow, whatever the mask is written as
+        return CheckResult.fail(
+            "sentinel_overrun",
+            f"with every visible logit at {logit:g}, {bad} of {rows} rows came back NaN, inf or not summing to 1: "
+            f"exp({logit:g}) underflows to 0 in {_name(dtype)} and the row is 0/0 — the softmax does not subtract "
+            "the row maximum (underflow, not a mask sentinel)",
+        )
     leak = float(torch.where(keep.expand_as(obs), 0.0, obs).sum(-1).max())
-    if not bool(torch.isfinite(obs).all()) or leak > TOL[dtype]:
+    if leak > TOL[dtype]:
         # a sentinel only if the same mask holds at ordinary logits: a mask that is added, inverted or
         # ignored lets masked keys take weight whatever the logits, and that is its own finding
-        q2, k2, v2 = _inputs(ctx, B=B, H=H, Tq=T, Tk=T, dtype=dtype, seed=15)
-        ordinary = ctx.weights(q2, k2, v2, keep)
         plain = float(torch.where(keep.expand_as(ordinary), 0.0, ordinary).sum(-1).max())
         if plain > TOL[dtype]:
             return CheckResult.fail(
@@ -583,6 +646,15 @@ def check_sentinel_overrun(ctx, dtype):
                 f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row — and {plain:.2f} "
                 "at ordinary logits too: the mask does not hide them at all (not a sentinel; see padding_right)",
             )
+        if ctx.softcap:
+            after = capped_after_masking(q, k, keep, ctx.scale_for(D, T), ctx.softcap)
+            if float((obs - after).abs().max()) <= TOL[dtype]:
+                return CheckResult.fail(
+                    "sentinel_overrun",
+                    f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row (at ordinary "
+                    f"logits none): the soft cap is applied after the mask — a masked key's −inf becomes "
+                    f"−{ctx.softcap:g}, and visible logits capped toward −{ctx.softcap:g} tie with it (cap, then mask)",
+                )
         return CheckResult.fail(
             "sentinel_overrun",
             f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row (at ordinary logits "
@@ -696,4 +768,4 @@ def run_check(ctx: Ctx, name: str) -> CheckResult:
     return result
 
 
-__all__ = ["BASE", "CHECKS", "Ctx", "TOL", "inputs", "run_check"]
+__all__ = ["BASE", "CHECKS", "RAISED", "Ctx", "TOL", "inputs", "run_check"]

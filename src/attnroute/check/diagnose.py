@@ -19,18 +19,32 @@ def _softmax_rows(scores: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(w, nan=0.0)
 
 
-def weights_under(q, k, keep, scale: float, *, added: bool = False) -> torch.Tensor:
-    """fp64 weights of q·kᵀ·scale with ``keep`` applied as a mask (or, with ``added``, as a number
-    added to the scores: the bug of adding a bool mask), query heads grouped in repeat_interleave order."""
+def capped(s: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """cap·tanh(s/cap), the soft cap (Gemma 2) applied to scaled logits before the mask; None: s."""
+    return s if not softcap else softcap * torch.tanh(s / softcap)
+
+
+def weights_under(q, k, keep, scale: float, *, added: bool = False, softcap: float | None = None) -> torch.Tensor:
+    """fp64 weights of q·kᵀ·scale (soft-capped when the target declares a cap) with ``keep`` applied as a
+    mask (or, with ``added``, as a number added to the scores: the bug of adding a bool mask), query heads
+    grouped in repeat_interleave order."""
     G = q.shape[1] // k.shape[1]
     kk = k.double().repeat_interleave(G, dim=1)
-    s = (q.double() @ kk.transpose(-1, -2)) * scale  # (B, H, Tq, Tk)
+    s = capped((q.double() @ kk.transpose(-1, -2)) * scale, softcap)  # (B, H, Tq, Tk)
     if keep is None:
         return _softmax_rows(s)
     keep = keep.expand_as(s)
     if added:
         return _softmax_rows(s + keep.double())
     return _softmax_rows(s.masked_fill(~keep, float("-inf")))
+
+
+def capped_after_masking(q, k, keep, scale: float, softcap: float) -> torch.Tensor:
+    """fp64 weights when the soft cap runs *after* the mask: a masked key's −inf becomes −cap, a finite
+    logit that visible keys capped toward −cap tie with (ONNX's reference before its PR #7867)."""
+    G = q.shape[1] // k.shape[1]
+    s = (q.double() @ k.double().repeat_interleave(G, dim=1).transpose(-1, -2)) * scale
+    return torch.softmax(capped(s.masked_fill(~keep.expand_as(s), float("-inf")), softcap), dim=-1)
 
 
 def _batch_tiled(keep: torch.Tensor, B: int, H: int, order: str) -> torch.Tensor:
@@ -71,7 +85,9 @@ def zero_heads(obs, exp, tol: float, judged=None) -> str:
     )
 
 
-def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, rows=None, exp=None, first=()) -> str:
+def explain(
+    obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, rows=None, exp=None, first=(), softcap=None
+) -> str:
     """The cause whose weights match ``obs`` [B, H, Tq, Tk] within ``tol``, or ''. ``rows`` (bool,
     broadcastable to [B, H, Tq, 1]) limits the comparison to the rows that were judged. When several fit
     the judged rows, the rows that separate them decide (rows with no visible key, the top rows of
@@ -79,25 +95,27 @@ def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, row
     of the difference from the reference ``exp``, it is named with how close it comes. ``first``: the
     check's own (text, keep) explanations, tried before the general ones (they win a tie)."""
     B, H, Tq, Tk = obs.shape
-    cands: list[tuple[str, torch.Tensor]] = [(text, weights_under(q, k, alt, scale)) for text, alt in first]
+
+    def under(alt, added=False):
+        return weights_under(q, k, alt, scale, added=added, softcap=softcap)
+
+    cands: list[tuple[str, torch.Tensor]] = [(text, under(alt)) for text, alt in first]
     if keep is not None:
-        cands.append(
-            ("the mask is inverted (rows attend exactly where they must not)", weights_under(q, k, ~keep, scale))
-        )
+        cands.append(("the mask is inverted (rows attend exactly where they must not)", under(~keep)))
         cands.append(
             (
                 "a bool mask is added to the scores (softmax(s + mask)) instead of hiding the keys",
-                weights_under(q, k, keep, scale, added=True),
+                under(keep, added=True),
             )
         )
-        cands.append(("ignores the mask it is given (never masked)", weights_under(q, k, None, scale)))
+        cands.append(("ignores the mask it is given (never masked)", under(None)))
         always_causal = causal().materialize(1, 1, Tq, Tk)
         if not bool((keep.expand(B, 1, Tq, Tk) == always_causal).all()):
-            cands.append(("ignores the mask it is given (always causal)", weights_under(q, k, always_causal, scale)))
+            cands.append(("ignores the mask it is given (always causal)", under(always_causal)))
         per_example = keep.expand(B, 1, Tq, Tk)
         if B > 1 and H > 1 and not bool((per_example == per_example[:1]).all()):  # masks differ per example
             for order, text in TILED.items():
-                cands.append((text, weights_under(q, k, _batch_tiled(keep, B, H, order), scale)))
+                cands.append((text, under(_batch_tiled(keep, B, H, order))))
     if causal_case:
         shifted_ahead = predicate(lambda b, h, qi, kv: kv <= qi + 1).materialize(1, 1, Tq, Tk)
         shifted_back = predicate(lambda b, h, qi, kv: kv < qi).materialize(1, 1, Tq, Tk)
@@ -105,12 +123,12 @@ def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, row
         cands += [
             (
                 "the causal diagonal is shifted: each query also sees the next key",
-                weights_under(q, k, shifted_ahead, scale),
+                under(shifted_ahead),
             ),
-            ("the causal diagonal is shifted: queries do not see themselves", weights_under(q, k, shifted_back, scale)),
+            ("the causal diagonal is shifted: queries do not see themselves", under(shifted_back)),
             (
                 "causal is aligned top-left (query 0 sees only key 0), wrong for KV-cache decoding",
-                weights_under(q, k, top_left, scale),
+                under(top_left),
             ),
         ]
     judged = torch.ones_like(obs, dtype=torch.bool) if rows is None else rows.expand_as(obs)
@@ -144,11 +162,11 @@ def explain(obs, q, k, keep, scale: float, tol: float, *, causal_case: bool, row
     return ""
 
 
-def tiled_heads(obs, q, k, keep, scale: float, tol: float) -> str:
+def tiled_heads(obs, q, k, keep, scale: float, tol: float, softcap: float | None = None) -> str:
     """Query heads grouped by tiling (repeat) instead of repeat_interleave."""
     G = q.shape[1] // k.shape[1]
     kk = k.double().repeat(1, G, 1, 1)
-    s = (q.double() @ kk.transpose(-1, -2)) * scale
+    s = capped((q.double() @ kk.transpose(-1, -2)) * scale, softcap)
     if keep is not None:
         s = s.masked_fill(~keep.expand_as(s), float("-inf"))
     alt = _softmax_rows(s)
@@ -166,4 +184,13 @@ def window_hint(obs, W: int, start: int, tol: float) -> str:
     return ""
 
 
-__all__ = ["TILED", "explain", "tiled_heads", "weights_under", "window_hint", "zero_heads"]
+__all__ = [
+    "TILED",
+    "capped",
+    "capped_after_masking",
+    "explain",
+    "tiled_heads",
+    "weights_under",
+    "window_hint",
+    "zero_heads",
+]

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine import InputError
-from .battery import CHECKS, Ctx, run_check
+from .battery import CHECKS, RAISED, Ctx, run_check
 from .conventions import CONVENTIONS
 from .outcome import CheckResult, Outcome
 
@@ -25,6 +25,7 @@ class CheckReport:
     strict: bool = False
     mask_shapes: list[str] = field(default_factory=list)  # "minimal", "full": the shapes the target accepted
     calls_reached: int = 0  # battery calls the target took without raising (returned something or hung)
+    softcap: float | None = None  # the soft cap the target declared, applied by the reference too
 
     def __repr__(self) -> str:  # one line: the checks are .checks
         return f"<CheckReport {self.headline()}>"
@@ -69,6 +70,8 @@ class CheckReport:
         lines = [self.headline()]
         if self.mask_shapes:
             lines.append(f"  mask shapes accepted: {', '.join(self.mask_shapes)}")
+        if self.softcap:
+            lines.append(f"  soft cap {self.softcap:g}·tanh(s/{self.softcap:g}) before the mask, in the reference too")
         lines += [f"  {marks[c.outcome]} {c.name}: {c.detail}" for c in self.checks]
         return "\n".join(lines)
 
@@ -79,6 +82,7 @@ class CheckReport:
             "strict": self.strict,
             "counts": {o.value: self.count(o) for o in Outcome},
             "mask_shapes": self.mask_shapes,
+            "softcap": self.softcap,
             "seconds": round(self.seconds, 3),
             "checks": [c.to_dict() for c in self.checks],
         }
@@ -102,6 +106,7 @@ def check(
     skip=None,
     name: str | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
     strict: bool = False,
     timeout: float | None = None,
     head_dim: int | None = None,
@@ -112,6 +117,8 @@ def check(
     """Run the battery on ``fn(q, k, v, attn_mask=mask)``; ``assert report.passed, report.summary()``.
 
     scale: the temperature the target means to use (e.g. 1.0 for T5); default 1/√D.
+    softcap: the target soft-caps its scaled logits, cap·tanh(s/cap), before the mask (Gemma 2: 50); the
+    reference does the same, so a soft-capped target is judged exactly rather than off by the cap.
     strict: hazards count as failures. timeout: seconds per call. Checks in ``skip`` are n/a.
     head_dim / mask_family / mask_source / extras describe a target (check.targets.Target): the D to
     test with, the masks it can express (any, causal, bidirectional), who built its masks (named in a failing mask
@@ -121,8 +128,10 @@ def check(
         raise InputError(f"unknown convention {convention!r}; expected one of {CONVENTIONS}", field="convention")
     if scale is not None and not (scale > 0 and scale < float("inf")):
         raise InputError(f"scale must be a positive finite number, got {scale}", field="scale")
-    ctx = Ctx(fn, convention, scale=scale, head_dim=head_dim, timeout=timeout, mask_family=mask_family)
-    report = CheckReport(name or getattr(fn, "__name__", repr(fn)), strict=strict)
+    if softcap is not None and not (softcap > 0 and softcap < float("inf")):
+        raise InputError(f"softcap must be a positive finite number, got {softcap}", field="softcap")
+    ctx = Ctx(fn, convention, scale=scale, head_dim=head_dim, timeout=timeout, mask_family=mask_family, softcap=softcap)
+    report = CheckReport(name or getattr(fn, "__name__", repr(fn)), strict=strict, softcap=ctx.softcap)
     skipped = set(skip or [])
     t0 = time.perf_counter()
     extras = extras or {}
@@ -158,7 +167,6 @@ SHAPE_CASES = {
     "grouped_heads": "grouped heads (H = 6, Hkv = 2)",
     "q_longer_than_k": "more queries than keys (Tq = 6, Tk = 3)",
 }
-RAISED = "the target raised "
 
 
 def _dtype_of(name: str) -> str:

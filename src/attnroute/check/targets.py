@@ -32,6 +32,7 @@ class Target:
     mask_source: str = ""  # who built the masks, named in a failing mask check
     extras: dict = field(default_factory=dict)  # name -> () -> CheckResult, checks beyond the battery
     scale: float | None = None  # the temperature the target means to use (a model's own `scaling`)
+    softcap: float | None = None  # its soft cap before the mask (a model's `attn_logit_softcapping`)
 
 
 def resolve(spec: str, convention: str = "sdpa") -> list[Target]:
@@ -175,9 +176,17 @@ def hf_targets(name: str) -> list[Target]:
                 mask_source=mask_fn,
                 extras=extras,
                 scale=float(module.scaling),
+                softcap=_softcap_of(module),
             )
         )
     return targets
+
+
+def _softcap_of(module) -> float | None:
+    """The attention soft cap a transformers module applies (Gemma 2's attn_logit_softcapping), or None."""
+    cap = getattr(module, "attn_logit_softcapping", None)
+    cap = cap or getattr(getattr(module, "config", None), "attn_logit_softcapping", None)
+    return float(cap) if cap else None
 
 
 def _beyond_the_battery(module) -> str | None:
@@ -312,9 +321,11 @@ def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool, layer: int
             mask = create_bidirectional_mask(
                 config=config, inputs_embeds=embeds, attention_mask=am, allow_is_bidirectional_skip=False
             )
+        cap = _softcap_of(real_module)
         out, _ = attn_fn(
-            _Stub(real_module, H, k.shape[1], layer), q, k, v, mask, scaling=real_module.scaling, dropout=0.0
-        )
+            _Stub(real_module, H, k.shape[1], layer), q, k, v, mask, scaling=real_module.scaling, dropout=0.0,
+            **({"softcap": cap} if cap else {}),
+        )  # fmt: skip
         return out.transpose(1, 2)  # (B, H, Tq, Dv)
 
     return fn

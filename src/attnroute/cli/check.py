@@ -34,6 +34,12 @@ def add(sub) -> None:
     c.add_argument("--skip", help="comma-separated check names to mark not applicable")
     c.add_argument("--scale", type=float, help="the temperature the target means to use (e.g. 1 for T5); default 1/√d")
     c.add_argument(
+        "--softcap",
+        type=float,
+        help="the target soft-caps its scaled logits, cap·tanh(s/cap), before the mask (Gemma 2: 50); the "
+        "reference does the same. Default: none (an hf: model's own attn_logit_softcapping)",
+    )
+    c.add_argument(
         "--strict",
         action="store_true",
         help="hazards fail too (exit 1), and so do shapes the target does not accept (grouped heads, Tq > Tk)",
@@ -44,7 +50,9 @@ def add(sub) -> None:
 
 def run(args) -> int:
     outputs({"target": args.target[3:] if args.target.startswith("hf:") else None}, {"json": args.json})
-    fields = {f: getattr(args, f) for f in ("target", "convention", "scale", "strict", "timeout", "mask_family")}
+    fields = {
+        f: getattr(args, f) for f in ("target", "convention", "scale", "softcap", "strict", "timeout", "mask_family")
+    }
     settings = CheckSettings(**fields, only=names(args.only), skip=names(args.skip))
     from ..check.audit import audit
 
