@@ -34,8 +34,10 @@ format: venv
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Two pytest-xdist workers, one torch thread each (tests/conftest.py): the suite's tensors are small, so two
+# processes on one core each finish sooner than one on two. loadscope keeps a module's fixtures in one worker.
 test: lint browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope
 
 report: venv
 	$(BIN)/attnroute report --out routing-report.html

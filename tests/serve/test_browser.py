@@ -83,7 +83,8 @@ def test_type_click_cut_and_save(smollm2_server, smollm2, tmp_path):
 
         page.click("#undo")  # undo: back to the clean numbers
         wait_until(page, "document.querySelectorAll('#cuts li').length === 0")
-        wait_until(page, f"Math.abs(+document.getElementById('metric-line').dataset.after - {ko.p_clean}) < 1e-9")
+        # 1e-6 as above: the server process may run on another thread count than this one (its sums reorder)
+        wait_until(page, f"Math.abs(+document.getElementById('metric-line').dataset.after - {ko.p_clean}) < 1e-6")
 
         page.click("#token-text .tok[data-index='7']")  # a token: its routes in every head
         wait_until(page, "document.getElementById('token-card').dataset.token === '7'")
