@@ -16,7 +16,11 @@ settings.load_profile("ci")
 # Under pytest-xdist (`make test` runs two workers) each worker takes one core: the tensors here are small,
 # so two processes on one thread each beat one process on two (measured: see the Makefile).
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // WORKERS))
+THREADS = max(1, min(2, os.cpu_count() or 1) // WORKERS)
+torch.set_num_threads(THREADS)
+# The processes tests start (servers, the CLI, torchrun ranks) take the same count: no oversubscription, and
+# their sums run in the same order as this process's when a test compares the two.
+os.environ["OMP_NUM_THREADS"] = str(THREADS)
 
 
 @pytest.fixture(scope="session")

@@ -418,6 +418,17 @@ def test_a_declared_soft_cap_is_judged_exactly(cap):
     assert undeclared.count(Outcome.FAIL) == 1
 
 
+@pytest.mark.parametrize("cap", [50.0, 2.0])
+def test_an_undeclared_soft_cap_is_found_and_said_once(cap):
+    """Like an off temperature: the scale check fits the cap, says it (with the flag to declare it), and
+    every mask check is judged at the fitted cap — so the one finding is the cap, not 30 rows that differ."""
+    by = {c.name: c for c in ar.check(_capped(cap)).checks}
+    assert by["scale"].outcome is Outcome.FAIL and f"cap ≈ {cap:.3g} fits every weight" in by["scale"].detail
+    assert f"--softcap {cap:.3g}" in by["scale"].detail
+    fails = {n for n, c in by.items() if c.outcome is Outcome.FAIL}
+    assert fails <= {"scale", "scale_fp16", "scale_bf16"}, {n: by[n].detail for n in fails}
+
+
 def test_a_soft_cap_after_the_mask_is_named():
     by = {c.name: c for c in ar.check(_capped(50.0, after_mask=True), softcap=50.0).checks}
     r = by["sentinel_overrun"]

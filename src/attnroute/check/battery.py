@@ -19,7 +19,7 @@ import torch
 
 from ..engine import attend, causal, document, padding, sliding_window
 from .conventions import Caller, TargetFailed, Unsupported
-from .diagnose import capped_after_masking, explain, tiled_heads, window_hint
+from .diagnose import capped_after_masking, explain, tiled_heads, weights_under, window_hint
 from .outcome import CheckResult, Outcome
 
 RAISED = "the target raised "  # how a case the target raised on begins (report.unaccepted reads it)
@@ -43,7 +43,8 @@ class Ctx:
         softcap: float | None = None,
     ):
         self.call = Caller(fn, convention, **({} if timeout is None else {"timeout": timeout}))
-        self.softcap = softcap or None  # cap·tanh(s/cap) before the mask, as the target declares (Gemma 2: 50)
+        self.declared_softcap = softcap or None  # cap·tanh(s/cap) before the mask, as declared (Gemma 2: 50)
+        self.fitted_softcap: float | None = None  # a cap the scale check found in the target's weights
         self.convention = convention
         self.declared_scale = scale  # the user's --scale: the reference uses it for every D
         self.fitted: Callable[[int, int], float] | None = None  # the target's own rule, once measured
@@ -52,6 +53,12 @@ class Ctx:
         # "bidirectional": an encoder that cannot be causal (padding cases drop the causal part)
         self.mask_family = "causal" if convention == "causal" else mask_family
         self.causal_only = self.mask_family == "causal"
+
+    @property
+    def softcap(self) -> float | None:
+        """The cap the reference applies: the declared one, else one the scale check measured (said there
+        once, like an off temperature, so that the mask checks judge masks)."""
+        return self.declared_softcap or self.fitted_softcap
 
     def scale_for(self, D: int, Dv: int) -> float:
         if self.declared_scale is not None:
@@ -402,7 +409,7 @@ def fit_temperature(w, q, k, keep, tol, softcap: float | None = None) -> float:
         return float((x * y).sum() / (x * x).sum().clamp_min(1e-300))
 
     tau = fit(s)
-    for _ in range(50 if softcap else 0):
+    for _ in range(30 if softcap else 0):
         if not tau > 0:
             break
         new = fit(softcap * torch.tanh(tau * s / softcap) / tau)
@@ -434,17 +441,65 @@ def _scale_case(ctx, name, dtype, D=None, Dv=None):
     return q, k, v, keep, w, bad
 
 
+def _log_spaced(lo: float, hi: float, n: int) -> list[float]:
+    return [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+
+
+def find_softcap(ctx, dtype) -> tuple[float, float] | None:
+    """(cap, how far plain logits miss) when the target's weights are those of soft-capped logits,
+    cap·tanh(τ·s/cap), and not of plain ones τ·s: logits of up to ±12 (where a cap of 50 bends them by
+    a tenth), plain softmax fitted first; only when it misses the tolerance is the cap searched (a log grid
+    from 0.5 to 10⁴, then golden-section on log cap). None when plain logits fit, or no cap does."""
+    q, k, v = _inputs(ctx, B=1, H=2, seed=16, spread=2.0, dtype=dtype)
+    keep = ctx.base_keep(1, 8, 8)
+    w = ctx.weights(q, k, v, keep)
+    tol = TOL[dtype]
+    if _rows_sum_to_one("scale", w, keep, tol) is not None:
+        return None
+
+    def miss(cap):
+        tau = fit_temperature(w, q, k, keep, tol, cap)
+        return float((w - weights_under(q, k, keep, tau, softcap=cap)).abs().max()) if tau > 0 else float("inf")
+
+    plain = miss(None)
+    if plain <= tol:
+        return None
+    grid = _log_spaced(0.5, 1e4, 25)
+    i = min(range(len(grid)), key=lambda j: miss(grid[j]))
+    lo, hi = math.log(grid[max(i - 1, 0)]), math.log(grid[min(i + 1, len(grid) - 1)])
+    g = (math.sqrt(5) - 1) / 2
+    for _ in range(16):  # golden section on log cap
+        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+        lo, hi = (lo, b) if miss(math.exp(a)) < miss(math.exp(b)) else (a, hi)
+    cap = math.exp((lo + hi) / 2)
+    err = miss(cap)
+    return (cap, plain) if err <= tol and err <= 0.25 * plain else None
+
+
 def check_scale(ctx, dtype):
-    """Fit the temperature over visible keys; expect 1/√D (or the declared scale)."""
+    """Fit the temperature over visible keys; expect 1/√D (or the declared scale). A target that soft-caps
+    its logits without declaring it is found here too, and said once: the mask checks use the fitted cap."""
     q, k, v, keep, w, bad = _scale_case(ctx, "scale", dtype)
     if bad:
         return bad
     D = q.shape[-1]
+    capped = None if ctx.declared_softcap else find_softcap(ctx, dtype)
+    if capped is not None:
+        ctx.fitted_softcap = capped[0]
     tau = fit_temperature(w, q, k, keep, TOL[dtype], ctx.softcap)
     want = ctx.declared_scale if ctx.declared_scale is not None else 1 / math.sqrt(D)
     said = f"declared scale {want:g}" if ctx.declared_scale is not None else "1/√d"
     ratio = tau / want
+    cap_said = (
+        f"; the logits are soft-capped: cap·tanh(s/cap) with cap ≈ {capped[0]:.3g} fits every weight (plain "
+        f"logits miss by {capped[1]:.1e}) — if the cap is by design, declare it (--softcap {capped[0]:.3g}); "
+        "the mask checks compare at the fitted cap"
+        if capped
+        else ""
+    )
     if abs(ratio - 1) < SCALE_TOL[dtype]:
+        if capped:
+            return CheckResult.fail("scale", f"fitted temperature = {ratio:.4f} × {said} (d={D}){cap_said}")
         return CheckResult.ok("scale", f"fitted temperature = {ratio:.4f} × {said} (d={D})")
     if abs(tau * math.sqrt(D) - math.sqrt(D)) < 0.05 * math.sqrt(D):
         hint, rule = "no scale at all (the 1/√d is missing)", lambda d, dv: 1.0
@@ -462,7 +517,7 @@ def check_scale(ctx, dtype):
     return CheckResult.fail(
         "scale",
         f"fitted temperature = {ratio:.3f} × {said} (d={D}): {hint}; the mask checks "
-        "compare at the target's own temperature",
+        f"compare at the target's own temperature{cap_said}",
     )
 
 
@@ -653,7 +708,8 @@ def check_sentinel_overrun(ctx, dtype):
                     "sentinel_overrun",
                     f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row (at ordinary "
                     f"logits none): the soft cap is applied after the mask — a masked key's −inf becomes "
-                    f"−{ctx.softcap:g}, and visible logits capped toward −{ctx.softcap:g} tie with it (cap, then mask)",
+                    f"−{ctx.softcap:.3g}, and visible logits capped toward −{ctx.softcap:.3g} tie with it "
+                    "(cap, then mask)",
                 )
         return CheckResult.fail(
             "sentinel_overrun",

@@ -131,7 +131,7 @@ def check(
     if softcap is not None and not (softcap > 0 and softcap < float("inf")):
         raise InputError(f"softcap must be a positive finite number, got {softcap}", field="softcap")
     ctx = Ctx(fn, convention, scale=scale, head_dim=head_dim, timeout=timeout, mask_family=mask_family, softcap=softcap)
-    report = CheckReport(name or getattr(fn, "__name__", repr(fn)), strict=strict, softcap=ctx.softcap)
+    report = CheckReport(name or getattr(fn, "__name__", repr(fn)), strict=strict, softcap=ctx.declared_softcap)
     skipped = set(skip or [])
     t0 = time.perf_counter()
     extras = extras or {}

@@ -17,7 +17,9 @@ adapter never takes them). Two documented bugs before:
 Adapter: torch → numpy and back (numpy has no bfloat16: bf16 cases are n/a); the battery's keep-mask is a
 bool attn_mask (True = attend, as ONNX reads a bool mask), except that a bottom-right causal mask is said
 the way an exported decoder with an external cache says it: ``is_causal=1`` with ``nonpad_kv_seqlen`` = Tk.
-``softcap=50`` (Gemma 2's attention cap), declared to the battery so the reference caps too.
+``softcap=50`` (Gemma 2's attention cap), declared to the battery so the reference caps too — and once
+more without declaring it: the scale check finds the cap in the weights (cap ≈ 50), says so once and the
+mask checks judge at the fitted cap, so the outcomes are the declared run's plus that one finding.
 
 Expected, from reading: before the fixes decode_alignment and q_longer_than_k fail ("aligned top-left"; at
 batch 2 the external-cache path even raises — its [1, 1, Tq, Tk] causal bias cannot take the [B, 1, 1, Tk]
@@ -255,6 +257,21 @@ TARGETS = [
         },
         "dtypes": ("fp32", "fp16"),  # numpy has no bfloat16
         "cause": "aligned top-left",
+    },
+    {  # the same code, its cap not declared: found by the scale check and said there once
+        "name": "ONNX Attention reference (before #7867, #8068; cap not declared)",
+        "fn": _as_called(compute_attention_before),
+        "convention": "sdpa",
+        "expect": {
+            **dict.fromkeys(HAZARDS, "hazard"),
+            "empty_rows": "hazard",
+            "scale": "fail",
+            "decode_alignment": "fail",
+            "q_longer_than_k": "fail",
+            "sentinel_overrun": "fail",
+        },
+        "dtypes": ("fp32", "fp16"),
+        "cause": "the logits are soft-capped: cap·tanh(s/cap) with cap ≈ 50 fits every weight",
     },
     {
         "name": "ONNX Attention reference (fixed, 2816da65b)",
