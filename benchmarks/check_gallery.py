@@ -14,7 +14,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import attnroute as ar  # noqa: E402
 from attnroute.check import Outcome  # noqa: E402
 from tests.check import real  # noqa: E402
 
@@ -42,14 +41,7 @@ def main() -> None:
     for m in pkgutil.iter_modules(real.__path__):
         for t in importlib.import_module(f"{real.__name__}.{m.name}").TARGETS:
             t0 = time.perf_counter()
-            r = ar.check(
-                t["fn"],
-                t["convention"],
-                name=t["name"],
-                scale=t.get("scale"),
-                softcap=t.get("softcap"),
-                mask_family=t.get("mask_family", "any"),
-            )
+            r = real.check(t)
             seconds = time.perf_counter() - t0
             counts = " / ".join(str(r.count(o)) for o in (Outcome.PASS, Outcome.FAIL, Outcome.HAZARD, Outcome.NA))
             text, kind = finding(r)

@@ -10,7 +10,6 @@ import pkgutil
 
 import pytest
 
-import attnroute as ar
 from attnroute.check import CHECKS, Outcome
 
 from . import real
@@ -34,19 +33,8 @@ REPORTS: dict[str, object] = {}  # one battery run per target, shared by the tes
 
 def run(target: dict):
     if target["name"] not in REPORTS:
-        REPORTS[target["name"]] = _run(target)
+        REPORTS[target["name"]] = real.check(target)
     return REPORTS[target["name"]]
-
-
-def _run(target: dict):
-    return ar.check(
-        target["fn"],
-        target["convention"],
-        name=target["name"],
-        scale=target.get("scale"),
-        softcap=target.get("softcap"),
-        mask_family=target.get("mask_family", "any"),
-    )
 
 
 def test_the_gallery_holds_ten_implementations_from_ten_repositories():
