@@ -7,12 +7,15 @@ tests/check/real/ (each file names its repository, path, commit and license).
 """
 
 import importlib
+import json
 import pkgutil
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
 
 from attnroute.check import Outcome  # noqa: E402
 from tests.check import real  # noqa: E402
@@ -38,6 +41,7 @@ def main() -> None:
         f"| implementation | convention | outcome (pass / fail / hazard / n/a of {n}) | first finding | kind | time |"
     )
     print("|---|---|---|---|---|---:|")
+    rows = []
     for m in pkgutil.iter_modules(real.__path__):
         for t in importlib.import_module(f"{real.__name__}.{m.name}").TARGETS:
             t0 = time.perf_counter()
@@ -52,6 +56,13 @@ def main() -> None:
                 f"| {t['name']} | {t['convention']}{scale} | {verdict}: {counts} | {text[:150]} | {kind} | "
                 f"{seconds:.2f} s |"
             )
+            rows.append({"target": t["name"], "passed": r.passed, "counts": r.to_dict()["counts"],
+                         "finding": text, "seconds": round(seconds, 3)})  # fmt: skip
+    times = [r["seconds"] for r in rows]
+    out = Path(__file__).resolve().parent / "results" / "check_gallery.json"
+    out.write_text(json.dumps({"checks": n, "threads": torch.get_num_threads(), "targets": rows,
+                               "seconds_min": min(times), "seconds_max": max(times)}, indent=2) + "\n")  # fmt: skip
+    print(f"\n{len(rows)} targets, {min(times):.2f}–{max(times):.2f} s each; written to {out}")
 
 
 if __name__ == "__main__":
