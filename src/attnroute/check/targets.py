@@ -315,11 +315,11 @@ def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool, layer: int
                 attention_mask=am,
                 cache=cache,
                 position_ids=positions,
-                allow_is_causal_skip=False,
+                allow_is_causal_skip=True,  # as the model calls it: None + SDPA is_causal where transformers skips
             )
         else:
             mask = create_bidirectional_mask(
-                config=config, inputs_embeds=embeds, attention_mask=am, allow_is_bidirectional_skip=False
+                config=config, inputs_embeds=embeds, attention_mask=am, allow_is_bidirectional_skip=True
             )
         cap = _softcap_of(real_module)
         out, _ = attn_fn(
