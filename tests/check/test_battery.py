@@ -429,6 +429,19 @@ def test_an_undeclared_soft_cap_is_found_and_said_once(cap):
     assert fails <= {"scale", "scale_fp16", "scale_bf16"}, {n: by[n].detail for n in fails}
 
 
+def test_a_declared_soft_cap_the_target_does_not_apply_is_said_once():
+    """--softcap 30 on a target capped at 50, and --softcap 50 on one not capped at all: the scale check
+    says which cap fits (or that none does), and the mask checks are judged at the target's own."""
+    for fn, declared, words in [
+        (_capped(50.0), 30.0, "fit a soft cap ≈ 50, not the declared 30"),
+        (broken.correct, 50.0, "the declared soft cap 50 does not fit"),
+    ]:
+        by = {c.name: c for c in ar.check(fn, softcap=declared).checks}
+        assert by["scale"].outcome is Outcome.FAIL and words in by["scale"].detail, by["scale"].detail
+        fails = {n for n, c in by.items() if c.outcome is Outcome.FAIL}
+        assert fails <= {"scale", "scale_fp16", "scale_bf16"}, {n: by[n].detail for n in fails}
+
+
 def test_a_soft_cap_after_the_mask_is_named():
     by = {c.name: c for c in ar.check(_capped(50.0, after_mask=True), softcap=50.0).checks}
     r = by["sentinel_overrun"]

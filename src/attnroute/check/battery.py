@@ -44,7 +44,7 @@ class Ctx:
     ):
         self.call = Caller(fn, convention, **({} if timeout is None else {"timeout": timeout}))
         self.declared_softcap = softcap or None  # cap·tanh(s/cap) before the mask, as declared (Gemma 2: 50)
-        self.fitted_softcap: float | None = None  # a cap the scale check found in the target's weights
+        self.fitted_softcap: float | None = None  # what the scale check found instead (0: no cap at all)
         self.convention = convention
         self.declared_scale = scale  # the user's --scale: the reference uses it for every D
         self.fitted: Callable[[int, int], float] | None = None  # the target's own rule, once measured
@@ -58,7 +58,9 @@ class Ctx:
     def softcap(self) -> float | None:
         """The cap the reference applies: the declared one, else one the scale check measured (said there
         once, like an off temperature, so that the mask checks judge masks)."""
-        return self.declared_softcap or self.fitted_softcap
+        if self.fitted_softcap is not None:
+            return self.fitted_softcap or None
+        return self.declared_softcap
 
     def scale_for(self, D: int, Dv: int) -> float:
         if self.declared_scale is not None:
@@ -445,11 +447,13 @@ def _log_spaced(lo: float, hi: float, n: int) -> list[float]:
     return [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
 
 
-def find_softcap(ctx, dtype) -> tuple[float, float] | None:
-    """(cap, how far plain logits miss) when the target's weights are those of soft-capped logits,
-    cap·tanh(τ·s/cap), and not of plain ones τ·s: logits of up to ±12 (where a cap of 50 bends them by
-    a tenth), plain softmax fitted first; only when it misses the tolerance is the cap searched (a log grid
-    from 0.5 to 10⁴, then golden-section on log cap). None when plain logits fit, or no cap does."""
+def find_softcap(ctx, dtype) -> tuple[float, str] | None:
+    """What the target's weights say of a soft cap, when that differs from what was declared: (the cap
+    the mask checks should use — 0 for none — and the sentence that says it), or None when the
+    declaration (or its absence) fits. Probed on logits of up to ±12, where a cap of 50 bends them by a
+    tenth: plain softmax and the declared cap are fitted first; only when both miss the tolerance is a
+    cap searched (a log grid from 0.5 to 10⁴, then golden section on log cap). A cap that fits no better
+    than plain logits is no finding: the mask checks then say what is wrong."""
     q, k, v = _inputs(ctx, B=1, H=2, seed=16, spread=2.0, dtype=dtype)
     keep = ctx.base_keep(1, 8, 8)
     w = ctx.weights(q, k, v, keep)
@@ -461,9 +465,16 @@ def find_softcap(ctx, dtype) -> tuple[float, float] | None:
         tau = fit_temperature(w, q, k, keep, tol, cap)
         return float((w - weights_under(q, k, keep, tau, softcap=cap)).abs().max()) if tau > 0 else float("inf")
 
-    plain = miss(None)
-    if plain <= tol:
+    declared = ctx.declared_softcap
+    said = miss(declared)
+    if said <= tol:
         return None
+    plain = said if declared is None else miss(None)
+    if declared is not None and plain <= tol:
+        return 0.0, (
+            f"; the declared soft cap {declared:g} does not fit (it misses by {said:.1e}) but plain logits fit every "
+            "weight: the target does not cap; the mask checks compare without a cap"
+        )
     grid = _log_spaced(0.5, 1e4, 25)
     i = min(range(len(grid)), key=lambda j: miss(grid[j]))
     lo, hi = math.log(grid[max(i - 1, 0)]), math.log(grid[min(i + 1, len(grid) - 1)])
@@ -473,32 +484,37 @@ def find_softcap(ctx, dtype) -> tuple[float, float] | None:
         lo, hi = (lo, b) if miss(math.exp(a)) < miss(math.exp(b)) else (a, hi)
     cap = math.exp((lo + hi) / 2)
     err = miss(cap)
-    return (cap, plain) if err <= tol and err <= 0.25 * plain else None
+    if err > tol or err > 0.25 * min(plain, said):
+        return None
+    if declared is not None:
+        return cap, (
+            f"; the logits fit a soft cap ≈ {cap:.3g}, not the declared {declared:g} (it misses by {said:.1e}); "
+            "the mask checks compare at the fitted cap"
+        )
+    return cap, (
+        f"; the logits are soft-capped: cap·tanh(s/cap) with cap ≈ {cap:.3g} fits every weight (plain logits miss "
+        f"by {plain:.1e}) — if the cap is by design, declare it (--softcap {cap:.3g}); the mask checks compare at "
+        "the fitted cap"
+    )
 
 
 def check_scale(ctx, dtype):
-    """Fit the temperature over visible keys; expect 1/√D (or the declared scale). A target that soft-caps
-    its logits without declaring it is found here too, and said once: the mask checks use the fitted cap."""
+    """Fit the temperature over visible keys; expect 1/√D (or the declared scale). A soft cap the target
+    applies but does not declare — or declares but does not apply, or applies at another value — is found
+    here too and said once: the mask checks then compare at the target's own cap, as at its temperature."""
     q, k, v, keep, w, bad = _scale_case(ctx, "scale", dtype)
     if bad:
         return bad
     D = q.shape[-1]
-    capped = None if ctx.declared_softcap else find_softcap(ctx, dtype)
-    if capped is not None:
-        ctx.fitted_softcap = capped[0]
+    found = find_softcap(ctx, dtype)
+    ctx.fitted_softcap = None if found is None else found[0]
+    cap_said = "" if found is None else found[1]
     tau = fit_temperature(w, q, k, keep, TOL[dtype], ctx.softcap)
     want = ctx.declared_scale if ctx.declared_scale is not None else 1 / math.sqrt(D)
     said = f"declared scale {want:g}" if ctx.declared_scale is not None else "1/√d"
     ratio = tau / want
-    cap_said = (
-        f"; the logits are soft-capped: cap·tanh(s/cap) with cap ≈ {capped[0]:.3g} fits every weight (plain "
-        f"logits miss by {capped[1]:.1e}) — if the cap is by design, declare it (--softcap {capped[0]:.3g}); "
-        "the mask checks compare at the fitted cap"
-        if capped
-        else ""
-    )
     if abs(ratio - 1) < SCALE_TOL[dtype]:
-        if capped:
+        if found:
             return CheckResult.fail("scale", f"fitted temperature = {ratio:.4f} × {said} (d={D}){cap_said}")
         return CheckResult.ok("scale", f"fitted temperature = {ratio:.4f} × {said} (d={D})")
     if abs(tau * math.sqrt(D) - math.sqrt(D)) < 0.05 * math.sqrt(D):
