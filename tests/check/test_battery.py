@@ -476,3 +476,16 @@ def test_a_shape_that_raises_does_not_hide_what_another_computes_wrong():
     r = {c.name: c for c in ar.check(_crashes_at_batch_2_and_top_left_at_batch_1).checks}["decode_alignment"]
     assert r.outcome is Outcome.FAIL and r.detail.startswith("Tq=3, Tk=8, B=1, H=3: "), r.detail
     assert "aligned top-left" in r.detail and "at Tq=1, Tk=8, B=2, H=2 the target raised ValueError" in r.detail
+
+
+def test_near_ties_in_the_closest_fit_are_broken_by_every_row():
+    """Without an exact fit (an undeclared soft cap, its scale check not run), top-left is_causal and 'never
+    masked' fit the judged rows of Tq > Tk about as well; the rows that separate them name top-left."""
+
+    def capped_top_left(q, k, v, attn_mask=None):
+        s = 30.0 * torch.tanh(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 / 30.0)
+        top_left = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+        return torch.softmax(s.masked_fill(~top_left, float("-inf")), -1) @ v
+
+    r = {c.name: c for c in ar.check(capped_top_left, only=["q_longer_than_k"]).checks}["q_longer_than_k"]
+    assert r.outcome is Outcome.FAIL and "most likely causal is aligned top-left" in r.detail, r.detail

@@ -154,7 +154,9 @@ def explain(
         return zeros
     if exp is not None and errors:
         gap = float((obs - exp).abs()[judged].max())
-        text, err, _ = min(errors, key=lambda e: e[1])
+        best = min(e[1] for e in errors)
+        near = [e for e in errors if e[1] <= max(1.5 * best, best + tol)]  # near-ties: every row decides, as above
+        text, err, _ = min(near, key=lambda e: e[2])
         if err <= 0.25 * gap:
             return (
                 f"most likely {text} (it fits to {err:.1e}, the tolerance is {tol:.0e}; the reference is {gap:.2f} off)"
