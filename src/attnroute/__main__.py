@@ -2,6 +2,10 @@
 
 import sys
 
-from .cli import main
+try:
+    from .cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command line itself imports: one line, 130
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

@@ -20,6 +20,7 @@ before torch loads.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 
@@ -39,8 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C before a command starts: the same one line
+        return _interrupted("interrupted", argv is None)
     try:
         return args.fn(args)
     except InputError as e:  # one line, never a traceback; under torchrun said once, by rank 0
@@ -50,14 +54,25 @@ def main(argv=None) -> int:
             )
         return 2
     except Interrupted as e:  # Ctrl-C in a long read: where it stopped, how to resume
-        print(f"interrupted: {e}", file=sys.stderr)
-        return 130
+        return _interrupted(f"interrupted: {e}", argv is None)
     except KeyboardInterrupt:  # Ctrl-C anywhere else: one line, no traceback
-        print("interrupted", file=sys.stderr)
-        return 130
+        return _interrupted("interrupted", argv is None)
     except BrokenPipeError:  # `attnroute … | head`: the reader left; nothing more to say
         sys.stderr.close()
         return 0
+
+
+def _interrupted(line: str, program: bool) -> int:
+    """One line and 130. When main() is the program (argv from sys.argv), a second Ctrl-C while the process
+    winds down (threads joining, files closing) is ignored: it would otherwise escape as a traceback and a
+    death by SIGINT after the line was said. A caller's own process (main([...]) in a test) is left as is."""
+    import signal
+
+    if program:
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to change
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print(line, file=sys.stderr)
+    return 130
 
 
 def refusal_line(e: InputError, command: argparse.ArgumentParser, aliases: dict | None = None) -> str:
