@@ -39,7 +39,7 @@ CORPUS = ROOT / "data" / "python-docs-topics.jsonl"
 @torch.no_grad()
 def hooks_loop(lm, groups) -> tuple[np.ndarray, float]:
     """M(corrupt with head h of layer l from clean) [L, H, N] by forward pre-hooks, one forward per head."""
-    from attnroute.read.patching.metrics import logit_diff
+    from attnroute.read.ground.metrics import logit_diff
 
     L, H = lm.n_layers, lm.n_heads
     N = sum(len(g.rows) for g in groups)
@@ -73,7 +73,7 @@ def ioi() -> dict:
     import attnroute as ar
     from attnroute.models import load
     from attnroute.promptset import bundled_prompts
-    from attnroute.read.patching.prompts import tokenize_pairs
+    from attnroute.read.ground.prompts import tokenize_pairs
 
     lm = load("smollm2")
     path = bundled_prompts("ioi")
@@ -128,7 +128,7 @@ def _rss_kib(field: str) -> int:
 def child(kind: str, T: int) -> dict:
     """One cell: 'fwdbwd' (the model's forward + backward) or 'routes' (attnroute's two passes)."""
     from attnroute.models import load
-    from attnroute.read.patching.metrics import logit_diff
+    from attnroute.read.ground.metrics import logit_diff
     from attnroute.read.patching.routes import CHECKPOINT_FROM, checkpointed, output_gradients, stream_routes
 
     torch.manual_seed(0)

@@ -130,7 +130,7 @@ def main() -> None:
 def report_512(lm, text: str) -> dict:
     """The offline page of a 512-token text (`attnroute report --max-tokens 512 --no-ablation`): its size,
     the time to build it, and what of the weights it kept."""
-    from attnroute.read.capture import routing_view
+    from attnroute.read.report import routing_view
     from attnroute.show import report
 
     t0 = time.perf_counter()

@@ -100,7 +100,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "route_attribution": ("read.patching.route_attribution", "route_attribution"),
     "PatchResult": ("read.patching.patch", "PatchResult"),
     "RoutesResult": ("read.patching.route_attribution", "RoutesResult"),
-    "METRICS": ("read.patching.metrics", "BUILT_IN"),
+    "METRICS": ("read.ground.metrics", "BUILT_IN"),
     "tokens": ("read.stimuli", "tokens"),
     "read_heads": ("read.heads", "read_heads"),
     "read_corpus": ("read.corpus.read", "read_corpus"),

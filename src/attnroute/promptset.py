@@ -17,20 +17,46 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from .errors import InputError
 
-# metric name -> the per-prompt fields it reads. Every metric but cosine reads logits; cosine is the
-# encoder's: the pooled embedding's cosine to the clean run's.
-METRIC_FIELDS = {
-    "logit-diff": ("answer", "wrong"),
-    "prob": ("answer",),
-    "logprob": ("answer",),
-    "loss": (),
-    "kl": (),
-    "cosine": (),
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """What a built-in metric is, in one place (read/ground/metrics.py implements each name; a test pins
+    the two sets of names equal)."""
+
+    fields: tuple[str, ...]  # the per-prompt fields it reads (answer, wrong)
+    reads: str  # "logits" (next-token logits) or "embedding" (an encoder's pooled sentence embedding)
+    last_only: bool  # reads only the last position (the output head then runs on one position)
+    flat_at_clean: bool  # zero gradient on the run it compares with: a first-order estimate is 0 there
+
+
+METRICS = {
+    "logit-diff": MetricSpec(("answer", "wrong"), "logits", last_only=True, flat_at_clean=False),
+    "prob": MetricSpec(("answer",), "logits", last_only=True, flat_at_clean=False),
+    "logprob": MetricSpec(("answer",), "logits", last_only=True, flat_at_clean=False),
+    "loss": MetricSpec((), "logits", last_only=False, flat_at_clean=False),
+    "kl": MetricSpec((), "logits", last_only=True, flat_at_clean=True),
+    "cosine": MetricSpec((), "embedding", last_only=True, flat_at_clean=True),
 }
-LOGIT_METRICS = tuple(m for m in METRIC_FIELDS if m != "cosine")
+METRIC_FIELDS = {name: spec.fields for name, spec in METRICS.items()}
+LOGIT_METRICS = tuple(m for m, spec in METRICS.items() if spec.reads == "logits")
+FLAT_AT_CLEAN = tuple(m for m, spec in METRICS.items() if spec.flat_at_clean)
+
+
+@runtime_checkable
+class Metric(Protocol):
+    """A metric of your own: ``metric(logits, batch) -> Tensor [B]``, one value per prompt, larger = more of
+    the behaviour. ``logits`` is [B, T', V] (T' = 1 when ``metric.last_only`` is set), or an encoder's
+    pooled embedding [B, D]; ``batch`` holds input_ids [B, T], attention_mask [B, T], answer [B], wrong [B],
+    clean_logprobs [B, V] and clean_embedding [B, D] where they apply (read/ground/metrics.py)."""
+
+    def __call__(self, logits, batch: dict): ...
+
+
+MetricArg = str | Metric  # what a verb's ``metric`` field takes: a built-in name or your callable
 FIELDS = ("clean", "corrupt", "answer", "wrong")
 MAX_PROMPTS = 10_000
 
@@ -130,6 +156,11 @@ def finite(x: float) -> float | None:
 
 __all__ = [
     "BUNDLED",
+    "FLAT_AT_CLEAN",
+    "METRICS",
+    "Metric",
+    "MetricArg",
+    "MetricSpec",
     "FIELDS",
     "bundled_prompts",
     "LOGIT_METRICS",

@@ -21,6 +21,9 @@ from .errors import InputError, InputTypeError
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_EXACT = 20  # heads ablated exactly by default: the top of the one-backward estimate
+# the settle rule (read/ground/settle.py): exact measurement of the estimate's first SETTLE_FIRST components,
+# then SETTLE_STEP more at a time until the exact top SETTLE_TOP stops changing
+SETTLE_FIRST, SETTLE_STEP, SETTLE_TOP = 20, 10, 10
 ABLATION_MODES = ("zero", "mean", "uniform")
 CONVENTIONS = ("sdpa", "mha", "additive", "hf", "causal")
 MASK_FAMILIES = ("any", "causal", "bidirectional")

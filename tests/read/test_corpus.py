@@ -320,7 +320,7 @@ def _rewrite(path: Path, mutate, keep_digest: bool = False) -> None:
     from safetensors import safe_open
     from safetensors.numpy import load_file, save_file
 
-    from attnroute.read.corpus.checkpoint import state_digest
+    from attnroute.read.ground.checkpoint import state_digest
 
     with safe_open(str(path), framework="numpy") as f:
         meta = f.metadata()
@@ -474,7 +474,7 @@ def test_torchrun_with_one_damaged_rank_checkpoint_refuses_once_on_every_rank(ti
 
 
 def test_report_refuses_a_corpus_for_an_encoder_decoder_before_reading_the_text(tmp_path, capsys, monkeypatch):
-    import attnroute.read.capture as capture
+    import attnroute.read.report as capture
 
     t5 = build("t5", tmp_path)
     monkeypatch.setattr(capture, "read_heads", lambda *a, **k: pytest.fail("the text was read before the refusal"))

@@ -9,7 +9,8 @@ import torch
 from attnroute.cli import main
 from attnroute.engine import KnockoutEdges
 from attnroute.read.adapter import routed
-from attnroute.read.experiments.knockout import KnockoutError, knockout, positions, resolve_positions
+from attnroute.read.experiments.knockout import knockout
+from attnroute.read.ground.positions import PositionError, resolve_positions
 from attnroute.read.stimuli import encode_text
 
 PROMPT = "The Eiffel Tower is located in the city of"
@@ -39,16 +40,14 @@ def test_knocking_out_nothing_changes_nothing_bit_for_bit(smollm2):
 
 def test_positions_from_words_and_indices(smollm2):
     ids, _ = encode_text(smollm2.tokenizer, PROMPT, None)
-    assert positions(smollm2.tokenizer, PROMPT, ids, "Eiffel", "target") == [
-        2,
-        3,
-    ]  # "ĠE", "iffel": both overlap the word
-    assert positions(smollm2.tokenizer, PROMPT, ids, "of", "source") == [10]
-    assert positions(smollm2.tokenizer, PROMPT, ids, "3,4", "source") == [3, 4]
-    with pytest.raises(KnockoutError, match="'Louvre' is not a word of the text"):
-        positions(smollm2.tokenizer, PROMPT, ids, "Louvre", "target")
-    found, matches = resolve_positions(smollm2.tokenizer, TWICE, encode_text(smollm2.tokenizer, TWICE, None)[0],
-                                       "cat", "source")  # fmt: skip
+    tok = smollm2.tokenizer
+    assert resolve_positions(tok, PROMPT, ids, "Eiffel", "target") == ([2, 3], 1)  # "ĠE", "iffel" overlap the word
+    assert resolve_positions(tok, PROMPT, ids, "of", "source") == ([10], 1)
+    assert resolve_positions(tok, PROMPT, ids, "3,4", "source") == ([3, 4], 0)
+    with pytest.raises(PositionError, match="'Louvre' is not a word of the text") as e:
+        resolve_positions(tok, PROMPT, ids, "Louvre", "target")
+    assert e.value.field == "target"
+    found, matches = resolve_positions(tok, TWICE, encode_text(tok, TWICE, None)[0], "cat", "source")
     assert matches == 2 and len(found) == 2  # every occurrence is used, and the count is said
 
 

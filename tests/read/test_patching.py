@@ -15,8 +15,8 @@ import torch
 
 from attnroute.models import load
 from attnroute.promptset import PromptPair
+from attnroute.read.ground.metrics import cosine, logit_diff
 from attnroute.read.patching import patch
-from attnroute.read.patching.metrics import cosine, logit_diff
 
 from .zoo import build
 
@@ -39,7 +39,7 @@ def eager(loaded):
 
 
 def _ids(loaded, texts):
-    from attnroute.read.patching.prompts import encode
+    from attnroute.read.ground.prompts import encode
 
     return torch.stack([encode(loaded.tokenizer, loaded.kind, t) for t in texts])
 

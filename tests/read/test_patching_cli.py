@@ -109,8 +109,8 @@ def test_heads_metric_effects_equal_zero_ablation_measured_here(tiny):
                                                  verify=False, seeds=(0,)))  # fmt: skip
     got = t.columns["ablation_delta"]
     from attnroute.read.adapter import routed
-    from attnroute.read.patching.metrics import logit_diff
-    from attnroute.read.patching.prompts import encode
+    from attnroute.read.ground.metrics import logit_diff
+    from attnroute.read.ground.prompts import encode
 
     tok = tiny.tokenizer
     want = np.zeros_like(got)

@@ -14,8 +14,8 @@ import torch
 from attnroute.engine import Intervention
 from attnroute.models import load
 from attnroute.read.adapter import routed
+from attnroute.read.ground.batches import batch_of
 from attnroute.read.patching.route_attribution import route_attribution
-from attnroute.read.patching.runs import batch_of
 
 from .zoo import build
 
@@ -69,7 +69,7 @@ def reference(loaded, ids, metric):
 def test_every_route_equals_autograd_on_the_eager_weights(arch, metric, tmp_path):
     loaded = load(str(build(arch, tmp_path)))
     r = route_attribution(loaded, text=TEXT, metric=metric, top=100_000, verify=0)
-    from attnroute.read.patching.prompts import encode
+    from attnroute.read.ground.prompts import encode
 
     ids = encode(loaded.tokenizer, loaded.kind, TEXT)[None]
     ref = reference(loaded, ids, metric)
@@ -102,7 +102,7 @@ def test_smollm2_top_routes_are_verified_and_weight_is_reported_beside_effect(sm
     assert x["norm_weight"] > 0 and 0 < x["weight"] <= 1
     # the exact effect is a knockout: the same number the knockout verb's engine edit gives
     from attnroute.engine import KnockoutEdges
-    from attnroute.read.patching.metrics import logit_diff
+    from attnroute.read.ground.metrics import logit_diff
 
     ids = torch.tensor([[smollm2.tokenizer.bos_token_id] + smollm2.tokenizer(IOI)["input_ids"]])
     tok = smollm2.tokenizer
@@ -132,7 +132,7 @@ def test_the_checkpointed_backward_gives_the_same_output_gradients(monkeypatch, 
     ids = torch.arange(1000, 1040)[None]
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     fields = {"answer": torch.tensor([5]), "wrong": torch.tensor([6])}
-    from attnroute.read.patching.metrics import logit_diff
+    from attnroute.read.ground.metrics import logit_diff
 
     stored, m1 = routes.output_gradients(loaded, batch, logit_diff, fields, {}, [0, 1])
     monkeypatch.setattr(routes, "CHECKPOINT_FROM", 10)

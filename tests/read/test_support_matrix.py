@@ -160,7 +160,7 @@ def test_readme_table_is_this_tests_result():
 def test_heads_and_the_report_run_on_every_read_architecture(arch):
     """End to end, as `attnroute heads` and `attnroute report` run: no exception, every head has its
     estimate, the settled exact ablation measured some heads, rows labelled by attention kind."""
-    from attnroute.read.capture import routing_view
+    from attnroute.read.report import routing_view
     from attnroute.show import report
 
     lm = loaded(arch)

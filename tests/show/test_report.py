@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnroute.cost import kv_card
-from attnroute.read.capture import routing_view
+from attnroute.read.report import routing_view
 from attnroute.show import report as report_mod
 from attnroute.show.figures import write_pngs
 

@@ -50,7 +50,7 @@ def run(args) -> int:
     from ..show import sections
 
     added = sections.load_all(args.learn, args.add)  # bad files fail before minutes of reading
-    from ..read.capture import routing_view
+    from ..read.report import routing_view
 
     with read_progress() as progress:
         view = routing_view(settings=settings, progress=progress)

@@ -1,45 +1,22 @@
-"""What the routing report shows, gathered by running the model: the HeadTable, the tokens and
-every layer's weights for one short text. show/report.py renders it and runs nothing.
+"""Every layer's weights of one text, kept: what the report page, the explorer and a map swap show.
+
+    weights = capture_weights(loaded, ids)                 # L × [H, T, T] float32 (eager backend)
+    ids, weights = generate_with_weights(loaded, ids, n)   # greedy decoding, every query's row kept
+
+Reading a long text's statistics never needs these (read/heads.py streams them); a picture does.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
-from ..engine import CallbackProbe, InputError
+from ..engine import CallbackProbe
 from ..engine.probes import value_norms
-from ..models import LoadedModel, load
-from ..progress import reporter
-from ..settings import ReportSettings
+from ..models import LoadedModel
 from .adapter import routed
-from .corpus.documents import Corpus
-from .corpus.read import SEQ2SEQ_CORPUS, read_corpus
-from .heads import DEFAULT_TEXT, body, key_sets, read_heads
-from .headtable import HeadTable
-from .stimuli import encode_text
+from .heads import body, key_sets
 from .verify import model_inputs
-
-
-@dataclass
-class RoutingView:
-    """One text read by one model: everything the report page needs, as data."""
-
-    table: HeadTable
-    tokens: list[str]  # the tokenizer's own strings, one per position (the encoder's, for an encoder-decoder)
-    weights: list[np.ndarray]  # per layer [H, T, T] float32
-    config: object  # the model's transformers config (for the KV-cache card)
-    kv_heads: int
-    context: int  # the model's context length (0 when the config has none)
-    seconds: float
-    decoder_tokens: list[str] | None = None  # an encoder-decoder's decoder input (the text shifted right)
-    corpus: HeadTable | None = None  # a corpus read (read_corpus): means, intervals, significance
-    generated_from: int | None = None  # tokens from this position on were generated (report --generate)
-    value_norms: list[np.ndarray] | None = None  # per layer [H, T]: ‖v_j W_O^h‖, the value-norm-weighted maps
-    sink_keys: list[int] | None = None  # the sink positions (the first, special tokens): the page can hide them
 
 
 @torch.no_grad()
@@ -101,71 +78,9 @@ def generate_with_weights(loaded: LoadedModel, ids: torch.Tensor, n: int) -> tup
     return out_ids, weights
 
 
-PAGE_TOKENS = 256  # the page's default length
-
-
-def page_tokens(loaded: LoadedModel, s: ReportSettings) -> int:
-    """The page's token limit: the one asked for (refused past the model's positions), else 256 or the
-    model's positions, whichever is fewer."""
-    if s.max_tokens is not None:
-        return loaded.fit(s.max_tokens, "max_tokens", "max_tokens")
-    return min(PAGE_TOKENS, loaded.max_positions or PAGE_TOKENS)
-
-
-def routing_view(
-    model=None, text: str | None = None, *, settings: ReportSettings | None = None, progress=None, **fields
-):
-    """Read the model on the text and capture its weights: the `attnroute report` pipeline, and the
-    corpus read beside it when ``settings.corpus`` names one (the model is loaded once). The fields
-    are ReportSettings' (or pass ``settings``)."""
-    s, t0, say = ReportSettings.of(settings, model, fields, text=text), time.perf_counter(), reporter(progress)
-    corpus = s.corpus and Corpus(s.corpus.corpus, s.corpus.field, s.corpus.per_line, s.corpus.limit, s.corpus.skip_bad)
-    if corpus and corpus.scanned[1] is None:  # every document checked before the model loads (count reused)
-        raise InputError(f"the corpus {s.corpus.corpus} holds no non-empty document", field="corpus")
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-    if s.generate and not loaded.causal:  # before minutes of reading
-        raise InputError("generate: only a causal LM continues a text", field="generate")
-    if corpus and loaded.seq2seq:  # read_corpus would refuse it too, but only after the whole text report
-        raise InputError(SEQ2SEQ_CORPUS, field="corpus")
-    limit = page_tokens(loaded, s)
-    ids, _ = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, limit)
-    loaded.fit(ids.shape[1] + s.generate, "generate", "the text and its continuation")
-    table = read_heads(settings=s.heads(limit).replace(model=loaded), progress=progress)
-    generated_from = None
-    if s.generate:
-        say("stage", f"generating {s.generate} tokens with the KV cache, keeping every query's weights")
-        generated_from = ids.shape[1]
-        ids, weights = generate_with_weights(loaded, ids, s.generate)
-    norms: dict = {}
-    if s.generate:  # the values of a generated token are those of the whole text run again (cache or not)
-        capture_weights(loaded, ids, norms, select=lambda layer, w: None)
-    else:
-        weights = capture_weights(loaded, ids, norms)
-    tokens = loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist())
-    decoder_tokens = None
-    if loaded.seq2seq:
-        dec = model_inputs(loaded, ids, torch.ones_like(ids))["decoder_input_ids"]
-        decoder_tokens = loaded.tokenizer.convert_ids_to_tokens(dec[0].tolist())
-    corpus_table = corpus and read_corpus(settings=s.corpus.replace(model=loaded), progress=progress, documents=corpus)
-    return RoutingView(
-        table,
-        tokens,
-        weights,
-        loaded.model.config,
-        loaded.n_kv_heads,
-        loaded.max_positions,
-        time.perf_counter() - t0,
-        decoder_tokens,
-        corpus=corpus_table or None,
-        generated_from=generated_from,
-        value_norms=[norms[layer] for layer in range(loaded.n_layers)],
-        sink_keys=sink_positions(loaded.tokenizer, ids),
-    )
-
-
 def sink_positions(tokenizer, ids: torch.Tensor) -> list[int]:
     """The positions read.heads counts as sinks (the first, and special tokens), of a [1, T] text."""
     return [int(i) for i in torch.nonzero(key_sets(tokenizer, ids)[0][0]).flatten()]
 
 
-__all__ = ["RoutingView", "capture_weights", "generate_with_weights", "routing_view", "sink_positions"]
+__all__ = ["capture_weights", "generate_with_weights", "sink_positions"]

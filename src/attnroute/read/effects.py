@@ -30,8 +30,10 @@ import torch
 from ..engine import HeadGate, Intervention
 from ..engine.interventions import uniform_over_visible
 from .adapter import routed
+from .ground.settle import SettleRule, settle
 
 MODES = ("zero", "mean", "uniform")
+SIGNED = SettleRule(signed=True)  # heads: the exact top is the largest Δ effect, signed
 
 
 class BatchedAblation(Intervention):
@@ -215,21 +217,32 @@ def run_from(
             del blocks[j].forward  # back to the class's forward
 
 
-def shortcut_check(loaded, batch: dict, base: torch.Tensor, stored: dict, clean_emb, effect=effect_loss) -> dict:
-    """The restart shortcut's clean effect must equal the full forward's; measured from the middle layer."""
-    if layer_stack(loaded) is None:
+def restart_check(
+    loaded, stored: dict, batch: dict, value, base: torch.Tensor, blocks=None, impl="eager", **model_kwargs
+) -> dict:
+    """The restart shortcut must reproduce the full forward before it is trusted: rerun from the middle
+    layer (blocks before it answering with ``stored``) and compare ``value(outputs)`` with ``base``, the
+    full forward's value per example. The one check of every verb that restarts from a layer."""
+    blocks = blocks or layer_stack(loaded)
+    if blocks is None:
         return {"used": False, "reason": "no single stack of layers (encoder-decoder): full forwards"}
     start = max(1, loaded.n_layers // 2)
-    again = forward_from(loaded, start, stored, batch, [], 1, clean_emb, effect=effect)
-    diff = float((again - base).abs().max())
+    out = run_from(loaded, start, stored, batch, [], 1, blocks, impl=impl, **model_kwargs)
+    diff = float((value(out) - base).abs().max())
     tol = 1e-4 * max(1.0, float(base.abs().max()))
     if diff <= tol:
         return {"used": True, "restart_check_max_abs_diff": diff, "tolerance": tol}
     return {
         "used": False,
-        "reason": f"the layer-restart shortcut's clean effect differed from the full forward's by {diff:.3g} "
-        f"(tolerance {tol:.3g}): full forwards instead",
+        "reason": f"the layer restart differed from the full forward by {diff:.3g} (tolerance {tol:.3g}): full "
+        "forwards instead",
+        "restart_check_max_abs_diff": diff,
     }
+
+
+def shortcut_check(loaded, batch: dict, base: torch.Tensor, stored: dict, clean_emb, effect=effect_loss) -> dict:
+    """The ablation sweep's restart check: its clean effect through the shortcut equals the full forward's."""
+    return restart_check(loaded, stored, batch, lambda out: effect(loaded, batch, out, clean_emb), base)
 
 
 def copies_per_forward(loaded, batch: dict, budget_bytes: int = 512 << 20) -> int:
@@ -322,36 +335,29 @@ def settled_sweep(
     batch: dict,
     ranking: np.ndarray,
     modes=("zero",),
-    first: int = 20,
-    step: int = 10,
-    top: int = 10,
+    rule: SettleRule = SIGNED,
     progress=None,
     effect=effect_loss,
     sweep=None,
 ) -> tuple[dict, dict]:
-    """Exact ablation in the order of ``ranking`` (an [L, H] score, largest first): the first ``first``
-    heads, then ``step`` more at a time until a round changes nothing in the exact top-``top`` (of the
-    first mode) — a head the estimate ranked low but whose exact effect is large gets found when it
-    is near the cutoff. Returns (deltas, info)."""
+    """Exact ablation in the order of ``ranking`` (an [L, H] score, largest first) under the settle rule
+    (ground/settle.py), its exact top ranked by the first mode's Δ, largest first. Returns (deltas, info)."""
     L, H = ranking.shape
     order = np.argsort(-np.nan_to_num(ranking.ravel(), nan=-np.inf), kind="stable")
-    pairs = [(int(i // H), int(i % H)) for i in order]
     sweep = sweep or Sweep(loaded, batch, modes, progress=progress, effect=effect)  # or the caller's (groups)
-    n = min(first, len(pairs))
-    sweep.measure(pairs[:n])
-    rounds = 1
-
-    def top_set():
-        d = sweep.deltas[sweep.modes[0]]
-        return set(sorted(sweep.measured, key=lambda p: -d[p])[:top])
-
-    while n < len(pairs):
-        before = top_set()
-        sweep.measure(pairs[n : n + step])
-        n, rounds = min(len(pairs), n + step), rounds + 1
-        if top_set() == before:
-            break
-    return sweep.deltas, {**sweep.info, "rounds": rounds, "first": first, "step": step, "top": top}
+    info = settle(
+        order,
+        lambda idx: sweep.measure([(i // H, i % H) for i in idx]),
+        lambda idx: sweep.deltas[sweep.modes[0]].ravel()[idx],
+        rule,
+    )
+    return sweep.deltas, {
+        **sweep.info,
+        "rounds": info["rounds"],
+        "first": rule.first,
+        "step": rule.step,
+        "top": rule.top,
+    }
 
 
 @torch.no_grad()

@@ -33,6 +33,7 @@ from ..progress import eta, reporter
 from ..settings import HeadsSettings
 from . import effects, roles
 from .adapter import routed
+from .ground.ablation import exact_rule, metric_effect_columns
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable, TextMeta
 from .stimuli import encode_text, tokens_of
 from .verify import model_inputs, routing_check
@@ -130,8 +131,6 @@ def read_heads(
     head_roles, stability = label_heads(cols, per_seed)
     cols["role_stability"] = stability
     if s.ablation and s.own_metric:  # your metric on your prompts
-        from .patching.ablation import metric_effect_columns
-
         t0 = time.perf_counter()
         meta.update(metric_effect_columns(loaded, cols, s, say))
         meta["timings_s"]["effects"] = time.perf_counter() - t0
@@ -450,7 +449,7 @@ def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, exact, say) ->
     else:
         say("stage", f"exact {'/'.join(modes)} ablation: the top {exact} of the estimate, then 10 more at a time")
         deltas, info = effects.settled_sweep(  # settle the exact top min(10, N): --exact 2 stays cheap
-            loaded, batch, np.abs(cols["grad_attr"]), modes=modes, first=exact, top=min(10, exact), progress=progress
+            loaded, batch, np.abs(cols["grad_attr"]), modes=modes, rule=exact_rule(exact), progress=progress
         )
     cols["ablation_delta"] = deltas.get("zero", cols["ablation_delta"])
     cols["ablation_mean"] = deltas.get("mean", cols["ablation_mean"])

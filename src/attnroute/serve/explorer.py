@@ -276,7 +276,7 @@ class Explorer:
     def report(self, text: str, cuts, heads, token, job) -> str:
         """The offline report page of what is on screen: the text's page, opening on the heads and token
         shown, with the cuts made and their answer before and after as a section."""
-        from ..read.capture import RoutingView
+        from ..read.report import RoutingView
         from ..show.report import render, report_data
         from ..show.sections import insert
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..engine.jsonable import strict
-from ..read.capture import RoutingView
+from ..read.report import RoutingView
 from ..read.roles import ROLES
 from .jsonout import write_text
 from .sections import insert

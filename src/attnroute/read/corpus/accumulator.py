@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import torch
 
 from ..heads import FUSED_COLUMNS
 from ..headtable import OFFSET_BUCKETS
@@ -111,4 +112,16 @@ class Accumulator:
         return acc
 
 
-__all__ = ["EMPTY_DIGEST", "STATS", "Accumulator", "chain"]
+def merge_ranks(acc: Accumulator, world: int) -> Accumulator:
+    """Gather every rank's accumulator and merge them in rank order (the same on every rank)."""
+    if world == 1:
+        return acc
+    states = [None] * world
+    torch.distributed.all_gather_object(states, dict(acc.state()))
+    merged = Accumulator.from_state(states[0])
+    for s in states[1:]:
+        merged.merge(Accumulator.from_state(s))
+    return merged
+
+
+__all__ = ["EMPTY_DIGEST", "STATS", "Accumulator", "chain", "merge_ranks"]

@@ -34,15 +34,16 @@ from ...models import LoadedModel, load
 from ...progress import eta, reporter
 from ...settings import CorpusSettings
 from .. import effects, roles
+from ..ground.checkpoint import CheckpointMismatch
+from ..ground.group import agree, process_group
 from ..heads import ReadError, induction_loss, mean_scores, stimulus_scores, text_statistics
 from ..headtable import COLUMNS, CorpusMeta, HeadTable
 from ..stimuli import encode_text
 from ..verify import routing_check
-from .accumulator import EMPTY_DIGEST, STATS, Accumulator
-from .checkpoint import CheckpointMismatch, checkpoint_path, fingerprint, load_checkpoint, save_checkpoint
-from .distributed import agree, merge_ranks, process_group
+from .accumulator import EMPTY_DIGEST, STATS, Accumulator, merge_ranks
 from .documents import Corpus
 from .significance import ALPHA, significance
+from .store import checkpoint_path, corpus_key, load_checkpoint, save_checkpoint
 
 # Michel et al. 2019 ("Are Sixteen Heads Really Better than One?", 1905.10650), Table 1: in their
 # WMT English–French Transformer, 8 of the 96 encoder self-attention heads (6 layers × 16) change
@@ -148,7 +149,7 @@ def read_corpus(
         meta["grad_attr"] = (
             "the one-backward estimate on document 0's first importance_tokens tokens (ranks the candidates)"
         )
-        key = fingerprint(_key_fields(s, window, effect_tokens), loaded, world, pairs) if s.checkpoint else None
+        key = corpus_key(_key_fields(s, window, effect_tokens), loaded, world, pairs) if s.checkpoint else None
         acc = documents_pass(
             loaded, docs, total, s, (rank, world), key, (pairs, stimulus, window, effect_tokens), say, stop
         )

@@ -18,7 +18,6 @@ and says nothing about the route).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +29,8 @@ from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...settings import KnockoutSettings
 from ..adapter import routed
-from ..patching.text_metric import TextMetric, check_text_metric
+from ..ground.positions import resolve_positions, said
+from ..ground.text_metric import TextMetric, check_text_metric
 from ..stimuli import encode_text, tokens_of
 
 
@@ -123,43 +123,8 @@ class KnockoutResult(Result):
         }
 
 
-def _said(spec: str, found: list[int], matches: int) -> dict:
-    line = f"{spec!r} resolved to positions {found}"
-    if matches > 1:
-        line += f" ({spec!r} occurs {matches} times: all are used; give indices to pick one)"
-    return {"spec": spec, "positions": found, "matches": matches, "said": line}
-
-
 def _nll(p: float) -> float:
     return float(-np.log(max(p, 1e-45)))
-
-
-def positions(tokenizer, text: str, ids: torch.Tensor, spec: str, what: str) -> list[int]:
-    """Token positions for ``spec``: indices ("7", "3,4") or every token overlapping a whole-word match."""
-    return resolve_positions(tokenizer, text, ids, spec, what)[0]
-
-
-def resolve_positions(tokenizer, text: str, ids: torch.Tensor, spec: str, what: str) -> tuple[list[int], int]:
-    """(positions, how many times the word occurs; 0 for indices). Every occurrence is used: a word that
-    matches more than once says so through the count, and indices pick one."""
-    T = ids.shape[1]
-    if re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", spec):
-        idx = [int(x) for x in spec.split(",")]
-        bad = [i for i in idx if not 0 <= i < T]
-        if bad:
-            raise KnockoutError(f"{what}: position {bad[0]} is outside the {T} tokens of the text", field=what)
-        return sorted(set(idx)), 0
-    spans = [m.span() for m in re.finditer(rf"(?<!\w){re.escape(spec.strip())}(?!\w)", text)]
-    if not spans:
-        raise KnockoutError(
-            f"{what} {spec!r} is not a word of the text; give a word of it or token indices", field=what
-        )
-    enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
-    shift = T - len(enc["input_ids"])  # a BOS encode_text prepended itself
-    found = {
-        i + shift for i, (a, b) in enumerate(enc["offset_mapping"]) if b > a and any(a < e and s < b for s, e in spans)
-    }
-    return sorted(p for p in found if 0 <= p < T), len(spans)
 
 
 def _logits(loaded, batch, interventions) -> torch.Tensor:
@@ -225,7 +190,7 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
         target_id = int(tid[0])
     p_clean, loss_clean = _measure(loaded, batch, target_id, logits=clean)
     metric = None if s.metric is None else TextMetric(loaded.tokenizer, s.metric, s.answer, s.wrong, ids, clean)
-    said = {"source": _said(source, queries, q_matches), "target": _said(target, keys, k_matches)}
+    resolved = {"source": said(source, queries, q_matches), "target": said(target, keys, k_matches)}
     result = KnockoutResult(
         loaded.name,
         text,
@@ -239,7 +204,7 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
         heads,
         p_clean,
         loss_clean,
-        resolved=said,
+        resolved=resolved,
         metric=None if metric is None else {"name": metric.name, "clean": metric(clean), "route": [], "control": []},
     )
     for start in range(0, L - window + 1):
@@ -260,4 +225,4 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     return result
 
 
-__all__ = ["KnockoutError", "KnockoutResult", "knockout", "positions", "resolve_positions"]
+__all__ = ["KnockoutError", "KnockoutResult", "knockout"]

@@ -24,7 +24,7 @@ from ...progress import reporter
 from ...settings import SwapSettings
 from ..adapter import routed
 from ..capture import capture_weights
-from ..patching.text_metric import TextMetric, check_text_metric
+from ..ground.text_metric import TextMetric, check_text_metric
 from ..stimuli import encode_text, tokens_of
 
 

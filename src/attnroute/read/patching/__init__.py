@@ -1,16 +1,18 @@
 """patching/: your question, your metric — activation patching, attribution and route-level effects.
 
-metrics     metric(logits, batch) -> Tensor[B]; the built-ins by name
-prompts     prompt pairs as token ids, checked (same length, single-token answers)
-sites       the components and the interventions that record, tap and patch them
-runs        the recorded clean / corrupt runs of one group of prompts; exact and estimated patching
-patch       patch(): estimate, then exact settling, with per-prompt statistics
-agreement   estimate against exact: Spearman, R², slope
+sites              the components and the interventions that record, tap and patch them
+runs               the recorded clean / corrupt runs of one group of prompts; exact and estimated patching
+direct             direct effects (direct logit attribution) of every head
+store              the per-prompt arrays over ranks, and their checkpoint
+patch              patch(): estimate, then exact settling, with per-prompt statistics
+routes             the streaming probe of route attribution
+route_attribution  route_attribution(): every query→key route's estimated effect, the top verified
+
+What the rooms of read/ share — metrics, prompt pairs as tokens, positions, the settle rule, the
+process group, checkpoints, statistics — is the ground floor, read/ground/.
 """
 
-from .agreement import agreement
-from .metrics import BUILT_IN as METRICS
 from .patch import PatchResult, patch
 from .route_attribution import RoutesResult, route_attribution
 
-__all__ = ["METRICS", "PatchResult", "RoutesResult", "agreement", "patch", "route_attribution"]
+__all__ = ["PatchResult", "RoutesResult", "patch", "route_attribution"]

@@ -19,7 +19,6 @@ and per site the estimate's agreement with exact patching (Spearman ρ, R², slo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,19 +28,15 @@ from ...errors import Interrupted
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...promptset import finite
-from ...settings import PatchSettings
-from ..corpus.distributed import process_group
-from ..moments import Moments
-from .agreement import agreement
-from .metrics import resolve
-from .prompts import PromptError, resolve_positions, tokenize_pairs
+from ...settings import SETTLE_STEP, PatchSettings
+from ..ground.group import Shard, process_group
+from ..ground.metrics import resolve
+from ..ground.prompts import PromptError, pair_positions, tokenize_pairs
+from ..ground.settle import SettleRule, measure_first, settle
+from ..ground.stats import agreement, mean_ci
 from .runs import PairRun
-from .shard import Shard, checkpoint_key
-from .shard import load as load_patch_checkpoint
-from .shard import save as save_patch_checkpoint
 from .sites import Component, components, pick
-
-FIRST, STEP = 20, 10
+from .store import Store
 
 
 @dataclass(repr=False)
@@ -102,10 +97,10 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
         found = load_tokenizer(s.model)
         if found is not None:
             groups, _ = tokenize_pairs(*found, s.pairs, s.metric)
-            resolve_positions(found[0], found[1], s.positions, s.pairs, groups)
+            pair_positions(found[0], found[1], s.positions, s.pairs, groups)
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, s.pairs, s.metric)  # every rank checks them all
-    mode, positions, resolved = resolve_positions(loaded.tokenizer, loaded.kind, s.positions, s.pairs, groups)
+    mode, positions, resolved = pair_positions(loaded.tokenizer, loaded.kind, s.positions, s.pairs, groups)
     refuse_unsupported(loaded, metric_name, mode)
     for g in groups:
         loaded.fit(g.length, "prompts", f"prompt row {s.pairs[g.rows[0]].row}")
@@ -131,7 +126,7 @@ def _run(loaded, s: PatchSettings, fn, metric_name, positions, shard: Shard, say
     say("stage", f"recording clean and corrupt runs of {len(mine)} prompts in {len(groups)} length groups")
     runs = [PairRun(loaded, g, fn, s.direction) for g in groups]
     comps = {site: components(site, loaded.n_layers, loaded.n_heads, loaded.n_kv_heads, positions) for site in s.sites}
-    store = Store(s, loaded, metric_name, comps, N, shard)
+    store = Store(s, s.pairs, loaded, metric_name, comps, shard)
     m_clean, m_corrupt = (
         store.array("m_clean", runs, lambda r: r.m_clean),
         store.array("m_corrupt", runs, lambda r: r.m_corrupt),
@@ -159,32 +154,6 @@ def _run(loaded, s: PatchSettings, fn, metric_name, positions, shard: Shard, say
     return result
 
 
-class Store:
-    """The whole per-prompt arrays (gathered over ranks), resumed from and saved to ``--checkpoint``."""
-
-    def __init__(self, s: PatchSettings, loaded, metric_name: str, comps: dict, N: int, shard: Shard):
-        self.shard, self.path = shard, None if s.checkpoint is None else Path(s.checkpoint)
-        self.state = {f"values.{site}": np.full((len(cs), N), np.nan) for site, cs in comps.items()}
-        self.key, self.resumed = None, None
-        if self.path is not None:
-            self.key = checkpoint_key(s, loaded, metric_name)
-            shapes = {**{k: v.shape for k, v in self.state.items()}, "m_clean": (N,), "m_corrupt": (N,)}
-            found = load_patch_checkpoint(self.path, self.key, shapes)
-            if found is not None:
-                self.state.update(found)
-                done = sum(int(np.isfinite(v).all(1).sum()) for k, v in found.items() if k.startswith("values."))
-                self.resumed = {"from": str(self.path), "components_measured": done}
-
-    def array(self, name: str, runs, of) -> np.ndarray:
-        if name not in self.state:
-            self.state[name] = self.shard.merge(_gather(runs, self.shard.n, of))
-        return self.state[name]
-
-    def save(self) -> None:
-        if self.path is not None and self.shard.rank == 0:
-            save_patch_checkpoint(self.path, self.state, self.key)
-
-
 def refuse_unsupported(loaded, metric_name: str, mode: str) -> None:
     if loaded.seq2seq and metric_name == "loss":
         raise PromptError(
@@ -198,13 +167,6 @@ def refuse_unsupported(loaded, metric_name: str, mode: str) -> None:
         )
 
 
-def _gather(runs, N: int, of) -> np.ndarray:
-    out = np.full(N, np.nan)
-    for r in runs:
-        out[r.group.rows] = of(r).numpy()
-    return out
-
-
 def _estimates(runs, grids, comps: list[Component], N: int) -> np.ndarray:
     out = np.zeros((len(comps), N))
     for r, g in zip(runs, grids):
@@ -214,34 +176,17 @@ def _estimates(runs, grids, comps: list[Component], N: int) -> np.ndarray:
 
 
 def _settle(runs, comps, store: Store, site: str, s: PatchSettings, say) -> dict:
-    """Exact patching in the order of |mean estimate| until the exact top ``s.top`` holds (or as asked),
-    in rounds of at most STEP·3 components, each saved to the checkpoint."""
+    """Exact patching in the order of |mean estimate| under the settle rule (or as asked: every
+    component, or the first N), in rounds each saved to the checkpoint."""
     est, values = store.state[f"est.{site}"], store.state[f"values.{site}"]
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
+    measure = lambda idx: _measure(runs, comps, idx, store, values, say, site)  # noqa: E731
     if s.exact == "all" or isinstance(s.exact, int):
         n = len(order) if s.exact == "all" else min(int(s.exact), len(order))
-        for i in range(0, n, 3 * STEP):
-            _measure(runs, comps, order[i : min(n, i + 3 * STEP)], store, values, say, site)
-        return {"rule": f"{s.exact}", "measured": n, "rounds": max(1, -(-n // (3 * STEP)))}
-    n = min(FIRST, len(order))
-    _measure(runs, comps, order[:n], store, values, say, site)
-    rounds = 1
-
-    def top():
-        done = order[:n]
-        return set(done[np.argsort(-np.abs(np.nanmean(values[done], 1)), kind="stable")][: s.top].tolist())
-
-    while n < len(order):
-        before = top()
-        _measure(runs, comps, order[n : n + STEP], store, values, say, site)
-        n, rounds = min(len(order), n + STEP), rounds + 1
-        if top() == before:
-            break
-    return {
-        "rule": f"settle: first {FIRST}, then {STEP} at a time until the exact top {s.top} holds",
-        "measured": n,
-        "rounds": rounds,
-    }
+        return {"rule": f"{s.exact}", **measure_first(order, n, measure, 3 * SETTLE_STEP)}
+    rule = SettleRule(top=s.top)
+    info = settle(order, measure, lambda idx: np.nanmean(values[idx], 1), rule)
+    return {"rule": rule.describe(), **info}
 
 
 def _measure(runs, comps, idx, store: Store, values: np.ndarray, say, site: str) -> None:
@@ -258,19 +203,12 @@ def _measure(runs, comps, idx, store: Store, values: np.ndarray, say, site: str)
     say("patch", f"{site}: {len(picked)} components patched exactly", done=len(picked), total=len(picked))
 
 
-def _mean_ci(x: np.ndarray) -> tuple[float | None, float | None]:
-    m = Moments(())
-    for v in x:
-        m.add(v)
-    return finite(m.mean), finite(m.ci95())
-
-
 def _row(loaded, c: Component, est: np.ndarray, patched: np.ndarray, m_base, m_corrupt, den: float) -> dict:
     exact = bool(np.isfinite(patched).all())
     scale = abs(den) if abs(den) > 1e-9 else None
-    delta, delta_ci = _mean_ci(patched - m_base) if exact else (None, None)
-    norm_mean, norm_ci = _mean_ci(patched - m_corrupt) if exact else (None, None)
-    est_mean, est_ci = _mean_ci(est)
+    delta, delta_ci = mean_ci(patched - m_base) if exact else (None, None)
+    norm_mean, norm_ci = mean_ci(patched - m_corrupt) if exact else (None, None)
+    est_mean, est_ci = mean_ci(est)
     base_off = float(np.mean(m_base - m_corrupt))
     row = {
         "layer": c.layer,
@@ -324,13 +262,13 @@ def _direct(runs, N: int, loaded, shard: Shard) -> dict:
             heads[..., r.group.rows] = p[side]["heads"].numpy().transpose(1, 2, 0)
             rest[r.group.rows] = p[side]["rest"].numpy()
         per[side] = shard.merge(heads).transpose(2, 0, 1)  # (N, L, H)
-        out["rest"][side], out["rest"][f"{side}_ci"] = _mean_ci(shard.merge(rest))
+        out["rest"][side], out["rest"][f"{side}_ci"] = mean_ci(shard.merge(rest))
     for l in range(L):
         for h in range(H):
             row = {"layer": l, "head": h}
             for side in ("clean", "corrupt"):
-                row[side], row[f"{side}_ci"] = _mean_ci(per[side][:, l, h])
-            row["difference"], row["difference_ci"] = _mean_ci(per["clean"][:, l, h] - per["corrupt"][:, l, h])
+                row[side], row[f"{side}_ci"] = mean_ci(per[side][:, l, h])
+            row["difference"], row["difference_ci"] = mean_ci(per["clean"][:, l, h] - per["corrupt"][:, l, h])
             row["clean_values"] = [finite(v) for v in per["clean"][:, l, h]]
             out["rows"].append(row)
     out["norm"] = parts[0]["clean"]["norm"] if parts else None
@@ -338,8 +276,8 @@ def _direct(runs, N: int, loaded, shard: Shard) -> dict:
 
 
 def _meta(loaded, metric_name, s, record, resolved, m_clean, m_corrupt, runs, settle) -> dict:
-    c_mean, c_ci = _mean_ci(m_clean)
-    x_mean, x_ci = _mean_ci(m_corrupt)
+    c_mean, c_ci = mean_ci(m_clean)
+    x_mean, x_ci = mean_ci(m_corrupt)
     return {
         "metric": metric_name,
         "direction": s.direction,

@@ -20,17 +20,16 @@ from ...engine import InputError
 from ...engine.jsonable import Result
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
-from ...promptset import finite
+from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import RoutesSettings
 from ..adapter import routed
-from ..effects import layer_stack, run_from
-from .agreement import agreement
-from .metrics import resolve
-from .prompts import PromptError, tokenize_pairs, tokens_of
-from .routes import CHECKPOINT_FROM, knockout_one, metric_input, no_cache, output_gradients, stream_routes
-from .runs import batch_of, output_kwargs
-
-FLAT_AT_CLEAN = ("kl", "cosine")  # 0 (or 1) with zero gradient on the run they compare with
+from ..effects import layer_stack, restart_check, run_from
+from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
+from ..ground.metrics import resolve
+from ..ground.prompts import PromptError, tokenize_pairs
+from ..ground.stats import agreement
+from ..stimuli import tokens_of
+from .routes import CHECKPOINT_FROM, knockout_one, output_gradients, stream_routes
 
 
 @dataclass(repr=False)
@@ -156,11 +155,10 @@ def _verify(loaded, batch, routes, stored, fn, fields_, kwargs, m_base, meta, sa
     blocks = layer_stack(loaded)
     restart = bool(blocks) and bool(stored)
     if restart:  # the restart must reproduce the run before it is trusted
-        mid = max(1, loaded.n_layers // 2)
-        out = run_from(loaded, mid, stored, batch, [], 1, blocks, impl="auto", **kwargs)
-        diff = float((fn(metric_input(loaded, out, batch), {**batch, **fields_}) - m_base).abs().max())
-        restart = diff <= 1e-4 * max(1.0, float(m_base.abs().max()))
-        meta["restart"] = {"used": restart, "max_abs_diff": diff}
+        value = lambda out: fn(metric_input(loaded, out, batch), {**batch, **fields_})  # noqa: E731
+        check = restart_check(loaded, stored, batch, value, m_base, blocks, impl="auto", **kwargs)
+        restart = check["used"]
+        meta["restart"] = {"used": restart, "max_abs_diff": check.get("restart_check_max_abs_diff")}
     exact = []
     for n, r in enumerate(routes, 1):
         start = r["layer"] if restart else 0

@@ -22,14 +22,14 @@ the route out (engine KnockoutEdges: −inf before the softmax, the row renormal
 from __future__ import annotations
 
 import contextlib
-import inspect
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from ...engine import KnockoutEdges, Probe
 from ..adapter import routed
-from ..effects import layer_stack, pooled
+from ..effects import layer_stack
+from ..ground.batches import metric_input, no_cache
 
 CHECKPOINT_FROM = 8192  # tokens: past this the backward recomputes each block instead of storing it (memory)
 
@@ -133,12 +133,6 @@ def grams(loaded, n_heads: int) -> dict:
     return out
 
 
-def no_cache(loaded) -> dict:
-    """use_cache=False where the model takes it: a recomputed block must not append its keys to a cache
-    a second time (the recomputation would then attend to 2·T keys), and nothing here decodes."""
-    return {"use_cache": False} if "use_cache" in inspect.signature(loaded.model.forward).parameters else {}
-
-
 @contextlib.contextmanager
 def checkpointed(loaded, on: bool):
     """Each block of the layer stack recomputed in the backward instead of stored (torch.utils.checkpoint):
@@ -188,10 +182,6 @@ def output_gradients(loaded, batch: dict, metric, fields: dict, kwargs: dict, la
     return {l: grads[l] for l in sorted(grads)}, M.detach().float()
 
 
-def metric_input(loaded, outputs, batch):
-    return outputs.logits if loaded.kind != "encoder" else pooled(outputs.last_hidden_state, batch["attention_mask"])
-
-
 @torch.no_grad()
 def stream_routes(loaded, batch: dict, grads: dict, top: int, kwargs: dict, record_blocks: bool) -> tuple[list, dict]:
     """Pass 2: the top routes (and, for the exact checks, each block's output on this run)."""
@@ -218,8 +208,6 @@ __all__ = [
     "checkpointed",
     "grams",
     "knockout_one",
-    "metric_input",
-    "no_cache",
     "output_gradients",
     "stream_routes",
 ]

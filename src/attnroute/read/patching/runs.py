@@ -13,14 +13,13 @@ checked once against the full forward and not used if it differs.
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 
 from ..adapter import routed
-from ..effects import _repeat, layer_stack, pooled, run_from
+from ..effects import _repeat, layer_stack, restart_check, run_from
+from ..ground.batches import batch_of, metric_input, output_kwargs, references
+from ..ground.prompts import Group
 from .direct import FinalRecorder, direct_effects
-from .prompts import Group
 from .sites import Component, PatchCopies, Recorder, Tap, estimate_grid
 
 TOKEN_BUDGET = 8192  # tokens per exact forward (copies × prompts × length): bounded memory on 2 cores
@@ -61,12 +60,7 @@ class PairRun:
         for name, value in self.fields.items():
             if value is not None:
                 batch[name] = value.repeat(copies, *([1] * (value.dim() - 1)))
-        x = (
-            outputs.logits
-            if self.loaded.kind != "encoder"
-            else pooled(outputs.last_hidden_state, batch["attention_mask"])
-        )
-        return self.metric(x, batch)
+        return self.metric(metric_input(self.loaded, outputs, batch), batch)
 
     @torch.no_grad()
     def _record(self, ids: torch.Tensor):
@@ -96,21 +90,10 @@ class PairRun:
         }
 
     def _check_shortcut(self) -> dict:
-        if self.blocks is None:
-            return {"used": False, "reason": "no single stack of layers (encoder-decoder): full forwards"}
-        start = max(1, self.loaded.n_layers // 2)
-        out = run_from(
-            self.loaded, start, self.base_blocks, self.batch(self.base_ids), [], 1, self.blocks, **self.kwargs
+        value = lambda out: self._metric(out, self.base_ids)  # noqa: E731
+        return restart_check(
+            self.loaded, self.base_blocks, self.batch(self.base_ids), value, self.m_base, self.blocks, **self.kwargs
         )
-        diff = float((self._metric(out, self.base_ids) - self.m_base).abs().max())
-        tol = 1e-4 * max(1.0, float(self.m_base.abs().max()))
-        if diff <= tol:
-            return {"used": True, "restart_check_max_abs_diff": diff, "tolerance": tol}
-        return {
-            "used": False,
-            "reason": f"the layer restart differed from the full forward by {diff:.3g} "
-            f"(tolerance {tol:.3g}): full forwards",
-        }
 
     def copies(self) -> int:
         return max(1, TOKEN_BUDGET // max(1, self.n * self.group.length))
@@ -150,30 +133,4 @@ class PairRun:
         return self._metric_value(outputs, self.base_ids)
 
 
-def batch_of(loaded, ids: torch.Tensor) -> dict:
-    """The model's inputs for prompts [n, T] of one length: no padding; an encoder-decoder's decoder reads
-    its start token only (the metric reads the first decoder position)."""
-    b = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if loaded.seq2seq:
-        start = int(loaded.model.config.decoder_start_token_id or 0)
-        b["decoder_input_ids"] = torch.full((ids.shape[0], 1), start, dtype=torch.long)
-    return b
-
-
-def output_kwargs(loaded, metric) -> dict:
-    """logits_to_keep=1 when the metric reads the last position only and the model takes the argument:
-    the output head then runs on one position (most of a small model's forward otherwise)."""
-    if loaded.kind == "encoder" or not getattr(metric, "last_only", False):
-        return {}
-    params = inspect.signature(loaded.model.forward).parameters
-    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
-
-
-def references(loaded, clean_out, batch) -> dict:
-    """What kl and cosine compare with: the clean run's last-position log-probabilities / pooled embedding."""
-    if loaded.kind == "encoder":
-        return {"clean_embedding": pooled(clean_out.last_hidden_state, batch["attention_mask"]).detach().float()}
-    return {"clean_logprobs": torch.log_softmax(clean_out.logits[:, -1].float(), -1).detach()}
-
-
-__all__ = ["PairRun", "TOKEN_BUDGET", "batch_of", "output_kwargs", "references"]
+__all__ = ["PairRun", "TOKEN_BUDGET"]

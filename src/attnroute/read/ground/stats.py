@@ -1,4 +1,8 @@
-"""Estimate against exact: does the first-order estimate rank and size effects the way exact runs do?
+"""Numbers over prompts: a mean with its 95 % interval, and an estimate's agreement with exact values.
+
+    mean, ci = mean_ci(values)              # Student's t interval; None where it is not defined
+
+Estimate against exact: does the first-order estimate rank and size effects the way exact runs do?
 
 Syed et al. (2023, arXiv 2310.10348) found the linear estimate and exact patching agreeing only loosely
 (R² = 0.27, slope 0.53 on a 4-layer model), so an estimate is reported beside the exact values it was
@@ -12,6 +16,17 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.stats import rankdata
+
+from ...promptset import finite
+from ..moments import Moments
+
+
+def mean_ci(x) -> tuple[float | None, float | None]:
+    """(mean, half-width of its 95 % interval) over the values; null (None) where not finite."""
+    m = Moments(())
+    for v in x:
+        m.add(v)
+    return finite(m.mean), finite(m.ci95())
 
 
 def agreement(estimate, exact) -> dict:
@@ -30,4 +45,4 @@ def agreement(estimate, exact) -> dict:
     return out
 
 
-__all__ = ["agreement"]
+__all__ = ["agreement", "mean_ci"]

@@ -14,13 +14,20 @@ import dataclasses
 import numpy as np
 import torch
 
+from ...promptset import FLAT_AT_CLEAN
+from ...settings import SETTLE_TOP
 from ..adapter import routed
 from ..effects import MetricEffect, Sweep, gradient_estimate, rank_agreement, settled_sweep
+from .batches import batch_of, references
 from .metrics import resolve
 from .prompts import tokenize_pairs
-from .runs import batch_of, references
+from .settle import SettleRule
 
-FLAT = ("kl", "cosine")  # zero gradient at the clean run: the estimate cannot rank, so every head is exact
+
+def exact_rule(exact: int) -> SettleRule:
+    """`heads --exact N`: the settle rule from the top N, settling the exact top min(10, N) (largest Δ
+    first), so that --exact 2 stays cheap."""
+    return SettleRule(first=exact, top=min(SETTLE_TOP, exact), signed=True)
 
 
 class GroupSweep:
@@ -66,7 +73,7 @@ def metric_effect_columns(loaded, cols: dict, s, say) -> dict:
     say("stage", f"gradient estimate of Δ {name} (one forward, one backward per length)")
     cols["grad_attr"] = sum(n * gradient_estimate(loaded, b, e) for n, (b, e) in zip(sizes, parts)) / sum(sizes)
     L, H = cols["grad_attr"].shape
-    exact = "all" if name in FLAT else s.exact
+    exact = "all" if name in FLAT_AT_CLEAN else s.exact
     sweeps = GroupSweep([Sweep(loaded, b, s.modes, effect=e) for b, e in parts], sizes)
     if exact == "all" or exact >= L * H:
         sweeps.measure([(l, h) for l in range(L) for h in range(H)])
@@ -74,14 +81,13 @@ def metric_effect_columns(loaded, cols: dict, s, say) -> dict:
     elif exact == 0:
         info = {"heads_measured": 0}
     else:
-        _, info = settled_sweep(loaded, None, np.abs(cols["grad_attr"]), s.modes, first=exact, top=min(10, exact),
-                                sweep=sweeps)  # fmt: skip
+        _, info = settled_sweep(loaded, None, np.abs(cols["grad_attr"]), s.modes, exact_rule(exact), sweep=sweeps)
     for mode, column in (("zero", "ablation_delta"), ("mean", "ablation_mean"), ("uniform", "ablation_uniform")):
         if mode in s.modes and info.get("heads_measured"):
             cols[column] = sweeps.deltas[mode]
     n = int(info.get("heads_measured", 0))
     first = sweeps.deltas[s.modes[0]] if n else np.full((L, H), np.nan)
-    why = " (the estimate is flat for this metric: every head exact)" if name in FLAT else ""
+    why = " (the estimate is flat for this metric: every head exact)" if name in FLAT_AT_CLEAN else ""
     return {
         "effect_batch": f"the clean side of {len(record)} prompts in {len(groups)} length groups; effect = Δ {name} "
         f"(ablated − clean, mean over prompts){why}",

@@ -18,6 +18,7 @@ import torch
 from ...engine import InputError
 from ...promptset import LOGIT_METRICS, METRIC_FIELDS, PromptPair
 from ..stimuli import encode_text, tokens_of
+from .positions import resolve_positions
 
 
 class PromptError(InputError):
@@ -115,9 +116,7 @@ def _ids(values) -> torch.Tensor | None:
     return None if any(v < 0 for v in values) else torch.tensor(values, dtype=torch.long)
 
 
-def resolve_positions(
-    tokenizer, kind: str, spec: str, pairs, groups: list[Group]
-) -> tuple[str, list[int] | None, dict]:
+def pair_positions(tokenizer, kind: str, spec: str, pairs, groups: list[Group]) -> tuple[str, list[int] | None, dict]:
     """``--positions``: 'all' (None: the whole sequence at once), 'each' (every position: [L, H, T]), or
     token indices / a word of the clean prompt (the same positions in every prompt, so one length).
     Returns (mode, positions, what it resolved to, for the record)."""
@@ -133,14 +132,12 @@ def resolve_positions(
     T = lengths[0]
     if spec == "each":
         return "each", list(range(T)), {"positions": "each", "T": T}
-    from ..experiments.knockout import resolve_positions as words  # the one resolver of words and indices
-
     text = pairs[groups[0].rows[0]].clean
-    found, matches = words(tokenizer, text, groups[0].clean[:1], spec, "positions")
+    found, matches = resolve_positions(tokenizer, text, groups[0].clean[:1], spec, "positions")
     said = {"positions": spec, "resolved": found, "T": T, "in": f"row {pairs[groups[0].rows[0]].row}, clean"}
     if matches > 1:
         said["note"] = f"{spec!r} occurs {matches} times in the prompt: all are patched (give indices to pick one)"
     return "each", found, said
 
 
-__all__ = ["Group", "PromptError", "check_metric_kind", "encode", "resolve_positions", "tokenize_pairs", "tokens_of"]
+__all__ = ["Group", "PromptError", "check_metric_kind", "encode", "pair_positions", "single_token", "tokenize_pairs"]

@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ...promptset import METRICS, Metric
+
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
     """fp16/bf16 logits are read in fp32; fp32 and fp64 stay as they are."""
@@ -62,15 +64,12 @@ def cosine(embedding, batch):
     return F.cosine_similarity(_wide(embedding), batch["clean_embedding"], dim=-1)
 
 
-for _fn in (logit_diff, prob, logprob, kl):
-    _fn.last_only = True
-loss.last_only = False
-cosine.last_only = True
-
 BUILT_IN = {"logit-diff": logit_diff, "prob": prob, "logprob": logprob, "loss": loss, "kl": kl, "cosine": cosine}
+for _name, _fn in BUILT_IN.items():  # what each reads is said once, in promptset.METRICS
+    _fn.last_only = METRICS[_name].last_only
 
 
-def resolve(metric):
+def resolve(metric: str | Metric) -> tuple[str, Metric]:
     """(name, callable) for a built-in name or a Python callable."""
     if isinstance(metric, str):
         return metric, BUILT_IN[metric]

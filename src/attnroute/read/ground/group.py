@@ -1,6 +1,8 @@
-"""torch.distributed for a corpus read: the process group a `torchrun` launch needs, and the merge.
+"""torch.distributed for every verb that shards its work: the process group a `torchrun` launch needs,
+one refusal said by every rank, and a prompt set dealt over ranks.
 
     torchrun --nproc-per-node 2 -m attnroute heads --corpus data/python-docs-topics.jsonl
+    torchrun --nproc-per-node 2 -m attnroute patch --prompts ioi
 
 Under torchrun (WORLD_SIZE > 1) the reader starts the process group itself — nccl with each rank on
 its LOCAL_RANK device where CUDA is available (nccl collectives need it), gloo otherwise — and
@@ -12,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import os
 
+import numpy as np
 import torch
 
 from ...errors import InputError
-from .accumulator import Accumulator
 
 
 @contextlib.contextmanager
@@ -62,16 +64,40 @@ def agree(world: int, fn):
     return result
 
 
-def merge_ranks(acc: Accumulator, world: int) -> Accumulator:
-    """Gather every rank's accumulator and merge them in rank order (the same on every rank)."""
-    if world == 1:
-        return acc
-    states = [None] * world
-    torch.distributed.all_gather_object(states, dict(acc.state()))
-    merged = Accumulator.from_state(states[0])
-    for s in states[1:]:
-        merged.merge(Accumulator.from_state(s))
-    return merged
+class Shard:
+    """Prompts dealt round-robin over ranks (prompt i to rank i mod world); ``merge`` gathers per-prompt
+    arrays so that every rank holds the whole [..., n] array, the same on every rank."""
+
+    def __init__(self, n: int, rank: int, world: int):
+        self.n, self.rank, self.world = n, rank, world
+        self.rows = list(range(rank, n, world))  # this rank's prompts, as indices of the whole set
+
+    def merge(self, local: np.ndarray) -> np.ndarray:
+        """[..., n] arrays with NaN outside this rank's prompts -> the whole array, the same on every rank."""
+        if self.world == 1:
+            return local
+        parts = [None] * self.world
+        torch.distributed.all_gather_object(parts, np.asarray(local))
+        out = np.full_like(parts[0], np.nan, dtype=np.float64)
+        for r, part in enumerate(parts):
+            out[..., r :: self.world] = part[..., r :: self.world]
+        return out
+
+    def merge_max(self, values: list[float]) -> list[float]:
+        """Every rank's values, concatenated (for a worst case over all prompts)."""
+        if self.world == 1:
+            return list(values) or [float("nan")]
+        parts = [None] * self.world
+        torch.distributed.all_gather_object(parts, list(values))
+        return [v for p in parts for v in p] or [float("nan")]
+
+    def gather(self, values: list) -> list:
+        """Every rank's list of objects, concatenated in rank order (the same on every rank)."""
+        if self.world == 1:
+            return list(values)
+        parts = [None] * self.world
+        torch.distributed.all_gather_object(parts, list(values))
+        return [v for p in parts for v in p]
 
 
-__all__ = ["agree", "merge_ranks", "process_group", "rank_world"]
+__all__ = ["Shard", "agree", "process_group", "rank_world"]

@@ -1,0 +1,137 @@
+"""Checkpoints of every resumable verb: one identity, one file format, written atomically.
+
+    key = fingerprint("patch", {"pairs": …, "settings": …}, loaded)
+    write_state(path, {"values.head": array, …}, key)          # safetensors, beside then renamed over
+    arrays = read_state(path, "patch", key)                   # None when there is none; refused otherwise
+
+The identity is what changes the numbers: the verb's own inputs (``ident``), the model's config and
+every weight (a fine-tune with frozen embeddings and the same config is another model), and VERSION.
+The file holds float arrays (safetensors: no pickle) and their digest, so a changed number is seen.
+A checkpoint written by another command, another version, or damaged is refused in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ...errors import InputError
+
+VERSION = "3"  # 3: one identity for every verb (corpus was 2, patch "patch-1")
+START_OVER = "remove it to start over"
+
+
+class CheckpointMismatch(InputError):
+    """A checkpoint that cannot be resumed: written by another command (other arguments, model, weights,
+    documents or number of ranks), by another version, or damaged."""
+
+    def __init__(self, message: str):
+        super().__init__(message, field="checkpoint")
+
+
+def weights_digest(loaded) -> str:
+    """sha256 over every parameter's bytes, in the model's order; computed once per loaded model
+    (SmolLM2: about a second)."""
+    cached = getattr(loaded, "_weights_digest", None)
+    if cached is None:
+        h = hashlib.sha256()
+        for name, p in loaded.model.named_parameters():
+            t = p.detach().contiguous()
+            h.update(name.encode())
+            h.update((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().data)
+        cached = loaded._weights_digest = h.hexdigest()
+    return cached
+
+
+def state_digest(state: dict) -> str:
+    """sha256 over the arrays a checkpoint holds (names, dtypes, shapes, bytes): a changed number is seen."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        a = np.ascontiguousarray(state[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}".encode())
+        h.update(a.data)
+    return h.hexdigest()
+
+
+def fingerprint(kind: str, ident: dict, loaded) -> str:
+    """What a checkpoint of verb ``kind`` must agree with: ``ident`` (the verb's inputs that change the
+    numbers, JSON-able), the model's config and weights, and VERSION."""
+    whole = {
+        "kind": kind,
+        "ident": ident,
+        "config": hashlib.sha256(loaded.model.config.to_json_string().encode()).hexdigest(),
+        "weights": weights_digest(loaded),
+        "version": VERSION,
+    }
+    return hashlib.sha256(json.dumps(whole, sort_keys=True).encode()).hexdigest()
+
+
+def write_state(path: Path, state: dict[str, np.ndarray], key: str, extra: dict | None = None) -> None:
+    """Atomic: written beside under a unique name (two writers never share one, and no file of the user's
+    is taken), then renamed over (a SIGKILL leaves the old file or the new, never half). ``extra``:
+    more string metadata (the corpus's documents digest)."""
+    from safetensors.numpy import save_file
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        state = {k: np.ascontiguousarray(v) for k, v in state.items()}
+        meta = {"key": key, "version": VERSION, "state": state_digest(state), **(extra or {})}
+        save_file(state, tmp, metadata=meta)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_state(path: Path, kind: str, key: str) -> tuple[dict, dict[str, np.ndarray]] | None:
+    """(metadata, arrays) of the checkpoint at ``path`` written by this very command, None when there is
+    none; refused in one line when it is not a checkpoint, was written by another command or version,
+    or is damaged (``kind``: whose checkpoint it should be, for the message)."""
+    if not path.exists():
+        return None
+    meta, state = _read(path, kind)
+    if meta.get("version") != VERSION:
+        raise CheckpointMismatch(f"checkpoint {path} was written by another version of attnroute; {START_OVER}")
+    if meta.get("key") != key:
+        raise CheckpointMismatch(
+            f"checkpoint {path} was written by another command (other arguments, model weights or inputs); "
+            f"rerun with the same arguments, or {START_OVER}"
+        )
+    if meta.get("state") != state_digest(state):
+        raise CheckpointMismatch(f"checkpoint {path} is damaged: its numbers do not match their digest; {START_OVER}")
+    return meta, state
+
+
+def _read(path: Path, kind: str) -> tuple[dict, dict]:
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
+    if not path.is_file():
+        raise CheckpointMismatch(f"checkpoint {path} is not a regular file; {START_OVER}")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata() or {}
+        return meta, load_file(str(path))
+    except Exception as e:  # noqa: BLE001  (a damaged or foreign file)
+        raise CheckpointMismatch(
+            f"checkpoint {path} is damaged or not an attnroute {kind} checkpoint ({type(e).__name__}); {START_OVER}"
+        ) from None
+
+
+__all__ = [
+    "START_OVER",
+    "VERSION",
+    "CheckpointMismatch",
+    "fingerprint",
+    "read_state",
+    "state_digest",
+    "weights_digest",
+    "write_state",
+]
