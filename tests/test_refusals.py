@@ -546,7 +546,7 @@ def test_every_experiment_schema_accepts_what_its_command_writes_and_names_what_
 def test_any_word_of_a_prompt_draws_in_a_figure():
     """mathtext is off: '$ { $' from a prompt is drawn as it is (it raised in matplotlib's parser, and the
     JSON written after the plot was lost)."""
-    from attnroute.show.findings import png_bytes
+    from attnroute.show.sections import figure as png_bytes
 
     rows = [dict(layers=[0, 4], delta_p_route=-0.1, delta_p_control=0.0, delta_nll_route=0.2, delta_nll_control=0.0)]
     result = {

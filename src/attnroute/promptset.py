@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .errors import InputError
+from .errors import InputError, InputTypeError
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,56 @@ def metric_name(name) -> str:
     if name not in METRIC_FIELDS:
         raise InputError(f"metric {name!r} is not one of {', '.join(METRIC_FIELDS)}", field="metric")
     return name
+
+
+def metric_setting(metric) -> str | None:
+    """A metric's name (checked), or None for a Python callable; anything else is refused."""
+    if isinstance(metric, str):
+        return metric_name(metric)
+    if not callable(metric):
+        raise InputTypeError(f"metric must be a name or a callable, got {type(metric).__name__}", field="metric")
+    return None
+
+
+def pairs_of(prompts, clean, corrupt, answer, wrong, metric: str | None, sides=("clean", "corrupt")):
+    """The prompt pairs: a .jsonl path (read here), a sequence of PromptPair / dicts, or one pair from the
+    fields; ``answer`` / ``wrong`` fill the rows that do not name their own, then every row is checked
+    for ``sides`` and the fields ``metric`` reads (None: a callable, which reads what it likes)."""
+    if prompts is not None and clean is not None:
+        raise InputError("give prompts (a file) or one clean/corrupt pair, not both", field="prompts")
+    where = "prompts"
+    if prompts is None:
+        if clean is None or ("corrupt" in sides and corrupt is None):
+            raise InputError("give prompts (a .jsonl file) or both clean and corrupt", field="prompts")
+        pairs, where = [PromptPair(clean, corrupt if corrupt is not None else clean)], "the pair"
+    elif isinstance(prompts, str | bytes) or hasattr(prompts, "__fspath__"):
+        pairs, where = read_jsonl(prompts), f"prompts {prompts}"
+    else:
+        pairs = [_pair(p, i) for i, p in enumerate(_rows(prompts), 1)]
+    if answer is not None or wrong is not None:  # one answer for every row, unless a row names its own
+        pairs = [replace(p, answer=p.answer or answer, wrong=p.wrong or wrong) for p in pairs]
+    return check_pairs(pairs, metric or "loss", where=where, sides=sides)
+
+
+def _rows(prompts):
+    try:
+        return list(prompts)
+    except TypeError:
+        raise InputTypeError(
+            f"prompts must be a .jsonl path or a sequence of pairs, got {type(prompts).__name__}", field="prompts"
+        ) from None
+
+
+def _pair(p, row: int) -> PromptPair:
+    if isinstance(p, PromptPair):
+        return p
+    if isinstance(p, dict):
+        return PromptPair(*(p.get(k) for k in FIELDS), row=row)
+    raise InputTypeError(
+        f"prompts row {row} is a {type(p).__name__}: give a PromptPair or a dict with clean and corrupt "
+        "(one text is `clean`/`corrupt` or `text`, not `prompts`)",
+        field="prompts",
+    )
 
 
 def check_pairs(pairs, metric: str, where: str = "prompts", sides=("clean", "corrupt")) -> tuple[PromptPair, ...]:
@@ -168,5 +218,7 @@ __all__ = [
     "PromptPair",
     "check_pairs",
     "metric_name",
+    "metric_setting",
+    "pairs_of",
     "read_jsonl",
 ]

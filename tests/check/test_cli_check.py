@@ -1,5 +1,6 @@
 """`attnroute check`: exit 0 all pass, 1 a check failed, 2 cannot load or call; --json contract."""
 
+import dataclasses
 import json
 import sys
 
@@ -110,16 +111,8 @@ def _verdicts(target, only):
 
     out = {}
     for t in resolve(target):
-        r = ar.check(
-            t.fn,
-            t.convention,
-            only=only,
-            name=t.name,
-            head_dim=t.head_dim,
-            mask_family=t.mask_family,
-            mask_source=t.mask_source,
-            extras=t.extras,
-        )
+        # a Target carries its head dim, mask family, mask source and extra checks; its scale is left to the fit
+        r = ar.check(dataclasses.replace(t, scale=None), only=only)
         out[t.name] = {c.name: c for c in r.checks}
     return out
 

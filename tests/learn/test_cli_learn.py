@@ -5,7 +5,8 @@ import json
 import pytest
 
 from attnroute.cli import main
-from attnroute.show import learn_section
+from attnroute.show import learn as learn_section
+from attnroute.show import sections
 
 
 def test_learn_induction_writes_png_json_and_html(tmp_path, capsys):
@@ -55,10 +56,10 @@ def test_section_escapes_text_and_sits_in_the_report(tmp_path):
     html = learn_section.section(result)
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     report = "<html><body><div>cards</div><!--__SECTIONS__--><script>/*page*/</script></body></html>"
-    merged = learn_section.insert(report, [result])
+    merged = sections.insert(report, [learn_section.sections([result])])
     assert merged.index("Learn: an induction circuit forms") < merged.index("/*page*/")
     with pytest.raises(ValueError, match="no place"):
-        learn_section.insert("<html></html>", [result])
+        sections.insert("<html></html>", [learn_section.sections([result])])
 
 
 def test_learn_json_goes_to_stdout_alone(capsys):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from attnroute.serve.app import Settings, build
+from attnroute.serve.app import build
 from attnroute.serve.explorer import Explorer
-from attnroute.serve.server import explorer_page
+from attnroute.settings import ServeSettings
+from attnroute.show.explorer import page_html
 
 TEXT = "A short sentence about routing, and a second clause."
 
@@ -16,7 +17,7 @@ TEXT = "A short sentence about routing, and a second clause."
 @pytest.fixture(scope="module")
 def client(minilm):
     explorer = Explorer(minilm)
-    app = build(explorer, Settings("t0ken", hosts=["testserver"]), explorer_page(explorer))
+    app = build(explorer, ServeSettings(model=minilm), "t0ken", page_html(explorer.info()), hosts=["testserver"])
     with TestClient(app, headers={"X-Attnroute-Token": "t0ken"}) as c:
         yield c
 

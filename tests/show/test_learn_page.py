@@ -3,7 +3,7 @@
 import pytest
 
 from attnroute.learn.induction import InductionSettings, run
-from attnroute.show import learn_section
+from attnroute.show import learn as learn_section
 
 
 @pytest.fixture(scope="module")

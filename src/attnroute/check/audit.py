@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..engine.jsonable import Result
 from ..errors import InputError
-from ..settings import CheckSettings
+from ..settings import CheckSettings, verb
 from .report import CheckReport, check, select
 from .targets import resolve
 
@@ -39,30 +39,15 @@ class CheckRun(Result):
         return [r.summary() for r in self.reports]
 
 
+@verb(CheckSettings)
 def audit(settings: CheckSettings | None = None, **fields) -> CheckRun:
-    """Run the battery on ``settings.target`` (module:function, torch.sdpa, hf:NAME, …)."""
+    """Run the battery on ``settings.target`` (module:function, file.py:function, torch.sdpa, hf:NAME, …)."""
     s = CheckSettings.of(settings, None, fields)
-    only, skip = list(s.only) if s.only else None, list(s.skip) if s.skip else None
+    if not s.target:
+        raise InputError("target is empty: give module:function, torch.sdpa or hf:NAME", field="target")
     targets = resolve(s.target, s.convention)
-    select(only, skip, {n for t in targets for n in t.extras})
-    reports = [
-        check(
-            t.fn,
-            t.convention,
-            only=only,
-            skip=skip,
-            name=t.name,
-            scale=s.scale if s.scale is not None else t.scale,
-            softcap=s.softcap if s.softcap is not None else t.softcap,
-            strict=s.strict,
-            timeout=s.timeout,
-            head_dim=t.head_dim,
-            mask_family=s.mask_family or t.mask_family,
-            mask_source=t.mask_source,
-            extras=t.extras,
-        )
-        for t in targets
-    ]
+    select(s.only, s.skip, {n for t in targets for n in t.extras})
+    reports = [check(t, settings=s) for t in targets]
     if not any(r.called_at_all for r in reports):
         first = next((c.detail for r in reports for c in r.checks), "no checks ran")
         hint = (

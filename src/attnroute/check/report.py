@@ -10,9 +10,10 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine import InputError
+from ..settings import CheckSettings, verb
 from .battery import CHECKS, RAISED, Ctx, run_check
-from .conventions import CONVENTIONS
 from .outcome import CheckResult, Outcome
+from .targets import Target
 
 NOT_ABOUT_MASKS = ("scale", "normalization_axis", "cached_decode")
 
@@ -90,7 +91,7 @@ class CheckReport:
 
 def select(only=None, skip=None, extra=()) -> list[str]:
     names = list(CHECKS) + list(extra)
-    unknown = [n for n in (only or []) + (skip or []) if n not in names]
+    unknown = [n for n in (*(only or ()), *(skip or ())) if n not in names]
     if unknown:
         raise InputError(f"unknown check(s) {unknown}; known: {', '.join(names)}", field="only")
     if only:
@@ -98,67 +99,55 @@ def select(only=None, skip=None, extra=()) -> list[str]:
     return names
 
 
-def check(
-    fn,
-    convention: str = "sdpa",
-    *,
-    only=None,
-    skip=None,
-    name: str | None = None,
-    scale: float | None = None,
-    softcap: float | None = None,
-    strict: bool = False,
-    timeout: float | None = None,
-    head_dim: int | None = None,
-    mask_family: str = "any",
-    mask_source: str = "",
-    extras: dict | None = None,
-) -> CheckReport:
-    """Run the battery on ``fn(q, k, v, attn_mask=mask)``; ``assert report.passed, report.summary()``.
-
-    scale: the temperature the target means to use (e.g. 1.0 for T5); default 1/√D.
-    softcap: the target soft-caps its scaled logits, cap·tanh(s/cap), before the mask (Gemma 2: 50); the
-    reference does the same, so a soft-capped target is judged exactly rather than off by the cap.
-    strict: hazards count as failures. timeout: seconds per call. Checks in ``skip`` are n/a.
-    head_dim / mask_family / mask_source / extras describe a target (check.targets.Target): the D to
-    test with, the masks it can express (any, causal, bidirectional), who built its masks (named in a failing mask
-    check), and checks beyond the battery (name -> () -> CheckResult).
-    """
-    if convention not in CONVENTIONS:
-        raise InputError(f"unknown convention {convention!r}; expected one of {CONVENTIONS}", field="convention")
-    if scale is not None and not (scale > 0 and scale < float("inf")):
-        raise InputError(f"scale must be a positive finite number, got {scale}", field="scale")
-    if softcap is not None and not (softcap > 0 and softcap < float("inf")):
-        raise InputError(f"softcap must be a positive finite number, got {softcap}", field="softcap")
-    ctx = Ctx(fn, convention, scale=scale, head_dim=head_dim, timeout=timeout, mask_family=mask_family, softcap=softcap)
-    report = CheckReport(name or getattr(fn, "__name__", repr(fn)), strict=strict, softcap=ctx.declared_softcap)
-    skipped = set(skip or [])
+@verb(CheckSettings)
+def check(target, convention: str | None = None, *, settings: CheckSettings | None = None, **fields) -> CheckReport:
+    """Run the battery on ``target``: a function ``fn(q, k, v, attn_mask=mask)``, or a check.targets.Target
+    (what an `hf:` model or a built-in name resolves to: its head dim, mask family, scale and extra checks).
+    ``assert report.passed, report.summary()``. The settings override what the target says of itself."""
+    if convention is not None:
+        fields = {**fields, "convention": convention}
+    s = CheckSettings.of(settings, None, fields)
+    t = (
+        target
+        if isinstance(target, Target)
+        else Target(getattr(target, "__name__", repr(target)), target, s.convention)
+    )
+    scale = s.scale if s.scale is not None else t.scale
+    softcap = s.softcap if s.softcap is not None else t.softcap
+    ctx = Ctx(
+        t.fn,
+        t.convention,
+        scale=scale,
+        head_dim=t.head_dim,
+        timeout=s.timeout,
+        mask_family=s.mask_family or t.mask_family,
+        softcap=softcap,
+    )
+    report = CheckReport(t.name, strict=s.strict, softcap=ctx.declared_softcap)
     t0 = time.perf_counter()
-    extras = extras or {}
-    for check_name in select(only, None, extras):
-        if check_name in skipped:
-            result = CheckResult.na(check_name, "skipped by request")
-        elif check_name in extras:
-            result = extras[check_name]()
-        else:
-            result = run_check(ctx, check_name)
-        if mask_source and result.outcome is Outcome.FAIL and not check_name.startswith(NOT_ABOUT_MASKS):
-            result.detail += f" (mask built by transformers' {mask_source})"
-        report.checks.append(result)
+    report.checks = [_one(ctx, name, s, t) for name in select(s.only, None, t.extras)]
     if ctx.call.mutated:
         report.checks.append(
             CheckResult.fail(
                 "inputs_untouched",
                 f"the target changed its input {ctx.call.mutated!r} "
-                "in place; every verdict above used pristine copies "
-                "for the reference",
+                "in place; every verdict above used pristine copies for the reference",
             )
         )
     report.mask_shapes = sorted(ctx.call.shapes)
     report.calls_reached = ctx.call.reached
-    unaccepted(report.checks, strict)
+    unaccepted(report.checks, s.strict)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _one(ctx: Ctx, name: str, s: CheckSettings, t: Target) -> CheckResult:
+    if name in (s.skip or ()):
+        return CheckResult.na(name, "skipped by request")
+    result = t.extras[name]() if name in t.extras else run_check(ctx, name)
+    if t.mask_source and result.outcome is Outcome.FAIL and not name.startswith(NOT_ABOUT_MASKS):
+        result.detail += f" (mask built by transformers' {t.mask_source})"
+    return result
 
 
 # cases whose only difference from the cases a target passes is their shape: a target built without that

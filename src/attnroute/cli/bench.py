@@ -58,7 +58,7 @@ def run(args) -> int:
 
 def engine_suite(args, out) -> dict:
     from ..bench import engine
-    from ..show.terminal import bench_markdown, bench_tables
+    from ..show.bench import bench_markdown, bench_tables
 
     sizes, ps = ((256, 512), (256, 512)) if args.quick else (tuple(args.sizes), (1024, 4096))
     with console().status("engine benchmark (figures, not pass/fail)…") as status:
@@ -73,8 +73,8 @@ def engine_suite(args, out) -> dict:
 
 def read_suite(args, out) -> dict:
     from ..bench import reading
+    from ..show.bench import read_bench_markdown
     from ..show.jsonout import read_json
-    from ..show.terminal import read_bench_markdown
 
     parts = READ_PARTS[args.suite]
     previous = None
@@ -96,8 +96,8 @@ def write(out, name: str, result: dict) -> None:
 
 def markdown_of(path: str) -> str:
     """The markdown tables of an earlier run's JSON, or a one-line refusal naming what is wrong."""
+    from ..show.bench import bench_markdown, read_bench_markdown
     from ..show.jsonout import read_json
-    from ..show.terminal import bench_markdown, read_bench_markdown
 
     data = read_json(path, "from_json", "attnroute bench --out DIR")
     try:

@@ -3,8 +3,11 @@ Exit 0 when every check passes, 1 when one fails, 2 when the target cannot be lo
 
 from __future__ import annotations
 
+from ..errors import InputError
 from ..settings import CONVENTIONS, MASK_FAMILIES, CheckSettings
-from .common import STDOUT, emit_json, json_flag, names, outputs
+from .common import STDOUT, emit_json, json_flag, names, option, outputs, settings_from
+
+C = CheckSettings
 
 CONVENTION_HELP = (
     "how the target takes its mask: sdpa (default; bool, True = may attend), mha (bool, True = masked), "
@@ -18,42 +21,42 @@ def add(sub) -> None:
     c = sub.add_parser("check", help="audit an attention implementation for mask, scale and precision bugs")
     c.add_argument(
         "target",
-        help="module:function, torch.sdpa, torch.mha, attnroute.{eager,blocked,sdpa,probsparse}, "
-        "hf:smollm2, hf:minilm or hf:PATH",
+        help="module:function, path/to/file.py:function, torch.sdpa, torch.mha, "
+        "attnroute.{eager,blocked,sdpa,probsparse}, hf:smollm2, hf:minilm or hf:PATH",
     )
-    c.add_argument("--convention", default="sdpa", choices=CONVENTIONS, help=CONVENTION_HELP)
-    c.add_argument(
+    option(c, "--convention", C, choices=CONVENTIONS, help=CONVENTION_HELP)
+    option(
+        c,
         "--mask-family",
+        C,
         choices=MASK_FAMILIES,
-        help="the masks the target can express: any (default), causal (a decoder that takes its mask in its "
-        "convention but only causal ones: every check, scale and garbage included, is asked with a causal mask; "
-        "padding and windows come combined with causal), bidirectional (an encoder)",
+        help="the masks the target can express: any (default), "
+        "causal (a decoder that takes its mask in its convention but only causal ones: every check, scale and "
+        "garbage included, is asked with a causal mask; padding and windows come combined with causal), "
+        "bidirectional (an encoder)",
     )
     json_flag(c, "the report")
     c.add_argument("--only", help="comma-separated check names to run")
     c.add_argument("--skip", help="comma-separated check names to mark not applicable")
-    c.add_argument("--scale", type=float, help="the temperature the target means to use (e.g. 1 for T5); default 1/√d")
-    c.add_argument(
+    option(c, "--scale", C, type=float, help="the temperature the target means to use (e.g. 1 for T5); default 1/√d")
+    option(
+        c,
         "--softcap",
+        C,
         type=float,
-        help="the target soft-caps its scaled logits, cap·tanh(s/cap), before the mask (Gemma 2: 50); the "
-        "reference does the same. Default: none (an hf: model's own attn_logit_softcapping)",
+        help="the target soft-caps its scaled logits, cap·tanh(s/cap), before the "
+        "mask (Gemma 2: 50); the reference does the same. Default: none (an hf: model's own "
+        "attn_logit_softcapping)",
     )
-    c.add_argument(
-        "--strict",
-        action="store_true",
-        help="hazards fail too (exit 1), and so do shapes the target does not accept (grouped heads, Tq > Tk)",
-    )
-    c.add_argument("--timeout", type=float, default=10.0, help="seconds per call before the target counts as hung")
+    option(c, "--strict", C, action="store_true")
+    option(c, "--timeout", C, type=float)
     c.set_defaults(fn=run)
 
 
 def run(args) -> int:
     outputs({"target": args.target[3:] if args.target.startswith("hf:") else None}, {"json": args.json})
-    fields = {
-        f: getattr(args, f) for f in ("target", "convention", "scale", "softcap", "strict", "timeout", "mask_family")
-    }
-    settings = CheckSettings(**fields, only=names(args.only), skip=names(args.skip))
+    lists = {"only": ("only", check_names), "skip": ("skip", check_names)}
+    settings = settings_from(C, args, convert=lists)
     from ..check.audit import audit
 
     result = audit(settings)
@@ -61,3 +64,11 @@ def run(args) -> int:
     if args.json != STDOUT:
         print("\n".join(result.summaries()))
     return 0 if result.passed else 1
+
+
+def check_names(text: str) -> tuple[str, ...]:
+    """'a,b' -> ('a', 'b'); a list with nothing in it (',') is refused, never read as "every check"."""
+    found = names(text)
+    if not found:
+        raise InputError(f"expected comma-separated check names, got {text!r}", field="only")
+    return found

@@ -32,8 +32,66 @@ def json_flag(p: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def model_flag(p: argparse.ArgumentParser, default: str | None = "smollm2", help: str = MODEL_HELP) -> None:
-    p.add_argument("--model", default=default, help=help)
+def model_flag(p: argparse.ArgumentParser, help: str = MODEL_HELP) -> None:
+    """--model, left out = the settings' own default model (smollm2)."""
+    p.add_argument("--model", help=help)
+
+
+# what a parser holds beside the settings' fields: where results go, the handler, the file of a text
+NOT_SETTINGS = frozenset(
+    {
+        "fn",
+        "fields",
+        "command",
+        "json",
+        "csv",
+        "plot",
+        "out",
+        "png_dir",
+        "file",
+        "add",
+        "learn",
+        "experiment",
+        "cost_command",
+        "markdown",
+    }
+)
+
+
+def option(p: argparse.ArgumentParser, flag: str, cls, field: str | None = None, *, help: str | None = None, **kw):
+    """A flag for the settings field ``field`` of ``cls``: left out it parses as None, and the settings' own
+    default applies (said in --help, read from the one home of defaults); its help is the field's meaning
+    unless ``help`` says it for the command line."""
+    field = field or flag.lstrip("-").replace("-", "_")
+    default = cls.default(field)
+    text = help or cls.doc(field)
+    if default not in (None, False, "", ()) and "default" not in text:
+        text = f"{text} (default {shown(default)})"
+    if kw.get("dest") is None and flag.lstrip("-").replace("-", "_") != field:
+        kw["dest"] = field
+    p.add_argument(flag, default=None, help=text, **kw)
+
+
+def shown(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def settings_from(cls, args, *, convert: dict | None = None, elsewhere: str | None = None, only=None, skip=(), **fixed):
+    """``cls`` built from the flags the user gave (a flag left out is None: the settings' default applies),
+    ``convert`` (flag -> (field, function)) for flags that are not a field as typed, and ``fixed`` values.
+    A flag given that ``cls`` has no field for is refused, never dropped: ``elsewhere`` says where it
+    belongs ("applies to a corpus read; give `corpus` too, or leave it out"). ``only`` / ``skip``: the
+    flags this settings object is built from, when one command builds two (report: its corpus)."""
+    convert = convert or {}
+    out = {}
+    for dest, value in vars(args).items():
+        if value is None or dest in NOT_SETTINGS or dest in fixed or dest in skip or (only and dest not in only):
+            continue
+        field, fn = convert.get(dest, (dest, None))
+        if field not in cls.field_names():
+            raise InputError(f"`{dest}` {elsewhere or 'is not a setting of this command'}", field=dest)
+        out[field] = value if fn is None else fn(value)
+    return cls(**out, **{k: v for k, v in fixed.items() if v is not None})
 
 
 def int_list(text: str | None, field: str) -> tuple[int, ...] | None:
@@ -57,19 +115,40 @@ def names(text: str | None) -> tuple[str, ...] | None:
 # ------------------------------------------------------------------------------------ inputs and outputs
 
 
-def read_text_arg(text: str | None, file: str | None) -> str | None:
-    """The text of --text or --file (UTF-8), never both."""
+MAX_TEXT_BYTES = 16 << 20  # a text longer than this is no prompt: refused before it is decoded
+
+
+def read_text_arg(text: str | None, file: str | None, *, required: bool = False) -> str | None:
+    """The text of the positional argument / --text, or of --file (UTF-8; '-' reads standard input), never
+    both; ``required``: one of them must be given."""
     if text is not None and file:
-        raise InputError("text and file were both given; give one", field="file")
+        raise InputError("the text and `file` were both given; give one", field="file")
     if not file:
+        if text is None and required:
+            raise InputError("give the text, or `file` to read it from a file ('-': standard input)", field="file")
         return text
+    data, where = _text_bytes(file)
+    if len(data) > MAX_TEXT_BYTES:
+        raise InputError(
+            f"{where} holds over {MAX_TEXT_BYTES:,} bytes; a text is at most {MAX_TEXT_BYTES:,}", field="file"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"file {where}: not UTF-8 text (byte {e.start})", field="file") from None
+
+
+def _text_bytes(file: str) -> tuple[bytes, str]:
+    """(at most MAX_TEXT_BYTES + 1 bytes of the file or of standard input, what to call it)."""
+    if file == STDOUT:
+        import sys
+
+        return sys.stdin.buffer.read(MAX_TEXT_BYTES + 1), "standard input"
     path = Path(file)
     if not path.is_file():
-        raise InputError(f"file {file}: no such file", field="file")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"file {file}: not UTF-8 text", field="file") from None
+        raise InputError(f"file {file}: no such file (or not a regular file)", field="file")
+    with open(path, "rb") as f:
+        return f.read(MAX_TEXT_BYTES + 1), file
 
 
 def output_path(path: str | None, field: str, *, suffixes: tuple[str, ...] = ()) -> Path | None:
@@ -223,14 +302,14 @@ def emit_json(data, path: str | None, field: str = "json") -> None:
 
 def read_progress():
     """Rich progress bars (on a terminal) or one line per stage (in a log) for a long read."""
-    from ..show.terminal import ReadProgress
+    from ..show.progress import ReadProgress
 
     return ReadProgress(console())
 
 
 def notes(meta: dict) -> None:
     """The routing check, the ablation statement and other notes of a read, one line each on stderr."""
-    from ..show.terminal import read_notes
+    from ..show.heads import read_notes
 
     for line in read_notes(meta):
         say(line)
@@ -247,7 +326,11 @@ __all__ = [
     "json_flag",
     "model_flag",
     "names",
+    "NOT_SETTINGS",
     "notes",
+    "option",
+    "settings_from",
+    "shown",
     "output_dir",
     "output_path",
     "outputs",

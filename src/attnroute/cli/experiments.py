@@ -3,18 +3,35 @@
 from __future__ import annotations
 
 from ..settings import KnockoutSettings, NeedleSettings, SwapSettings
-from .common import deliver, emit_json, int_list, json_flag, model_flag, outputs, read_progress, say, tables
+from .common import (
+    deliver,
+    emit_json,
+    int_list,
+    json_flag,
+    model_flag,
+    option,
+    outputs,
+    read_progress,
+    read_text_arg,
+    say,
+    settings_from,
+    tables,
+)
+
+K, S, N = KnockoutSettings, SwapSettings, NeedleSettings
+HEADS = {"heads": ("heads", lambda v: int_list(v, "heads"))}
 
 
 def add(sub) -> None:
     ko = sub.add_parser("knockout", help="cut one route (query → key edges) in a window of layers, slid over depth")
-    ko.add_argument("text", help="the prompt")
-    ko.add_argument("--from", dest="source", required=True, help="query positions: a word of the text or indices 3,4")
-    ko.add_argument("--to", dest="target", required=True, help="key positions: a word of the text or indices")
-    ko.add_argument("--window", type=int, default=5, help="layers per window (default 5)")
-    ko.add_argument("--heads", help="only these heads, comma-separated (default all)")
-    ko.add_argument("--token", dest="target_token", help="the target token (default: the model's own top prediction)")
-    metric_flags(ko)
+    ko.add_argument("text", nargs="?", help="the prompt (or --file)")
+    ko.add_argument("--file", help="read the prompt from this UTF-8 file ('-': standard input)")
+    option(ko, "--from", K, "source", required=True)
+    option(ko, "--to", K, "target", required=True)
+    option(ko, "--window", K, type=int)
+    option(ko, "--heads", K, help="only these heads, comma-separated (default all)")
+    option(ko, "--token", K, "target_token")
+    metric_flags(ko, K)
     model_flag(ko)
     ko.add_argument("--plot", help="write the figure (PNG) here")
     json_flag(ko, "the result")
@@ -23,63 +40,60 @@ def add(sub) -> None:
     sw = sub.add_parser("swap", help="run prompt B with prompt A's attention maps, layer by layer (prompt-to-prompt)")
     sw.add_argument("prompt_a", help="the prompt whose maps are used")
     sw.add_argument("prompt_b", help="the prompt that runs (same number of tokens)")
-    sw.add_argument("--window", type=int, default=1, help="layers swapped together (default 1)")
-    sw.add_argument("--heads", help="only these heads, comma-separated (default all)")
-    metric_flags(sw)
+    option(sw, "--window", S, type=int)
+    option(sw, "--heads", S, help="only these heads, comma-separated (default all)")
+    metric_flags(sw, S)
     model_flag(sw)
     json_flag(sw, "the result")
     sw.set_defaults(fn=swap)
 
     nd = sub.add_parser("needle", help="a needle at a random depth in growing context; does it dilute retrieval?")
-    nd.add_argument("--lengths", default="256,512,1024,2048,4096,8192", help="context lengths, comma-separated")
-    nd.add_argument("--seed", type=int, default=0, help="the needle's depth (default 0)")
+    option(nd, "--lengths", N, help="context lengths, comma-separated")
+    option(nd, "--seed", N, type=int)
     model_flag(nd)
     nd.add_argument("--plot", help="write the figure (PNG) here")
     json_flag(nd, "the result")
     nd.set_defaults(fn=needle)
 
 
-def metric_flags(p) -> None:
-    p.add_argument("--metric", help="also your metric at the last position: logit-diff, prob, logprob or kl")
-    p.add_argument("--answer", help="the metric's answer token (e.g. ' Mary')")
-    p.add_argument("--wrong", help="the metric's wrong token")
+def metric_flags(p, cls) -> None:
+    option(p, "--metric", cls, help="also your metric at the last position: logit-diff, prob, logprob or kl")
+    option(p, "--answer", cls)
+    option(p, "--wrong", cls)
 
 
 def knockout(args) -> int:
-    outputs({"model": args.model}, {"json": args.json, "plot": args.plot}, {"plot": (".png",)})
-    fields = {f: getattr(args, f) for f in ("model", "text", "source", "target", "window", "target_token", "metric",
-                                            "answer", "wrong")}  # fmt: skip
-    settings = KnockoutSettings(**fields, heads=int_list(args.heads, "heads"))
+    outputs({"model": args.model, "file": args.file}, {"json": args.json, "plot": args.plot}, {"plot": (".png",)})
+    settings = settings_from(K, args, convert=HEADS, text=read_text_arg(args.text, args.file, required=True))
     from ..read.experiments import knockout as run
 
     with read_progress() as progress:
         result = run(settings=settings, progress=progress).to_dict()
-    from ..show.terminal import knockout_table
+    from ..show.knockout import knockout_table
 
     return show(result, knockout_table(result), args)
 
 
 def swap(args) -> int:
     outputs({"model": args.model}, {"json": args.json})
-    fields = {f: getattr(args, f) for f in ("model", "prompt_a", "prompt_b", "window", "metric", "answer", "wrong")}
-    settings = SwapSettings(**fields, heads=int_list(args.heads, "heads"))
+    settings = settings_from(S, args, convert=HEADS)
     from ..read.experiments import swap as run
 
     with read_progress() as progress:
         result = run(settings=settings, progress=progress).to_dict()
-    from ..show.terminal import swap_table
+    from ..show.swap import swap_table
 
     return show(result, swap_table(result), args)
 
 
 def needle(args) -> int:
     outputs({"model": args.model}, {"json": args.json, "plot": args.plot}, {"plot": (".png",)})
-    settings = NeedleSettings(model=args.model, lengths=int_list(args.lengths, "lengths"), seed=args.seed)
+    settings = settings_from(N, args, convert={"lengths": ("lengths", lambda v: int_list(v, "lengths"))})
     from ..read.experiments import needle as run
 
     with read_progress() as progress:
         result = run(settings=settings, progress=progress).to_dict()
-    from ..show.terminal import needle_table
+    from ..show.needle import needle_table
 
     return show(result, needle_table(result), args)
 
@@ -87,7 +101,7 @@ def needle(args) -> int:
 def show(result: dict, table, args) -> int:
     """The tokens that ran and what words resolved to; the table; the JSON first (minutes of work are kept
     even if drawing fails), then the figure."""
-    from ..show.patching_tables import tokens_line
+    from ..show.text import tokens_line
 
     for key, label in (("tokens", "tokens"), ("tokens_a", "tokens (A)"), ("tokens_b", "tokens (B)")):
         if key in result:
@@ -97,7 +111,7 @@ def show(result: dict, table, args) -> int:
     tables(args.json).print(table)
     emit_json(result, args.json)
     if getattr(args, "plot", None):
-        from ..show.findings import png_bytes
+        from ..show.sections import figure as png_bytes
 
         deliver(args.plot, "plot", png_bytes(result))
     return 0

@@ -102,9 +102,10 @@ def steps_bar(name: str):
 
 def show(result: dict, name: str, out: Path | None, json_path: str | None) -> None:
     """Tables and verdict lines; the JSON, PNG and one-page HTML in ``out``; the JSON where --json says."""
-    from ..show import learn_figures, learn_section
+    from ..show import learn as learn_page
+    from ..show import learn_figures
     from ..show.jsonout import json_text
-    from ..show.terminal import learn_tables
+    from ..show.learn import learn_tables
 
     for table in learn_tables(result):
         tables(json_path).print(table)
@@ -115,5 +116,5 @@ def show(result: dict, name: str, out: Path | None, json_path: str | None) -> No
         png = learn_figures.png(result)
         deliver(out / f"{name}.json", "out", json_text(result, indent=1).encode("utf-8"))
         deliver(out / f"{name}.png", "out", png)
-        deliver(out / f"{name}.html", "out", learn_section.page([result], [png]).encode("utf-8"))
+        deliver(out / f"{name}.html", "out", learn_page.page([result], [png]).encode("utf-8"))
     emit_json(result, json_path)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..promptset import METRIC_FIELDS, bundled_prompts
-from ..settings import PATCH_SITES, PatchSettings, RoutesSettings
+from ..settings import PatchSettings, RoutesSettings
 from .common import (
     deliver,
     emit_json,
@@ -12,48 +12,40 @@ from .common import (
     later_rank,
     model_flag,
     names,
+    option,
     outputs,
     read_progress,
     say,
+    settings_from,
     tables,
 )
 
+P, R = PatchSettings, RoutesSettings
 METRICS_HELP = (
-    f"the metric, one value per prompt: {', '.join(METRIC_FIELDS)} (default logit-diff: logit(answer) − "
-    "logit(wrong) at the last position; cosine is the encoders')"
+    f"the metric, one value per prompt: {', '.join(METRIC_FIELDS)} (logit-diff: logit(answer) − logit(wrong) at the "
+    "last position; cosine is the encoders')"
 )
+PAIR_FLAGS = {"prompts": ("prompts", bundled_prompts)}
 
 
 def pair_flags(p, prompts_help: str) -> None:
     p.add_argument("--prompts", help=prompts_help)
-    p.add_argument("--clean", help="one clean prompt (with --corrupt), instead of --prompts")
-    p.add_argument("--corrupt", help="its corrupted twin: the same number of tokens")
-    p.add_argument("--metric", default="logit-diff", help=METRICS_HELP)
-    p.add_argument("--answer", help="the answer token (e.g. ' Mary'), for rows that do not name their own")
-    p.add_argument("--wrong", help="the wrong answer token, likewise")
+    option(p, "--clean", P)
+    option(p, "--corrupt", P)
+    option(p, "--metric", P, help=METRICS_HELP)
+    option(p, "--answer", P)
+    option(p, "--wrong", P)
     model_flag(p)
 
 
 def add(sub) -> None:
     pa = sub.add_parser("patch", help="activation patching between clean and corrupted prompts, with your metric")
     pair_flags(pa, "a .jsonl of {clean, corrupt, answer, wrong} rows, or 'ioi' for the bundled IOI templates")
-    pa.add_argument(
-        "--direction",
-        default="denoising",
-        help="denoising: run corrupt, patch in clean (default); noising: the reverse",
-    )
-    pa.add_argument("--sites", default="head", help=f"what is patched, comma-separated: {', '.join(PATCH_SITES)}")
-    pa.add_argument(
-        "--positions",
-        default="all",
-        help="all (default), each (every position: [L, H, T]), token indices or a word of the prompt",
-    )
-    pa.add_argument(
-        "--exact",
-        default="settle",
-        help="settle (default: the estimate's top until the exact top 10 holds), all, or a number",
-    )
-    pa.add_argument("--checkpoint", help="save the per-prompt results here after every round; rerun to resume")
+    option(pa, "--direction", P)
+    option(pa, "--sites", P, help="what is patched, comma-separated: head, layer, q, k, v")
+    option(pa, "--positions", P)
+    option(pa, "--exact", P)
+    option(pa, "--checkpoint", P)
     json_flag(pa, "the result")
     pa.add_argument("--csv", help="write one row per component as CSV")
     pa.add_argument("--plot", help="write the layers × heads heatmaps (PNG)")
@@ -61,10 +53,11 @@ def add(sub) -> None:
 
     ro = sub.add_parser("routes", help="route attribution: each query→key route's effect on your metric")
     ro.add_argument("text", nargs="?", help="the text (or --prompts / --clean and --corrupt)")
+    ro.add_argument("--file", help="read the text from this UTF-8 file ('-': standard input)")
     pair_flags(ro, "a .jsonl of prompt pairs of one length (the gradient taken on the clean runs)")
-    ro.add_argument("--top", type=int, default=20, help="routes kept (default 20)")
-    ro.add_argument("--verify", type=int, default=10, help="of those, knocked out exactly (default 10)")
-    ro.add_argument("--layers", help="only these layers, comma-separated (default all)")
+    option(ro, "--top", R, type=int)
+    option(ro, "--verify", R, type=int)
+    option(ro, "--layers", R, help="only these layers, comma-separated (default all)")
     json_flag(ro, "the result")
     ro.add_argument("--csv", help="write one row per kept route as CSV")
     ro.add_argument("--plot", help="write the top routes drawn on the tokens (PNG)")
@@ -78,42 +71,32 @@ def _files(args) -> dict:
 def patch(args) -> int:
     files = {**_files(args), "checkpoint": args.checkpoint}
     outputs({"model": args.model, "prompts": args.prompts}, files, {"plot": (".png",), "csv": (".csv",)})
-    fields = {
-        f: getattr(args, f)
-        for f in (
-            "model",
-            "clean",
-            "corrupt",
-            "answer",
-            "wrong",
-            "metric",
-            "direction",
-            "positions",
-            "exact",
-            "checkpoint",
-        )
-    }
-    settings = PatchSettings(**fields, prompts=bundled_prompts(args.prompts), sites=names(args.sites) or ())
+    convert = {**PAIR_FLAGS, "sites": ("sites", lambda v: names(v) or ())}
+    settings = settings_from(P, args, convert=convert)
     from ..read.patching import patch as run
 
     with read_progress() as progress:
         result = run(settings=settings, progress=progress).to_dict()
-    from ..show.patching_tables import PATCH_COLUMNS, patch_tables
+    from ..show.patch import PATCH_COLUMNS, patch_tables
 
     return show(result, patch_tables(result), args, result["rows"], PATCH_COLUMNS)
 
 
 def routes(args) -> int:
-    outputs({"model": args.model, "prompts": args.prompts}, _files(args), {"plot": (".png",), "csv": (".csv",)})
-    fields = {
-        f: getattr(args, f) for f in ("model", "text", "clean", "corrupt", "answer", "wrong", "metric", "top", "verify")
-    }
-    settings = RoutesSettings(**fields, prompts=bundled_prompts(args.prompts), layers=int_list(args.layers, "layers"))
+    from .common import read_text_arg
+
+    outputs(
+        {"model": args.model, "prompts": args.prompts, "file": args.file},
+        _files(args),
+        {"plot": (".png",), "csv": (".csv",)},
+    )
+    convert = {**PAIR_FLAGS, "layers": ("layers", lambda v: int_list(v, "layers"))}
+    settings = settings_from(R, args, convert=convert, text=read_text_arg(args.text, args.file))
     from ..read.patching.route_attribution import route_attribution
 
     with read_progress() as progress:
         result = route_attribution(settings=settings, progress=progress).to_dict()
-    from ..show.patching_tables import ROUTE_COLUMNS, routes_table
+    from ..show.routes import ROUTE_COLUMNS, routes_table
 
     return show(result, [routes_table(result)], args, result["routes"], ROUTE_COLUMNS)
 
@@ -121,7 +104,7 @@ def routes(args) -> int:
 def show(result: dict, shown: list, args, rows: list, columns: tuple) -> int:
     """The tokens that ran, the tables; then the JSON and CSV (the work is kept), then the figure. Under
     torchrun every rank holds the same result and rank 0 alone shows and writes it."""
-    from ..show.patching_tables import csv_text, tokens_line
+    from ..show.text import csv_text, tokens_line
 
     if later_rank():
         return 0
@@ -139,7 +122,7 @@ def show(result: dict, shown: list, args, rows: list, columns: tuple) -> int:
     if args.csv:
         deliver(args.csv, "csv", csv_text(rows, columns).encode("utf-8"))
     if args.plot:
-        from ..show.findings import png_bytes
+        from ..show.sections import figure as png_bytes
 
         deliver(args.plot, "plot", png_bytes(result))
     return 0

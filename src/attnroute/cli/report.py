@@ -3,39 +3,47 @@ JSON, its main charts as PNG), with sections from learn and experiment results a
 
 from __future__ import annotations
 
-from ..errors import InputError
-from ..settings import DEFAULT_EXACT, MAX_GENERATE, CorpusSettings, ReportSettings
-from .common import deliver, emit_json, json_flag, model_flag, notes, outputs, read_progress, read_text_arg, say
+from ..settings import CorpusSettings, ReportSettings
+from .common import (
+    deliver,
+    emit_json,
+    json_flag,
+    model_flag,
+    notes,
+    option,
+    outputs,
+    read_progress,
+    read_text_arg,
+    say,
+    settings_from,
+)
 from .heads import corpus_flags
+
+R = ReportSettings
+CORPUS_FIELDS = ("corpus", "field", "per_line", "limit", "skip_bad")  # the report's corpus flags
 
 
 def add(sub) -> None:
     r = sub.add_parser("report", help="the routing report: one self-contained interactive HTML page")
     r.add_argument("text", nargs="?", help="the text to read (default: a built-in paragraph)")
-    r.add_argument("--file", help="read the text from this UTF-8 file")
+    r.add_argument("--file", help="read the text from this UTF-8 file ('-': standard input)")
     model_flag(r)
     r.add_argument("--out", default="routing-report.html", help="the HTML file to write (default routing-report.html)")
     r.add_argument("--png-dir", help="also write the main charts as PNG files here")
     json_flag(r, "the data behind the page")
+    option(r, "--max-tokens", R, type=int)
+    r.add_argument("--no-ablation", action="store_true", default=None, help="skip the ablation sweep")
     r.add_argument(
-        "--max-tokens",
-        type=int,
-        help="cut the text to this many tokens (default 256, or the model's positions if fewer)",
+        "--add",
+        action="append",
+        help="add a section from a `knockout`, `swap`, `needle`, `patch` or `routes` --json result (repeatable)",
     )
-    r.add_argument("--no-ablation", action="store_true", help="skip the ablation sweep")
-    r.add_argument(
-        "--add", action="append", help="add a section from a `knockout`, `swap` or `needle` --json result (repeatable)"
-    )
-    r.add_argument(
-        "--generate",
-        type=int,
-        default=0,
-        help=f"also decode N ≤ {MAX_GENERATE} tokens (greedy, KV cache) and show their routes",
-    )
+    option(r, "--generate", R, type=int)
     corpus_flags(r)
     r.add_argument(
         "--no-verify",
         action="store_true",
+        default=None,
         help="skip the run-time check of routed attention against the model's own eager attention",
     )
     r.add_argument("--learn", nargs="+", metavar="JSON", help="add sections from `attnroute learn` result files")
@@ -58,29 +66,26 @@ def run(args) -> int:
 
 
 def report_settings(args) -> ReportSettings:
+    """The page's settings; the corpus flags build its CorpusSettings (each refused without --corpus)."""
     corpus = None
-    if args.corpus:
-        corpus = CorpusSettings(
+    if args.corpus:  # the text read checks the same model first
+        corpus = settings_from(
+            CorpusSettings,
+            args,
+            only=CORPUS_FIELDS,
             model=args.model,
-            corpus=args.corpus,
-            field=args.field,
-            per_line=args.per_line,
-            limit=args.limit,
-            skip_bad=args.skip_bad,
-            exact=0 if args.no_ablation else DEFAULT_EXACT,
-            verify=False,  # the text read checks the same model first
+            verify=False,
+            exact=0 if args.no_ablation else None,
         )
-    elif args.field != "text" or args.per_line or args.limit is not None or args.skip_bad:
-        raise InputError(
-            "`field`, `per_line`, `limit` and `skip_bad` describe a corpus: give `corpus` too", field="corpus"
-        )
-    return ReportSettings(
-        model=args.model,
+    convert = {"no_ablation": ("ablation", lambda v: False), "no_verify": ("verify", lambda v: False)}
+    return settings_from(
+        R,
+        args,
+        convert=convert,
+        skip=CORPUS_FIELDS if corpus else (),
         text=read_text_arg(args.text, args.file),
-        **{f: getattr(args, f) for f in ("max_tokens", "generate")},
-        ablation=not args.no_ablation,
-        verify=not args.no_verify,
         corpus=corpus,
+        elsewhere="describes a corpus: give `corpus` too",
     )
 
 

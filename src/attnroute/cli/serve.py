@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import socket
+
 from ..errors import InputError
 from ..settings import ServeSettings
-from .common import model_flag, read_progress
+from .common import model_flag, option, read_progress, settings_from
+
+S = ServeSettings
 
 
 def add(sub) -> None:
@@ -16,29 +21,17 @@ def add(sub) -> None:
         "requests in flight finish and exits 0.",
     )
     model_flag(p)
-    p.add_argument(
-        "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only)"
-    )
-    p.add_argument("--port", type=int, default=0, help="the port (default 0: a free one)")
-    p.add_argument(
-        "--max-tokens", type=int, help="the longest text a request may send (default 1024, or the model's positions)"
-    )
-    p.add_argument("--time-limit", type=float, default=120.0, help="seconds a request may run (default 120)")
-    p.add_argument("--queue", type=int, default=8, help="requests that may wait for the model (default 8; more: 503)")
-    p.add_argument("--cache-mb", type=int, default=256, help="memory for cached results (default 256 MiB)")
+    option(p, "--host", S, help="the address to listen on (default 127.0.0.1: this machine only)")
+    option(p, "--port", S, type=int)
+    option(p, "--max-tokens", S, type=int)
+    option(p, "--time-limit", S, type=float)
+    option(p, "--queue", S, type=int)
+    option(p, "--cache-mb", S, type=int)
     p.set_defaults(fn=run)
 
 
 def run(args) -> int:
-    s = ServeSettings(
-        model=args.model,
-        host=args.host,
-        port=args.port,
-        max_tokens=args.max_tokens,
-        time_limit=args.time_limit,
-        queue=args.queue,
-        cache_mb=args.cache_mb,
-    )
+    s = settings_from(S, args)
     from ..serve import server
 
     server.warn_if_open(s.host)
@@ -46,5 +39,8 @@ def run(args) -> int:
         with read_progress() as progress:
             uv, sock, url, _ = server.prepare(s, progress)
     except OSError as e:  # the port is taken, or the address is not this machine's
-        raise InputError(f"cannot listen on {s.host}:{s.port}: {e.strerror or e}", field="port") from None
+        field = (
+            "host" if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(e, socket.gaierror) else "port"
+        )
+        raise InputError(f"cannot listen on {s.host}:{s.port}: {e.strerror or e}", field=field) from None
     return server.launch(uv, sock, url)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from ..engine import InputError
-from ..settings import KVSettings
+from ..settings import KVSettings, verb
 from .kv import DTYPE_BYTES, KVSpec, spec_from_config, spec_from_sizes
 
 
@@ -82,6 +82,7 @@ def kv_spec(settings: KVSettings) -> tuple[KVSpec, int | None, str]:
     return spec_from_config(lm.model.config, s.dtype, s.window), params * DTYPE_BYTES[s.dtype], lm.name
 
 
+@verb(KVSettings)
 def kv(settings: KVSettings | None = None, **fields) -> dict:
     """`attnroute cost kv`: the exact bill, and what it is the bill of (``source``)."""
     s = KVSettings.of(settings, None, fields)

@@ -30,7 +30,7 @@ from ..engine.probes import KeyVectors, PerLayer, Probe, row_stats_probe, value_
 from ..engine.repeats import DEFAULT_LEN, Repeated, diagonal_scores, repeat_probe, repeated_random_tokens, special_ids
 from ..models import LoadedModel, load
 from ..progress import eta, reporter
-from ..settings import HeadsSettings
+from ..settings import HeadsSettings, verb
 from . import effects, roles
 from .adapter import routed
 from .ground.ablation import exact_rule, metric_effect_columns
@@ -59,6 +59,7 @@ class Reuse:
     seeds: tuple
 
 
+@verb(HeadsSettings)
 def read_heads(
     model=None,
     inputs: str | None = None,
@@ -78,6 +79,7 @@ def read_heads(
     depend on the text."""
     s = HeadsSettings.of(settings, model, fields, text=inputs)
     say = reporter(progress)
+    pairs = s.read_pairs() if s.ablation and s.own_metric else ()  # your prompts, read before the weights load
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
     limit = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else loaded.max_positions or None
     ids, cut = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, limit)
@@ -132,7 +134,7 @@ def read_heads(
     cols["role_stability"] = stability
     if s.ablation and s.own_metric:  # your metric on your prompts
         t0 = time.perf_counter()
-        meta.update(metric_effect_columns(loaded, cols, s, say))
+        meta.update(metric_effect_columns(loaded, cols, s, pairs, say))
         meta["timings_s"]["effects"] = time.perf_counter() - t0
     elif s.ablation:
         t0 = time.perf_counter()

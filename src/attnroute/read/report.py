@@ -19,7 +19,7 @@ import torch
 from ..engine import InputError
 from ..models import LoadedModel, load
 from ..progress import reporter
-from ..settings import ReportSettings
+from ..settings import ReportSettings, verb
 from .capture import capture_weights, generate_with_weights, sink_positions
 from .corpus.documents import Corpus
 from .corpus.read import SEQ2SEQ_CORPUS, read_corpus
@@ -58,6 +58,7 @@ def page_tokens(loaded: LoadedModel, s: ReportSettings) -> int:
     return min(PAGE_TOKENS, loaded.max_positions or PAGE_TOKENS)
 
 
+@verb(ReportSettings)
 def routing_view(
     model=None, text: str | None = None, *, settings: ReportSettings | None = None, progress=None, **fields
 ):

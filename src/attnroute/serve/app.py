@@ -30,6 +30,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..engine.jsonable import strict
+from ..settings import ServeSettings
 from .cache import ResultCache
 from .errors import Cancelled, RequestError
 from .worker import Job, Worker
@@ -38,13 +39,6 @@ MAX_BODY = 256 * 1024  # bytes of a request body: a text of the token limit fits
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'")  # fmt: skip
 HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
-
-
-class Settings:
-    def __init__(self, token: str, time_limit: float = 120.0, queue: int = 8, cache_bytes: int = 256 * 2**20,
-                 hosts: list[str] | None = None):  # fmt: skip
-        self.token, self.time_limit, self.queue, self.cache_bytes = token, time_limit, queue, cache_bytes
-        self.hosts = hosts or ["127.0.0.1", "localhost", "[::1]"]  # the Host headers accepted
 
 
 def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -89,19 +83,21 @@ CALLS = {
 OPTIONAL = {"target", "cuts", "heads", "token"}
 
 
-def build(explorer, settings: Settings, page_html: str) -> Starlette:
-    """The app for one Explorer (one model); ``page_html`` the explorer page."""
-    worker = Worker(settings.queue)
-    cache = ResultCache(settings.cache_bytes)
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]  # the Host headers a loopback server accepts
 
-    @asynccontextmanager
-    async def lifespan(app):
-        yield
-        worker.shutdown()  # SIGINT/SIGTERM: uvicorn lets requests in flight finish, then this cancels the rest
 
-    def guard(handler):
+class ExplorerApp:
+    """The handlers of one Explorer (one model) behind one token: the page, the health and progress
+    endpoints, and one API endpoint per CALLS kind, each run on the worker thread and cached."""
+
+    def __init__(self, explorer, settings: ServeSettings, token: str, page_html: str):
+        self.explorer, self.settings, self.token, self.page_html = explorer, settings, token, page_html
+        self.worker = Worker(settings.queue)
+        self.cache = ResultCache(settings.cache_mb * 2**20)
+
+    def guard(self, handler):
         async def wrapped(request: Request):
-            if not authorized(request, settings.token):
+            if not authorized(request, self.token):
                 return error(401, "missing or wrong token: open the URL `attnroute serve` printed")
             try:
                 return await handler(request)
@@ -110,57 +106,75 @@ def build(explorer, settings: Settings, page_html: str) -> Starlette:
 
         return wrapped
 
-    async def page(request: Request):
-        return HTMLResponse(page_html, headers={**HEADERS, "Content-Security-Policy": CSP})
+    async def page(self, request: Request):
+        return HTMLResponse(self.page_html, headers={**HEADERS, "Content-Security-Policy": CSP})
 
-    async def health(request: Request):
-        return JSONResponse({"status": "ok", "queue": worker.pending}, headers=HEADERS)
+    async def health(self, request: Request):
+        return JSONResponse({"status": "ok", "queue": self.worker.pending}, headers=HEADERS)
 
-    async def info(request: Request):
-        return JSONResponse(strict(explorer.info()), headers=HEADERS)
+    async def info(self, request: Request):
+        return JSONResponse(strict(self.explorer.info()), headers=HEADERS)
 
-    async def progress(request: Request):
-        job = worker.jobs.get(request.query_params.get("id", ""))
+    async def progress(self, request: Request):
+        job = self.worker.jobs.get(request.query_params.get("id", ""))
         return JSONResponse(job.to_dict() if job else {"id": None}, headers=HEADERS)
 
-    def api(kind: str):
+    def api(self, kind: str):
         method, names = CALLS[kind]
 
         async def handler(request: Request):
-            data = await body_of(request)
-            unknown = sorted(set(data) - set(names) - {"job"})
-            if unknown:  # never drop an argument we do not understand
-                raise RequestError(400, f"unknown field(s) {unknown} for /api/{kind}: expected {list(names)}")
-            missing = [n for n in names if n not in data and n not in OPTIONAL]
-            if missing:
-                raise RequestError(400, f"/api/{kind} needs {missing}")
-            args = [data.get(n) for n in names]
+            args = arguments(kind, await body_of(request))
             key = kind + json.dumps(args, sort_keys=True, ensure_ascii=False)
-            if (hit := cache.get(key)) is not None:
+            if (hit := self.cache.get(key)) is not None:
                 return _respond(kind, hit)
-            job_id = data.get("job")
-            job = Job(job_id if isinstance(job_id, str) and 0 < len(job_id) <= 64 else None)
-            if job.id in worker.jobs:
+            job = Job(args.pop("job", None))
+            if job.id in self.worker.jobs:
                 raise RequestError(409, f"job id {job.id!r} is in use: give each request its own")
-            future = worker.submit(lambda j: getattr(explorer, method)(*args, job=j), job)
-            body = await _wait(request, future, job, settings.time_limit)
+            call = [args[n] for n in names]
+            future = self.worker.submit(lambda j: getattr(self.explorer, method)(*call, job=j), job)
+            body = await _wait(request, future, job, self.settings.time_limit)
             if body is None:  # the client went away: its work was dropped, nobody reads an answer
                 return Response(status_code=499)
-            cache.put(key, body)
+            self.cache.put(key, body)
             return _respond(kind, body)
 
-        return guard(handler)
+        return self.guard(handler)
+
+
+def arguments(kind: str, data: dict) -> dict:
+    """The body's fields for /api/KIND in order (OPTIONAL ones None when left out) and the job id; unknown
+    or missing fields refused — never drop an argument we do not understand."""
+    names = CALLS[kind][1]
+    unknown = sorted(set(data) - set(names) - {"job"})
+    if unknown:
+        raise RequestError(400, f"unknown field(s) {unknown} for /api/{kind}: expected {list(names)}")
+    missing = [n for n in names if n not in data and n not in OPTIONAL]
+    if missing:
+        raise RequestError(400, f"/api/{kind} needs {missing}")
+    job = data.get("job")
+    return {**{n: data.get(n) for n in names}, "job": job if isinstance(job, str) and 0 < len(job) <= 64 else None}
+
+
+def build(explorer, settings: ServeSettings, token: str, page_html: str, hosts: list[str] | None = None) -> Starlette:
+    """The app for one Explorer (one model); ``page_html`` the explorer page; ``hosts`` the Host headers
+    accepted (loopback names unless the server listens beyond this machine)."""
+    app_ = ExplorerApp(explorer, settings, token, page_html)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        app_.worker.shutdown()  # SIGINT/SIGTERM: uvicorn lets requests in flight finish, then this cancels the rest
 
     routes = [
-        Route("/", guard(page)),
-        Route("/health", guard(health)),
-        Route("/api/info", guard(info)),
-        Route("/api/progress", guard(progress)),
-        *[Route(f"/api/{k}", api(k), methods=["POST"]) for k in CALLS],
+        Route("/", app_.guard(app_.page)),
+        Route("/health", app_.guard(app_.health)),
+        Route("/api/info", app_.guard(app_.info)),
+        Route("/api/progress", app_.guard(app_.progress)),
+        *[Route(f"/api/{k}", app_.api(k), methods=["POST"]) for k in CALLS],
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(TrustedHostMiddleware,
-                    allowed_hosts=settings.hosts)])  # fmt: skip
-    app.state.worker, app.state.cache = worker, cache
+    trusted = Middleware(TrustedHostMiddleware, allowed_hosts=hosts or LOOPBACK_HOSTS)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[trusted])
+    app.state.worker, app.state.cache = app_.worker, app_.cache
     return app
 
 
@@ -202,4 +216,4 @@ async def _wait(request: Request, future, job: Job, limit: float) -> bytes | Non
     return json.dumps(strict(result), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
-__all__ = ["CSP", "MAX_BODY", "Settings", "build"]
+__all__ = ["CSP", "LOOPBACK_HOSTS", "MAX_BODY", "ExplorerApp", "arguments", "build"]

@@ -26,17 +26,20 @@ import numpy as np
 import torch
 
 from ..engine import KnockoutEdges, ZeroHead
+from ..errors import InputError
 from ..models import LoadedModel
 from ..read.capture import capture_weights, sink_positions
 from ..read.heads import DEFAULT_TEXT, Reuse, read_heads, reusable
 from ..read.stimuli import encode_text, tokens_of
-from ..settings import HeadsSettings
+from ..settings import SETTLE_FIRST, HeadsSettings, integer
+from ..show.explorer import saved_page, text_grid
 from ..show.weights import head_payload
 from .errors import RequestError
 
 TOP = 5  # next tokens shown before and after a cut
 DEFAULT_TOKENS = 1024
 MAX_CUTS = 64
+POSITION = "a token position"
 
 
 @dataclass
@@ -91,16 +94,9 @@ class Explorer:
         job.check()
         job.say("the clean run", 1, 2)
         clean = self.outputs(ids, [])
-        cols = {c: np.nan_to_num(v, nan=0.0).round(5).tolist() for c, v in table.columns.items()}
-        grid = {
-            "tokens": tokens_of(self.loaded.tokenizer, ids[0]),
-            "columns": cols,
-            "roles": table.roles,
-            "sink_keys": sink_positions(self.loaded.tokenizer, ids),
-            "routing_check": table.meta.routing_check,
-            "stimulus": table.meta.stimulus,
-            "top": self.top(clean) if self.loaded.causal else None,
-        }
+        top = self.top(clean) if self.loaded.causal else None
+        tokens = tokens_of(self.loaded.tokenizer, ids[0])
+        grid = text_grid(table, tokens, sink_positions(self.loaded.tokenizer, ids), top)
         st = TextState(ids, grid["tokens"], grid, clean, table)
         self._texts = {**dict(list(self._texts.items())[-3:]), text: st}  # the last four texts
         return st
@@ -120,12 +116,7 @@ class Explorer:
 
     # ---------------------------------------------------------------- weights, lazily
     def _layer_head(self, layer, head) -> tuple[int, int]:
-        L, H = self.loaded.n_layers, self.loaded.n_heads
-        if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < L:
-            raise RequestError(400, f"layer: expected an integer in 0 … {L - 1}, got {layer!r}")
-        if not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < H:
-            raise RequestError(400, f"head: expected an integer in 0 … {H - 1}, got {head!r}")
-        return layer, head
+        return in_range(layer, "layer", self.loaded.n_layers), in_range(head, "head", self.loaded.n_heads)
 
     def head(self, text: str, layer, head, job) -> dict:
         """One head's weights: one eager forward keeping only that head (a long text's L·H·T² weights are
@@ -141,8 +132,7 @@ class Explorer:
         """Every head's routes out of token ``index`` (its row) and into it (its column): [L][H] payloads."""
         st = self.state(text, job)
         T = st.ids.shape[1]
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < T:
-            raise RequestError(400, f"index: expected a token position in 0 … {T - 1}, got {index!r}")
+        index = in_range(index, "index", T, POSITION)
         job.say(f"token {index}: one forward keeping its row and column in every head", 0, 1)
         kept = capture_weights(
             self.loaded, st.ids, select=lambda l, w: torch.stack([w[:, index, :], w[:, :, index]], 1).numpy()
@@ -163,10 +153,7 @@ class Explorer:
             if c["kind"] == "head":
                 made.append(ZeroHead([head], layer=layer))
                 continue
-            q, k = c.get("query"), c.get("key")
-            for name, v in (("query", q), ("key", k)):
-                if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < T:
-                    raise RequestError(400, f"cut {n}: {name} must be a token position in 0 … {T - 1}, got {v!r}")
+            q, k = (in_range(c.get(name), f"cut {n}: {name}", T, POSITION) for name in ("query", "key"))
             if self.loaded.causal and k > q:
                 raise RequestError(400, f"cut {n}: key {k} comes after query {q}: a causal model has no such route")
             made.append(KnockoutEdges([q], [k], [head], layer=layer))
@@ -248,7 +235,7 @@ class Explorer:
         # exact for the top 20 of the estimate per site (the first round of `attnroute patch`'s settling):
         # a page answers in seconds; the table says which rows are exact
         p = _input_errors(
-            lambda: patch(self.loaded, sites=("head", "q", "k", "v"), exact=20, progress=job.progress, **f)
+            lambda: patch(self.loaded, sites=("head", "q", "k", "v"), exact=SETTLE_FIRST, progress=job.progress, **f)
         )
         job.check()
         job.say("route attribution", 1, 2)
@@ -277,8 +264,6 @@ class Explorer:
         """The offline report page of what is on screen: the text's page, opening on the heads and token
         shown, with the cuts made and their answer before and after as a section."""
         from ..read.report import RoutingView
-        from ..show.report import render, report_data
-        from ..show.sections import insert
 
         t0 = time.perf_counter()
         st = self.state(text, job)
@@ -299,8 +284,7 @@ class Explorer:
             value_norms=[norms[layer] for layer in range(m.n_layers)],
             sink_keys=st.grid["sink_keys"],
         )
-        data = {**report_data(view, {"unavailable": "the explorer's saved page has no KV-cache card"}), "open": opened}
-        return insert(render(data), [cuts_section(cuts or [], answer, st.tokens)] if cuts else [])
+        return saved_page(view, opened, cuts or [], answer, st.tokens)
 
     def _opened(self, heads, token, T: int) -> dict:
         if heads is None:
@@ -309,38 +293,17 @@ class Explorer:
             raise RequestError(400, "heads: expected at most two [layer, head] pairs")
         for layer, head in heads:
             self._layer_head(layer, head)
-        if token is not None and (not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < T):
-            raise RequestError(400, f"token: expected a token position in 0 … {T - 1}, got {token!r}")
+        if token is not None:
+            in_range(token, "token", T, POSITION)
         return {"heads": heads, "token": token}
 
 
-def cuts_section(cuts: list, answer: dict, tokens: list[str]) -> str:
-    """The saved page's card of the explorer's cuts: each cut, then the top 5 before and after (escaped)."""
-    from html import escape
-
-    from ..show.sections import row
-
-    def said(c):
-        if c["kind"] == "head":
-            return f"cut head L{c['layer']}.H{c['head']}"
-        q, k = c["query"], c["key"]
-        return f"cut route {q} {tokens[q]!r} → {k} {tokens[k]!r} in L{c['layer']}.H{c['head']}"
-
-    items = "".join(f"<li>{escape(said(c))}</li>" for c in cuts)
-    if answer["kind"] == "encoder":
-        m = answer["metric"]
-        body = f"<p>{escape(m['name'])}: {m['after']:.6f} after the cuts</p>"
-    else:
-
-        def top(side):
-            return "".join(f"<tr><td>{escape(repr(t['token']))}</td><td class='num'>{t['p']:.6f}</td></tr>"
-                           for t in answer[side]["top"])  # fmt: skip
-
-        m = answer["metric"]
-        body = (f"<p>{escape(m['name'])}: {m['before']:.6f} before, {m['after']:.6f} after</p><div class='row'>"
-                f"<div><h3>before</h3><table class='kv'>{top('before')}</table></div>"
-                f"<div><h3>after</h3><table class='kv'>{top('after')}</table></div></div>")  # fmt: skip
-    return row(f'<div class="card" id="explorer-cuts"><h2>Cuts made in the explorer</h2><ol>{items}</ol>{body}</div>')
+def in_range(value, name: str, n: int, what: str = "an integer") -> int:
+    """An integer in 0 … n − 1 (bools refused), or 400 naming ``name``: settings.integer, as a request error."""
+    try:
+        return integer(value, name, 0, n - 1)
+    except InputError:
+        raise RequestError(400, f"{name}: expected {what} in 0 … {n - 1}, got {value!r}") from None
 
 
 def _round(a: np.ndarray) -> list:
@@ -357,4 +320,4 @@ def _input_errors(fn):
         raise RequestError(400, str(e)) from None
 
 
-__all__ = ["Explorer", "MAX_CUTS", "TOP", "TextState"]
+__all__ = ["Explorer", "MAX_CUTS", "TOP", "TextState", "in_range"]

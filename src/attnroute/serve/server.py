@@ -19,8 +19,9 @@ import time
 import uvicorn
 
 from ..models import LoadedModel, load
-from ..show.report import page
-from .app import Settings, build
+from ..settings import ServeSettings, verb
+from ..show.explorer import page_html
+from .app import LOOPBACK_HOSTS, build
 from .explorer import Explorer
 
 GRACE = 10  # seconds in-flight requests get to finish after SIGINT/SIGTERM
@@ -40,10 +41,6 @@ def free_socket(host: str, port: int) -> socket.socket:
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
-
-
-def explorer_page(explorer: Explorer) -> str:
-    return page("explorer.html", {"info": explorer.info()}, {"/*__EXPLORER__*/": "explorer.js"})
 
 
 class _Server(uvicorn.Server):
@@ -103,9 +100,8 @@ def prepare(s, progress=None):
         sock.close()
         raise
     token = secrets.token_urlsafe(32)
-    hosts = ["*"] if s.host not in LOOPBACK else ["127.0.0.1", "localhost", "[::1]"]
-    settings = Settings(token, s.time_limit, s.queue, s.cache_mb * 2**20, hosts)
-    app = build(explorer, settings, explorer_page(explorer))
+    hosts = ["*"] if s.host not in LOOPBACK else LOOPBACK_HOSTS
+    app = build(explorer, s, token, page_html(explorer.info()), hosts)
     bound = sock.getsockname()[1]
     shown = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
     url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{bound}/?token={token}"
@@ -133,13 +129,11 @@ def _announce(server: uvicorn.Server, url: str) -> None:
         print("  (the token in the URL is required on every request; Ctrl-C stops the server)", flush=True)
 
 
-def serve(model=None, *, progress=None, **fields) -> Handle:
+@verb(ServeSettings)
+def serve(model=None, *, settings: ServeSettings | None = None, progress=None, **fields) -> Handle:
     """The explorer from Python (a notebook): the server in a background thread, on 127.0.0.1 unless
-    ``host`` says otherwise. ``fields`` are ServeSettings' (max_tokens, port, time_limit, queue, cache_mb).
-    Returns a Handle: display it to see the explorer, ``handle.close()`` to stop it."""
-    from ..settings import ServeSettings
-
-    s = ServeSettings(**({} if model is None else {"model": model}), **fields)
+    ``host`` says otherwise. Returns a Handle: display it to see the explorer, ``handle.close()`` to stop it."""
+    s = ServeSettings.of(settings, model, fields)
     warn_if_open(s.host)
     server, sock, url, token = prepare(s, progress)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="attnroute-serve")

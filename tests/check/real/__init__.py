@@ -5,12 +5,14 @@ outcome per check decided from reading the code (tests/check/test_real_gallery.p
 def check(target: dict):
     """The battery on one gallery target, with what it declares (convention, scale, soft cap, mask family)."""
     import attnroute as ar
+    from attnroute.check.targets import Target
 
-    return ar.check(
+    t = Target(
+        target["name"],
         target["fn"],
         target["convention"],
-        name=target["name"],
+        mask_family=target.get("mask_family", "any"),
         scale=target.get("scale"),
         softcap=target.get("softcap"),
-        mask_family=target.get("mask_family", "any"),
     )
+    return ar.check(t)

@@ -32,7 +32,7 @@ import torch
 from ...errors import Interrupted
 from ...models import LoadedModel, load
 from ...progress import eta, reporter
-from ...settings import CorpusSettings
+from ...settings import CorpusSettings, verb
 from .. import effects, roles
 from ..ground.checkpoint import CheckpointMismatch
 from ..ground.group import agree, process_group
@@ -115,6 +115,7 @@ def document_delta(loaded: LoadedModel, text: str, pairs, tokens: int) -> np.nda
 # ------------------------------------------------------------------------------------ the read
 
 
+@verb(CorpusSettings)
 def read_corpus(
     model=None,
     corpus=None,

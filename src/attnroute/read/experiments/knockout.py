@@ -27,7 +27,7 @@ from ...engine import InputError, KnockoutEdges
 from ...engine.jsonable import Result
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
-from ...settings import KnockoutSettings
+from ...settings import KnockoutSettings, verb
 from ..adapter import routed
 from ..ground.positions import resolve_positions, said
 from ..ground.text_metric import TextMetric, check_text_metric
@@ -141,6 +141,7 @@ def _measure(loaded, batch, target_id: int, interventions=(), logits=None) -> tu
     return p, loss
 
 
+@verb(KnockoutSettings)
 def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings | None = None, progress=None, **fields):
     """Cut the route source → target in every window of ``window`` layers; see the module docstring. The
     fields are KnockoutSettings' (source, target, window, heads, target_token, seed), or pass ``settings``."""

@@ -23,7 +23,7 @@ from ...engine.jsonable import Result
 from ...engine.probes import PerLayer
 from ...models import LoadedModel, load
 from ...progress import reporter
-from ...settings import NeedleSettings
+from ...settings import NeedleSettings, verb
 from ..adapter import routed
 from ..stimuli import encode_text
 
@@ -92,6 +92,7 @@ def probe_length(
     return needle_mass, entropy, text, code in text.replace(" ", "")
 
 
+@verb(NeedleSettings)
 def needle(
     model=None, lengths=None, *, settings: NeedleSettings | None = None, progress=None, **fields
 ) -> NeedleResult:

@@ -21,7 +21,7 @@ from ...engine import InputError, SubstituteWeights
 from ...engine.jsonable import Result
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
-from ...settings import SwapSettings
+from ...settings import SwapSettings, verb
 from ..adapter import routed
 from ..capture import capture_weights
 from ..ground.text_metric import TextMetric, check_text_metric
@@ -91,6 +91,7 @@ def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> float:
     return float((p_log.exp() * (p_log - q_log)).sum())
 
 
+@verb(SwapSettings)
 def swap(
     model=None,
     prompt_a: str | None = None,

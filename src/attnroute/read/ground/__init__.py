@@ -14,3 +14,5 @@
 The rooms (corpus/, experiments/, patching/ and those after them) import this floor and read/'s
 top-level modules, never one another (tests/test_floors.py).
 """
+
+__all__: list[str] = []  # each module is imported by its own name (read/ground/settle.py, …)

@@ -59,15 +59,16 @@ def _effect(loaded, g, fn) -> tuple[dict, MetricEffect]:
     return batch, MetricEffect(fn, {"answer": g.answer, "wrong": g.wrong, **refs})
 
 
-def metric_effect_columns(loaded, cols: dict, s, say) -> dict:
-    """grad_attr and the exact ablation columns (Δ metric) for the prompts of ``s`` (HeadsSettings)."""
+def metric_effect_columns(loaded, cols: dict, s, pairs, say) -> dict:
+    """grad_attr and the exact ablation columns (Δ metric) on ``pairs`` (their clean side), for the
+    HeadsSettings ``s``."""
     name, fn = resolve(s.metric)
-    clean_only = tuple(dataclasses.replace(p, corrupt=p.clean) for p in s.effect_prompts)  # a corrupt side is unused
+    clean_only = tuple(dataclasses.replace(p, corrupt=p.clean) for p in pairs)  # a corrupt side is unused
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, clean_only, s.metric)
     for r in record:
         del r["corrupt"]
     for g in groups:
-        loaded.fit(g.length, "prompts", f"prompt row {s.effect_prompts[g.rows[0]].row}")
+        loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
     parts = [_effect(loaded, g, fn) for g in groups]
     sizes = [len(g.rows) for g in groups]
     say("stage", f"gradient estimate of Δ {name} (one forward, one backward per length)")

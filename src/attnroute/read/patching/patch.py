@@ -28,7 +28,7 @@ from ...errors import Interrupted
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...promptset import finite
-from ...settings import SETTLE_STEP, PatchSettings
+from ...settings import SETTLE_STEP, PatchSettings, verb
 from ..ground.group import Shard, process_group
 from ..ground.metrics import resolve
 from ..ground.prompts import PromptError, pair_positions, tokenize_pairs
@@ -87,27 +87,29 @@ def _label(r: dict) -> str:
     return f"L{r['layer']}{unit} {r['site']}{where}"
 
 
+@verb(PatchSettings)
 def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, progress=None, **fields) -> PatchResult:
     """Activation patching; the fields are PatchSettings' (or pass ``settings``). See the module docstring.
     Under torchrun the prompts are sharded over the ranks (shard.py); every rank returns the same result."""
     s = PatchSettings.of(settings, model, fields, prompts=prompts)
     say = reporter(progress)
     metric_name, fn = resolve(s.metric)
+    pairs = s.read_pairs()  # the prompts are read and checked before the weights load
     if not isinstance(s.model, LoadedModel):  # the prompts are checked before the weights load
         found = load_tokenizer(s.model)
         if found is not None:
-            groups, _ = tokenize_pairs(*found, s.pairs, s.metric)
-            pair_positions(found[0], found[1], s.positions, s.pairs, groups)
+            groups, _ = tokenize_pairs(*found, pairs, s.metric)
+            pair_positions(found[0], found[1], s.positions, pairs, groups)
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, s.pairs, s.metric)  # every rank checks them all
-    mode, positions, resolved = pair_positions(loaded.tokenizer, loaded.kind, s.positions, s.pairs, groups)
+    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)  # every rank checks them all
+    mode, positions, resolved = pair_positions(loaded.tokenizer, loaded.kind, s.positions, pairs, groups)
     refuse_unsupported(loaded, metric_name, mode)
     for g in groups:
-        loaded.fit(g.length, "prompts", f"prompt row {s.pairs[g.rows[0]].row}")
+        loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
     with process_group() as (rank, world):
-        shard = Shard(len(s.pairs), rank, world)
+        shard = Shard(len(pairs), rank, world)
         try:
-            return _run(loaded, s, fn, metric_name, positions, shard, say, record, resolved)
+            return _run(loaded, s, pairs, fn, metric_name, positions, shard, say, record, resolved)
         except KeyboardInterrupt:
             if s.checkpoint is None:
                 raise
@@ -117,16 +119,18 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
             ) from None
 
 
-def _run(loaded, s: PatchSettings, fn, metric_name, positions, shard: Shard, say, record, resolved) -> PatchResult:
-    N = len(s.pairs)
-    mine = tuple(s.pairs[i] for i in shard.rows)
+def _run(
+    loaded, s: PatchSettings, pairs, fn, metric_name, positions, shard: Shard, say, record, resolved
+) -> PatchResult:
+    N = len(pairs)
+    mine = tuple(pairs[i] for i in shard.rows)
     groups = tokenize_pairs(loaded.tokenizer, loaded.kind, mine, s.metric)[0] if mine else []
     for g in groups:
         g.rows = [shard.rows[i] for i in g.rows]  # indices of the whole prompt set
     say("stage", f"recording clean and corrupt runs of {len(mine)} prompts in {len(groups)} length groups")
     runs = [PairRun(loaded, g, fn, s.direction) for g in groups]
     comps = {site: components(site, loaded.n_layers, loaded.n_heads, loaded.n_kv_heads, positions) for site in s.sites}
-    store = Store(s, s.pairs, loaded, metric_name, comps, shard)
+    store = Store(s, pairs, loaded, metric_name, comps, shard)
     m_clean, m_corrupt = (
         store.array("m_clean", runs, lambda r: r.m_clean),
         store.array("m_corrupt", runs, lambda r: r.m_corrupt),
@@ -139,7 +143,7 @@ def _run(loaded, s: PatchSettings, fn, metric_name, positions, shard: Shard, say
         store.save()
     settle = {site: _settle(runs, comps[site], store, site, s, say) for site in s.sites}
     den = float(np.mean(m_clean - m_corrupt))
-    meta = _meta(loaded, metric_name, s, record, resolved, m_clean, m_corrupt, runs, settle)
+    meta = _meta(loaded, metric_name, s, len(pairs), record, resolved, m_clean, m_corrupt, runs, settle)
     meta["ranks"], meta["resumed"] = shard.world, store.resumed
     result = PatchResult(loaded.name, meta)
     m_base = m_corrupt if s.direction == "denoising" else m_clean
@@ -275,14 +279,14 @@ def _direct(runs, N: int, loaded, shard: Shard) -> dict:
     return out
 
 
-def _meta(loaded, metric_name, s, record, resolved, m_clean, m_corrupt, runs, settle) -> dict:
+def _meta(loaded, metric_name, s, n_prompts, record, resolved, m_clean, m_corrupt, runs, settle) -> dict:
     c_mean, c_ci = mean_ci(m_clean)
     x_mean, x_ci = mean_ci(m_corrupt)
     return {
         "metric": metric_name,
         "direction": s.direction,
         "sites": list(s.sites),
-        "n_prompts": len(s.pairs),
+        "n_prompts": n_prompts,
         "m_clean": c_mean,
         "m_clean_ci": c_ci,
         "m_corrupt": x_mean,

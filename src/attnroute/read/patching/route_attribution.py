@@ -21,7 +21,7 @@ from ...engine.jsonable import Result
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...promptset import FLAT_AT_CLEAN, finite
-from ...settings import RoutesSettings
+from ...settings import RoutesSettings, verb
 from ..adapter import routed
 from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
@@ -79,6 +79,7 @@ class RoutesResult(Result):
         }
 
 
+@verb(RoutesSettings)
 def route_attribution(model=None, text=None, *, settings: RoutesSettings | None = None, progress=None, **fields):
     """Route attribution; the fields are RoutesSettings' (or pass ``settings``). See the module docstring."""
     s = RoutesSettings.of(settings, model, fields, text=text)
@@ -90,12 +91,13 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
             "estimate would be 0: use logit-diff, prob, logprob or loss",
             field="metric",
         )
+    pairs = s.read_pairs()  # read and checked before the weights load
     if not isinstance(s.model, LoadedModel):
         found = load_tokenizer(s.model)
         if found is not None:
-            _one_length(tokenize_pairs(*found, s.pairs, s.metric)[0])
+            _one_length(tokenize_pairs(*found, pairs, s.metric)[0])
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, s.pairs, s.metric)
+    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)
     g = _one_length(groups)
     loaded.fit(g.length, "text" if s.single else "prompts", "the text" if s.single else "the prompts")
     layers = _layers(loaded, s.layers)

@@ -1,0 +1,200 @@
+"""What every verb's settings share: the validators, the base class, fields that carry their meaning,
+and the verb signature that shows them.
+
+    @dataclass(frozen=True)
+    class KnockoutSettings(Settings):
+        window: int = opt(5, "layers per window, slid over the depth")
+
+    @verb(KnockoutSettings, "model", "text")
+    def knockout(model=None, text=None, *, settings=None, progress=None, **fields): ...
+
+``help(knockout)`` then shows every field with its default and its one line of meaning; the command
+line reads the same line for its --help and the same default (argparse defaults are None: a flag left
+out keeps the settings' own). Like the rest of the ground floor, this imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import MISSING, field, fields
+
+from ..errors import InputError, InputTypeError
+
+SEED_MAX = 2**32 - 1  # numpy's and torch's seed range
+
+
+def opt(default, doc: str, **kw):
+    """A settings field with its one line of meaning (help(), the CLI's --help and docs read it)."""
+    if isinstance(default, list | dict | set):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"doc": doc}, **kw)
+    return field(default=default, metadata={"doc": doc}, **kw)
+
+
+def integer(value, name: str, lo: int, hi: int | None = None, *, optional: bool = False) -> int | None:
+    """``value`` as an int in [lo, hi]; None passes when ``optional``. Bools are not integers here."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputTypeError(f"{name} must be an integer, got {value!r}", field=name)
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise InputError(f"{name} must be {bound}, got {value}", field=name)
+    return value
+
+
+def integers(values, name: str, lo: int, hi: int | None = None) -> tuple[int, ...]:
+    """A non-empty tuple of integers in [lo, hi] (an empty list is refused: it would mean nothing)."""
+    if isinstance(values, str | bytes):
+        raise InputTypeError(f"{name} must be a list of integers, got {values!r}", field=name)
+    values = tuple(values)
+    if not values:
+        raise InputError(f"{name} is empty: give at least one value", field=name)
+    return tuple(integer(v, name, lo, hi) for v in values)
+
+
+def number(value, name: str, lo: float, hi: float, *, optional: bool = False) -> float | None:
+    """A real number in (lo, hi]; bools and NaN refused."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (lo < value <= hi):
+        raise InputError(f"{name} must be a number in ({lo:g}, {hi:g}], got {value!r}", field=name)
+    return float(value)
+
+
+def names(values, name: str, choices: tuple[str, ...], what: str | None = None) -> tuple[str, ...]:
+    """A non-empty tuple of choices, duplicates dropped (a string is one name, never its letters); ``what``
+    calls one of them in the message (an "ablation mode")."""
+    values = (values,) if isinstance(values, str) else tuple(values)
+    bad = [x for x in values if x not in choices] or ([] if values else ["(none)"])
+    if bad:
+        raise InputError(f"unknown {what or name} {bad[0]!r}: expected some of {', '.join(choices)}", field=name)
+    return tuple(dict.fromkeys(values))
+
+
+def exact_count(value) -> int | str:
+    """How many heads to ablate exactly: an integer ≥ 0, or "all"."""
+    if value == "all":
+        return "all"
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise InputError(f"exact must be a number of heads (≥ 0) or 'all', got {value!r}", field="exact")
+
+
+def nonempty_text(value, name: str, *, optional: bool = True) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{name} is empty: give a non-empty text", field=name)
+    return value
+
+
+def one_of(value, name: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise InputError(f"{name} {value!r} is not one of {', '.join(choices)}", field=name)
+    return value
+
+
+def set_field(obj, name: str, value) -> None:
+    object.__setattr__(obj, name, value)  # frozen dataclasses normalise their own fields
+
+
+class Settings:
+    """Named presets (gpt-fast's ``ModelArgs.from_name``): ``PRESETS`` maps a name to field values."""
+
+    PRESETS: dict[str, dict] = {}
+
+    @classmethod
+    def from_name(cls, name: str, **overrides):
+        if name not in cls.PRESETS:
+            raise InputError(f"preset {name!r} is not one of {', '.join(cls.PRESETS)}", field="preset")
+        return cls(**{**cls.PRESETS[name], **overrides})
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def default(cls, name: str):
+        f = next(f for f in fields(cls) if f.name == name)
+        return f.default_factory() if f.default is MISSING else f.default
+
+    @classmethod
+    def doc(cls, name: str) -> str:
+        return next(f for f in fields(cls) if f.name == name).metadata.get("doc", "")
+
+    @classmethod
+    def described(cls) -> str:
+        """Every field with its default and its meaning, one line each (a verb's help() ends with it)."""
+        rows = [f"    {f.name} = {cls.default(f.name)!r}: {f.metadata.get('doc', '')}" for f in fields(cls)]
+        return f"Fields ({cls.__name__}; give them as keywords, or settings={cls.__name__}(...)):\n" + "\n".join(rows)
+
+    @classmethod
+    def of(cls, settings=None, model=None, fields: dict | None = None, **given):
+        """A verb's settings: ``settings`` as given, or built from the model, the verb's positional inputs
+        (``given``, None = left out) and keyword ``fields`` — never both, so nothing is dropped."""
+        fields = fields or {}
+        if settings is not None:
+            if model is not None or fields or any(v is not None for v in given.values()):
+                raise InputError("give settings, or the model, inputs and fields, not both", field="settings")
+            if not isinstance(settings, cls):
+                raise InputTypeError(
+                    f"settings must be {cls.__name__}, got {type(settings).__name__}", field="settings"
+                )
+            return settings
+        unknown = sorted(set(fields) - set(cls.field_names()))
+        if unknown:  # never drop an argument we do not understand
+            raise InputTypeError(
+                f"{unknown[0]} is not a field of {cls.__name__}: expected some of {', '.join(cls.field_names())}",
+                field=unknown[0],
+            )
+        given = {k: v for k, v in given.items() if v is not None} | ({} if model is None else {"model": model})
+        twice = sorted(set(given) & set(fields))
+        if twice:
+            raise InputError(
+                f"{twice[0]} was given twice (as an argument and as a keyword); give it once", field=twice[0]
+            )
+        return cls(**given, **fields)
+
+
+def verb(settings_cls):
+    """A verb's honest signature: its own parameters, then every field of ``settings_cls`` as a keyword with
+    its default (``help()`` and ``inspect.signature`` show them), and its docstring ending with each
+    field's meaning. The function itself still takes them as ``**fields`` (Settings.of checks them)."""
+
+    def wrap(fn):
+        sig = inspect.signature(fn)
+        own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        taken = {p.name for p in own}
+        more = [
+            inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=settings_cls.default(f.name))
+            for f in fields(settings_cls)
+            if f.name not in taken
+        ]
+        fn.__signature__ = sig.replace(parameters=own + more)
+        fn.__doc__ = f"{inspect.cleandoc(fn.__doc__ or '')}\n\n{settings_cls.described()}"
+        fn.settings = settings_cls
+        return fn
+
+    return wrap
+
+
+__all__ = [
+    "SEED_MAX",
+    "Settings",
+    "exact_count",
+    "integer",
+    "integers",
+    "names",
+    "nonempty_text",
+    "number",
+    "one_of",
+    "opt",
+    "set_field",
+    "verb",
+]

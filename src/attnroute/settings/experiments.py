@@ -1,0 +1,95 @@
+"""The settings of the experiments that intervene on routes: knockout, swap, needle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..promptset import METRICS, MetricArg, metric_setting
+from .base import SEED_MAX, Settings, integer, integers, nonempty_text, opt, set_field
+from .read import DEFAULT_MODEL, MODEL_DOC
+
+
+def last_position_metric(metric) -> None:
+    """knockout and swap read the last position: loss (the whole prompt) and cosine (encoders) are refused."""
+    if metric is None or metric_setting(metric) is None:
+        return
+    if not METRICS[metric].last_only or METRICS[metric].reads != "logits":
+        raise InputError(
+            f"metric {metric} does not read the last position; use logit-diff, prob, logprob or kl", field="metric"
+        )
+
+
+def heads_list(heads) -> tuple[int, ...] | None:
+    return None if heads is None else integers(heads, "heads", 0)
+
+
+@dataclass(frozen=True)
+class KnockoutSettings(Settings):
+    """Cut the route source → target (query → key edges) in every window of ``window`` layers."""
+
+    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
+    text: str = opt("", "the prompt")
+    source: str = opt("", "query positions: a word of the text, or indices '3,4'")
+    target: str = opt("", "key positions, likewise")
+    window: int = opt(5, "layers per window, slid over the depth")
+    heads: tuple[int, ...] | None = opt(None, "only these heads (unset: every head)")
+    target_token: str | None = opt(None, "the token whose probability is read (unset: the model's own top prediction)")
+    seed: int = opt(0, "the control route's draw")
+    metric: MetricArg | None = opt(
+        None, "also your metric at the last position: logit-diff, prob, logprob, kl, or a callable"
+    )
+    answer: str | None = opt(None, "the metric's answer token (e.g. ' Mary')")
+    wrong: str | None = opt(None, "the metric's wrong token")
+
+    def __post_init__(self):
+        nonempty_text(self.text, "text", optional=False)
+        for name in ("source", "target"):
+            if not str(getattr(self, name)).strip():
+                raise InputError(f"{name} is empty: give a word of the text or token indices", field=name)
+        integer(self.window, "window", 1)
+        integer(self.seed, "seed", 0, SEED_MAX)
+        set_field(self, "heads", heads_list(self.heads))
+        last_position_metric(self.metric)
+
+
+@dataclass(frozen=True)
+class SwapSettings(Settings):
+    """Run prompt B with prompt A's attention maps in every window of ``window`` layers."""
+
+    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
+    prompt_a: str = opt("", "the prompt whose maps are used")
+    prompt_b: str = opt("", "the prompt that runs (the same number of tokens)")
+    window: int = opt(1, "layers swapped together")
+    heads: tuple[int, ...] | None = opt(None, "only these heads (unset: every head)")
+    metric: MetricArg | None = opt(None, "also your metric on B's output: logit-diff, prob, logprob, kl, or a callable")
+    answer: str | None = opt(None, "the metric's answer token")
+    wrong: str | None = opt(None, "the metric's wrong token")
+
+    def __post_init__(self):
+        nonempty_text(self.prompt_a, "prompt_a", optional=False)
+        nonempty_text(self.prompt_b, "prompt_b", optional=False)
+        integer(self.window, "window", 1)
+        set_field(self, "heads", heads_list(self.heads))
+        last_position_metric(self.metric)
+
+
+@dataclass(frozen=True)
+class NeedleSettings(Settings):
+    """A needle at a seeded depth in growing distractor context; the retrieval heads followed."""
+
+    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
+    lengths: tuple[int, ...] = opt((256, 512, 1024, 2048, 4096, 8192), "context lengths in tokens")
+    seed: int = opt(0, "the needle's depth")
+    code: str = opt("4729", "the secret the needle states")
+    top: int = opt(3, "retrieval heads: the heads with most weight on the needle at the shortest length")
+
+    def __post_init__(self):
+        set_field(self, "lengths", tuple(sorted(integers(self.lengths, "lengths", 32))))
+        integer(self.seed, "seed", 0, SEED_MAX)
+        integer(self.top, "top", 1)
+        if not isinstance(self.code, str) or not self.code.strip():
+            raise InputError("code is empty: give the secret the needle states", field="code")
+
+
+__all__ = ["KnockoutSettings", "NeedleSettings", "SwapSettings"]

@@ -1,0 +1,99 @@
+"""`attnroute heads` shown: the top heads of each role, weight against effect, and the notes of a read (the
+routing check, the ablation statement, the tokens as they ran, a corpus read's significance)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ..read.roles import ROLES
+
+ROLE_COLUMNS = {r.name: r.column for r in ROLES}  # the column that ranks heads of each role
+
+
+def headtable_tables(table) -> list[Table]:
+    """Top heads per role, then weight versus effect."""
+    tokens = getattr(table.meta, "text_tokens", None)
+    t = Table(title=f"{table.model}: {table.layers} layers × {table.heads} heads, {tokens} text tokens")
+    for col in ("role", "heads", "top heads (layer.head: score)"):
+        t.add_column(col)
+    for role, col in ROLE_COLUMNS.items():
+        heads = table.with_role(role)
+        ranked = sorted(heads, key=lambda lh: -float(table[col][lh]))[:5]
+        t.add_row(role, str(len(heads)), ", ".join(f"L{l}.H{h}: {table[col][l, h]:.2f}" for l, h in ranked))
+    out = [t]
+    agreement = getattr(table.meta, "grad_vs_ablation", None)
+    if agreement is not None:
+        e = Table(title="weight versus effect: top heads by zero-ablation Δ")
+        for col in (
+            "head",
+            "role",
+            "sink mass",
+            "norm-weighted sink",
+            "grad estimate",
+            "Δ zero",
+            "Δ mean",
+            "Δ uniform",
+        ):
+            e.add_column(col, justify="right")
+        for l, h, _ in table.top("ablation_delta", 8):
+            e.add_row(
+                f"L{l}.H{h}",
+                table.roles[l][h],
+                *(
+                    f"{table[c][l, h]:.3f}"
+                    for c in (
+                        "sink_mass",
+                        "norm_mass",
+                        "grad_attr",
+                        "ablation_delta",
+                        "ablation_mean",
+                        "ablation_uniform",
+                    )
+                ),
+            )
+        a = agreement
+        k = a["k"]
+        e.caption = (
+            f"gradient estimate vs exact zero-ablation: Spearman {a['spearman']:.2f}, "
+            f"top-{k} overlap {a[f'top{k}_overlap']}/{k}"
+        )
+        out.append(e)
+    return out
+
+
+def read_notes(meta) -> list[str]:
+    """The lines a read prints on stderr beside its tables (``meta``: a HeadTable's ReadMeta): the routing
+    check (or that it was skipped), the ablation statement, a cut text, a corpus read's significance."""
+    check = meta.routing_check
+    if check is None:
+        lines = ["note: routing check skipped (--no-verify): numbers are not verified"]
+    else:
+        lines = [
+            f"routing check: max |Δ {check['compared']}| = {check['max_abs_diff']:.2g} against the model's own eager "
+            f"attention (tolerance {check['tolerance']:.2g})"
+        ]
+    if getattr(meta, "ablation", None):
+        lines.append(f"ablation: {meta.ablation['statement']}")
+    if getattr(meta, "metric", None):
+        lines.append(f"effect: {meta.effect_batch}")
+    tokens = getattr(meta, "tokens", None)
+    if tokens:
+        shown = " ".join(f"[{i}]{t!r}" for i, t in enumerate(tokens[:12]))
+        lines.append(f"tokens ({len(tokens)}, as they ran): {shown}{' …' if len(tokens) > 12 else ''}")
+    if getattr(meta, "tokens_cut", 0):
+        lines.append(
+            f"note: the text was cut to its first {meta.text_tokens} tokens ({meta.tokens_cut} dropped; "
+            "--max-tokens or the model's context)"
+        )
+    imp = getattr(meta, "importance", {})
+    if imp.get("note"):
+        lines.append(f"importance: {imp['note']}")
+    elif imp.get("n_significant") is not None:
+        lines.append(
+            f"importance: {imp['n_significant']} of {len(imp['candidates'])} candidate heads change the loss "
+            f"significantly over {imp['documents']} documents ({imp['correction']})"
+        )
+    return lines
+
+
+__all__ = ["ROLE_COLUMNS", "headtable_tables", "read_notes"]

@@ -1,0 +1,121 @@
+"""`attnroute patch` shown: its terminal tables, its figure (one heatmap per site, layers × heads —
+kv heads for k and v — of the normalized score of the components measured exactly; per-position
+patching shows layers × positions, the largest |normalized| over the units at each), its CSV columns."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.table import Table
+
+from .plotting import pyplot
+from .text import plus_minus, signed
+
+TITLE = "Activation patching: which components carry the clean/corrupt difference"
+PATCH_COLUMNS = (
+    "layer",
+    "head",
+    "site",
+    "position",
+    "exact",
+    "normalized",
+    "normalized_ci",
+    "delta",
+    "delta_ci",
+    "estimate",
+    "estimate_normalized",
+)
+
+
+def patch_tables(result: dict, rows_per_site: int = 10) -> list[Table]:
+    m = result["meta"]
+    out = []
+    for site in m["sites"]:
+        a = result["agreement"][site]
+        agree = (
+            (f"estimate vs exact over {a['n']}: Spearman {a['spearman']:.2f}, R² {a['r2']:.2f}, slope {a['slope']:.2f}")
+            if a["spearman"] is not None
+            else f"estimate vs exact: {a['n']} measured"
+        )
+        t = Table(title=f"{site}: top {rows_per_site} by |normalized| ({m['direction']}, {m['metric']}) — {agree}")
+        for col in ("component", "normalized", "Δ metric", "estimate (normalized)", "kv shared by"):
+            t.add_column(col)
+        rows = [r for r in result["rows"] if r["site"] == site and r["exact"] and r["normalized"] is not None]
+        for r in sorted(rows, key=lambda r: -abs(r["normalized"]))[:rows_per_site]:
+            shared = ",".join(map(str, r.get("query_heads", []))) or "—"
+            t.add_row(
+                component(r),
+                plus_minus(r["normalized"], r["normalized_ci"]),
+                plus_minus(r["delta"], r["delta_ci"]),
+                signed(r["estimate_normalized"]),
+                shared,
+            )
+        out.append(t)
+    d = result.get("direct", {})
+    if "rows" in d:
+        t = Table(title=f"direct effect on the logit difference (adds up to {d['adds_up_max_abs_diff']:.1e})")
+        for col in ("head", "clean", "corrupt", "clean − corrupt"):
+            t.add_column(col)
+        for r in sorted(d["rows"], key=lambda r: -abs(r["difference"] or 0))[:rows_per_site]:
+            t.add_row(
+                f"L{r['layer']} h{r['head']}",
+                plus_minus(r["clean"], r["clean_ci"]),
+                plus_minus(r["corrupt"], r["corrupt_ci"]),
+                plus_minus(r["difference"], r["difference_ci"]),
+            )
+        t.add_row(
+            "rest",
+            plus_minus(d["rest"]["clean"], d["rest"]["clean_ci"]),
+            plus_minus(d["rest"]["corrupt"], d["rest"]["corrupt_ci"]),
+            "",
+        )
+        out.append(t)
+    return out
+
+
+def component(r: dict) -> str:
+    unit = "" if r["head"] is None else (f" kv{r['head']}" if r["site"] in ("k", "v") else f" h{r['head']}")
+    where = "" if r["position"] is None else f" @{r['position']}"
+    return f"L{r['layer']}{unit} {r['site']}{where}"
+
+
+def patch_grids(result: dict) -> dict[str, np.ndarray]:
+    """site -> [L, units] or [L, T] of normalized scores (NaN where not measured exactly)."""
+    meta, out = result["meta"], {}
+    for site in meta["sites"]:
+        rows = [r for r in result["rows"] if r["site"] == site]
+        per_position = any(r["position"] is not None for r in rows)
+        units = {"layer": 1, "k": meta["kv_heads"], "v": meta["kv_heads"]}.get(site, meta["heads"])
+        cols = max(r["position"] for r in rows) + 1 if per_position else units
+        g = np.full((meta["layers"], cols), np.nan)
+        for r in rows:
+            if r["normalized"] is None:
+                continue
+            c = r["position"] if per_position else (r["head"] or 0)
+            if np.isnan(g[r["layer"], c]) or abs(r["normalized"]) > abs(g[r["layer"], c]):
+                g[r["layer"], c] = r["normalized"]
+        out[site] = g
+    return out
+
+
+def patch_png(result: dict, path):
+    plt = pyplot()
+    grids = patch_grids(result)
+    fig, axes = plt.subplots(1, len(grids), figsize=(2.6 * len(grids) + 1.2, 4.2), squeeze=False)
+    lim = max([np.nanmax(np.abs(g)) for g in grids.values() if np.isfinite(g).any()] + [1e-6])
+    for ax, (site, g) in zip(axes[0], grids.items()):
+        im = ax.imshow(g, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
+        per_position = any(r["position"] is not None for r in result["rows"] if r["site"] == site)
+        ax.set_title(site, fontsize=9)
+        step = max(1, g.shape[1] // 10)
+        ax.set_xticks(range(0, g.shape[1], step))
+        ax.set_xlabel("position" if per_position else ("kv head" if site in ("k", "v") else "head"), fontsize=8)
+        ax.set_ylabel("layer", fontsize=8)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="normalized (1 = clean restored)")
+    m = result["meta"]
+    fig.suptitle(f"{m['direction']} patching, {m['metric']} over {m['n_prompts']} prompts", fontsize=9)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+    return path
+
+
+__all__ = ["PATCH_COLUMNS", "TITLE", "component", "patch_grids", "patch_png", "patch_tables"]

@@ -1,0 +1,38 @@
+"""Text forms that several verbs' tables share: the tokens as they ran, CSV rows."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+
+def signed(x, fmt: str = "{:+.3f}") -> str:
+    """A number with its sign, or an em dash where there is none (not measured)."""
+    return "—" if x is None else fmt.format(x)
+
+
+def plus_minus(x, ci) -> str:
+    """'+0.412 ± 0.031', the interval left out where it is not defined."""
+    return "—" if x is None else f"{x:+.3f} ± {ci:.3f}" if ci is not None else f"{x:+.3f}"
+
+
+def agreement_text(a: dict) -> str:
+    return f"Spearman {a['spearman']:.2f}, R² {a['r2']:.2f}, slope {a['slope']:.2f}"
+
+
+def tokens_line(tokens: list[str]) -> str:
+    """'[0]'<s>' [1]'The' …': every token with its position, as positions are typed on the command line."""
+    return " ".join(f"[{i}]{t!r}" for i, t in enumerate(tokens))
+
+
+def csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
+    """One CSV row per result row, ``columns`` in order (empty where a value is None)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: "" if r.get(c) is None else r.get(c) for c in columns})
+    return buf.getvalue()
+
+
+__all__ = ["agreement_text", "csv_text", "plus_minus", "signed", "tokens_line"]
