@@ -12,10 +12,10 @@ def test_the_two_stacks_have_the_same_budget():
 
     params = {
         name: sum(p.numel() for p in build_model(cfg, 0).parameters())
-        for name, cfg in feedforward.FFSettings().configs().items()
+        for name, cfg in feedforward.configs_of(feedforward.FFSettings()).items()
     }
     assert params["with FF"] == pytest.approx(params["attention-only"], rel=0.02)
-    cfgs = feedforward.FFSettings().configs()
+    cfgs = feedforward.configs_of(feedforward.FFSettings())
     assert cfgs["attention-only"].d_ff == 0 and cfgs["with FF"].d_ff > 0
 
 

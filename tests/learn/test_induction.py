@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from attnroute.learn import induction
 from attnroute.learn.induction import SCORE_MIN, InductionSettings, run
 from attnroute.learn.tasks import RepeatTask
 
@@ -71,5 +72,5 @@ def test_one_layer_is_refused():
 
 
 def test_settings_make_the_task_they_say():
-    t = InductionSettings(fixed_offset=24).task()
+    t = induction.task_of(InductionSettings(fixed_offset=24))
     assert isinstance(t, RepeatTask) and t.fixed_offset == 24 and t.length == 48

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # trains or measures for seconds to tens of secon
 @pytest.fixture(scope="module")
 def trained():
     s = pruning.PruneSettings(width=64, steps=300)
-    model = build_model(s.config(2), 0)
+    model = build_model(pruning.config_of(s, 2), 0)
     train(model, pruning.TASK, TrainSettings(steps=300, lr=3e-3))
     model.eval()
     return s, model, pruning.TASK.sample(48, torch.Generator().manual_seed(3))

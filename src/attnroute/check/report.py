@@ -20,6 +20,9 @@ NOT_ABOUT_MASKS = ("scale", "normalization_axis", "cached_decode")
 
 @dataclass(repr=False)
 class CheckReport:
+    """The battery's verdicts on one target: one CheckResult per check (pass, fail, hazard, n/a, with the
+    row that saw what it must not), the mask shapes it accepted, the soft cap it declared, seconds taken."""
+
     target: str
     checks: list[CheckResult] = field(default_factory=list)
     seconds: float = 0.0

@@ -65,7 +65,7 @@ def option(p: argparse.ArgumentParser, flag: str, cls, field: str | None = None,
     field = field or flag.lstrip("-").replace("-", "_")
     default = cls.default(field)
     text = help or cls.doc(field)
-    if default not in (None, False, "", ()) and "default" not in text:
+    if not (default is None or default is False or default == "" or default == ()) and "default" not in text:
         text = f"{text} (default {shown(default)})"
     if kw.get("dest") is None and flag.lstrip("-").replace("-", "_") != field:
         kw["dest"] = field

@@ -2,69 +2,65 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import fields
 from pathlib import Path
 
-from ..errors import InputError
-from .common import STDOUT, console, deliver, emit_json, json_flag, outputs, tables
+from ..settings.learn import POSITIONS, CrossSettings, FFSettings, InductionSettings, PruneSettings, ScaleSettings
+from .common import STDOUT, console, deliver, emit_json, json_flag, option, outputs, tables
 
-MAY_BE_ZERO = {"seed", "ff"}  # ff = 0 is the attention-only model the help documents
+EXPERIMENTS = {  # name -> (settings, help, its flags beside --seed and --steps)
+    "induction": (
+        InductionSettings,
+        "an induction circuit forms: phase change, heads, ablation",
+        ("--layers", "--heads", "--width", "--ff", "--every"),
+    ),
+    "scale": (ScaleSettings, "with and without 1/√d_k at head dims 16…256", ("--head-dims", "--every")),
+    "pruning": (PruneSettings, "1, 2, 4, 8 heads on a mixture of routes, then pruning", ("--head-counts", "--width")),
+    "ff": (FFSettings, "attention-only versus feed-forward stacks at the same budget", ("--vocab",)),
+    "crossattn": (
+        CrossSettings,
+        "an encoder-decoder: prune heads per attention mode, swap cross maps",
+        ("--length", "--heads"),
+    ),
+}
 
 
 def add(sub) -> None:
     learn = sub.add_parser("learn", help="train TinyTransformers from scratch and watch routes form")
     lsub = learn.add_subparsers(dest="experiment", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--out", help="folder for the PNG, JSON and HTML (none written without it)")
-    json_flag(common, "the result")
-    common.add_argument("--seed", type=int, help="seed of the init and the batches (default 0)")
-    common.add_argument("--steps", type=int, help="training steps per model")
-    ind = lsub.add_parser(
-        "induction", parents=[common], help="an induction circuit forms: phase change, heads, ablation"
-    )
-    ind.add_argument("--layers", type=int, help="default 2")
-    ind.add_argument("--heads", type=int, help="heads per layer (default 4)")
-    ind.add_argument("--width", type=int, help="d_model (default 64)")
-    ind.add_argument("--ff", type=int, help="d_ff of feed-forward layers; 0 = attention-only (default)")
-    ind.add_argument(
-        "--positions", choices=("learned", "sinusoidal", "rope"), help="default rope (learned with --fixed-offset)"
-    )
-    ind.add_argument("--every", type=int, help="evaluate every K steps (default 25)")
-    ind.add_argument(
-        "--fixed-offset",
-        type=int,
-        nargs="?",
-        const=24,
-        metavar="D",
-        help="the shortcut contrast: the repeat always D positions after the first copy (default 24)",
-    )
-    sc = lsub.add_parser("scale", parents=[common], help="with and without 1/√d_k at head dims 16…256")
-    sc.add_argument("--head-dims", type=int, nargs="+", help="default 16 32 64 128 256")
-    sc.add_argument("--every", type=int, help="evaluate every K steps (default 50)")
-    hd = lsub.add_parser("pruning", parents=[common], help="1, 2, 4, 8 heads on a mixture of routes, then pruning")
-    hd.add_argument("--head-counts", type=int, nargs="+", help="default 1 2 4 8")
-    hd.add_argument("--width", type=int, help="d_model, fixed across head counts (default 128)")
-    fl = lsub.add_parser("ff", parents=[common], help="attention-only versus feed-forward stacks at the same budget")
-    fl.add_argument("--vocab", type=int, help="tokens in the table task (default 128)")
-    ca = lsub.add_parser(
-        "crossattn", parents=[common], help="an encoder-decoder: prune heads per attention mode, swap cross maps"
-    )
-    ca.add_argument("--length", type=int, help="content tokens in a source (default 6)")
-    ca.add_argument("--heads", type=int, help="heads per attention layer (default 4)")
+    for name, (cls, help_, flags) in EXPERIMENTS.items():
+        p = lsub.add_parser(name, help=help_)
+        p.add_argument("--out", help="folder for the PNG, JSON and HTML (none written without it)")
+        json_flag(p, "the result")
+        for flag in ("--seed", "--steps", *flags):
+            field = flag[2:].replace("-", "_")
+            nargs = "+" if isinstance(cls.default(field), tuple) else None
+            option(p, flag, cls, type=int, nargs=nargs)
+        if name == "induction":
+            option(p, "--positions", cls, choices=POSITIONS)
+            option(
+                p,
+                "--fixed-offset",
+                cls,
+                type=int,
+                nargs="?",
+                const=24,
+                metavar="D",
+                help="the shortcut contrast: the repeat always D positions after the first copy (D: default 24)",
+            )
     learn.set_defaults(fn=run)
 
 
 def run(args) -> int:
-    from ..learn import EXPERIMENTS
+    from ..learn import run_experiment
 
-    run_experiment, Settings = EXPERIMENTS[args.experiment]
+    Settings = EXPERIMENTS[args.experiment][0]
     settings = Settings(**options(args, Settings))
     name = args.experiment + ("-fixed-offset" if getattr(args, "fixed_offset", None) else "")
     outputs({}, {"json": args.json}, dirs={"out": args.out})
     out = Path(args.out) if args.out else None
     with steps_bar(name) as progress:
-        result = run_experiment(settings, progress=progress)
+        result = run_experiment(args.experiment, settings, progress=progress).to_dict()
     show(result, name, out, args.json)
     return 0
 
@@ -77,10 +73,6 @@ def options(args, Settings) -> dict:
             opts[k] = tuple(opts[k])
     if args.experiment == "induction" and opts.get("fixed_offset") and "positions" not in opts:
         opts["positions"] = "learned"  # the shortcut needs absolute positions to exist
-    for k, v in opts.items():
-        for x in v if isinstance(v, tuple) else (v,):
-            if isinstance(x, int) and not isinstance(x, bool) and (x < 0 or (x == 0 and k not in MAY_BE_ZERO)):
-                raise InputError(f"{k} must be {'>= 0' if k in MAY_BE_ZERO else 'positive'}, got {x}", field=k)
     return opts
 
 

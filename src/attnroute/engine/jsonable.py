@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 
 
 def strict(obj):
@@ -41,6 +42,40 @@ def shape_problem(data, schema, where: str = "") -> str | None:
     return None if ok else f"the field {name} is {type(data).__name__}, expected {schema.__name__}"
 
 
+class Meta:
+    """What a result says about itself beside its arrays — a dataclass whose fields are its JSON's ``meta``
+    keys (a new key is a new, typed field). Fields in OPTIONAL are left out of the JSON when None. Read
+    access by the JSON's keys too (``meta["metric"]``, ``"tokens" in meta``), so code that reads a written
+    JSON and code that reads the object read them alike."""
+
+    OPTIONAL: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v for k, v in out.items() if not (k in self.OPTIONAL and v is None)}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:  # a new key is a new field: typed here, or it does not cross floors
+            raise TypeError(f"{cls.__name__} has no field(s) {unknown}")
+        return cls(**data)
+
+    def __contains__(self, key: str) -> bool:
+        """A key of the JSON's meta: a field, unless it is optional and was not measured."""
+        names = {f.name for f in fields(self)}
+        return key in names and not (key in self.OPTIONAL and getattr(self, key) is None)
+
+    def __getitem__(self, key: str):
+        if key not in self:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self else default
+
+
 class Result:
     """A result that crosses floors: a dataclass whose ``to_dict()`` is its JSON contract, and
     ``SCHEMA`` the part of it that readers of the JSON rely on (checked by ``validate``)."""
@@ -72,4 +107,4 @@ class Result:
         return result_html(strict(self.to_dict()), self.ROWS)
 
 
-__all__ = ["Result", "shape_problem", "strict"]
+__all__ = ["Meta", "Result", "shape_problem", "strict"]

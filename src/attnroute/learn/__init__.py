@@ -8,14 +8,11 @@ crossattn   an encoder-decoder: heads pruned per attention mode, cross-attention
 """
 
 from ..engine import InputError
+from ..settings.learn import CrossSettings, FFSettings, InductionSettings, PruneSettings, ScaleSettings, TrainSettings
 from . import crossattn, feedforward, induction, pruning, scale
-from .crossattn import CrossSettings
-from .feedforward import FFSettings
-from .induction import InductionSettings
-from .pruning import PruneSettings
-from .scale import ScaleSettings
+from .result import LearnResult
 from .tasks import Batch, LookupTask, MixtureTask, RepeatTask
-from .train import History, TrainSettings, train
+from .train import History, train
 
 EXPERIMENTS = {
     "induction": (induction.run, InductionSettings),
@@ -26,16 +23,20 @@ EXPERIMENTS = {
 }
 
 
-def run_experiment(experiment: str, progress=None, **settings) -> dict:
-    """Run one learn experiment by name with its settings' fields as keywords; the result dict
-    (curves, verdict lines, summary) that `attnroute learn` writes as JSON.
+def run_experiment(experiment: str, settings=None, progress=None, **fields) -> LearnResult:
+    """Run one learn experiment by name — with its frozen settings object (InductionSettings, …) or its
+    fields as keywords — and return its LearnResult (what `attnroute learn` writes as JSON).
 
         attnroute.run_experiment("induction", steps=900, positions="learned")
     """
     if experiment not in EXPERIMENTS:
         raise InputError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {experiment!r}", field="experiment")
     fn, Settings = EXPERIMENTS[experiment]
-    return fn(Settings(**settings), progress=progress)
+    if settings is not None and fields:
+        raise InputError("give settings or fields, not both", field="settings")
+    if settings is not None and not isinstance(settings, Settings):
+        raise InputError(f"settings must be {Settings.__name__}, got {type(settings).__name__}", field="settings")
+    return LearnResult.from_dict(fn(settings or Settings(**fields), progress=progress))
 
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "FFSettings",
     "History",
     "InductionSettings",
+    "LearnResult",
     "LookupTask",
     "MixtureTask",
     "PruneSettings",

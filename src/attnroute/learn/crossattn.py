@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -29,24 +28,11 @@ from torch import nn
 from ..engine import SubstituteWeights, ZeroHead, causal
 from ..engine.layers import FeedForward, MultiHeadAttention
 from ..engine.probes import CallbackProbe
-from .train import TrainSettings
+from ..settings.learn import CrossSettings
 
 PAD, BOS, COPY, REV = 0, 1, 2, 3
 FIRST = 4  # content tokens are FIRST … vocab − 1
 MODES = ("encoder self", "decoder self", "cross")
-
-
-@dataclass
-class CrossSettings(TrainSettings):
-    steps: int = 600  # 100 % token accuracy from about step 300 (seed 0)
-    batch: int = 64
-    lr: float = 3e-3
-    length: int = 6  # content tokens
-    vocab: int = 14  # including the 4 special tokens
-    width: int = 64
-    heads: int = 4
-    layers: int = 2  # per stack
-    eval_batch: int = 512
 
 
 class Seq2Seq(nn.Module):

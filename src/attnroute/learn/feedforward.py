@@ -18,38 +18,24 @@ at the same parameter budget, trained on both tasks:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
 from ..engine import TinyConfig
+from ..settings.learn import FFSettings
 from .tasks import LookupTask
-from .train import TrainSettings, build_model, region_losses, train
+from .train import build_model, region_losses, train
 
 SOLVED = 0.1  # nats: a task counts as solved below this loss
 
 
-@dataclass
-class FFSettings(TrainSettings):
-    width: int = 64
-    heads: int = 4
-    attention_layers: int = 4  # the attention-only stack
-    ff_layers: int = 2  # the stack with feed-forward layers
-    d_ff: int = 128  # 2·width·d_ff ≈ 4·width²: one FF costs what one attention layer costs
-    positions: str = "rope"
-    lr: float = 3e-3
-    batch: int = 256  # sequences of two tokens: one scored row each
-    vocab: int = 128  # a 128 × 128 table: 16,384 pairs to compute
-    length: int = 2
-
-    def configs(self) -> dict[str, TinyConfig]:
-        base = dict(
-            vocab=self.vocab, d_model=self.width, n_heads=self.heads, max_len=self.length, positions=self.positions
-        )
-        return {
-            "attention-only": TinyConfig(n_layers=self.attention_layers, d_ff=0, **base),
-            "with FF": TinyConfig(n_layers=self.ff_layers, d_ff=self.d_ff, **base),
-        }
+def configs_of(s: FFSettings) -> dict[str, TinyConfig]:
+    base = dict(vocab=s.vocab, d_model=s.width, n_heads=s.heads, max_len=s.length, positions=s.positions)
+    return {
+        "attention-only": TinyConfig(n_layers=s.attention_layers, d_ff=0, **base),
+        "with FF": TinyConfig(n_layers=s.ff_layers, d_ff=s.d_ff, **base),
+    }
 
 
 def run(settings: FFSettings | None = None, progress=None) -> dict:
@@ -59,7 +45,7 @@ def run(settings: FFSettings | None = None, progress=None) -> dict:
     for kind in kinds:
         task = LookupTask(vocab=s.vocab, length=s.length, kind=kind)
         eval_batch = task.sample(2048, torch.Generator().manual_seed(10_000 + s.seed))
-        for name, cfg in s.configs().items():
+        for name, cfg in configs_of(s).items():
             done = len(runs) * s.steps
             tick = (lambda step, _n, done=done: progress(done + step, total)) if progress else None
             model = build_model(cfg, s.seed)

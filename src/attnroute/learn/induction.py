@@ -19,17 +19,18 @@ sinusoidal positions gave no phase change in 1,500 steps. ``positions="learned"`
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
 
-from ..engine import InputError, TinyConfig, ZeroHead
+from ..engine import TinyConfig, ZeroHead
 from ..engine.probes import Diagonals, PerLayer
 from ..engine.repeats import diagonal_scores, repeat_probe, repeated_random_ids
+from ..settings.learn import InductionSettings
 from .curves import rise_step, steepest
 from .tasks import RepeatTask
-from .train import TrainSettings, build_model, region_losses, train
+from .train import build_model, region_losses, train
 
 SCORE_MIN = 0.30  # a formed head: ≥ 0.3 of a row's weight on the one right key (uniform: ~0.05; read/roles.py's
 #                   induction threshold; an earlier reference run reached 0.35–0.42)
@@ -37,49 +38,27 @@ GAIN_MOST = 0.5  # "most of the repeat-loss gain": more than half
 PHASE_GAIN = 1.0  # nats the repeat loss must end below the first-occurrence loss to call it a phase change
 
 
-@dataclass
-class InductionSettings(TrainSettings):
-    layers: int = 2
-    heads: int = 4
-    width: int = 64
-    ff: int = 0  # d_ff; 0 = attention-only
-    positions: str = "rope"  # see the module docstring: why not learned by default
-    every: int = 25
-    lr: float = 3e-3
-    vocab: int = 64
-    length: int = 48
-    min_len: int = 8
-    max_len: int = 24
-    fixed_offset: int | None = None  # distance between the copies when fixed (--fixed-offset)
-    probe_periods: tuple[int, ...] = (12, 20)  # S of the repeated-random-token probes (≠ fixed_offset)
-    eval_batch: int = 128
+def task_of(s: InductionSettings) -> RepeatTask:
+    return RepeatTask(s.vocab, s.length, s.min_len, s.max_len, fixed_offset=s.fixed_offset, fixed_start=0)
 
-    def task(self) -> RepeatTask:
-        return RepeatTask(
-            self.vocab, self.length, self.min_len, self.max_len, fixed_offset=self.fixed_offset, fixed_start=0
-        )
 
-    def config(self) -> TinyConfig:
-        return TinyConfig(
-            vocab=self.vocab,
-            d_model=self.width,
-            n_layers=self.layers,
-            n_heads=self.heads,
-            d_ff=self.ff,
-            max_len=self.length,
-            positions=self.positions,
-        )
+def config_of(s: InductionSettings) -> TinyConfig:
+    return TinyConfig(
+        vocab=s.vocab,
+        d_model=s.width,
+        n_layers=s.layers,
+        n_heads=s.heads,
+        d_ff=s.ff,
+        max_len=s.length,
+        positions=s.positions,
+    )
 
 
 def run(settings: InductionSettings | None = None, progress=None) -> dict:
     """Train, read, find the phase change, ablate every head; everything the plot and verdict need."""
     s = settings or InductionSettings()
-    if s.layers < 2:
-        raise InputError(
-            f"an induction circuit needs two layers (previous-token, then induction); got `layers` {s.layers}"
-        )
-    task = s.task()
-    model = build_model(s.config(), s.seed)
+    task = task_of(s)
+    model = build_model(config_of(s), s.seed)
     eval_batch = task.sample(s.eval_batch, torch.Generator().manual_seed(10_000 + s.seed))
     probes = [repeated_random_ids(task.vocab, S, batch=32, seed=20_000 + S) for S in s.probe_periods]
     scrambled = _scrambled(task, s) if s.fixed_offset else None

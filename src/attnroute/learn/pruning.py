@@ -13,41 +13,25 @@ is seen as heads go.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
 
 from ..engine import TinyConfig
 from ..engine.interventions import HeadGate
+from ..settings.learn import PruneSettings
 from .tasks import TASK_TOKENS, Batch, MixtureTask
-from .train import TrainSettings, batch_loss, build_model, region_losses, train
+from .train import batch_loss, build_model, region_losses, train
 
 VOITA_FRACTION = 38 / 48  # heads pruned by Voita et al. 2019 for 0.15 BLEU
 TOLERANCE = 0.10  # nats of mixture loss a pruning may cost and still count as "little cost"
 
 
-@dataclass
-class PruneSettings(TrainSettings):
-    head_counts: tuple[int, ...] = (1, 2, 4, 8)
-    layers: int = 2
-    width: int = 128  # 8 heads → d_k = 16: at d_k = 8 RoPE leaves too few slow dims to match content (induction)
-    positions: str = "rope"
-    steps: int = 1200
-    every: int = 100
-    lr: float = 3e-3
-    fraction: float = 0.10  # of all heads, removed per pruning step (Michel et al.)
-    score_batch: int = 8  # examples per |∂L/∂ξ| term (Michel et al. accumulate per batch)
-
-    def config(self, heads: int) -> TinyConfig:
-        return TinyConfig(
-            vocab=TASK.vocab,
-            d_model=self.width,
-            n_layers=self.layers,
-            n_heads=heads,
-            max_len=TASK.length,
-            positions=self.positions,
-        )
+def config_of(s: PruneSettings, heads: int) -> TinyConfig:
+    return TinyConfig(
+        vocab=TASK.vocab, d_model=s.width, n_layers=s.layers, n_heads=heads, max_len=TASK.length, positions=s.positions
+    )
 
 
 TASK = MixtureTask(length=32)
@@ -97,7 +81,7 @@ def prune_curve(model, batch: Batch, s: PruneSettings) -> list[dict]:
 
 
 def run_one(s: PruneSettings, heads: int, eval_batch: Batch, progress=None) -> dict:
-    model = build_model(s.config(heads), s.seed)
+    model = build_model(config_of(s, heads), s.seed)
     hist = train(model, TASK, s, evaluate=lambda m, step: region_losses(m, eval_batch, impl="sdpa"), progress=progress)
     model.eval()
     curve = prune_curve(model, eval_batch, s)

@@ -16,40 +16,30 @@ corners where its gradient vanishes. This experiment measures every link of that
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
 
 from ..engine import CallbackProbe, TinyConfig
 from ..engine.probes import row_stats_probe
+from ..settings.learn import ScaleSettings
 from .induction import PHASE_GAIN
 from .tasks import RepeatTask
-from .train import TrainSettings, batch_loss, build_model, region_losses, train
+from .train import batch_loss, build_model, region_losses, train
 
 
-@dataclass
-class ScaleSettings(TrainSettings):
-    head_dims: tuple[int, ...] = (16, 32, 64, 128, 256)  # trained with and without the scale
-    init_dims: tuple[int, ...] = (16, 32, 64, 128, 256, 512)  # measured at init only
-    layers: int = 2
-    heads: int = 1  # one head per layer: the smallest induction circuit, and d_k up to 256 fits 3 minutes
-    width: int = 64
-    positions: str = "rope"
-    steps: int = 1000
-    lr: float = 3e-3
-
-    def config(self, head_dim: int, scaled: bool) -> TinyConfig:
-        return TinyConfig(
-            vocab=64,
-            d_model=self.width,
-            n_layers=self.layers,
-            n_heads=self.heads,
-            max_len=48,
-            positions=self.positions,
-            scaled=scaled,
-            head_dim=head_dim,
-        )
+def config_of(s: ScaleSettings, head_dim: int, scaled: bool) -> TinyConfig:
+    return TinyConfig(
+        vocab=64,
+        d_model=s.width,
+        n_layers=s.layers,
+        n_heads=s.heads,
+        max_len=48,
+        positions=s.positions,
+        scaled=scaled,
+        head_dim=head_dim,
+    )
 
 
 TASK = RepeatTask(vocab=64, length=48, min_len=8, max_len=24)
@@ -106,7 +96,7 @@ def init_logits(s: ScaleSettings, inputs) -> list[dict]:
     for d in s.init_dims:
         row = {"head_dim": d, "predicted_unscaled": math.sqrt(d), "predicted_scaled": 1.0}
         for scaled in (False, True):
-            model = build_model(s.config(d, scaled), s.seed)
+            model = build_model(config_of(s, d, scaled), s.seed)
             unit_qk_init(model, s.seed)
             state = routing_state(model, inputs)
             key = "scaled" if scaled else "unscaled"
@@ -149,7 +139,7 @@ def gradients(model, batch) -> dict:
 
 
 def run_one(s: ScaleSettings, head_dim: int, scaled: bool, eval_batch, progress=None) -> dict:
-    model = build_model(s.config(head_dim, scaled), s.seed)
+    model = build_model(config_of(s, head_dim, scaled), s.seed)
     unit_qk_init(model, s.seed)
     grad_batch = eval_batch.take(slice(0, 32))
 

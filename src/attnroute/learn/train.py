@@ -14,19 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from ..engine import TinyConfig, TinyTransformer
+from ..settings.learn import TrainSettings
 from .tasks import Batch
-
-
-@dataclass
-class TrainSettings:
-    steps: int = 1500
-    batch: int = 32
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    warmup: int = 50
-    every: int = 50  # evaluate every K steps
-    seed: int = 0
-    clip: float = 1.0
 
 
 @dataclass

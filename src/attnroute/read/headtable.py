@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ..engine.jsonable import Result
+from ..engine.jsonable import Meta, Result
 
 # JSON/CSV columns, in order (the CLI contract adds layer, head and role)
 COLUMNS = (
@@ -34,7 +34,7 @@ OFFSET_BUCKETS = ("first", "self", "prev", "2-4", "5-16", "17+", "future")
 
 
 @dataclass(kw_only=True)
-class ReadMeta:
+class ReadMeta(Meta):
     """What a read says about itself, beside its [L, H] columns: the JSON's ``meta``."""
 
     kind: str  # causal, encoder, seq2seq
@@ -46,32 +46,6 @@ class ReadMeta:
     induction_loss: dict | None = None  # causal LMs: loss on the first vs the second repeat
 
     OPTIONAL = ("induction_loss",)  # left out of the JSON when not measured
-
-    def to_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {k: v for k, v in out.items() if not (k in self.OPTIONAL and v is None)}
-
-    @classmethod
-    def from_dict(cls, data: dict):
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:  # a new key is a new field: typed here, or it does not cross floors
-            raise TypeError(f"{cls.__name__} has no field(s) {unknown}")
-        return cls(**data)
-
-    # read access by the JSON's keys, for code that reads the written JSON and the table alike
-    def __contains__(self, key: str) -> bool:
-        """A key of the JSON's meta: a field, unless it is optional and was not measured."""
-        names = {f.name for f in fields(self)}
-        return key in names and not (key in self.OPTIONAL and getattr(self, key) is None)
-
-    def __getitem__(self, key: str):
-        if key not in self:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def get(self, key: str, default=None):
-        return self[key] if key in self else default
 
 
 @dataclass(kw_only=True)
@@ -109,6 +83,21 @@ class CorpusMeta(ReadMeta):
 
 @dataclass(repr=False)
 class HeadTable(Result):
+    """Every head of a model as statistics, a role and effects.
+
+    columns         name -> [L, H] float64, NaN where not computed (docs/head-scores.md defines each):
+                    entropy (nats) and entropy_norm (0–1, of log(visible keys)); max_weight, sink_mass,
+                    sink_logit_mass, punct_mass, local, norm_mass (shares of a row's weight, 0–1);
+                    prev_token, duplicate, induction (weight on the one right key, 0–1); grad_attr and
+                    ablation_delta / _mean / _uniform (Δ effect: nats of loss, 1 − cosine for an encoder, or
+                    your metric's units); role_stability (share of seeds or documents); a corpus read adds
+                    *_ci (half-width of the 95 % interval) and ablation_p_holm
+    roles           [L][H] role names (read/roles.py)
+    argmax_offsets  [L, H, 7] fractions of rows per OFFSET_BUCKETS bucket (NaN without max_weight)
+    meta            TextMeta (one text) or CorpusMeta (a corpus)
+    attention       per layer: self, decoder-self or cross
+    """
+
     model: str
     layers: int
     heads: int

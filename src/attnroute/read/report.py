@@ -31,7 +31,8 @@ from .verify import model_inputs
 
 @dataclass
 class RoutingView:
-    """One text read by one model: everything the report page needs, as data."""
+    """One text read by one model: everything the report page needs, as data. ``weights``: per layer
+    [H, T, T] float32, rows are queries; ``value_norms``: per layer [H, T], ‖v_j W_O^h‖."""
 
     table: HeadTable
     tokens: list[str]  # the tokenizer's own strings, one per position (the encoder's, for an encoder-decoder)

@@ -40,6 +40,16 @@ class KnockoutError(InputError):
 
 @dataclass(repr=False)
 class KnockoutResult(Result):
+    """A route cut in every window of ``window`` layers, and its control.
+
+    windows    [(first layer, last layer)] per window, in order of depth
+    p_route, p_control        [windows] p(target) at the last position with the route (control) cut
+    loss_route, loss_control  [windows] the prompt's mean next-token loss (nats)
+    p_clean, loss_clean       the same on the clean run
+    queries, keys, control_keys  token positions of the route and of the control route
+    metric     your metric: its name, clean value and its value per window (route, control), metric units
+    """
+
     ROWS = "windows"  # the table its notebook display shows
     SCHEMA = {
         "experiment": str,

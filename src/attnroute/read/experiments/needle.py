@@ -156,9 +156,11 @@ def needle(
 
 @dataclass(repr=False)
 class NeedleResult(Result):
+    """Per context length (tokens): whether the model answered, each retrieval head's weight on the needle
+    (the last query's row, a share in 0–1) and that row's entropy (nats), and the head with most weight
+    on the needle at that length. ``retrieval_heads``: [[layer, head]], chosen at the shortest length."""
+
     ROWS = "lengths"  # the table its notebook display shows
-    """Per length: whether the model answered, the retrieval heads' weight on the needle and entropy, the
-    best head."""
 
     SCHEMA = {
         "experiment": str,

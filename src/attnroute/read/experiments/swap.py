@@ -34,6 +34,14 @@ class SwapError(InputError):
 
 @dataclass(repr=False)
 class SwapResult(Result):
+    """Prompt B run with A's attention maps, window by window.
+
+    rows       one dict per window: layers [first, last], kl_from_b and kl_from_a (nats, of the swapped
+               output's last-position distribution), p_top_a and p_top_b (probabilities), your metric
+    top_a, top_b   each prompt's own top next token
+    metric     your metric on B's and A's own runs (metric units)
+    """
+
     ROWS = "layers"  # the table its notebook display shows
     SCHEMA = {
         "experiment": str,

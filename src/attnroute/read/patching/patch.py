@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ...engine.jsonable import Result
+from ...engine.jsonable import Meta, Result
 from ...errors import Interrupted
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
@@ -39,8 +39,50 @@ from .sites import Component, components, pick
 from .store import Store
 
 
+@dataclass(kw_only=True)
+class PatchMeta(Meta):
+    """What a patching run says about itself: the JSON's ``meta``. Metric values are in the metric's own
+    units (logit-diff: logits; prob: probability; logprob, loss, kl: nats; cosine: cosine)."""
+
+    metric: str
+    direction: str  # denoising or noising
+    sites: list[str]
+    n_prompts: int
+    m_clean: float | None  # mean over prompts, and its 95 % interval
+    m_clean_ci: float | None
+    m_corrupt: float | None
+    m_corrupt_ci: float | None
+    m_clean_values: list  # [N] per prompt (null: not finite)
+    m_corrupt_values: list  # [N]
+    normalized_defined: bool  # M_clean and M_corrupt differ: the normalized score means something
+    positions: dict  # what `positions` resolved to
+    lengths: list[int]  # the prompts' token counts (one group per length)
+    prompts: list[dict]  # each prompt as tokens
+    exact: dict  # per site: the settle rule, how many were measured, in how many rounds
+    shortcut: list[dict]  # per group: the layer-restart check
+    layers: int
+    heads: int
+    kv_heads: int
+    attention_kinds: list[str]
+    ranks: int = 1
+    resumed: dict | None = None  # the checkpoint resumed from, and how many components it held
+
+
 @dataclass(repr=False)
 class PatchResult(Result):
+    """Activation patching of every component of the asked sites.
+
+    rows       one dict per component (layer, head, site, position): delta (M_patched − M_base, metric
+               units) with its 95 % interval and per-prompt values [N], normalized ((M_patched − M_corrupt) /
+               (M_clean − M_corrupt): 1 = the clean behaviour), the estimate likewise; ``exact`` false where
+               only estimated; k and v rows name the query heads that share the kv head
+    agreement  per site: the estimate against exact patching (n, Spearman, R², slope)
+    grid       per site: normalized [L, units] (positions all) or [L, units, T] (per position), NaN where
+               only estimated; units are query heads (head, q), kv heads (k, v), or 1 (layer)
+    direct     logit-diff only: each head's direct effect on the clean and corrupt runs (logits), per prompt
+    meta       PatchMeta
+    """
+
     ROWS = "rows"  # the table its notebook display shows
     SCHEMA = {
         "experiment": str,
@@ -53,11 +95,11 @@ class PatchResult(Result):
     }
 
     model: str
-    meta: dict
+    meta: PatchMeta
     rows: list[dict] = field(default_factory=list)
     agreement: dict = field(default_factory=dict)
-    grid: dict = field(default_factory=dict)  # site -> normalized [L, units] or [L, units, T] (NaN: estimate only)
-    direct: dict = field(default_factory=dict)  # direct effects per head on the clean and corrupt runs
+    grid: dict = field(default_factory=dict)
+    direct: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         exact = [r for r in self.rows if r["exact"] and r["normalized"] is not None]
@@ -74,7 +116,7 @@ class PatchResult(Result):
             "verdict": {"lines": lines},
             "summary": {"components": len(self.rows), "measured exactly": len(exact), "prompts": m["n_prompts"]},
             "model": self.model,
-            "meta": self.meta,
+            "meta": self.meta.to_dict(),
             "agreement": self.agreement,
             "rows": self.rows,
             "direct": self.direct or {"reason": "direct effects are given for the logit-diff metric"},
@@ -144,7 +186,7 @@ def _run(
     settle = {site: _settle(runs, comps[site], store, site, s, say) for site in s.sites}
     den = float(np.mean(m_clean - m_corrupt))
     meta = _meta(loaded, metric_name, s, len(pairs), record, resolved, m_clean, m_corrupt, runs, settle)
-    meta["ranks"], meta["resumed"] = shard.world, store.resumed
+    meta.ranks, meta.resumed = shard.world, store.resumed
     result = PatchResult(loaded.name, meta)
     m_base = m_corrupt if s.direction == "denoising" else m_clean
     if metric_name == "logit-diff":
@@ -279,31 +321,33 @@ def _direct(runs, N: int, loaded, shard: Shard) -> dict:
     return out
 
 
-def _meta(loaded, metric_name, s, n_prompts, record, resolved, m_clean, m_corrupt, runs, settle) -> dict:
+def _meta(loaded, metric_name, s, n_prompts, record, resolved, m_clean, m_corrupt, runs, settle) -> PatchMeta:
     c_mean, c_ci = mean_ci(m_clean)
     x_mean, x_ci = mean_ci(m_corrupt)
-    return {
-        "metric": metric_name,
-        "direction": s.direction,
-        "sites": list(s.sites),
-        "n_prompts": n_prompts,
-        "m_clean": c_mean,
-        "m_clean_ci": c_ci,
-        "m_corrupt": x_mean,
-        "m_corrupt_ci": x_ci,
-        "m_clean_values": [finite(v) for v in m_clean],
-        "m_corrupt_values": [finite(v) for v in m_corrupt],
-        "normalized_defined": abs(float(np.mean(m_clean - m_corrupt))) > 1e-9,
-        "positions": resolved,
-        "lengths": sorted({r.group.length for r in runs}),
-        "prompts": record,
-        "exact": settle,
-        "shortcut": [r.shortcut for r in runs],
-        "layers": loaded.n_layers,
-        "heads": loaded.n_heads,
-        "kv_heads": loaded.n_kv_heads,
-        "attention_kinds": list(loaded.attention_kinds),
-    }
+    return PatchMeta(
+        **{
+            "metric": metric_name,
+            "direction": s.direction,
+            "sites": list(s.sites),
+            "n_prompts": n_prompts,
+            "m_clean": c_mean,
+            "m_clean_ci": c_ci,
+            "m_corrupt": x_mean,
+            "m_corrupt_ci": x_ci,
+            "m_clean_values": [finite(v) for v in m_clean],
+            "m_corrupt_values": [finite(v) for v in m_corrupt],
+            "normalized_defined": abs(float(np.mean(m_clean - m_corrupt))) > 1e-9,
+            "positions": resolved,
+            "lengths": sorted({r.group.length for r in runs}),
+            "prompts": record,
+            "exact": settle,
+            "shortcut": [r.shortcut for r in runs],
+            "layers": loaded.n_layers,
+            "heads": loaded.n_heads,
+            "kv_heads": loaded.n_kv_heads,
+            "attention_kinds": list(loaded.attention_kinds),
+        }
+    )
 
 
-__all__ = ["PatchResult", "patch"]
+__all__ = ["PatchMeta", "PatchResult", "patch"]

@@ -17,7 +17,7 @@ import torch
 from scipy.stats import spearmanr
 
 from ...engine import InputError
-from ...engine.jsonable import Result
+from ...engine.jsonable import Meta, Result
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...promptset import FLAT_AT_CLEAN, finite
@@ -31,9 +31,46 @@ from ..ground.stats import agreement
 from ..stimuli import tokens_of
 from .routes import CHECKPOINT_FROM, knockout_one, output_gradients, stream_routes
 
+NORM_WEIGHT = "A_ij · ‖W_O^h v_j‖ (Kobayashi et al. 2020); null where the output projection is not a Linear"
+
+
+@dataclass(kw_only=True)
+class RoutesMeta(Meta):
+    """What a route attribution says about itself: the JSON's ``meta`` (metric values in its own units)."""
+
+    metric: str
+    mode: str  # text (the metric attributed on its own run) or pairs (clean runs, toward the corrupt)
+    n_prompts: int
+    T: int  # tokens per prompt
+    m: float  # the metric on the run the gradient was taken on, mean over prompts
+    m_values: list  # [N] per prompt
+    tokens: list[str]  # the first prompt's tokens (the queries' and keys' positions)
+    prompts: list[dict]
+    layers: list[int]  # the layers whose routes were streamed
+    top: int
+    verify: int
+    backward: str  # stored activations, or blocks checkpointed (long texts)
+    norm_weight: str = NORM_WEIGHT
+    m_corrupt: float | None = None  # pairs: the metric on the corrupt runs
+    m_corrupt_values: list | None = None
+    decoder_tokens: list | None = None  # an encoder-decoder's decoder input
+    restart: dict | None = None  # the layer-restart check of the exact knockouts
+
+    OPTIONAL = ("m_corrupt", "m_corrupt_values", "decoder_tokens", "restart")
+
 
 @dataclass(repr=False)
 class RoutesResult(Result):
+    """The top routes of every head by |estimate|, the top ``verify`` of them knocked out exactly.
+
+    routes     one dict per kept route: layer, head, query and key positions (and tokens), weight A_ij
+               (mean over prompts), norm_weight A_ij·‖W_O^h v_j‖, estimate and exact (Δ metric when the
+               route is removed and its row renormalized, metric units; exact null where not verified), and
+               for pairs each as a share of the way from M_clean to M_corrupt
+    agreement  estimate against exact (n, Spearman, R², slope); weight and norm weight against |effect|
+    meta       RoutesMeta
+    """
+
     ROWS = "routes"  # the table its notebook display shows
     SCHEMA = {
         "experiment": str,
@@ -46,7 +83,7 @@ class RoutesResult(Result):
     }
 
     model: str
-    meta: dict
+    meta: RoutesMeta
     routes: list[dict] = field(default_factory=list)
     agreement: dict = field(default_factory=dict)
 
@@ -73,7 +110,7 @@ class RoutesResult(Result):
                 "verified": sum(r.get("exact") is not None for r in self.routes),
             },
             "model": self.model,
-            "meta": self.meta,
+            "meta": self.meta.to_dict(),
             "agreement": self.agreement,
             "routes": self.routes,
         }
@@ -160,7 +197,7 @@ def _verify(loaded, batch, routes, stored, fn, fields_, kwargs, m_base, meta, sa
         value = lambda out: fn(metric_input(loaded, out, batch), {**batch, **fields_})  # noqa: E731
         check = restart_check(loaded, stored, batch, value, m_base, blocks, impl="auto", **kwargs)
         restart = check["used"]
-        meta["restart"] = {"used": restart, "max_abs_diff": check.get("restart_check_max_abs_diff")}
+        meta.restart = {"used": restart, "max_abs_diff": check.get("restart_check_max_abs_diff")}
     exact = []
     for n, r in enumerate(routes, 1):
         start = r["layer"] if restart else 0
@@ -183,27 +220,26 @@ def _label(loaded, meta, routes) -> None:
             r["stream"] = kind
 
 
-def _meta(loaded, name, s, g, record, m_base, m_corrupt, layers) -> dict:
-    meta = {
-        "metric": name,
-        "mode": "text" if s.single else "pairs",
-        "n_prompts": int(g.clean.shape[0]),
-        "T": g.length,
-        "m": float(m_base.mean()),
-        "m_values": [finite(v) for v in m_base.tolist()],
-        "tokens": record[0]["clean"],
-        "prompts": record,
-        "layers": layers,
-        "top": s.top,
-        "verify": s.verify,
-        "backward": "blocks checkpointed" if g.length > CHECKPOINT_FROM else "stored activations",
-        "norm_weight": "A_ij · ‖W_O^h v_j‖ (Kobayashi et al. 2020); null where the output projection is not a Linear",
-    }
+def _meta(loaded, name, s, g, record, m_base, m_corrupt, layers) -> RoutesMeta:
+    meta = RoutesMeta(
+        metric=name,
+        mode="text" if s.single else "pairs",
+        n_prompts=int(g.clean.shape[0]),
+        T=g.length,
+        m=float(m_base.mean()),
+        m_values=[finite(v) for v in m_base.tolist()],
+        tokens=record[0]["clean"],
+        prompts=record,
+        layers=layers,
+        top=s.top,
+        verify=s.verify,
+        backward="blocks checkpointed" if g.length > CHECKPOINT_FROM else "stored activations",
+    )
     if m_corrupt is not None:
-        meta.update(m_corrupt=float(m_corrupt.mean()), m_corrupt_values=[finite(v) for v in m_corrupt.tolist()])
+        meta.m_corrupt, meta.m_corrupt_values = float(m_corrupt.mean()), [finite(v) for v in m_corrupt.tolist()]
     if loaded.seq2seq:
         start = int(loaded.model.config.decoder_start_token_id or 0)
-        meta["decoder_tokens"] = tokens_of(loaded.tokenizer, [start])
+        meta.decoder_tokens = tokens_of(loaded.tokenizer, [start])
     return meta
 
 
@@ -229,4 +265,4 @@ def _agreements(routes: list[dict]) -> dict:
     }
 
 
-__all__ = ["RoutesResult", "route_attribution"]
+__all__ = ["RoutesMeta", "RoutesResult", "route_attribution"]
