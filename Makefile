@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: venv browser lint format test report bench learn clean
+.PHONY: venv browser lint format test test-fast report bench learn clean
 
 venv: $(STAMP)
 
@@ -36,8 +36,13 @@ format: venv
 
 # Two pytest-xdist workers, one torch thread each (tests/conftest.py): the suite's tensors are small, so two
 # processes on one core each finish sooner than one on two. loadscope keeps a module's fixtures in one worker.
+# --durations: the 15 slowest tests, printed at the end of every run (CI's log keeps them).
 test: lint browser
-	$(BIN)/python -m pytest -q -n 2 --dist loadscope
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope --durations=15
+
+# The inner loop: no real model, no training (the `slow` marker, tests/conftest.py), seconds to a minute.
+test-fast: venv
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope -m "not slow"
 
 report: venv
 	$(BIN)/attnroute report --out routing-report.html

@@ -56,12 +56,30 @@ def main() -> None:
                 f"| {t['name']} | {t['convention']}{scale} | {verdict}: {counts} | {text[:150]} | {kind} | "
                 f"{seconds:.2f} s |"
             )
-            rows.append({"target": t["name"], "passed": r.passed, "counts": r.to_dict()["counts"],
-                         "finding": text, "seconds": round(seconds, 3)})  # fmt: skip
+            rows.append(
+                {
+                    "target": t["name"],
+                    "passed": r.passed,
+                    "counts": r.to_dict()["counts"],
+                    "finding": text,
+                    "seconds": round(seconds, 3),
+                }
+            )
     times = [r["seconds"] for r in rows]
     out = Path(__file__).resolve().parent / "results" / "check_gallery.json"
-    out.write_text(json.dumps({"checks": n, "threads": torch.get_num_threads(), "targets": rows,
-                               "seconds_min": min(times), "seconds_max": max(times)}, indent=2) + "\n")  # fmt: skip
+    out.write_text(
+        json.dumps(
+            {
+                "checks": n,
+                "threads": torch.get_num_threads(),
+                "targets": rows,
+                "seconds_min": min(times),
+                "seconds_max": max(times),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"\n{len(rows)} targets, {min(times):.2f}–{max(times):.2f} s each; written to {out}")
 
 

@@ -48,8 +48,10 @@ def hooks_loop(lm, groups) -> tuple[np.ndarray, float]:
     t0 = time.perf_counter()
     for g in groups:
         rec = {}
-        hooks = [p.register_forward_pre_hook(lambda m, a, l=l, rec=rec: rec.__setitem__(l, a[0].clone())) for l, p in
-                 enumerate(lm.out_projections)]  # fmt: skip
+        hooks = [
+            p.register_forward_pre_hook(lambda m, a, l=l, rec=rec: rec.__setitem__(l, a[0].clone()))
+            for l, p in enumerate(lm.out_projections)
+        ]
         lm.model(input_ids=g.clean, logits_to_keep=1)
         for h in hooks:
             h.remove()
@@ -105,7 +107,7 @@ def ioi() -> dict:
         "top_heads": [
             {k: r[k] for k in ("layer", "head", "normalized", "normalized_ci")}
             for r in sorted((r for r in every["rows"]), key=lambda r: -abs(r["normalized"]))[:10]
-        ],  # fmt: skip
+        ],
     }
 
 
@@ -151,8 +153,14 @@ def child(kind: str, T: int) -> dict:
         t1 = time.perf_counter()
         routes, _ = stream_routes(lm, batch, grads, 20, {"logits_to_keep": 1}, record_blocks=False)
         extra = {"pass1_s": t1 - t0, "pass2_s": time.perf_counter() - t1, "top_route": routes[0]}
-    return {"T": T, "kind": kind, "seconds": time.perf_counter() - t0, "peak_over_loaded_gib":
-            (_rss_kib("VmHWM") - base) / 2**20, "metric": float(m.sum()), **extra}  # fmt: skip
+    return {
+        "T": T,
+        "kind": kind,
+        "seconds": time.perf_counter() - t0,
+        "peak_over_loaded_gib": (_rss_kib("VmHWM") - base) / 2**20,
+        "metric": float(m.sum()),
+        **extra,
+    }
 
 
 def run_child(kind: str, T: int) -> dict:

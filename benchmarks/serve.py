@@ -41,8 +41,12 @@ def text_of(tokenizer, n: int) -> str:
 
 def start() -> tuple[subprocess.Popen, str, float]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "attnroute", "serve", "--model", "smollm2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnroute", "serve", "--model", "smollm2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     for line in proc.stdout:
         if m := URL.search(line):
             threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
@@ -113,10 +117,18 @@ def main() -> None:
             times = clicks(c, text, T, args.clicks)
             fwd = plain_forward(lm, ids)
             p50, p95 = float(np.percentile(times, 50)), float(np.percentile(times, 95))
-            result["lengths"].append({"tokens": T, "clicks": len(times), "cut_p50_s": round(p50, 3),
-                                      "cut_p95_s": round(p95, 3), "plain_forward_s": round(fwd, 3),
-                                      "p50_vs_forward": round(p50 / fwd, 2), "first_read_s": round(first_read, 2),
-                                      "head_weights_s": round(head, 3)})  # fmt: skip
+            result["lengths"].append(
+                {
+                    "tokens": T,
+                    "clicks": len(times),
+                    "cut_p50_s": round(p50, 3),
+                    "cut_p95_s": round(p95, 3),
+                    "plain_forward_s": round(fwd, 3),
+                    "p50_vs_forward": round(p50 / fwd, 2),
+                    "first_read_s": round(first_read, 2),
+                    "head_weights_s": round(head, 3),
+                }
+            )
             print(result["lengths"][-1], flush=True)
         if args.shots:
             shots(url)
@@ -137,8 +149,14 @@ def report_512(lm, text: str) -> dict:
     view = routing_view(lm, text, ablation=False, max_tokens=512)
     page = report.build(view, kv=None)
     w = page.data["weights"]
-    return {"tokens": len(view.tokens), "seconds": round(time.perf_counter() - t0, 1), "page_bytes": len(page.html),
-            "format": w["format"], "dropped_max": w["dropped_max"], "dropped_mean": w["dropped_mean"]}  # fmt: skip
+    return {
+        "tokens": len(view.tokens),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "page_bytes": len(page.html),
+        "format": w["format"],
+        "dropped_max": w["dropped_max"],
+        "dropped_mean": w["dropped_mean"],
+    }
 
 
 SHOT_TEXT = (

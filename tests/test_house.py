@@ -41,3 +41,40 @@ def test_readme_stays_an_introduction():
     assert len(readme.split()) <= 3500
     for page in ("docs/reading-any-model.md", "docs/check.md", "docs/refusals.md", "docs/architecture.md"):
         assert page in readme and (ROOT / page).is_file()
+
+
+def _functions(path: Path):
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+def _body_lines(fn) -> int:
+    """A function's statements, its docstring and signature left out (they are its declaration)."""
+    import ast
+
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]
+    return 0 if not body else body[-1].end_lineno - body[0].lineno + 1
+
+
+def test_no_function_body_is_over_60_lines():
+    long = [
+        f"{p.relative_to(ROOT)}:{fn.lineno} {fn.name} ({_body_lines(fn)} lines)"
+        for p in sorted((ROOT / "src").rglob("*.py"))
+        for fn in _functions(p)
+        if _body_lines(fn) > 60
+    ]
+    assert long == []
+
+
+def test_fmt_skip_is_kept_for_aligned_tables_only():
+    uses = [
+        p
+        for p in tracked_text_files()
+        if p.suffix == ".py" and p.is_file() and "fmt: skip" in p.read_text() and p != Path(__file__).resolve()
+    ]
+    assert sum(p.read_text().count("# fmt: skip") for p in uses) <= 3, uses

@@ -599,19 +599,36 @@ def _prompt_cases(t: Path) -> dict:
         "notjson.jsonl": '{"clean": "a", "corrupt": "b",\n',
         "list.jsonl": "[1, 2]",
         "number.jsonl": json.dumps({"clean": 3, "corrupt": "b", "answer": " a", "wrong": " b"}),
-        "lengths.jsonl": json.dumps({"clean": "When Mary and John went out, John said to",
-                                     "corrupt": "When Mary and John went out, Elizabeth-Anne said to",
-                                     "answer": " Mary", "wrong": " John"}),
-        "multi.jsonl": json.dumps({"clean": "When Mary and John went out, John said to",
-                                   "corrupt": "When Mary and John went out, Mary said to",
-                                   "answer": " Maryanne-Louise", "wrong": " John"}),
-    }  # fmt: skip
+        "lengths.jsonl": json.dumps(
+            {
+                "clean": "When Mary and John went out, John said to",
+                "corrupt": "When Mary and John went out, Elizabeth-Anne said to",
+                "answer": " Mary",
+                "wrong": " John",
+            }
+        ),
+        "multi.jsonl": json.dumps(
+            {
+                "clean": "When Mary and John went out, John said to",
+                "corrupt": "When Mary and John went out, Mary said to",
+                "answer": " Maryanne-Louise",
+                "wrong": " John",
+            }
+        ),
+    }
     for name, text in rows.items():
         (t / name).write_text(text)
     ok = str(t / "ok.jsonl")
-    (t / "ok.jsonl").write_text(json.dumps({"clean": "When Mary and John went out, John said to",
-                                            "corrupt": "When Mary and John went out, Mary said to",
-                                            "answer": " Mary", "wrong": " John"}))  # fmt: skip
+    (t / "ok.jsonl").write_text(
+        json.dumps(
+            {
+                "clean": "When Mary and John went out, John said to",
+                "corrupt": "When Mary and John went out, Mary said to",
+                "answer": " Mary",
+                "wrong": " John",
+            }
+        )
+    )
     return {
         "empty file": (["patch", "--prompts", str(t / "empty.jsonl")], "holds no prompt pairs"),
         "blank lines only": (["patch", "--prompts", str(t / "blank.jsonl")], "holds no prompt pairs"),
@@ -630,7 +647,7 @@ def _prompt_cases(t: Path) -> dict:
         "routes text with many-token answer": (
             ["routes", "a b c", "--answer", " Maryanne-Louise", "--wrong", " x"],
             "single-token answer",
-        ),  # fmt: skip
+        ),
     }
 
 
@@ -640,10 +657,23 @@ def prompt_cases(tmp_path_factory):
     return t, _prompt_cases(t)
 
 
-PROMPT_CASES = ["empty file", "blank lines only", "row missing corrupt", "row not JSON", "row a list",
-                "field a number", "lengths differ", "answer of many tokens", "position out of range",
-                "word not in the prompt", "logits on an encoder", "cosine on a causal LM", "per-position over lengths",
-                "routes over lengths", "routes text with many-token answer"]  # fmt: skip
+PROMPT_CASES = [
+    "empty file",
+    "blank lines only",
+    "row missing corrupt",
+    "row not JSON",
+    "row a list",
+    "field a number",
+    "lengths differ",
+    "answer of many tokens",
+    "position out of range",
+    "word not in the prompt",
+    "logits on an encoder",
+    "cosine on a causal LM",
+    "per-position over lengths",
+    "routes over lengths",
+    "routes text with many-token answer",
+]
 
 
 @pytest.mark.parametrize("case", PROMPT_CASES)

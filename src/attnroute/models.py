@@ -51,8 +51,10 @@ class LoadedModel:
     attention_kinds: list = field(default_factory=list)  # per layer: "self", "decoder-self" or "cross"
 
     def __repr__(self) -> str:  # one line, never the module tree (that is .model)
-        return (f"<LoadedModel {self.name}: {self.kind}, {self.n_layers} layers × {self.n_heads} heads "
-                f"({self.n_kv_heads} kv), {self.max_positions or 'unbounded'} positions>")  # fmt: skip
+        return (
+            f"<LoadedModel {self.name}: {self.kind}, {self.n_layers} layers × {self.n_heads} heads "
+            f"({self.n_kv_heads} kv), {self.max_positions or 'unbounded'} positions>"
+        )
 
     @property
     def causal(self) -> bool:

@@ -7,7 +7,7 @@
 One JSON object per line of a ``.jsonl`` file (blank lines are skipped), or one pair given on the
 command line. Each metric names the fields it reads (``METRIC_FIELDS``); a row without one is
 refused naming the row and the field. Checks that need the tokenizer (same length, single-token
-answers) are in read/patching/prompts.py. Like settings.py this module imports no torch: a bad
+answers) are in read/ground/prompts.py. Like settings/ this module imports no torch: a bad
 file is refused before any model loads.
 """
 

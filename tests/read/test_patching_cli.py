@@ -65,8 +65,16 @@ def test_patch_per_position_gives_a_layer_head_position_grid(smollm2):
 
 
 def test_noising_starts_from_the_clean_run(smollm2):
-    r = ar.patch(smollm2, clean=CLEAN, corrupt=CORRUPT, answer=" Mary", wrong=" John", direction="noising",
-                 sites=("layer",), exact="all")  # fmt: skip
+    r = ar.patch(
+        smollm2,
+        clean=CLEAN,
+        corrupt=CORRUPT,
+        answer=" Mary",
+        wrong=" John",
+        direction="noising",
+        sites=("layer",),
+        exact="all",
+    )
     d = r.to_dict()
     last = max((x for x in d["rows"]), key=lambda x: x["layer"])
     # patching every head of the last layer from the corrupt run moves the metric from clean towards corrupt
@@ -75,8 +83,24 @@ def test_noising_starts_from_the_clean_run(smollm2):
 
 def test_routes_cli_json_csv_and_figure(smollm2, tmp_path, capsys):
     js, cs, png = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "r.png"
-    argv = ["routes", CLEAN, "--answer", " Mary", "--wrong", " John", "--top", "8", "--verify", "3", "--json",
-            str(js), "--csv", str(cs), "--plot", str(png)]  # fmt: skip
+    argv = [
+        "routes",
+        CLEAN,
+        "--answer",
+        " Mary",
+        "--wrong",
+        " John",
+        "--top",
+        "8",
+        "--verify",
+        "3",
+        "--json",
+        str(js),
+        "--csv",
+        str(cs),
+        "--plot",
+        str(png),
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     d = json.loads(js.read_text())
     assert ar.RoutesResult.validate(d) is None and len(d["routes"]) == 8
@@ -86,8 +110,9 @@ def test_routes_cli_json_csv_and_figure(smollm2, tmp_path, capsys):
 
 
 def test_knockout_and_swap_report_your_metric_beside_their_own(smollm2):
-    k = ar.knockout(smollm2, CLEAN, source="14", target="Mary", window=15, metric="logit-diff", answer=" Mary",
-                    wrong=" John").to_dict()  # fmt: skip
+    k = ar.knockout(
+        smollm2, CLEAN, source="14", target="Mary", window=15, metric="logit-diff", answer=" Mary", wrong=" John"
+    ).to_dict()
     assert k["metric"]["name"] == "logit-diff" and k["metric"]["clean"] > 0
     assert all("delta_metric_route" in w for w in k["windows"])
     s = ar.swap(smollm2, CORRUPT, CLEAN, window=30, metric="logit-diff", answer=" Mary", wrong=" John").to_dict()
@@ -103,10 +128,15 @@ def tiny(tmp_path_factory):
 
 def test_heads_metric_effects_equal_zero_ablation_measured_here(tiny):
     """heads --metric: Δ M of zero-ablating a head, against one forward per head with ZeroHead written here."""
-    prompts = [ar.PromptPair("the cat sat on the mat and", "x", " the", " a"),
-               ar.PromptPair("a dog ran in the big park and", "x", " the", " a", row=2)]  # fmt: skip
-    t = ar.read_heads(settings=ar.HeadsSettings(model=tiny, metric="logit-diff", prompts=prompts, exact="all",
-                                                 verify=False, seeds=(0,)))  # fmt: skip
+    prompts = [
+        ar.PromptPair("the cat sat on the mat and", "x", " the", " a"),
+        ar.PromptPair("a dog ran in the big park and", "x", " the", " a", row=2),
+    ]
+    t = ar.read_heads(
+        settings=ar.HeadsSettings(
+            model=tiny, metric="logit-diff", prompts=prompts, exact="all", verify=False, seeds=(0,)
+        )
+    )
     got = t.columns["ablation_delta"]
     from attnroute.read.adapter import routed
     from attnroute.read.ground.metrics import logit_diff

@@ -29,14 +29,27 @@ def tiny(tmp_path_factory):
     t = tmp_path_factory.mktemp("ranks")
     path = build("llama", t / "zoo")
     prompts = t / "pairs.jsonl"
-    prompts.write_text("".join(json.dumps({"clean": c, "corrupt": x, "answer": " the", "wrong": " a"}) + "\n"
-                               for c, x in ROWS))  # fmt: skip
+    prompts.write_text(
+        "".join(json.dumps({"clean": c, "corrupt": x, "answer": " the", "wrong": " a"}) + "\n" for c, x in ROWS)
+    )
     return path, load(str(path)), prompts
 
 
 def _argv(model, prompts, out, *extra):
-    return ["patch", "--model", str(model), "--prompts", str(prompts), "--sites", "head,v", "--exact", "all",
-            "--json", str(out), *extra]  # fmt: skip
+    return [
+        "patch",
+        "--model",
+        str(model),
+        "--prompts",
+        str(prompts),
+        "--sites",
+        "head,v",
+        "--exact",
+        "all",
+        "--json",
+        str(out),
+        *extra,
+    ]
 
 
 def _values(path) -> dict:
@@ -49,8 +62,13 @@ def test_two_gloo_ranks_equal_one_process(tiny, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     assert main(_argv(model, prompts, tmp_path / "one.json")) == 0
     torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node", "2"]
-    done = subprocess.run([*torchrun, "-m", "attnroute", *_argv(model, prompts, tmp_path / "two.json")],
-                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [*torchrun, "-m", "attnroute", *_argv(model, prompts, tmp_path / "two.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     one, a = _values(tmp_path / "one.json")
     two, b = _values(tmp_path / "two.json")

@@ -63,9 +63,15 @@ def reference(loaded, ids, metric):
 
 @pytest.mark.parametrize(
     "arch,metric",
-    [("llama", first_token_logit), ("mistral", first_token_logit), ("gemma2", first_token_logit),
-     ("gpt_oss", first_token_logit), ("bert", embedding_coordinate), ("t5", first_token_logit)],
-)  # fmt: skip
+    [
+        ("llama", first_token_logit),
+        ("mistral", first_token_logit),
+        ("gemma2", first_token_logit),
+        ("gpt_oss", first_token_logit),
+        ("bert", embedding_coordinate),
+        ("t5", first_token_logit),
+    ],
+)
 def test_every_route_equals_autograd_on_the_eager_weights(arch, metric, tmp_path):
     loaded = load(str(build(arch, tmp_path)))
     r = route_attribution(loaded, text=TEXT, metric=metric, top=100_000, verify=0)
@@ -110,8 +116,14 @@ def test_smollm2_top_routes_are_verified_and_weight_is_reported_beside_effect(sm
         "answer": torch.tensor([tok(" Mary")["input_ids"][0]]),
         "wrong": torch.tensor([tok(" John")["input_ids"][0]]),
     }
-    with torch.no_grad(), routed(smollm2, interventions=[KnockoutEdges([x["query"]], [x["key"]], [x["head"]],
-                                                                        layer=x["layer"])], impl="eager"):  # fmt: skip
+    with (
+        torch.no_grad(),
+        routed(
+            smollm2,
+            interventions=[KnockoutEdges([x["query"]], [x["key"]], [x["head"]], layer=x["layer"])],
+            impl="eager",
+        ),
+    ):
         m = float(logit_diff(smollm2.model(input_ids=ids).logits, fields)[0])
     assert m - d["meta"]["m"] == pytest.approx(x["exact"], abs=1e-4)
 

@@ -22,11 +22,16 @@ def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(tiny_llama):
 
     def request():
         with httpx.Client(base_url=server.base, headers=server.headers(), timeout=60) as c:
-            got["r"] = c.post("/api/report", json={"text": "A text that is read and saved while the server stops."})
+            text = "A text that is read and saved while the server stops."
+            got["r"] = c.post("/api/report", json={"text": text, "job": "in-flight"})
 
     t = threading.Thread(target=request)
     t.start()
-    time.sleep(0.3)  # the request is in flight (or done) when the signal comes
+    with httpx.Client(base_url=server.base, headers=server.headers(), timeout=10) as c:  # the signal comes once the
+        deadline = time.monotonic() + 30  # request is in flight (or done): an event, not a sleep
+        while c.get("/api/progress", params={"id": "in-flight"}).json()["id"] is None and "r" not in got:
+            assert time.monotonic() < deadline, "the request never reached the worker"
+            time.sleep(0.02)
     assert server.stop(signal.SIGTERM) == 0, "\n".join(server.lines)
     t.join(30)
     assert got["r"].status_code in (200, 503) and "Traceback" not in "\n".join(server.lines)
@@ -41,8 +46,10 @@ def test_wide_host_warns_needs_the_token_stops_slow_requests_and_exits_0_on_sigi
         with httpx.Client(base_url=server.base, headers=server.headers(), timeout=60) as c:
             assert c.get("/api/info").status_code == 200
             long = " ".join(["the cat sat on the mat"] * 12)
-            r = c.post("/api/pair", json={"clean": long + " alice", "corrupt": long + " bob", "answer": "alice",
-                                          "wrong": "bob"})  # fmt: skip
+            r = c.post(
+                "/api/pair",
+                json={"clean": long + " alice", "corrupt": long + " bob", "answer": "alice", "wrong": "bob"},
+            )
             assert r.status_code == 504 and "--time-limit" in r.json()["error"]
             deadline = time.monotonic() + 30
             while c.get("/health").json()["queue"] != 0:  # the stopped job leaves the worker
@@ -54,8 +61,9 @@ def test_wide_host_warns_needs_the_token_stops_slow_requests_and_exits_0_on_sigi
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnroute", "serve", *args], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "attnroute", "serve", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_a_taken_port_and_bad_flags_are_one_line_before_the_model_loads(tiny_llama):
@@ -67,7 +75,11 @@ def test_a_taken_port_and_bad_flags_are_one_line_before_the_model_loads(tiny_lla
         r = run_cli("--model", tiny_llama, "--port", str(port))
     assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
     assert "loading" not in r.stderr and time.perf_counter() - t0 < 30
-    for flags, said in ((["--port", "70000"], "--port"), (["--max-tokens", "1"], "--max-tokens"),
-                        (["--time-limit", "0"], "--time-limit"), (["--host", "a b"], "--host")):  # fmt: skip
+    for flags, said in (
+        (["--port", "70000"], "--port"),
+        (["--max-tokens", "1"], "--max-tokens"),
+        (["--time-limit", "0"], "--time-limit"),
+        (["--host", "a b"], "--host"),
+    ):
         r = run_cli("--model", tiny_llama, *flags)
         assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -27,8 +27,13 @@ def test_the_notebook_runs_and_every_display_is_inline_short_and_scriptless(tmp_
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
     shown = {c.source.splitlines()[-1]: outputs(c) for c in code}
-    cards = {"table": "HeadTable(smollm2: 30 layers × 9 heads", "ko": "knockout", "sw": "swap", "nd": "needle",
-             "pr": "patch"}  # fmt: skip
+    cards = {
+        "table": "HeadTable(smollm2: 30 layers × 9 heads",
+        "ko": "knockout",
+        "sw": "swap",
+        "nd": "needle",
+        "pr": "patch",
+    }
     for name, marker in cards.items():
         html, text = shown[name]
         assert marker in html and "<script" not in html.lower() and "<iframe" not in html, name

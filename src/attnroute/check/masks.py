@@ -91,8 +91,10 @@ def check_decode_alignment(ctx, dtype):
         return lambda: compare(ctx, "decode_alignment", q, k, v, keep, future, causal_case=True)
 
     cases = [(2, 2, 1), (2, 2, 3), (1, 3, 1), (1, 3, 3)]
-    r = over_shapes("decode_alignment", [(f"Tq={Tq}, Tk=8, B={B}, H={H}", case(B, H, Tq, 4 + n))
-                                         for n, (B, H, Tq) in enumerate(cases)])  # fmt: skip
+    r = over_shapes(
+        "decode_alignment",
+        [(f"Tq={Tq}, Tk=8, B={B}, H={H}", case(B, H, Tq, 4 + n)) for n, (B, H, Tq) in enumerate(cases)],
+    )
     if r.passed:
         r.detail = "Tq < Tk is aligned bottom-right" + r.detail.removeprefix("every row matches the reference")
     return r
@@ -128,8 +130,10 @@ def check_sliding_window(ctx, dtype, W=3):
         return lambda: compare(ctx, "sliding_window", q, k, v, keep, why, extra=extra, first=unwindowed)
 
     cases = [(1, 2, 10, 10), (2, 3, 10, 10), (1, 2, 1, 9), (2, 3, 3, 9)]
-    return over_shapes("sliding_window", [(shape_label(B, H, Tq, Tk) + f", W={W}", case(B, H, Tq, Tk, 6 + n))
-                                          for n, (B, H, Tq, Tk) in enumerate(cases)])  # fmt: skip
+    return over_shapes(
+        "sliding_window",
+        [(shape_label(B, H, Tq, Tk) + f", W={W}", case(B, H, Tq, Tk, 6 + n)) for n, (B, H, Tq, Tk) in enumerate(cases)],
+    )
 
 
 def check_document(ctx, dtype):
@@ -148,12 +152,21 @@ def check_grouped_heads(ctx, dtype):
         q, k, v = case_inputs(ctx, B=B, H=H, Hkv=Hkv, seed=seed, dtype=dtype)
         keep = None if ctx.mask_family == "bidirectional" else causal().materialize(B, 1, 8, 8)
         scale = ctx.scale_for(q.shape[-1], v.shape[-1])
-        return lambda: compare(ctx, "grouped_heads", q, k, v, keep, future,
-                               extra=lambda o: tiled_heads(o, q, k, keep, scale, TOL[dtype], ctx.softcap))  # fmt: skip
+        return lambda: compare(
+            ctx,
+            "grouped_heads",
+            q,
+            k,
+            v,
+            keep,
+            future,
+            extra=lambda o: tiled_heads(o, q, k, keep, scale, TOL[dtype], ctx.softcap),
+        )
 
     cases = [(1, 6, 2), (3, 9, 3)]
-    return over_shapes("grouped_heads", [(shape_label(B, H, 8, 8, Hkv), case(B, H, Hkv, 8 + n))
-                                         for n, (B, H, Hkv) in enumerate(cases)])  # fmt: skip
+    return over_shapes(
+        "grouped_heads", [(shape_label(B, H, 8, 8, Hkv), case(B, H, Hkv, 8 + n)) for n, (B, H, Hkv) in enumerate(cases)]
+    )
 
 
 def check_empty_rows(ctx, dtype):

@@ -71,31 +71,39 @@ def check_sentinel_overrun(ctx, dtype):
         )
     leak = float(torch.where(keep.expand_as(obs), 0.0, obs).sum(-1).max())
     if leak > TOL[dtype]:
-        # a sentinel only if the same mask holds at ordinary logits: a mask that is added, inverted or
-        # ignored lets masked keys take weight whatever the logits, and that is its own finding
-        plain = float(torch.where(keep.expand_as(ordinary), 0.0, ordinary).sum(-1).max())
-        if plain > TOL[dtype]:
-            return CheckResult.fail(
-                "sentinel_overrun",
-                f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row — and {plain:.2f} "
-                "at ordinary logits too: the mask does not hide them at all (not a sentinel; see padding_right)",
-            )
-        if ctx.softcap:
-            after = capped_after_masking(q, k, keep, ctx.scale_for(D, T), ctx.softcap)
-            if float((obs - after).abs().max()) <= TOL[dtype]:
-                return CheckResult.fail(
-                    "sentinel_overrun",
-                    f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row (at ordinary "
-                    f"logits none): the soft cap is applied after the mask — a masked key's −inf becomes "
-                    f"−{ctx.softcap:.3g}, and visible logits capped toward −{ctx.softcap:.3g} tie with it "
-                    "(cap, then mask)",
-                )
+        return _sentinel_leak(ctx, dtype, (q, k, keep, obs, ordinary), logit, leak)
+    return CheckResult.ok("sentinel_overrun", f"visible logits at {logit:g} still outrank masked keys")
+
+
+def _sentinel_leak(ctx, dtype, case, logit: float, leak: float) -> CheckResult:
+    """Masked keys took weight at logits of −2·10⁴: a finite sentinel, unless the mask fails at ordinary
+    logits too (then it does not hide keys at all) or a soft cap applied after the mask explains it."""
+    q, k, keep, obs, ordinary = case
+    D, T = q.shape[-1], q.shape[-2]
+    # a sentinel only if the same mask holds at ordinary logits: a mask that is added, inverted or
+    # ignored lets masked keys take weight whatever the logits, and that is its own finding
+    plain = float(torch.where(keep.expand_as(ordinary), 0.0, ordinary).sum(-1).max())
+    if plain > TOL[dtype]:
         return CheckResult.fail(
             "sentinel_overrun",
-            f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row (at ordinary logits "
-            "none): the mask is a finite sentinel (e.g. −1e4) that a valid logit can fall below",
+            f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row — and {plain:.2f} "
+            "at ordinary logits too: the mask does not hide them at all (not a sentinel; see padding_right)",
         )
-    return CheckResult.ok("sentinel_overrun", f"visible logits at {logit:g} still outrank masked keys")
+    if ctx.softcap:
+        after = capped_after_masking(q, k, keep, ctx.scale_for(D, T), ctx.softcap)
+        if float((obs - after).abs().max()) <= TOL[dtype]:
+            return CheckResult.fail(
+                "sentinel_overrun",
+                f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row (at ordinary "
+                f"logits none): the soft cap is applied after the mask — a masked key's −inf becomes "
+                f"−{ctx.softcap:.3g}, and visible logits capped toward −{ctx.softcap:.3g} tie with it "
+                "(cap, then mask)",
+            )
+    return CheckResult.fail(
+        "sentinel_overrun",
+        f"with every visible logit at {logit:g}, masked keys took {leak:.2f} of a row (at ordinary logits "
+        "none): the mask is a finite sentinel (e.g. −1e4) that a valid logit can fall below",
+    )
 
 
 OVERFLOW_LOGIT = {torch.float32: 100.0, torch.float16: 50.0, torch.bfloat16: 100.0}  # exp overflows each dtype
@@ -143,11 +151,15 @@ def check_overflow(ctx, dtype):
                 "(see the mask checks): overflow cannot be judged there",
             )
         if bad and Tk_ == Tk:
-            found.append(f"{what} sums past {dtype_name(dtype)}'s {DTYPE_MAX[dtype]} although each exp fits "
-                         f"({bad} of {rows} rows NaN, inf or zero)")  # fmt: skip
+            found.append(
+                f"{what} sums past {dtype_name(dtype)}'s {DTYPE_MAX[dtype]} although each exp fits "
+                f"({bad} of {rows} rows NaN, inf or zero)"
+            )
         elif bad:
-            found.append(f"{what}, {bad} of {rows} rows came back NaN, inf or not summing to 1 (exp({logit + 3:g}) "
-                         f"is beyond {dtype_name(dtype)}'s {DTYPE_MAX[dtype]})")  # fmt: skip
+            found.append(
+                f"{what}, {bad} of {rows} rows came back NaN, inf or not summing to 1 (exp({logit + 3:g}) "
+                f"is beyond {dtype_name(dtype)}'s {DTYPE_MAX[dtype]})"
+            )
     if found:
         return CheckResult.fail(
             "overflow",

@@ -267,11 +267,62 @@ def _padding_of(keep: torch.Tensor) -> torch.Tensor:
     return keep.any(dim=2).any(dim=1).long()
 
 
-def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool, layer: int = 0):
-    import copy
+def _expressible(config, keep: torch.Tensor, layer: int, causal_model: bool, name: str) -> torch.Tensor:
+    """The 2-D padding mask [B, Tk] transformers would build ``keep`` from, or Unsupported when it cannot
+    (a window it would impose, Tq > Tk in a decoder, a mask that is not padding (and causal order))."""
+    B, _, Tq, Tk = keep.shape
+    am = _padding_of(keep)
+    expressible = am[:, None, None, :].bool().expand(B, 1, Tq, Tk)
+    window = _sliding_window(config, layer)
+    if window is not None and Tk > window:
+        raise Unsupported(
+            f"this model's layer {layer} attends within a sliding window of {window} tokens, so transformers "
+            f"builds a windowed mask (and cache) for {Tk} keys; the battery's masks are not windowed"
+        )
+    if causal_model:
+        if Tq > Tk:
+            raise Unsupported("a transformers decoder's queries are a suffix of its keys (Tq <= Tk)")
+        expressible = expressible & causal().materialize(1, 1, Tq, Tk)
+    if not bool((expressible == keep).all()):
+        raise Unsupported(
+            "transformers builds this model's masks from a 2-D padding mask"
+            + (" and causal order" if causal_model else "")
+            + "; this mask is not one of them"
+        )
+    return am
 
+
+def _model_mask(lm, config, am: torch.Tensor, q: torch.Tensor, Tk: int, causal_model: bool):
+    """The mask the model's own code builds for a padding mask ``am`` [B, Tk] and queries q [B, H, Tq, D]:
+    a decoder's after Tk − Tq cached keys (transformers' is_causal skip allowed, as the model calls it)."""
     from transformers import DynamicCache
     from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+
+    B, _, Tq, D = q.shape
+    embeds = torch.zeros(B, Tq, config.hidden_size, dtype=q.dtype)
+    if not causal_model:
+        return create_bidirectional_mask(
+            config=config, inputs_embeds=embeds, attention_mask=am, allow_is_bidirectional_skip=True
+        )
+    cache = DynamicCache(config=config)
+    past = Tk - Tq
+    if past:
+        filler = torch.zeros(B, lm.n_kv_heads, past, D, dtype=q.dtype)
+        for i in range(config.num_hidden_layers):
+            cache.update(filler, filler, i)
+    positions = torch.arange(past, Tk)[None].expand(B, -1)
+    return create_causal_mask(
+        config=config,
+        inputs_embeds=embeds,
+        attention_mask=am,
+        cache=cache,
+        position_ids=positions,
+        allow_is_causal_skip=True,
+    )
+
+
+def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool, layer: int = 0):
+    import copy
 
     config = copy.deepcopy(lm.model.config)
     config._attn_implementation = impl
@@ -282,50 +333,12 @@ def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool, layer: int
         if k.shape[1] != H and getattr(config, "num_key_value_heads", None) is None:
             raise Unsupported(f"{type(real_module).__name__} has no grouped-query heads")
         keep = torch.ones(B, 1, Tq, Tk, dtype=torch.bool) if attn_mask is None else attn_mask.expand(B, 1, Tq, Tk)
-        am = _padding_of(keep)
-        expressible = am[:, None, None, :].bool().expand(B, 1, Tq, Tk)
-        window = _sliding_window(config, layer)
-        if window is not None and Tk > window:
-            raise Unsupported(
-                f"this model's layer {layer} attends within a sliding window of {window} tokens, so transformers "
-                f"builds a windowed mask (and cache) for {Tk} keys; the battery's masks are not windowed"
-            )
-        if causal_model:
-            if Tq > Tk:
-                raise Unsupported("a transformers decoder's queries are a suffix of its keys (Tq <= Tk)")
-            expressible = expressible & causal().materialize(1, 1, Tq, Tk)
-        if not bool((expressible == keep).all()):
-            raise Unsupported(
-                "transformers builds this model's masks from a 2-D padding mask"
-                + (" and causal order" if causal_model else "")
-                + "; this mask is not one of them"
-            )
-        embeds = torch.zeros(B, Tq, config.hidden_size, dtype=q.dtype)
-        if causal_model:
-            cache = DynamicCache(config=config)
-            past = Tk - Tq
-            if past:
-                filler = torch.zeros(B, lm.n_kv_heads, past, D, dtype=q.dtype)
-                for i in range(config.num_hidden_layers):
-                    cache.update(filler, filler, i)
-            positions = torch.arange(past, Tk)[None].expand(B, -1)
-            mask = create_causal_mask(
-                config=config,
-                inputs_embeds=embeds,
-                attention_mask=am,
-                cache=cache,
-                position_ids=positions,
-                allow_is_causal_skip=True,  # as the model calls it: None + SDPA is_causal where transformers skips
-            )
-        else:
-            mask = create_bidirectional_mask(
-                config=config, inputs_embeds=embeds, attention_mask=am, allow_is_bidirectional_skip=True
-            )
+        am = _expressible(config, keep, layer, causal_model, type(real_module).__name__)
+        mask = _model_mask(lm, config, am, q, Tk, causal_model)
         cap = _softcap_of(real_module)
-        out, _ = attn_fn(
-            _Stub(real_module, H, k.shape[1], layer), q, k, v, mask, scaling=real_module.scaling, dropout=0.0,
-            **({"softcap": cap} if cap else {}),
-        )  # fmt: skip
+        stub = _Stub(real_module, H, k.shape[1], layer)
+        extra = {"softcap": cap} if cap else {}
+        out, _ = attn_fn(stub, q, k, v, mask, scaling=real_module.scaling, dropout=0.0, **extra)
         return out.transpose(1, 2)  # (B, H, Tq, Dv)
 
     return fn

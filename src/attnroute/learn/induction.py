@@ -249,10 +249,13 @@ def ablate_all(model, batch, groups: dict[str, list]) -> dict:
     }
 
 
+def _names(group) -> str:
+    return ", ".join(f"L{l_}H{h_}" for l_, h_ in group) or "none"
+
+
 def verdict(result: dict, s: InductionSettings) -> dict:
     """Name what the run shows, in words, from the numbers (never the other way round)."""
-    heads, abl, phase, curves = result["heads"], result["ablation"], result["phase_change"], result["curves"]
-    p, i = heads["previous_token"], heads["induction"]
+    heads, abl, phase = result["heads"], result["ablation"], result["phase_change"]
     removed = np.array(abl["gain_removed"])
     in_circuit = {tuple(x) for h in [*heads.values(), result.get("positional_head", {"group": []})] for x in h["group"]}
     others = {
@@ -261,73 +264,12 @@ def verdict(result: dict, s: InductionSettings) -> dict:
     other_max = max(others.values()) if others else 0.0
     groups = abl["group_removed"]
     causal = phase["exists"] and all(groups[k] >= GAIN_MOST for k in heads) and other_max < GAIN_MOST
-    formed = p["formed"] and i["formed"]
-    names = lambda g: ", ".join(f"L{l_}H{h_}" for l_, h_ in g) or "none"  # noqa: E731
-    lines, kind = [], "none"
-    if formed and causal:
-        kind = "induction circuit"
-        lines.append(
-            f"Induction circuit: previous-token head{'s' * (len(p['group']) > 1)} {names(p['group'])} "
-            f"(best {p['final']:.2f}) and induction head{'s' * (len(i['group']) > 1)} {names(i['group'])} "
-            f"(best {i['final']:.2f})."
-        )
-    elif s.fixed_offset and not i["formed"] and result.get("positional_head", {}).get("score", 0) >= SCORE_MIN:
-        kind = "positional shortcut"
-        ph = result["positional_head"]
-        prev_said = (
-            f"no previous-token head (best {p['final']:.2f} < {SCORE_MIN})"
-            if not p["formed"]
-            else f"previous-token-like heads {names(p['group'])} (best {p['final']:.2f}) that no induction head reads"
-        )
-        lines.append(
-            f"Positional shortcut, not an induction circuit: head L{ph['layer']}H{ph['head']} puts "
-            f"{ph['score']:.2f} of its weight exactly {ph['offset']} positions back even where nothing "
-            f"repeats; no induction head (best {i['final']:.2f}); {prev_said}."
-        )
-    else:
-        d = result["duplicate_best"]
-        lines.append(
-            f"No induction circuit: best previous-token score {p['final']:.3f} (L{p['layer']}H{p['head']}), "
-            f"best induction score {i['final']:.3f} (L{i['layer']}H{i['head']}); a formed head needs "
-            f"≥ {SCORE_MIN}. Best duplicate-token score {d['score']:.2f} (L{d['layer']}H{d['head']})."
-        )
-    if phase["exists"]:
-        lines.append(
-            f"Repeat loss {curves['loss_repeat'][0]:.2f} → {curves['loss_repeat'][-1]:.2f} (first occurrence "
-            f"{curves['loss_first'][-1]:.2f}); it fell fastest at step {phase['step']} "
-            f"({-phase['rate']:.1f} nats per 1,000 steps): the phase change."
-        )
-    else:
-        lines.append(
-            f"No phase change: the repeat loss ends {curves['loss_first'][-1] - curves['loss_repeat'][-1]:.2f} "
-            f"nats below the first-occurrence loss (a phase change means ≥ {PHASE_GAIN})."
-        )
+    formed = heads["previous_token"]["formed"] and heads["induction"]["formed"]
+    kind, line = _kind(result, s, formed and causal)
+    lines = [line, _phase_line(result)]
     if kind == "induction circuit":
-        lines.append(
-            (
-                "Both heads rose with the phase change"
-                if result["rose_together"]
-                else "The two heads did not both rise with the phase change"
-            )
-            + f" (half their rise by steps {p['rise_step']} and {i['rise_step']}; window ±{result['together_window']})."
-        )
-    if kind == "positional shortcut":
-        g = result["positional_head"]["group"]
-        lines.append(
-            f"Zero-ablation of the positional head{'s' * (len(g) > 1)} {names(g)} together removes "
-            f"{groups['positional']:.0%} of the repeat-loss gain; any other single head at most {other_max:.0%}."
-        )
-    elif abl["gain"] < PHASE_GAIN / 2:
-        lines.append(
-            f"No ablation verdict: the repeat loss is only {abl['gain']:.2f} nats below the first-occurrence "
-            "loss, so there is no gain for a head to remove."
-        )
-    else:
-        lines.append(
-            f"Zero-ablation removes {groups['previous_token']:.0%} (previous-token heads together) and "
-            f"{groups['induction']:.0%} (induction heads together) of the repeat-loss gain; any other single "
-            f"head at most {other_max:.0%}."
-        )
+        lines.append(_rise_line(result))
+    lines.append(_ablation_line(kind, result, other_max))
     return {
         "kind": kind,
         "causal": bool(causal),
@@ -336,3 +278,76 @@ def verdict(result: dict, s: InductionSettings) -> dict:
         "others_removed": others,
         "other_max": other_max,
     }
+
+
+def _kind(result: dict, s: InductionSettings, circuit: bool) -> tuple[str, str]:
+    """(what the run shows: induction circuit, positional shortcut or none; its sentence)."""
+    p, i = result["heads"]["previous_token"], result["heads"]["induction"]
+    if circuit:
+        return "induction circuit", (
+            f"Induction circuit: previous-token head{'s' * (len(p['group']) > 1)} {_names(p['group'])} "
+            f"(best {p['final']:.2f}) and induction head{'s' * (len(i['group']) > 1)} {_names(i['group'])} "
+            f"(best {i['final']:.2f})."
+        )
+    if s.fixed_offset and not i["formed"] and result.get("positional_head", {}).get("score", 0) >= SCORE_MIN:
+        ph = result["positional_head"]
+        prev_said = (
+            f"no previous-token head (best {p['final']:.2f} < {SCORE_MIN})"
+            if not p["formed"]
+            else f"previous-token-like heads {_names(p['group'])} (best {p['final']:.2f}) that no induction head reads"
+        )
+        return "positional shortcut", (
+            f"Positional shortcut, not an induction circuit: head L{ph['layer']}H{ph['head']} puts "
+            f"{ph['score']:.2f} of its weight exactly {ph['offset']} positions back even where nothing "
+            f"repeats; no induction head (best {i['final']:.2f}); {prev_said}."
+        )
+    d = result["duplicate_best"]
+    return "none", (
+        f"No induction circuit: best previous-token score {p['final']:.3f} (L{p['layer']}H{p['head']}), "
+        f"best induction score {i['final']:.3f} (L{i['layer']}H{i['head']}); a formed head needs "
+        f"≥ {SCORE_MIN}. Best duplicate-token score {d['score']:.2f} (L{d['layer']}H{d['head']})."
+    )
+
+
+def _phase_line(result: dict) -> str:
+    phase, curves = result["phase_change"], result["curves"]
+    if phase["exists"]:
+        return (
+            f"Repeat loss {curves['loss_repeat'][0]:.2f} → {curves['loss_repeat'][-1]:.2f} (first occurrence "
+            f"{curves['loss_first'][-1]:.2f}); it fell fastest at step {phase['step']} "
+            f"({-phase['rate']:.1f} nats per 1,000 steps): the phase change."
+        )
+    return (
+        f"No phase change: the repeat loss ends {curves['loss_first'][-1] - curves['loss_repeat'][-1]:.2f} "
+        f"nats below the first-occurrence loss (a phase change means ≥ {PHASE_GAIN})."
+    )
+
+
+def _rise_line(result: dict) -> str:
+    p, i = result["heads"]["previous_token"], result["heads"]["induction"]
+    together = "Both heads rose" if result["rose_together"] else "The two heads did not both rise"
+    return (
+        f"{together} with the phase change (half their rise by steps {p['rise_step']} and {i['rise_step']}; "
+        f"window ±{result['together_window']})."
+    )
+
+
+def _ablation_line(kind: str, result: dict, other_max: float) -> str:
+    abl = result["ablation"]
+    groups = abl["group_removed"]
+    if kind == "positional shortcut":
+        g = result["positional_head"]["group"]
+        return (
+            f"Zero-ablation of the positional head{'s' * (len(g) > 1)} {_names(g)} together removes "
+            f"{groups['positional']:.0%} of the repeat-loss gain; any other single head at most {other_max:.0%}."
+        )
+    if abl["gain"] < PHASE_GAIN / 2:
+        return (
+            f"No ablation verdict: the repeat loss is only {abl['gain']:.2f} nats below the first-occurrence "
+            "loss, so there is no gain for a head to remove."
+        )
+    return (
+        f"Zero-ablation removes {groups['previous_token']:.0%} (previous-token heads together) and "
+        f"{groups['induction']:.0%} (induction heads together) of the repeat-loss gain; any other single "
+        f"head at most {other_max:.0%}."
+    )

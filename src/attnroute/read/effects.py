@@ -106,7 +106,7 @@ def effect_loss(loaded, batch: dict, outputs, clean_embedding=None) -> torch.Ten
 
 
 class MetricEffect:
-    """A metric (read/patching/metrics.py) as an ablation effect: per example, M on the ablated run, with the
+    """A metric (read/ground/metrics.py) as an ablation effect: per example, M on the ablated run, with the
     metric's fields (answer, wrong, the clean run's references) repeated for a batch of ablated copies."""
 
     def __init__(self, metric, fields: dict):

@@ -15,6 +15,7 @@ Before all of it (unless verify=False) the routed model is checked against its o
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import string
@@ -91,24 +92,52 @@ def read_heads(
         "max_tokens": limit,
         "timings_s": {},
     }
-    if reuse is not None:
-        meta["routing_check"] = reuse.routing_check
-    elif s.verify:
-        t0 = time.perf_counter()
-        say("stage", "verifying routed attention against the model's own eager attention")
-        meta["routing_check"] = routing_check(loaded)
-        meta["timings_s"]["routing_check"] = time.perf_counter() - t0
-    else:
-        meta["routing_check"] = None
+    meta["routing_check"] = _verified(loaded, s, reuse, meta, say)
     if cut:
         say("warn", f"the text has {ids.shape[1] + cut} tokens; kept the first {ids.shape[1]} (cut {cut})")
+    with _timed(meta, "text"):
+        say("stage", "text statistics")
+        cols, offsets, meta["column_paths"] = text_statistics(loaded, ids, progress, max_weight=s.max_weight)
+    with _timed(meta, "repeated"):
+        per_seed = _stimulus(loaded, s, reuse, cols, meta, say)
+    L, H = loaded.n_layers, loaded.n_heads
+    for c in COLUMNS:
+        cols.setdefault(c, np.full((L, H), np.nan))
+    head_roles, cols["role_stability"] = label_heads(cols, per_seed)
+    if s.ablation:
+        with _timed(meta, "effects"):
+            if s.own_metric:  # your metric on your prompts
+                meta.update(metric_effect_columns(loaded, cols, s, pairs, say))
+            else:
+                meta.update(
+                    effect_columns(loaded, cols, ids, s.effect_batch, s.effect_len, s.seeds[0], s.modes, s.exact, say)
+                )
+    meta["role_thresholds"] = roles.THRESHOLDS
+    return HeadTable(
+        loaded.name, L, H, cols, head_roles, offsets, TextMeta.from_dict(meta), attention=list(loaded.attention_kinds)
+    )
 
-    t0 = time.perf_counter()
-    say("stage", "text statistics")
-    cols, offsets, meta["column_paths"] = text_statistics(loaded, ids, progress, max_weight=s.max_weight)
-    meta["timings_s"]["text"] = time.perf_counter() - t0
 
+@contextlib.contextmanager
+def _timed(meta: dict, name: str):
     t0 = time.perf_counter()
+    yield
+    meta["timings_s"][name] = time.perf_counter() - t0
+
+
+def _verified(loaded, s: HeadsSettings, reuse: Reuse | None, meta: dict, say) -> dict | None:
+    """The routing check (None when skipped): reused, or measured now."""
+    if reuse is not None:
+        return reuse.routing_check
+    if not s.verify:
+        return None
+    with _timed(meta, "routing_check"):
+        say("stage", "verifying routed attention against the model's own eager attention")
+        return routing_check(loaded)
+
+
+def _stimulus(loaded, s: HeadsSettings, reuse: Reuse | None, cols: dict, meta: dict, say) -> list[dict]:
+    """The repeated-random-token scores into ``cols`` (reused when the seeds match); per seed, for roles."""
     say("stage", f"repeated random tokens ({len(s.seeds)} seeds)")
     if reuse is not None and reuse.seeds == tuple(s.seeds):
         per_seed, stim, induction = reuse.stimulus
@@ -125,24 +154,7 @@ def read_heads(
     meta["stimulus"] = stim.describe() + f"; scores averaged over seeds {list(s.seeds)}"
     if induction is not None:
         meta["induction_loss"] = induction
-    meta["timings_s"]["repeated"] = time.perf_counter() - t0
-
-    L, H = loaded.n_layers, loaded.n_heads
-    for c in COLUMNS:
-        cols.setdefault(c, np.full((L, H), np.nan))
-    head_roles, stability = label_heads(cols, per_seed)
-    cols["role_stability"] = stability
-    if s.ablation and s.own_metric:  # your metric on your prompts
-        t0 = time.perf_counter()
-        meta.update(metric_effect_columns(loaded, cols, s, pairs, say))
-        meta["timings_s"]["effects"] = time.perf_counter() - t0
-    elif s.ablation:
-        t0 = time.perf_counter()
-        meta.update(effect_columns(loaded, cols, ids, s.effect_batch, s.effect_len, s.seeds[0], s.modes, s.exact, say))
-        meta["timings_s"]["effects"] = time.perf_counter() - t0
-    meta["role_thresholds"] = roles.THRESHOLDS
-    meta = TextMeta.from_dict(meta)
-    return HeadTable(loaded.name, L, H, cols, head_roles, offsets, meta, attention=list(loaded.attention_kinds))
+    return per_seed
 
 
 def reusable(loaded: LoadedModel, settings: HeadsSettings, progress=None) -> Reuse:
@@ -229,6 +241,77 @@ class AfterLayer(Probe):
         self.fn(block.layer)
 
 
+class TextPass:
+    """The probes of one text-statistics pass and the per-layer reduction of what they read (memory: one
+    layer's rows at a time). ``impl``: "fused" (the flash kernel with each row's log-sum-exp) or "blocked"
+    (the weights themselves: the row maximum and argmax offsets)."""
+
+    def __init__(self, loaded: LoadedModel, sets: dict, impl: str, entropy: bool, say):
+        self.loaded, self.sets, self.impl, self.entropy, self.say = loaded, sets, impl, entropy, say
+        blocked = impl == "blocked"
+        self.rows = row_stats_probe(band=4) if blocked else PerLayer(lambda: FusedRowStats(band=4, entropy=entropy))
+        # Key vectors: indicators are the same for every head (fused: 2 columns per kv head), the value norms
+        # differ per query head (fused: 2 columns per query head, side by side in their kv head's columns).
+        self.keyind = PerLayer(KeyVectors if blocked else FusedKeyMass)
+        self.keynorm = PerLayer(KeyVectors if blocked else FusedKeyMass)
+        L, H = loaded.n_layers, loaded.n_heads
+        self.has_sinks = blocked and any(getattr(m, "sinks", None) is not None for m in loaded.attention_modules)
+        self.cols = {c: np.full((L, H), np.nan) for c in FUSED_COLUMNS + MAX_COLUMNS + ("sink_logit_mass",)}
+        self.offsets = np.full((L, H, len(OFFSET_BUCKETS)), np.nan)
+
+    def probes(self) -> list:
+        """Fused probes run in list order within a layer's call: the reduction comes right after them."""
+        out = [self.rows, self.keyind, self.keynorm]
+        return out + [AfterLayer(self.reduce)] if self.impl == "fused" else out
+
+    def set_key_vectors(self, layer, module, q, k, v) -> None:
+        """Before each layer's call: the sink and punctuation indicators of its keys, and each head's value
+        norms ‖f(x_j)‖ (alone, and on the sinks)."""
+        loaded = self.loaded
+        sink_keys, punct_keys = self.sets.get(loaded.attention_kinds[layer], self.sets["self"])
+        proj, H = loaded.out_projections[layer], loaded.n_heads
+        if proj is not None:
+            fn = value_norms(v, proj.weight, H)  # (B, H, T)
+        else:
+            fn = torch.full(v.shape[:1] + (H, v.shape[2]), float("nan"))
+        self.keyind.for_layer(layer).vectors = torch.stack([sink_keys, punct_keys], -1).float()[:, None]  # (B,1,T,2)
+        self.keynorm.for_layer(layer).vectors = torch.stack([fn, fn * sink_keys[:, None]], -1)  # (B, H, T, 2)
+        self.say("layer", done=layer + 1, total=loaded.n_layers)
+
+    def reduce(self, layer) -> None:
+        """The layer's per-head means, then its per-row tensors are dropped."""
+        r, ind, nrm = self.rows[layer], self.keyind[layer].rows(), self.keynorm[layer].rows()  # (B, H, T, 2) each
+        valid = (r.get("n_visible") >= 2).float()  # (B, H, T): rows with a choice to make
+
+        def mean(x):  # over the rows with a choice to make, per head
+            return ((x.float() * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)).numpy()
+
+        cols = self.cols
+        if self.impl == "blocked" or self.entropy:
+            cols["entropy"][layer], cols["entropy_norm"][layer] = mean(r.get("entropy")), mean(r.entropy_norm())
+        cols["local"][layer] = mean(r.get("band_mass"))
+        cols["sink_mass"][layer], cols["punct_mass"][layer] = mean(ind[..., 0]), mean(ind[..., 1])
+        share = torch.where(nrm[..., 0] > 0, nrm[..., 1] / nrm[..., 0].clamp_min(1e-30), torch.zeros_like(nrm[..., 0]))
+        cols["norm_mass"][layer] = mean(share)
+        if self.has_sinks:
+            cols["sink_logit_mass"][layer] = mean(r.get("sink_logit_mass"))
+        if self.impl == "blocked":
+            cols["max_weight"][layer] = mean(r.get("max_weight"))
+            self.offsets[layer] = offset_histogram(r.get("argmax"), r.get("argmax").shape[-1], valid)
+        for probe in (self.rows, self.keyind, self.keynorm):
+            probe.drop(layer)
+
+    def paths(self) -> dict:
+        """Which backend (or reason) computed each column."""
+        paths = {c: self.impl for c in FUSED_COLUMNS}
+        paths["sink_logit_mass"] = self.impl if self.has_sinks else "not applicable (the model has no sink logits)"
+        if self.impl == "fused" and not self.entropy:
+            paths.update({c: "not computed (entropy=False)" for c in ("entropy", "entropy_norm")})
+        blocked_only = "blocked" if self.impl == "blocked" else "not computed (ask for max_weight)"
+        paths.update({c: blocked_only for c in MAX_COLUMNS + ("argmax_offsets",)})
+        return paths
+
+
 @torch.no_grad()
 def text_statistics(
     loaded: LoadedModel, ids: torch.Tensor, progress=None, max_weight: bool = False, entropy: bool = True
@@ -247,75 +330,17 @@ def text_statistics(
     sets = {"self": key_sets(loaded.tokenizer, ids)}  # (sink keys, punctuation keys), (B, T) each
     if loaded.seq2seq:  # the decoder's keys are its own (shifted) tokens; cross-attention keys are the encoder's
         sets["decoder-self"] = key_sets(loaded.tokenizer, batch["decoder_input_ids"])
-    H = loaded.n_heads
     impl = "blocked" if max_weight else "fused"
     if impl == "fused" and (reason := _fused_refusal(loaded)):
         say("warn", f"statistics through the blocked backend: {reason}")
         impl = "blocked"
-    rows = row_stats_probe(band=4) if impl == "blocked" else PerLayer(lambda: FusedRowStats(band=4, entropy=entropy))
-    # Key vectors: indicators are the same for every head (fused: 2 columns per kv head), the value norms
-    # differ per query head (fused: 2 columns per query head, side by side in their kv head's columns).
-    keyind = PerLayer(KeyVectors if impl == "blocked" else FusedKeyMass)
-    keynorm = PerLayer(KeyVectors if impl == "blocked" else FusedKeyMass)
-
-    def set_key_vectors(layer, module, q, k, v):
-        sink_keys, punct_keys = sets.get(loaded.attention_kinds[layer], sets["self"])
-        proj = loaded.out_projections[layer]
-        fn = (
-            value_norms(v, proj.weight, H)
-            if proj is not None
-            else torch.full(v.shape[:1] + (H, v.shape[2]), float("nan"))
-        )  # (B, H, T)
-        keyind.for_layer(layer).vectors = torch.stack([sink_keys, punct_keys], -1).float()[:, None]  # (B, 1, T, 2)
-        keynorm.for_layer(layer).vectors = torch.stack([fn, fn * sink_keys[:, None]], -1)  # (B, H, T, 2)
-        say("layer", done=layer + 1, total=loaded.n_layers)
-
-    L = loaded.n_layers
-    has_sinks = impl == "blocked" and any(getattr(m, "sinks", None) is not None for m in loaded.attention_modules)
-    cols = {c: np.full((L, H), np.nan) for c in FUSED_COLUMNS + MAX_COLUMNS + ("sink_logit_mass",)}
-    offsets = np.full((L, H, len(OFFSET_BUCKETS)), np.nan)
-
-    def reduce(layer):
-        """The layer's per-head means, then its per-row tensors are dropped (memory: one layer's rows)."""
-        r, ind, nrm = rows[layer], keyind[layer].rows(), keynorm[layer].rows()  # (B, H, T, 2) each
-        valid = (r.get("n_visible") >= 2).float()  # (B, H, T): rows with a choice to make
-
-        def mean(x):  # over the rows with a choice to make, per head
-            return ((x.float() * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)).numpy()
-
-        if impl == "blocked" or entropy:
-            cols["entropy"][layer], cols["entropy_norm"][layer] = mean(r.get("entropy")), mean(r.entropy_norm())
-        cols["local"][layer] = mean(r.get("band_mass"))
-        cols["sink_mass"][layer], cols["punct_mass"][layer] = mean(ind[..., 0]), mean(ind[..., 1])
-        share = torch.where(nrm[..., 0] > 0, nrm[..., 1] / nrm[..., 0].clamp_min(1e-30), torch.zeros_like(nrm[..., 0]))
-        cols["norm_mass"][layer] = mean(share)
-        if has_sinks:
-            cols["sink_logit_mass"][layer] = mean(r.get("sink_logit_mass"))
-        if impl == "blocked":
-            cols["max_weight"][layer] = mean(r.get("max_weight"))
-            offsets[layer] = offset_histogram(r.get("argmax"), r.get("argmax").shape[-1], valid)
-        for probe in (rows, keyind, keynorm):
-            probe.drop(layer)
-
-    probes = [rows, keyind, keynorm]
-    if impl == "fused":  # fused probes run in list order within a layer's call: reduce right after them
-        probes.append(AfterLayer(reduce))
-    with routed(loaded, probes=probes, impl=impl, before_attend=[set_key_vectors]):
+    tp = TextPass(loaded, sets, impl, entropy, say)
+    with routed(loaded, probes=tp.probes(), impl=impl, before_attend=[tp.set_key_vectors]):
         body(loaded)(**batch)
     if impl == "blocked":  # blocked probes see a layer block by block: reduce once the forward is done
-        for layer in range(L):
-            reduce(layer)
-    paths = {c: impl for c in FUSED_COLUMNS}
-    paths["sink_logit_mass"] = impl if has_sinks else "not applicable (the model has no sink logits)"
-    if impl == "fused" and not entropy:
-        paths.update({c: "not computed (entropy=False)" for c in ("entropy", "entropy_norm")})
-    paths.update(
-        {
-            c: ("blocked" if impl == "blocked" else "not computed (ask for max_weight)")
-            for c in MAX_COLUMNS + ("argmax_offsets",)
-        }
-    )
-    return cols, offsets, paths
+        for layer in range(loaded.n_layers):
+            tp.reduce(layer)
+    return tp.cols, tp.offsets, tp.paths()
 
 
 def _fused_refusal(loaded: LoadedModel) -> str | None:

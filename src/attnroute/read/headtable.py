@@ -234,11 +234,17 @@ class HeadTable(Result):
         top = []
         for col in ("induction", "prev_token", "sink_mass", "ablation_delta"):
             if col in self.columns and np.isfinite(self.columns[col]).any():
-                top.append({"score": col, **{f"#{i + 1}": f"L{l}.H{h} {v:.3f}" for i, (l, h, v) in
-                                             enumerate(self.top(col, 3))}})  # fmt: skip
+                top.append(
+                    {
+                        "score": col,
+                        **{f"#{i + 1}": f"L{l}.H{h} {v:.3f}" for i, (l, h, v) in enumerate(self.top(col, 3))},
+                    }
+                )
         grid = f"<table style='border-collapse:separate;border-spacing:1px'>{''.join(cells)}</table>"
-        body = (f"<div style='color:#666'>rows: layers; columns: heads; hover a cell</div><div style='display:flex;"
-                f"gap:18px;align-items:flex-start'>{grid}<div>{legend}{table(top)}</div></div>")  # fmt: skip
+        body = (
+            f"<div style='color:#666'>rows: layers; columns: heads; hover a cell</div><div style='display:flex;"
+            f"gap:18px;align-items:flex-start'>{grid}<div>{legend}{table(top)}</div></div>"
+        )
         return card(self.summary(), body)
 
     def _about(self, layer: int, h: int) -> str:

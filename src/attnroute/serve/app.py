@@ -36,8 +36,10 @@ from .errors import Cancelled, RequestError
 from .worker import Job, Worker
 
 MAX_BODY = 256 * 1024  # bytes of a request body: a text of the token limit fits many times over
-CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
-       "connect-src 'self'; base-uri 'none'; form-action 'none'")  # fmt: skip
+CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'"
+)
 HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 
 
@@ -126,17 +128,18 @@ class ExplorerApp:
             args = arguments(kind, await body_of(request))
             key = kind + json.dumps(args, sort_keys=True, ensure_ascii=False)
             if (hit := self.cache.get(key)) is not None:
-                return _respond(kind, hit)
+                return _respond(kind, hit, cache="hit")
             job = Job(args.pop("job", None))
             if job.id in self.worker.jobs:
                 raise RequestError(409, f"job id {job.id!r} is in use: give each request its own")
             call = [args[n] for n in names]
             future = self.worker.submit(lambda j: getattr(self.explorer, method)(*call, job=j), job)
+            t0 = time.perf_counter()
             body = await _wait(request, future, job, self.settings.time_limit)
             if body is None:  # the client went away: its work was dropped, nobody reads an answer
                 return Response(status_code=499)
             self.cache.put(key, body)
-            return _respond(kind, body)
+            return _respond(kind, body, cache="miss", seconds=time.perf_counter() - t0)
 
         return self.guard(handler)
 
@@ -178,11 +181,14 @@ def build(explorer, settings: ServeSettings, token: str, page_html: str, hosts: 
     return app
 
 
-def _respond(kind: str, body: bytes) -> Response:
+def _respond(kind: str, body: bytes, cache: str, seconds: float = 0.0) -> Response:
+    """The body with how it was made: ``X-Attnroute-Cache`` (hit or miss) and ``Server-Timing`` (the
+    request's time on the server, queue included, in ms — the page shows it)."""
+    made = {**HEADERS, "X-Attnroute-Cache": cache, "Server-Timing": f"model;dur={seconds * 1000:.0f}"}
     if kind == "report":
-        saved = {**HEADERS, "Content-Disposition": 'attachment; filename="attnroute-report.html"'}
+        saved = {**made, "Content-Disposition": 'attachment; filename="attnroute-report.html"'}
         return Response(body, media_type="text/html; charset=utf-8", headers=saved)
-    return Response(body, media_type="application/json", headers=HEADERS)
+    return Response(body, media_type="application/json", headers=made)
 
 
 async def _wait(request: Request, future, job: Job, limit: float) -> bytes | None:

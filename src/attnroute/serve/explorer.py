@@ -196,8 +196,15 @@ class Explorer:
         after = self.outputs(st.ids, made) if made else st.clean
         if not self.loaded.causal:
             cos = float(torch.nn.functional.cosine_similarity(st.clean, after, dim=0))
-            return {"kind": "encoder", "metric": {"name": "cosine to the clean sentence embedding", "before": 1.0,
-                                                  "after": cos, "delta": cos - 1.0}}  # fmt: skip
+            return {
+                "kind": "encoder",
+                "metric": {
+                    "name": "cosine to the clean sentence embedding",
+                    "before": 1.0,
+                    "after": cos,
+                    "delta": cos - 1.0,
+                },
+            }
         tid = self.target_id(target, st.clean)
         pb, pa = torch.softmax(st.clean, -1), torch.softmax(after, -1)
         tok = self.loaded.tokenizer.decode([tid])
@@ -211,7 +218,7 @@ class Explorer:
                 "before": float(pb[tid]),
                 "after": float(pa[tid]),
                 "delta": float(pa[tid] - pb[tid]),
-            },  # fmt: skip
+            },
             "cuts": len(made),
         }
 

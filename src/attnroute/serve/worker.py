@@ -46,8 +46,13 @@ class Job:
             self.done, self.total = event.done, event.total
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "message": self.message, "done": self.done, "total": self.total,
-                "running": self.started is not None}  # fmt: skip
+        return {
+            "id": self.id,
+            "message": self.message,
+            "done": self.done,
+            "total": self.total,
+            "running": self.started is not None,
+        }
 
 
 class Worker:
@@ -67,9 +72,10 @@ class Worker:
         with self._lock:
             if self._pending > self.queue:  # one running + `queue` waiting
                 raise RequestError(
-                    503, f"the server is busy ({self._pending} requests ahead): retry in a moment",
+                    503,
+                    f"the server is busy ({self._pending} requests ahead): retry in a moment",
                     {"Retry-After": str(self.retry_after())},
-                )  # fmt: skip
+                )
             self._pending += 1
             self.jobs[job.id] = job
 

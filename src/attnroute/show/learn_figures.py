@@ -35,19 +35,29 @@ def png(result: dict) -> bytes:
 def induction(result: dict):
     """Losses and head scores against steps with the phase change marked, and the ablation bars."""
     plt = pyplot()
-    c, heads, phase = result["curves"], result["heads"], result["phase_change"]
-    steps = np.array(c["steps"])
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.9), gridspec_kw={"width_ratios": [1, 1, 1.1]})
-    ax = axes[0]
+    _induction_losses(axes[0], result)
+    _induction_scores(axes[1], result)
+    _induction_ablation(axes[2], result)
+    fig.suptitle(result["verdict"]["lines"][0], fontsize=9)
+    return fig
+
+
+def _induction_losses(ax, result: dict) -> None:
+    c = result["curves"]
+    steps = np.array(c["steps"])
     ax.plot(steps, c["loss_first"], color="#777", label="first occurrence")
     ax.plot(steps, c["loss_repeat"], color=ROLE["induction"], label="repeat")
-    _mark_phase(ax, phase)
+    _mark_phase(ax, result["phase_change"])
     ax.set_xlabel("training step")
     ax.set_ylabel("next-token loss (nats)")
     ax.set_title("loss on the two copies")
     ax.legend(fontsize=8)
 
-    ax = axes[1]
+
+def _induction_scores(ax, result: dict) -> None:
+    c, heads = result["curves"], result["heads"]
+    steps = np.array(c["steps"])
     prev, ind = np.array(c["prev_token"]), np.array(c["induction"])  # (E, L, H)
     L, H = prev.shape[1:]
     for layer in range(L):
@@ -64,22 +74,18 @@ def induction(result: dict):
     if "positional" in c and "positional_head" in result:
         ph = result["positional_head"]
         pos = np.array(c["positional"])[:, ph["layer"], ph["head"]]
-        ax.plot(
-            steps,
-            pos,
-            color=ROLE["positional"],
-            lw=2,
-            label=f"weight {ph['offset']} back (no repeat), L{ph['layer']}H{ph['head']}",
-        )
-    _mark_phase(ax, phase)
+        label = f"weight {ph['offset']} back (no repeat), L{ph['layer']}H{ph['head']}"
+        ax.plot(steps, pos, color=ROLE["positional"], lw=2, label=label)
+    _mark_phase(ax, result["phase_change"])
     ax.set_ylim(0, 1)
     ax.set_xlabel("training step")
     ax.set_ylabel("score (weight on the right key)")
     ax.set_title("head scores (thin: every other head)")
     ax.legend(fontsize=7, loc="upper left")
 
-    ax = axes[2]
-    abl = result["ablation"]
+
+def _induction_ablation(ax, result: dict) -> None:
+    heads, abl = result["heads"], result["ablation"]
     removed = np.array(abl["gain_removed"])  # (L, H)
     role_of = {}
     for name, h in [*heads.items(), ("positional", result.get("positional_head", {"group": []}))]:
@@ -89,7 +95,7 @@ def induction(result: dict):
     colors = [ROLE[role_of.get(lh, "other")] for lh in np.ndindex(removed.shape)]
     ax.bar(labels, removed.ravel() * 100, color=colors, label="one head zeroed")
     for name, share in abl.get("group_removed", {}).items():
-        if result["heads"].get(name, result.get("positional_head", {})).get("group"):
+        if heads.get(name, result.get("positional_head", {})).get("group"):
             short = {"previous_token": "all prev.", "induction": "all ind.", "positional": "all pos."}[name]
             ax.bar(short, share * 100, color=ROLE.get(name, "#555"), hatch="//", edgecolor="white")
     ax.axhline(50, color="#444", ls=":", lw=1, label="half the gain")
@@ -97,8 +103,6 @@ def induction(result: dict):
     ax.set_title(f"zero-ablation (gain {abl['gain']:.2f} nats)")
     ax.tick_params(axis="x", labelrotation=90, labelsize=7)
     ax.legend(fontsize=7)
-    fig.suptitle(result["verdict"]["lines"][0], fontsize=9)
-    return fig
 
 
 def _mark_phase(ax, phase: dict) -> None:

@@ -119,8 +119,16 @@ def fixed(q, k, v, attn_mask=None):
 
 
 # every check with a mask that is not a causal window (padding, documents, garbage behind padding) cannot be said
-NOT_A_WINDOW = ["padding_right", "padding_left", "batch_independence", "document", "empty_rows", "masked_keys",
-                "masked_values", "sentinel_overrun"]  # fmt: skip
+NOT_A_WINDOW = [
+    "padding_right",
+    "padding_left",
+    "batch_independence",
+    "document",
+    "empty_rows",
+    "masked_keys",
+    "masked_values",
+    "sentinel_overrun",
+]
 TARGETS = [
     {
         "name": "nanochat SDPA fallback (before #456)",

@@ -25,13 +25,13 @@ import torch
 
 from ...engine import InputError, KnockoutEdges
 from ...engine.jsonable import Result
-from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...settings import KnockoutSettings, verb
 from ..adapter import routed
 from ..ground.positions import resolve_positions, said
-from ..ground.text_metric import TextMetric, check_text_metric
+from ..ground.text_metric import TextMetric
 from ..stimuli import encode_text, tokens_of
+from .common import check_window_heads, load_checked
 
 
 class KnockoutError(InputError):
@@ -61,9 +61,14 @@ class KnockoutResult(Result):
         "target": {"token": str},
         "window": int,
         "p_target_clean": float,
-        "windows": [{"layers": [int], **dict.fromkeys(("delta_p_route", "delta_p_control"), float),
-                     **dict.fromkeys(("delta_nll_route", "delta_nll_control"), float)}],
-    }  # fmt: skip
+        "windows": [
+            {
+                "layers": [int],
+                **dict.fromkeys(("delta_p_route", "delta_p_control"), float),
+                **dict.fromkeys(("delta_nll_route", "delta_nll_control"), float),
+            }
+        ],
+    }
 
     model: str
     text: str
@@ -157,83 +162,88 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     fields are KnockoutSettings' (source, target, window, heads, target_token, seed), or pass ``settings``."""
     s = KnockoutSettings.of(settings, model, fields, text=text)
     say = reporter(progress)
-    if s.metric is not None and not isinstance(s.model, LoadedModel):  # its tokens are checked before the weights
-        found = load_tokenizer(s.model)
-        if found is not None:
-            check_text_metric(found[0], s.metric, s.answer, s.wrong)
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load_checked(s, say)
     say("stage", f"knocking out {s.source!r} → {s.target!r} in every {s.window}-layer window")
-    text, source, target, window, target_token, seed = s.text, s.source, s.target, s.window, s.target_token, s.seed
-    heads = list(s.heads) if s.heads is not None else None
     if not loaded.causal:
         raise KnockoutError("route knockout measures a causal LM's next-token prediction; this model is not one")
-    ids, _ = encode_text(loaded.tokenizer, text, None)
+    ids, _ = encode_text(loaded.tokenizer, s.text, None)
     loaded.fit(ids.shape[1], "text", "the text")  # word positions are resolved on the tokens that run
-    L = loaded.n_layers
-    if not 1 <= window <= L:
-        raise KnockoutError(f"window must be between 1 and the model's {L} layers, got {window}", field="window")
-    bad = [h for h in heads or [] if not 0 <= h < loaded.n_heads]
-    if bad:
-        raise KnockoutError(f"head {bad[0]} does not exist: the model has {loaded.n_heads} heads", field="heads")
-    queries, q_matches = resolve_positions(loaded.tokenizer, text, ids, source, "source")
-    keys, k_matches = resolve_positions(loaded.tokenizer, text, ids, target, "target")
-    if not any(k <= q for q in queries for k in keys):
-        raise KnockoutError(
-            f"no {source!r} position comes after a {target!r} position: a causal model has no such route",
-            field="target",
-        )
-    eligible = sorted({k for q in queries for k in range(1, q + 1)} - set(keys) - set(queries))
-    if len(eligible) < len(keys):
-        raise KnockoutError("the text is too short for a control route of the same length", field="text")
-    g = np.random.default_rng(seed)
-    control = sorted(int(x) for x in g.choice(eligible, size=len(keys), replace=False))
+    check_window_heads(loaded, s.window, s.heads, KnockoutError)
+    queries, keys, control, resolved = _route(loaded, s, ids)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    tokens = tokens_of(loaded.tokenizer, ids[0])
     clean = _logits(loaded, batch, [])  # (T, V): one clean forward gives the target and its baseline
-    if target_token is None:
-        target_id = int(clean[-1].argmax())
-    else:
-        tid = loaded.tokenizer(target_token, add_special_tokens=False)["input_ids"]
-        if len(tid) != 1:
-            raise KnockoutError(
-                f"target token {target_token!r} is {len(tid)} tokens; give one token", field="target_token"
-            )
-        target_id = int(tid[0])
+    target_id = _target_id(loaded, s.target_token, clean)
     p_clean, loss_clean = _measure(loaded, batch, target_id, logits=clean)
     metric = None if s.metric is None else TextMetric(loaded.tokenizer, s.metric, s.answer, s.wrong, ids, clean)
-    resolved = {"source": said(source, queries, q_matches), "target": said(target, keys, k_matches)}
+    heads = list(s.heads) if s.heads is not None else None
     result = KnockoutResult(
         loaded.name,
-        text,
-        tokens,
+        s.text,
+        tokens_of(loaded.tokenizer, ids[0]),
         queries,
         keys,
         control,
         loaded.tokenizer.decode([target_id]),
         target_id,
-        window,
+        s.window,
         heads,
         p_clean,
         loss_clean,
         resolved=resolved,
         metric=None if metric is None else {"name": metric.name, "clean": metric(clean), "route": [], "control": []},
     )
-    for start in range(0, L - window + 1):
-        layers = range(start, start + window)
-        route = [KnockoutEdges(queries, keys, heads, layer=layer) for layer in layers]
-        ctrl = [KnockoutEdges(queries, control, heads, layer=layer) for layer in layers]
+    _slide(loaded, batch, result, metric)
+    return result
+
+
+def _route(loaded, s: KnockoutSettings, ids: torch.Tensor) -> tuple[list[int], list[int], list[int], dict]:
+    """(queries, keys, control keys, what the words resolved to): the route and a control of the same length —
+    the same queries to as many other keys they see, drawn with ``seed`` (not the route's keys, not the
+    queries, not position 0)."""
+    queries, q_matches = resolve_positions(loaded.tokenizer, s.text, ids, s.source, "source")
+    keys, k_matches = resolve_positions(loaded.tokenizer, s.text, ids, s.target, "target")
+    if not any(k <= q for q in queries for k in keys):
+        raise KnockoutError(
+            f"no {s.source!r} position comes after a {s.target!r} position: a causal model has no such route",
+            field="target",
+        )
+    eligible = sorted({k for q in queries for k in range(1, q + 1)} - set(keys) - set(queries))
+    if len(eligible) < len(keys):
+        raise KnockoutError("the text is too short for a control route of the same length", field="text")
+    g = np.random.default_rng(s.seed)
+    control = sorted(int(x) for x in g.choice(eligible, size=len(keys), replace=False))
+    resolved = {"source": said(s.source, queries, q_matches), "target": said(s.target, keys, k_matches)}
+    return queries, keys, control, resolved
+
+
+def _target_id(loaded, target_token: str | None, clean: torch.Tensor) -> int:
+    """The token whose probability is read: the one given, or the model's own top prediction."""
+    if target_token is None:
+        return int(clean[-1].argmax())
+    tid = loaded.tokenizer(target_token, add_special_tokens=False)["input_ids"]
+    if len(tid) != 1:
+        raise KnockoutError(f"target token {target_token!r} is {len(tid)} tokens; give one token", field="target_token")
+    return int(tid[0])
+
+
+def _slide(loaded, batch: dict, result: KnockoutResult, metric) -> None:
+    """The route and the control cut in every window of ``result.window`` layers, measured into ``result``."""
+    heads = result.heads
+    for start in range(0, loaded.n_layers - result.window + 1):
+        layers = range(start, start + result.window)
+        route = [KnockoutEdges(result.queries, result.keys, heads, layer=layer) for layer in layers]
+        ctrl = [KnockoutEdges(result.queries, result.control_keys, heads, layer=layer) for layer in layers]
         run_r, run_c = _logits(loaded, batch, route), _logits(loaded, batch, ctrl)
-        pr, lr = _measure(loaded, batch, target_id, logits=run_r)
-        pc, lc = _measure(loaded, batch, target_id, logits=run_c)
+        pr, lr = _measure(loaded, batch, result.target_id, logits=run_r)
+        pc, lc = _measure(loaded, batch, result.target_id, logits=run_c)
         if metric is not None:
             result.metric["route"].append(metric(run_r))
             result.metric["control"].append(metric(run_c))
-        result.windows.append((start, start + window - 1))
+        result.windows.append((start, start + result.window - 1))
         result.p_route.append(pr)
         result.p_control.append(pc)
         result.loss_route.append(lr)
         result.loss_control.append(lc)
-    return result
 
 
 __all__ = ["KnockoutError", "KnockoutResult", "knockout"]

@@ -19,13 +19,13 @@ import torch
 
 from ...engine import InputError, SubstituteWeights
 from ...engine.jsonable import Result
-from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...settings import SwapSettings, verb
 from ..adapter import routed
 from ..capture import capture_weights
-from ..ground.text_metric import TextMetric, check_text_metric
+from ..ground.text_metric import TextMetric
 from ..stimuli import encode_text, tokens_of
+from .common import check_window_heads, load_checked
 
 
 class SwapError(InputError):
@@ -113,33 +113,13 @@ def swap(
     SwapSettings' (window, heads), or pass ``settings``."""
     s = SwapSettings.of(settings, model, fields, prompt_a=prompt_a, prompt_b=prompt_b)
     say = reporter(progress)
-    if s.metric is not None and not isinstance(s.model, LoadedModel):  # its tokens are checked before the weights
-        found = load_tokenizer(s.model)
-        if found is not None:
-            check_text_metric(found[0], s.metric, s.answer, s.wrong)
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load_checked(s, say)
     say("stage", f"running B with A's maps in every {s.window}-layer window")
-    prompt_a, prompt_b, window = s.prompt_a, s.prompt_b, s.window
-    heads = list(s.heads) if s.heads is not None else None
     if not loaded.causal:
         raise SwapError("map swap compares a causal LM's next-token prediction; this model is not one")
-    ids_a, _ = encode_text(loaded.tokenizer, prompt_a, None)
-    ids_b, _ = encode_text(loaded.tokenizer, prompt_b, None)
-    longer = "prompt_b" if ids_b.shape[1] > ids_a.shape[1] else "prompt_a"
-    loaded.fit(max(ids_a.shape[1], ids_b.shape[1]), longer, "the prompt")
-    if ids_a.shape != ids_b.shape:
-        raise SwapError(
-            f"the prompts have {ids_a.shape[1]} and {ids_b.shape[1]} tokens; a map swap needs the same count "
-            "(change a word for one of as many tokens)",
-            field="prompt_b",
-        )
-    L, H = loaded.n_layers, loaded.n_heads
-    if not 1 <= window <= L:
-        raise SwapError(f"window must be between 1 and the model's {L} layers, got {window}", field="window")
-    bad = [h for h in heads or [] if not 0 <= h < H]
-    if bad:
-        raise SwapError(f"head {bad[0]} does not exist: the model has {H} heads", field="heads")
-    heads_used = list(range(H)) if heads is None else list(heads)
+    ids_a, ids_b = _prompts(loaded, s)
+    check_window_heads(loaded, s.window, s.heads, SwapError)
+    heads = list(s.heads) if s.heads is not None else None
     maps_a = capture_weights(loaded, ids_a)  # L × [H, T, T]
     log_a, log_b = _last_logprobs(loaded, ids_a), _last_logprobs(loaded, ids_b)
     top_a, top_b = int(log_a.argmax()), int(log_b.argmax())
@@ -152,31 +132,48 @@ def swap(
         tokens_of(tok, ids_b[0]),
         tok.decode([top_a]),
         tok.decode([top_b]),
-        window,
+        s.window,
         heads,
         metric=None if metric is None else {"name": metric.name, "b": metric(log_b[None]), "a": metric(log_a[None])},
     )
-    for start in range(0, L - window + 1):
+    heads_used = list(range(loaded.n_heads)) if heads is None else heads
+    for start in range(0, loaded.n_layers - s.window + 1):
         ivs = [
             SubstituteWeights(heads_used, torch.from_numpy(maps_a[layer][heads_used])[None], layer=layer)
-            for layer in range(start, start + window)
+            for layer in range(start, start + s.window)
         ]
-        log_s = _last_logprobs(loaded, ids_b, ivs)
-        result.rows.append(
-            {
-                "layers": [start, start + window - 1],
-                "kl_from_b": _kl(log_s, log_b),
-                "kl_from_a": _kl(log_s, log_a),
-                "p_top_a": float(log_s[top_a].exp()),
-                "p_top_b": float(log_s[top_b].exp()),
-                **(
-                    {}
-                    if metric is None
-                    else {"metric": metric(log_s[None]), "delta_metric": metric(log_s[None]) - result.metric["b"]}
-                ),
-            }
-        )
+        row = _row(_last_logprobs(loaded, ids_b, ivs), log_a, log_b, top_a, top_b, metric, result.metric)
+        result.rows.append({"layers": [start, start + s.window - 1], **row})
     return result
+
+
+def _prompts(loaded, s: SwapSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both prompts as ids [1, T], of one length (a map is [T, T]) that fits the model."""
+    ids_a, _ = encode_text(loaded.tokenizer, s.prompt_a, None)
+    ids_b, _ = encode_text(loaded.tokenizer, s.prompt_b, None)
+    longer = "prompt_b" if ids_b.shape[1] > ids_a.shape[1] else "prompt_a"
+    loaded.fit(max(ids_a.shape[1], ids_b.shape[1]), longer, "the prompt")
+    if ids_a.shape != ids_b.shape:
+        raise SwapError(
+            f"the prompts have {ids_a.shape[1]} and {ids_b.shape[1]} tokens; a map swap needs the same count "
+            "(change a word for one of as many tokens)",
+            field="prompt_b",
+        )
+    return ids_a, ids_b
+
+
+def _row(log_s, log_a, log_b, top_a: int, top_b: int, metric, measured: dict | None) -> dict:
+    """One window's numbers: KL of the swapped output from B's and A's, p of each top token, your metric."""
+    row = {
+        "kl_from_b": _kl(log_s, log_b),
+        "kl_from_a": _kl(log_s, log_a),
+        "p_top_a": float(log_s[top_a].exp()),
+        "p_top_b": float(log_s[top_b].exp()),
+    }
+    if metric is not None:
+        value = metric(log_s[None])
+        row.update(metric=value, delta_metric=value - measured["b"])
+    return row
 
 
 __all__ = ["SwapError", "SwapResult", "swap"]

@@ -132,7 +132,7 @@ def _label(r: dict) -> str:
 @verb(PatchSettings)
 def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, progress=None, **fields) -> PatchResult:
     """Activation patching; the fields are PatchSettings' (or pass ``settings``). See the module docstring.
-    Under torchrun the prompts are sharded over the ranks (shard.py); every rank returns the same result."""
+    Under torchrun the prompts are sharded over the ranks (store.py); every rank returns the same result."""
     s = PatchSettings.of(settings, model, fields, prompts=prompts)
     say = reporter(progress)
     metric_name, fn = resolve(s.metric)
