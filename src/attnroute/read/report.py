@@ -19,7 +19,7 @@ import torch
 from ..engine import InputError
 from ..models import LoadedModel, load
 from ..progress import reporter
-from ..settings import ReportSettings, verb
+from ..settings import PAGE_TOKENS, ReportSettings, verb
 from .capture import capture_weights, generate_with_weights, sink_positions
 from .corpus.documents import Corpus
 from .corpus.read import SEQ2SEQ_CORPUS, read_corpus
@@ -46,9 +46,6 @@ class RoutingView:
     generated_from: int | None = None  # tokens from this position on were generated (report --generate)
     value_norms: list[np.ndarray] | None = None  # per layer [H, T]: ‖v_j W_O^h‖, the value-norm-weighted maps
     sink_keys: list[int] | None = None  # the sink positions (the first, special tokens): the page can hide them
-
-
-PAGE_TOKENS = 256  # the page's default length
 
 
 def page_tokens(loaded: LoadedModel, s: ReportSettings) -> int:
@@ -111,4 +108,4 @@ def routing_view(
     )
 
 
-__all__ = ["PAGE_TOKENS", "RoutingView", "page_tokens", "routing_view"]
+__all__ = ["RoutingView", "page_tokens", "routing_view"]

@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 
 class ResultCache:
-    def __init__(self, max_bytes: int = 256 * 2**20):
+    def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self.bytes = 0
         self.hits = self.misses = 0

@@ -31,13 +31,12 @@ from ..models import LoadedModel
 from ..read.capture import capture_weights, sink_positions
 from ..read.heads import DEFAULT_TEXT, Reuse, read_heads, reusable
 from ..read.stimuli import encode_text, tokens_of
-from ..settings import SETTLE_FIRST, HeadsSettings, integer
+from ..settings import SERVE_TOKENS, SETTLE_FIRST, HeadsSettings, integer
 from ..show.explorer import saved_page, text_grid
 from ..show.weights import head_payload
 from .errors import RequestError
 
 TOP = 5  # next tokens shown before and after a cut
-DEFAULT_TOKENS = 1024
 MAX_CUTS = 64
 POSITION = "a token position"
 
@@ -61,7 +60,7 @@ class Explorer:
             )
         self.loaded = loaded
         if max_tokens is None:  # 1024, or the model's positions if fewer
-            self.max_tokens = min(DEFAULT_TOKENS, loaded.max_positions or DEFAULT_TOKENS)
+            self.max_tokens = min(SERVE_TOKENS, loaded.max_positions or SERVE_TOKENS)
         else:
             self.max_tokens = loaded.fit(max_tokens, "max_tokens", "max_tokens") if loaded.max_positions else max_tokens
         self.settings = HeadsSettings.from_name("report", model=loaded, ablation=False)

@@ -56,7 +56,7 @@ class Job:
 
 
 class Worker:
-    def __init__(self, queue: int = 8):
+    def __init__(self, queue: int):
         self.queue = queue
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnroute-model")
         self._lock = threading.Lock()

@@ -30,6 +30,7 @@ from .read import (
     DEFAULT_MODEL,
     DEFAULT_SEEDS,
     MAX_GENERATE,
+    PAGE_TOKENS,
     SETTLE_FIRST,
     SETTLE_STEP,
     SETTLE_TOP,
@@ -38,7 +39,16 @@ from .read import (
     ReportSettings,
     probe_seeds,
 )
-from .tools import CONVENTIONS, KV_DTYPES, MASK_FAMILIES, CheckSettings, KVSettings, ServeSettings, SimulateSettings
+from .tools import (
+    CONVENTIONS,
+    KV_DTYPES,
+    MASK_FAMILIES,
+    SERVE_TOKENS,
+    CheckSettings,
+    KVSettings,
+    ServeSettings,
+    SimulateSettings,
+)
 
 __all__ = [
     "ABLATION_MODES",
@@ -50,6 +60,8 @@ __all__ = [
     "KV_DTYPES",
     "MASK_FAMILIES",
     "MAX_GENERATE",
+    "PAGE_TOKENS",
+    "SERVE_TOKENS",
     "PATCH_SITES",
     "SEED_MAX",
     "SETTLE_FIRST",

@@ -17,11 +17,19 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os  # noqa: F401  (named in ModelArg)
+from collections.abc import Sequence  # noqa: F401  (named in PromptsArg)
 from dataclasses import MISSING, field, fields
+from typing import Union
 
 from ..errors import InputError, InputTypeError
 
 SEED_MAX = 2**32 - 1  # numpy's and torch's seed range
+# what a verb's ``model`` takes: a bundled name, a directory, a .gguf file, a hub id, or an already loaded model
+# (attnroute.models.LoadedModel, named here as a string: this floor imports no model code)
+ModelArg = Union[str, "os.PathLike[str]", "LoadedModel"]  # noqa: UP007, F821
+# what a verb's ``prompts`` takes: a .jsonl path or the pairs themselves
+PromptsArg = Union[str, "os.PathLike[str]", "Sequence[PromptPair | dict]"]  # noqa: UP007, F821
 
 
 def opt(default, doc: str, **kw):
@@ -186,6 +194,8 @@ def verb(settings_cls):
 
 __all__ = [
     "SEED_MAX",
+    "ModelArg",
+    "PromptsArg",
     "Settings",
     "exact_count",
     "integer",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..promptset import METRICS, MetricArg, metric_setting
-from .base import SEED_MAX, Settings, integer, integers, nonempty_text, opt, set_field
+from .base import SEED_MAX, ModelArg, Settings, integer, integers, nonempty_text, opt, set_field
 from .read import DEFAULT_MODEL, MODEL_DOC
 
 
@@ -28,7 +28,7 @@ def heads_list(heads) -> tuple[int, ...] | None:
 class KnockoutSettings(Settings):
     """Cut the route source → target (query → key edges) in every window of ``window`` layers."""
 
-    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     text: str = opt("", "the prompt")
     source: str = opt("", "query positions: a word of the text, or indices '3,4'")
     target: str = opt("", "key positions, likewise")
@@ -57,7 +57,7 @@ class KnockoutSettings(Settings):
 class SwapSettings(Settings):
     """Run prompt B with prompt A's attention maps in every window of ``window`` layers."""
 
-    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     prompt_a: str = opt("", "the prompt whose maps are used")
     prompt_b: str = opt("", "the prompt that runs (the same number of tokens)")
     window: int = opt(1, "layers swapped together")
@@ -78,7 +78,7 @@ class SwapSettings(Settings):
 class NeedleSettings(Settings):
     """A needle at a seeded depth in growing distractor context; the retrieval heads followed."""
 
-    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     lengths: tuple[int, ...] = opt((256, 512, 1024, 2048, 4096, 8192), "context lengths in tokens")
     seed: int = opt(0, "the needle's depth")
     code: str = opt("4729", "the secret the needle states")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..promptset import MetricArg, metric_setting, pairs_of
-from .base import Settings, exact_count, integer, integers, names, nonempty_text, opt, set_field
+from .base import ModelArg, PromptsArg, Settings, exact_count, integer, integers, names, nonempty_text, opt, set_field
 from .read import DEFAULT_MODEL, MODEL_DOC, SETTLE_TOP
 
 PATCH_SITES = ("head", "layer", "q", "k", "v")  # a head's output, a layer's attention output, a head's q / k / v
@@ -25,8 +25,8 @@ def positions_spec(value) -> str:
 class PatchSettings(Settings):
     """Activation patching between clean and corrupted prompts, measured with ``metric``."""
 
-    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
-    prompts: object = opt(None, PROMPTS_DOC)
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
+    prompts: PromptsArg | None = opt(None, PROMPTS_DOC)
     clean: str | None = opt(None, "one clean prompt (with corrupt), instead of prompts")
     corrupt: str | None = opt(None, "its corrupted twin: the same number of tokens")
     answer: str | None = opt(None, "the metric's answer token, for every row that names none")
@@ -69,9 +69,9 @@ def pair_fields(s) -> None:
 class RoutesSettings(Settings):
     """Route attribution: the first-order effect of removing every query→key route, top K kept, top N verified."""
 
-    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     text: str | None = opt(None, "one text (the metric's fields from answer / wrong), or prompts / a pair")
-    prompts: object = opt(None, PROMPTS_DOC)
+    prompts: PromptsArg | None = opt(None, PROMPTS_DOC)
     clean: str | None = opt(None, "one clean prompt (with corrupt), instead of prompts")
     corrupt: str | None = opt(None, "its corrupted twin: the same number of tokens")
     answer: str | None = opt(None, "the metric's answer token, for every row that names none")

@@ -6,7 +6,19 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..promptset import MetricArg, metric_setting, pairs_of
-from .base import SEED_MAX, Settings, exact_count, integer, integers, names, nonempty_text, opt, set_field
+from .base import (
+    SEED_MAX,
+    ModelArg,
+    PromptsArg,
+    Settings,
+    exact_count,
+    integer,
+    integers,
+    names,
+    nonempty_text,
+    opt,
+    set_field,
+)
 
 DEFAULT_MODEL = "smollm2"
 MODEL_DOC = "a name (smollm2, minilm), a model directory, a .gguf file, a hub id org/name, or a LoadedModel"
@@ -16,6 +28,7 @@ DEFAULT_EXACT = 20  # heads ablated exactly by default: the top of the one-backw
 SETTLE_FIRST, SETTLE_STEP, SETTLE_TOP = 20, 10, 10
 ABLATION_MODES = ("zero", "mean", "uniform")
 MAX_GENERATE = 512
+PAGE_TOKENS = 256  # the report page's length when max_tokens is unset (or the model's positions, if fewer)
 DEFAULT_SEEDS = (0, 1, 2)  # probe seeds of the repeated-token stimulus: one --seed and the next two
 
 
@@ -29,7 +42,7 @@ def probe_seeds(seed: int) -> tuple[int, int, int]:
 class HeadsSettings(Settings):
     """One text read: statistics (pass 1), repeated tokens (pass 2), effects (pass 3)."""
 
-    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     text: str | None = opt(None, "the text to read (unset: the built-in paragraph)")
     max_tokens: int | None = opt(None, "cut the text to this many tokens (unset: the model's context)")
     seeds: tuple[int, ...] = opt(DEFAULT_SEEDS, "probe seeds of the repeated-random-token stimulus")
@@ -44,7 +57,9 @@ class HeadsSettings(Settings):
     metric: MetricArg = opt(
         "loss", "the effect: Δ loss on repeated tokens, or Δ your metric (a name or metric(logits, batch)) on prompts"
     )
-    prompts: object = opt(None, "your prompts (a .jsonl path or pairs) the metric is measured on, their clean side")
+    prompts: PromptsArg | None = opt(
+        None, "your prompts (a .jsonl path or pairs) the metric is measured on, their clean side"
+    )
     answer: str | None = opt(None, "the metric's answer token, for rows (or a text) that name none")
     wrong: str | None = opt(None, "the metric's wrong token, likewise")
 
@@ -96,7 +111,7 @@ class CorpusSettings(Settings):
     """A corpus read: per-document statistics merged into means with 95 % intervals, and per-document
     ablation of the candidate heads (read/corpus/read.py)."""
 
-    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     corpus: str = opt("", "a .txt, .jsonl, .parquet, a folder of .txt files or a saved Hugging Face dataset")
     field: str = opt("text", "the .jsonl field / dataset column holding the text")
     per_line: bool = opt(False, "a .txt corpus holds one document per line")
@@ -129,9 +144,11 @@ class ReportSettings(Settings):
     """The routing report: one text read (the "report" preset of HeadsSettings), every layer's
     weights, optionally a continuation (``generate``) and a corpus read."""
 
-    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     text: str | None = opt(None, "the text to read (unset: the built-in paragraph)")
-    max_tokens: int | None = opt(None, "cut the text to this many tokens (unset: 256 or the model's positions)")
+    max_tokens: int | None = opt(
+        None, f"cut the text to this many tokens (unset: {PAGE_TOKENS}, or the model's positions if fewer)"
+    )
     ablation: bool = opt(True, "measure every head's effect (zero ablation on repeated tokens)")
     verify: bool = opt(True, "compare the routed model with its own eager attention before reading")
     generate: int = opt(0, f"greedy tokens (≤ {MAX_GENERATE}) decoded with the KV cache, their routes recorded")
@@ -160,6 +177,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_SEEDS",
     "MAX_GENERATE",
+    "PAGE_TOKENS",
     "MODEL_DOC",
     "SETTLE_FIRST",
     "SETTLE_STEP",

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from .base import Settings, integer, number, one_of, opt
+from .base import ModelArg, Settings, integer, number, one_of, opt
 from .read import DEFAULT_MODEL, MODEL_DOC
 
 CONVENTIONS = ("sdpa", "mha", "additive", "hf", "causal")
 MASK_FAMILIES = ("any", "causal", "bidirectional")
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
 INF = float("inf")
+SERVE_TOKENS = 1024  # the explorer's longest text when max_tokens is unset (or the model's positions)
 
 
 @dataclass(frozen=True)
@@ -100,10 +101,12 @@ class SimulateSettings(Settings):
 class ServeSettings(Settings):
     """The live explorer: one model per process, requests serialized through one bounded queue."""
 
-    model: object = opt(DEFAULT_MODEL, MODEL_DOC)
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     host: str = opt("127.0.0.1", "the address to listen on (anything but loopback is said loudly)")
     port: int = opt(0, "the port; 0: a free one chosen by the OS")
-    max_tokens: int | None = opt(None, "the longest text a request may send (unset: 1024, or the model's positions)")
+    max_tokens: int | None = opt(
+        None, f"the longest text a request may send (unset: {SERVE_TOKENS}, or the model's positions if fewer)"
+    )
     time_limit: float = opt(120.0, "seconds a request may run; past it: stopped, 504")
     queue: int = opt(8, "requests that may wait beyond the running one; past it: 503 with Retry-After")
     cache_mb: int = opt(256, "memory for cached results, in MiB (an LRU bounded in bytes)")
@@ -122,6 +125,7 @@ __all__ = [
     "CONVENTIONS",
     "KV_DTYPES",
     "MASK_FAMILIES",
+    "SERVE_TOKENS",
     "CheckSettings",
     "KVSettings",
     "ServeSettings",

@@ -15,8 +15,6 @@ from pathlib import Path
 from ..engine.jsonable import strict
 from ..errors import InputError
 
-STDOUT = "-"
-
 
 def json_text(data, indent: int | None = 2) -> str:
     return json.dumps(strict(data), indent=indent, allow_nan=False)
@@ -61,4 +59,4 @@ def read_json(path, field: str, written_by: str) -> dict:
     return data
 
 
-__all__ = ["STDOUT", "json_text", "read_json", "write_bytes", "write_json", "write_text"]
+__all__ = ["json_text", "read_json", "write_bytes", "write_json", "write_text"]
