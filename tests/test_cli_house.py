@@ -20,6 +20,7 @@ LIGHT = {
     "progress",
     "cli",
     "promptset",
+    "bundled",
 }  # what cli/ may import at module level (no torch below them)
 
 

@@ -14,7 +14,7 @@ SRC = Path(attnroute.__file__).parent
 
 # floor -> the floors its modules may import. The ground floor (errors, settings, progress, promptset)
 # imports nothing of attnroute and no torch; models loads what read, check and cost use. No sideways arrows.
-GROUND = {"errors", "settings", "progress", "promptset"}
+GROUND = {"errors", "settings", "progress", "promptset", "bundled", "files"}
 ALLOWED = {
     **{g: GROUND for g in GROUND},
     "engine": GROUND | {"engine"},

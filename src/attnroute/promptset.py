@@ -70,16 +70,6 @@ class PromptPair:
     row: int = 1  # the line of the file (1-based), or 1 for a pair given directly
 
 
-BUNDLED = {"ioi": "ioi.jsonl"}  # prompt sets shipped with attnroute (src/attnroute/data/)
-
-
-def bundled_prompts(name):
-    """The path of a bundled prompt set for its name ('ioi'), anything else as given."""
-    if isinstance(name, str) and name in BUNDLED:
-        return str(Path(__file__).parent / "data" / BUNDLED[name])
-    return name
-
-
 def metric_name(name) -> str:
     if name not in METRIC_FIELDS:
         raise InputError(f"metric {name!r} is not one of {', '.join(METRIC_FIELDS)}", field="metric")
@@ -205,14 +195,12 @@ def finite(x: float) -> float | None:
 
 
 __all__ = [
-    "BUNDLED",
     "FLAT_AT_CLEAN",
     "METRICS",
     "Metric",
     "MetricArg",
     "MetricSpec",
     "FIELDS",
-    "bundled_prompts",
     "LOGIT_METRICS",
     "METRIC_FIELDS",
     "PromptPair",

@@ -162,6 +162,9 @@ def model_class(cfg):
 def build(arch: str, directory: Path, folder: str | None = None, **overrides) -> Path:
     """Save a tiny random model of ``arch`` (and the MiniLM tokenizer) under ``directory`` / ``folder``
     (default: the architecture); ``overrides`` change its config (e.g. n_positions=64). Returns the path."""
+    from attnroute.models import quiet_transformers
+
+    quiet_transformers()  # transformers' warnings about a random config are not what a test reads
     cfg = config(arch)
     for k, v in overrides.items():
         setattr(cfg, k, v)

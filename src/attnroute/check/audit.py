@@ -27,10 +27,12 @@ class CheckRun(Result):
     def to_dict(self) -> dict:
         if len(self.reports) == 1:
             return self.reports[0].to_dict()
+        causes = [{"target": r.target, **rc} for r in self.reports if (rc := r.root_cause()) is not None]
         return {
             "target": self.target,
             "passed": self.passed,
             "strict": self.strict,
+            "root_cause": causes[0] if causes else None,
             "targets": [r.to_dict() for r in self.reports],
             "checks": [c for r in self.reports for c in r.to_dict()["checks"]],
         }
@@ -41,13 +43,32 @@ class CheckRun(Result):
 
 @verb(CheckSettings)
 def audit(settings: CheckSettings | None = None, **fields) -> CheckRun:
-    """Run the battery on ``settings.target`` (module:function, file.py:function, torch.sdpa, hf:NAME, …)."""
+    """`attnroute check`: the battery on ``settings.target`` (module:function, file.py:function, torch.sdpa,
+    hf:NAME, …), run in a check process that can be stopped (isolate.py): a target that hangs, holds the
+    interpreter, prints, forks or exits is reported, never followed."""
+    from .isolate import run_isolated
+
     s = CheckSettings.of(settings, None, fields)
+    if not s.target:
+        raise InputError("target is empty: give module:function, torch.sdpa or hf:NAME", field="target")
+    return CheckRun(s.target, s.strict, run_isolated(s, s.timeout))
+
+
+def run_checks(settings: CheckSettings, on_plan=None, on_check=None) -> CheckRun:
+    """The battery on ``settings.target`` in this process (what the check process runs): the targets
+    resolved, their plan said to ``on_plan``, each result to ``on_check(report index, result)``."""
+    s = settings
     if not s.target:
         raise InputError("target is empty: give module:function, torch.sdpa or hf:NAME", field="target")
     targets = resolve(s.target, s.convention)
     select(s.only, s.skip, {n for t in targets for n in t.extras})
-    reports = [check(t, settings=s) for t in targets]
+    plan = [{"name": t.name, "checks": select(s.only, None, t.extras)} for t in targets]
+    if on_plan:
+        on_plan(plan)
+    reports = [
+        check(t, settings=s, on_check=(lambda r, i=i: on_check(i, r)) if on_check else None)
+        for i, t in enumerate(targets)
+    ]
     if not any(r.called_at_all for r in reports):
         first = next((c.detail for r in reports for c in r.checks), "no checks ran")
         hint = (
@@ -60,4 +81,4 @@ def audit(settings: CheckSettings | None = None, **fields) -> CheckRun:
     return CheckRun(s.target, s.strict, reports)
 
 
-__all__ = ["CheckRun", "audit"]
+__all__ = ["CheckRun", "audit", "run_checks"]

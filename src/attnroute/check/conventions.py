@@ -31,6 +31,9 @@ from ..settings import CONVENTIONS
 from .outcome import Unsupported
 
 DEFAULT_TIMEOUT = 10.0  # seconds per call; the battery's tensors are tiny, so this is generous
+# called with "start" and "end" around every call of a target: the check process's heartbeat, by which
+# its parent tells a target that holds the interpreter (no thread can time it out) from a slow one
+heartbeat = None
 
 
 class TargetFailed(Exception):
@@ -121,12 +124,16 @@ class Caller:
                 result["error"] = e
 
         worker = threading.Thread(target=work, daemon=True)  # a hung target cannot hold the process
+        if heartbeat is not None:
+            heartbeat("start")
         worker.start()
         worker.join(self.timeout)
+        if heartbeat is not None:
+            heartbeat("end")
         if worker.is_alive():
             self.reached += 1
             self.hung = f"no answer within {self.timeout:g} s"
-            raise TargetFailed(f"the target did not return within {self.timeout:g} s")
+            raise TargetFailed(f"did not return within {self.timeout:g} s")
         if "error" in result:
             if isinstance(result["error"], Unsupported):
                 raise result["error"]
@@ -144,6 +151,8 @@ def _output(out, q, v) -> torch.Tensor:
     want = (*q.shape[:3], v.shape[-1])
     if not isinstance(out, torch.Tensor):
         raise TargetFailed(f"returned {type(out).__name__}, expected a tensor [B, H, Tq, Dv] = {list(want)}")
+    if not out.is_floating_point():
+        raise TargetFailed(f"returned a tensor of {str(out.dtype).removeprefix('torch.')}, expected floating point")
     if tuple(out.shape) != want:
         raise TargetFailed(f"returned shape {list(out.shape)}, expected [B, H, Tq, Dv] = {list(want)}")
     return out

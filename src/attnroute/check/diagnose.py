@@ -156,6 +156,24 @@ ALTERNATIVES = (  # in order of preference: an earlier one wins a tie
 )
 
 
+# the mechanisms a check names beside ALTERNATIVES, with what each says (the report's root cause reads them)
+OTHER_CAUSES = {
+    "zero_heads": "whole (example, head) blocks come back zero: a loop over batch × heads in chunks skips the last "
+    "partial chunk",
+    "heads_tiled": "query heads are grouped by tiling (repeat), not repeat_interleave",
+    "window_convention": "the sliding window counts one key more or fewer than W",
+    "window_not_applied": "the window is not applied while decoding with a cache",
+    "softmax_axis": "the softmax runs over the queries, not the keys: every weight is wrong",
+    "not_a_softmax": "the weights are not a softmax over keys (rows do not sum to 1): every weight is wrong",
+}
+EVERY_WEIGHT = ("softmax_axis", "not_a_softmax")  # causes that break every check, whatever it asks
+
+
+def cause_said(name: str) -> str:
+    """What a named mechanism says, in a sentence."""
+    return next((a.says for a in ALTERNATIVES if a.name == name), OTHER_CAUSES.get(name, name))
+
+
 @dataclass(frozen=True)
 class Explanation:
     name: str  # the mechanism (ALTERNATIVES' names, "zero_heads", a check's own)
@@ -241,25 +259,31 @@ def explain(
     return None
 
 
-def tiled_heads(obs, q, k, keep, scale: float, tol: float, softcap: float | None = None) -> str:
+def tiled_heads(obs, q, k, keep, scale: float, tol: float, softcap: float | None = None) -> Explanation | None:
     """Query heads grouped by tiling (repeat) instead of repeat_interleave."""
     alt = masked_softmax(scores64(q, k, scale, softcap, tiled=True), keep)
     if float((obs - alt).abs().max()) <= tol:
-        return "query heads are grouped by tiling (repeat), not repeat_interleave"
-    return ""
+        return Explanation("heads_tiled", "query heads are grouped by tiling (repeat), not repeat_interleave")
+    return None
 
 
-def window_hint(obs, W: int, start: int, tol: float) -> str:
+def window_hint(obs, W: int, start: int, tol: float) -> Explanation | None:
     """Only when rows far from the start see W + 1 or W − 1 keys: a window convention mix-up."""
     seen = (obs > tol).sum(-1)[..., start:]
     n = int(seen.float().median())
     if n in (W - 1, W + 1):
-        return f"rows far from the start see {n} keys, expected W = {W}: a W{'+' if n > W else '−'}1 window convention"
-    return ""
+        return Explanation(
+            "window_convention",
+            f"rows far from the start see {n} keys, expected W = {W}: a W{'+' if n > W else '−'}1 window convention",
+        )
+    return None
 
 
 __all__ = [
     "ALTERNATIVES",
+    "EVERY_WEIGHT",
+    "OTHER_CAUSES",
+    "cause_said",
     "TILED",
     "Alternative",
     "Case",

@@ -16,7 +16,7 @@ import torch
 
 from ..engine import attend, causal
 from .conventions import Caller, TargetFailed
-from .diagnose import explain
+from .diagnose import Explanation, explain
 from .outcome import CheckResult, Outcome
 
 RAISED = "the target raised "  # how a case the target raised on begins (report.unaccepted reads it)
@@ -147,8 +147,10 @@ def judge(name, obs, exp, keep, tol, why_masked, explain_cause=None, rows=None) 
     has_key = judged if keep is None else judged & keep.expand_as(obs).any(-1, keepdim=True)
     msg = first_difference(torch.where(has_key, obs, exp), exp, keep, tol, why_masked)
     if msg is not None:
-        cause = explain_cause(has_key) if explain_cause else ""
-        return CheckResult.fail(name, f"{msg}; {cause}" if cause else msg)
+        cause = explain_cause(has_key) if explain_cause else None
+        result = CheckResult.fail(name, f"{msg}; {cause.says}" if cause else msg)
+        result.cause = cause.name if cause else None
+        return result
     empty = (judged & ~has_key).expand_as(obs)
     if not bool(empty.any()):
         return CheckResult.ok(name, "every row matches the reference")
@@ -182,11 +184,11 @@ def compare(
     tol = TOL[q.dtype]
     scale = ctx.scale_for(q.shape[-1], v.shape[-1])
 
-    def cause(judged):
+    def cause(judged) -> Explanation | None:
         why = explain(
             obs, q, k, keep, scale, tol, causal_case=causal_case, rows=judged, exp=exp, first=first, softcap=ctx.softcap
         )
-        return why.says if why else (extra(obs) if extra else "")
+        return why or (extra(obs) if extra else None)
 
     return judge(name, obs, exp, keep, tol, why_masked, cause, rows)
 
@@ -217,7 +219,9 @@ def over_shapes(name: str, cases) -> CheckResult:
             r.detail = f"{label}: {r.detail}"
         passed.append(label)
     if fails:
-        return _first_failure(name, fails, passed)
+        r = _first_failure(name, fails, passed)
+        r.shapes = {"failed": _sizes(lb for lb, _ in fails), "passed": _sizes(passed)}
+        return r
     shapes = "; judged on B×H×Tq×Tk = " + ", ".join(passed)
     if worst is not None:
         worst.name, worst.detail = name, worst.detail + shapes
@@ -248,14 +252,30 @@ def _first_failure(name: str, fails, passed) -> CheckResult:
     return r
 
 
-def shape_label(B, H, Tq, Tk, Hkv=None) -> str:
-    return f"{B}×{H}×{Tq}×{Tk}" + (f" (Hkv={Hkv})" if Hkv and Hkv != H else "")
+class Shape(str):
+    """A case's shape as the verdicts say it ("2×3×8×8 (Hkv=1)"), its sizes kept for the root cause (which
+    shapes a mechanism shows at: "only at batch > 1")."""
+
+    def __new__(cls, B: int, H: int, Tq: int, Tk: int, Hkv: int | None = None, extra: str = "", text: str = ""):
+        text = text or f"{B}×{H}×{Tq}×{Tk}" + (f" (Hkv={Hkv})" if Hkv and Hkv != H else "") + extra
+        shape = super().__new__(cls, text)
+        shape.sizes = {"B": B, "H": H, "Tq": Tq, "Tk": Tk, "Hkv": Hkv or H}
+        return shape
+
+
+def shape_label(B, H, Tq, Tk, Hkv=None, extra: str = "", text: str = "") -> Shape:
+    return Shape(B, H, Tq, Tk, Hkv, extra, text)
+
+
+def _sizes(labels) -> list[dict]:
+    return [getattr(x, "sizes", {"label": str(x)}) for x in labels]
 
 
 __all__ = [
     "BIG_FINITE",
     "RAISED",
     "SCALE_TOL",
+    "Shape",
     "TOL",
     "Ctx",
     "case_inputs",

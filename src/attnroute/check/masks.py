@@ -11,7 +11,7 @@ import torch
 from ..engine import causal, document, padding, sliding_window
 from .diagnose import tiled_heads, window_hint
 from .harness import BIG_FINITE, TOL, case_inputs, compare, future, over_shapes, shape_label
-from .outcome import CheckResult
+from .outcome import CheckResult, Outcome
 
 CAUSAL_SHAPES = ((2, 2, 8), (1, 3, 7), (3, 3, 8))  # (B, H, T): batch 1, odd heads, an odd B × H (9)
 
@@ -93,7 +93,10 @@ def check_decode_alignment(ctx, dtype):
     cases = [(2, 2, 1), (2, 2, 3), (1, 3, 1), (1, 3, 3)]
     r = over_shapes(
         "decode_alignment",
-        [(f"Tq={Tq}, Tk=8, B={B}, H={H}", case(B, H, Tq, 4 + n)) for n, (B, H, Tq) in enumerate(cases)],
+        [
+            (shape_label(B, H, Tq, 8, text=f"Tq={Tq}, Tk=8, B={B}, H={H}"), case(B, H, Tq, 4 + n))
+            for n, (B, H, Tq) in enumerate(cases)
+        ],
     )
     if r.passed:
         r.detail = "Tq < Tk is aligned bottom-right" + r.detail.removeprefix("every row matches the reference")
@@ -132,7 +135,10 @@ def check_sliding_window(ctx, dtype, W=3):
     cases = [(1, 2, 10, 10), (2, 3, 10, 10), (1, 2, 1, 9), (2, 3, 3, 9)]
     return over_shapes(
         "sliding_window",
-        [(shape_label(B, H, Tq, Tk) + f", W={W}", case(B, H, Tq, Tk, 6 + n)) for n, (B, H, Tq, Tk) in enumerate(cases)],
+        [
+            (shape_label(B, H, Tq, Tk, extra=f", W={W}"), case(B, H, Tq, Tk, 6 + n))
+            for n, (B, H, Tq, Tk) in enumerate(cases)
+        ],
     )
 
 
@@ -180,19 +186,41 @@ def check_empty_rows(ctx, dtype):
     return compare(ctx, "empty_rows", q, k, v, keep, _padding_reason([8, 0], "left", 8))
 
 
-def _garbage_case(ctx, dtype, where: str):
-    """Garbage in example 1's padded keys or values; the real rows must not change. A causal target
-    gets *left* padding (batched decoding), where the padded keys lie in the past of the real rows —
-    with right padding they would sit in the future, hidden by the causal mask alone. Returns the
-    garbage values that leaked, and ``leaks(value)`` to probe others (the magnitude a finite mask holds to)."""
-    lengths, left = [8, 5], ctx.causal_only
+GARBAGE_LENGTHS = [8, 5]
+
+
+def _garbage_inputs(ctx, dtype):
+    """(q, k, v, keep, padded keys, real rows) of example 1, three positions padded. A causal target gets
+    *left* padding (batched decoding), where the padded keys lie in the past of the real rows — with
+    right padding they would sit in the future, hidden by the causal mask alone."""
+    left = ctx.causal_only
     q, k, v = case_inputs(ctx, B=2, seed=12, dtype=dtype)
-    keep = padding(lengths, Tk=8, side="left" if left else "right")
+    keep = padding(GARBAGE_LENGTHS, Tk=8, side="left" if left else "right")
     if ctx.causal_only:
         keep = keep & causal()
     keep = keep.materialize(2, 1, 8, 8)
-    pad = slice(0, 3) if left else slice(5, 8)
-    real = slice(3, 8) if left else slice(0, 5)
+    return q, k, v, keep, (slice(0, 3) if left else slice(5, 8)), (slice(3, 8) if left else slice(0, 5))
+
+
+def _garbage_control(ctx, dtype, name: str) -> CheckResult | None:
+    """With nothing behind the mask, the case itself must be right: when it is not, garbage leaking is the
+    mask's own failure (its cause named), not the q·k matmul's or 0·NaN's."""
+    q, k, v, keep, _, real = _garbage_inputs(ctx, dtype)
+    rows = torch.zeros(2, 1, 8, 1, dtype=torch.bool)
+    rows[1, :, real] = True
+    r = compare(
+        ctx, name, q, k, v, keep, _padding_reason(GARBAGE_LENGTHS, "left" if ctx.causal_only else "right", 8), rows=rows
+    )
+    if r.outcome is not Outcome.FAIL:
+        return None
+    r.detail = f"the mask does not hold even with nothing behind it: {r.detail}"
+    return r
+
+
+def _garbage_case(ctx, dtype, where: str):
+    """Garbage in example 1's padded keys or values; the real rows must not change. Returns the garbage
+    values that leaked, and ``leaks(value)`` to probe others (the magnitude a finite mask holds to)."""
+    q, k, v, keep, pad, real = _garbage_inputs(ctx, dtype)
     clean = ctx.weights(q, k, v, keep)[1, :, real, real]
 
     def leaks(garbage: float) -> bool:
@@ -235,6 +263,8 @@ def _garbage_verdict(ctx, dtype, where: str) -> CheckResult:
     input), with the magnitude it gives way at; NaN/inf that enters a matmul before the mask is IEEE
     propagation: a hazard."""
     name = f"masked_{where}"
+    if (control := _garbage_control(ctx, dtype, name)) is not None:
+        return control
     leaks, probe, logit = _garbage_case(ctx, dtype, where)
     route, finite_means = GARBAGE_ROUTE[where]
     finite = [g for g in leaks if math.isfinite(g)]

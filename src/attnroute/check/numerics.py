@@ -27,8 +27,14 @@ def check_normalization_axis(ctx, dtype):
                 )
         return CheckResult.ok("normalization_axis", "weights sum to 1 over keys")
     if float((cols - 1).abs().max()) < tol:
-        return CheckResult.fail("normalization_axis", "weights sum to 1 over queries: softmax on the wrong axis")
-    return CheckResult.fail("normalization_axis", f"row sums range {float(rows.min()):.3f}…{float(rows.max()):.3f}")
+        r = CheckResult.fail("normalization_axis", "weights sum to 1 over queries: softmax on the wrong axis")
+        r.cause = "softmax_axis"
+        return r
+    r = CheckResult.fail(
+        "normalization_axis", f"row sums range {float(rows.min()):.3f}…{float(rows.max()):.3f}: not a softmax over keys"
+    )
+    r.cause = "not_a_softmax"
+    return r
 
 
 def check_sentinel_overrun(ctx, dtype):

@@ -37,6 +37,8 @@ class CheckResult:
     outcome: Outcome
     detail: str = ""
     notes: list[str] = field(default_factory=list)  # e.g. the mask shapes the target accepted
+    cause: str | None = None  # the mechanism that explains a failure (diagnose.ALTERNATIVES' names, …)
+    shapes: dict | None = None  # {"failed": [{B, H, Tq, Tk, Hkv}], "passed": […]}: where it shows
 
     @property
     def passed(self) -> bool:
@@ -65,7 +67,20 @@ class CheckResult:
             "passed": self.passed,
             "detail": self.detail,
             "notes": self.notes,
+            "cause": self.cause,
+            "shapes": self.shapes,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CheckResult:
+        return cls(
+            d["name"],
+            outcome=Outcome(d["outcome"]),
+            detail=d.get("detail", ""),
+            notes=list(d.get("notes", [])),
+            cause=d.get("cause"),
+            shapes=d.get("shapes"),
+        )
 
 
 __all__ = ["CheckResult", "Outcome", "Unsupported"]

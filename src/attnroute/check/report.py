@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from ..engine import InputError
 from ..settings import CheckSettings, verb
 from .battery import CHECKS, RAISED, Ctx, run_check
-from .outcome import CheckResult, Outcome
+from .diagnose import EVERY_WEIGHT, cause_said
+from .outcome import CheckResult, Outcome, Unsupported
 from .targets import Target
 
 NOT_ABOUT_MASKS = ("scale", "normalization_axis", "cached_decode")
@@ -61,13 +62,21 @@ class CheckReport:
         return self.calls_reached > 0 or any(c.outcome in (Outcome.PASS, Outcome.HAZARD) for c in self.checks)
 
     def headline(self) -> str:
+        """The first line: the verdict, the counts — and the root cause when one mechanism explains the failures."""
         n = len(self.checks)
         counts = ", ".join(f"{self.count(o)} {o.value}" for o in Outcome)
         verdict = "PASS" if self.passed else "FAIL"
         line = f"{self.target}: {verdict} ({counts}; {self.seconds:.2f} s)"
-        if n and self.count(Outcome.NA) * 2 > n:
+        if (rc := self.root_cause()) is not None:
+            line += f" — root cause: {rc['says']} ({rc['explains']}{'; ' + rc['only'] if rc['only'] else ''})"
+        elif n and self.count(Outcome.NA) * 2 > n:
             line += f" — most checks ({self.count(Outcome.NA)} of {n}) are not applicable to this target"
         return line
+
+    def root_cause(self) -> dict | None:
+        """The one mechanism that explains the most failing checks (all of them when it breaks every weight),
+        the checks it explains and the shapes where it shows; None without a named failure."""
+        return root_cause([c for c in self.checks if c.outcome is Outcome.FAIL])
 
     def summary(self) -> str:
         marks = {Outcome.PASS: "ok    ", Outcome.FAIL: "FAIL  ", Outcome.HAZARD: "hazard", Outcome.NA: "n/a   "}
@@ -79,17 +88,73 @@ class CheckReport:
         lines += [f"  {marks[c.outcome]} {c.name}: {c.detail}" for c in self.checks]
         return "\n".join(lines)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> CheckReport:
+        """The report back from its JSON (what the check process sends its parent)."""
+        return cls(
+            d["target"],
+            [CheckResult.from_dict(c) for c in d["checks"]],
+            d.get("seconds", 0.0),
+            d.get("strict", False),
+            list(d.get("mask_shapes", [])),
+            softcap=d.get("softcap"),
+        )
+
     def to_dict(self) -> dict:
         return {
             "target": self.target,
             "passed": self.passed,
             "strict": self.strict,
             "counts": {o.value: self.count(o) for o in Outcome},
+            "root_cause": self.root_cause(),
             "mask_shapes": self.mask_shapes,
             "softcap": self.softcap,
             "seconds": round(self.seconds, 3),
             "checks": [c.to_dict() for c in self.checks],
         }
+
+
+# where a mechanism shows, when its failing shapes and the shapes it passes at part on one size
+SHAPE_SPLITS = (
+    ("only at batch > 1 (batch 1 is right)", lambda z: z["B"] > 1),
+    ("only at batch 1 (batch > 1 is right)", lambda z: z["B"] == 1),
+    ("only with grouped heads (H > Hkv)", lambda z: z["Hkv"] < z["H"]),
+    ("only while decoding (Tq < Tk)", lambda z: z["Tq"] < z["Tk"]),
+    ("only at an odd B × H", lambda z: (z["B"] * z["H"]) % 2 == 1),
+    ("only at odd head counts", lambda z: z["H"] % 2 == 1),
+)
+
+
+def root_cause(failing: list[CheckResult]) -> dict | None:
+    """The mechanism named by most failing checks (a cause that breaks every weight explains them all)."""
+    named = [c for c in failing if c.cause]
+    if not named:
+        return None
+    every = next((c for c in named if c.cause in EVERY_WEIGHT), None)
+    if every is not None:
+        cause, group = every.cause, failing
+    else:
+        counts: dict[str, list[CheckResult]] = {}
+        for c in named:
+            counts.setdefault(c.cause, []).append(c)
+        cause, group = max(counts.items(), key=lambda kv: len(kv[1]))  # ties: the first named, in check order
+    failed = [z for c in group for z in (c.shapes or {}).get("failed", []) if "B" in z]
+    passed = [z for c in group for z in (c.shapes or {}).get("passed", []) if "B" in z]
+    only = next(
+        (
+            said
+            for said, split in SHAPE_SPLITS
+            if failed and passed and all(split(z) for z in failed) and not any(split(z) for z in passed)
+        ),
+        None,
+    )
+    return {
+        "mechanism": cause,
+        "says": cause_said(cause),
+        "checks": [c.name for c in group],
+        "explains": f"explains {len(group)} of {len(failing)} failing checks",
+        "only": only,
+    }
 
 
 def select(only=None, skip=None, extra=()) -> list[str]:
@@ -103,7 +168,9 @@ def select(only=None, skip=None, extra=()) -> list[str]:
 
 
 @verb(CheckSettings)
-def check(target, convention: str | None = None, *, settings: CheckSettings | None = None, **fields) -> CheckReport:
+def check(
+    target, convention: str | None = None, *, settings: CheckSettings | None = None, on_check=None, **fields
+) -> CheckReport:
     """Run the battery on ``target``: a function ``fn(q, k, v, attn_mask=mask)``, or a check.targets.Target
     (what an `hf:` model or a built-in name resolves to: its head dim, mask family, scale and extra checks).
     ``assert report.passed, report.summary()``. The settings override what the target says of itself."""
@@ -128,7 +195,10 @@ def check(target, convention: str | None = None, *, settings: CheckSettings | No
     )
     report = CheckReport(t.name, strict=s.strict, softcap=ctx.declared_softcap)
     t0 = time.perf_counter()
-    report.checks = [_one(ctx, name, s, t) for name in select(s.only, None, t.extras)]
+    for name in select(s.only, None, t.extras):
+        report.checks.append(_one(ctx, name, s, t))
+        if on_check is not None:  # the check process says each result as it ends
+            on_check(report.checks[-1])
     if ctx.call.mutated:
         report.checks.append(
             CheckResult.fail(
@@ -142,6 +212,9 @@ def check(target, convention: str | None = None, *, settings: CheckSettings | No
     unaccepted(report.checks, s.strict)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+check.Unsupported = Unsupported  # `attnroute.check` is this function: attnroute.check.Unsupported still resolves
 
 
 def _one(ctx: Ctx, name: str, s: CheckSettings, t: Target) -> CheckResult:

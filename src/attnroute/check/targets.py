@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -49,17 +50,35 @@ def resolve(spec: str, convention: str = "sdpa") -> list[Target]:
 
 
 def _import_function(spec: str):
-    module_name, _, attr = spec.partition(":")
+    """``module:function`` (importable from the working directory), or ``path/to/file.py:function``."""
+    module_name, _, attr = spec.rpartition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        module = _module_from_file(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
+    except TargetError:
+        raise
     except Exception as e:  # the user's module may fail in any way while importing
         raise TargetError(f"cannot import {module_name!r}: {type(e).__name__}: {e}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise TargetError(f"{module_name!r} has no callable {attr!r}")
     return fn
+
+
+def _module_from_file(path: str):
+    """A module loaded from a .py file the user named (its folder on sys.path, for its own imports)."""
+    import importlib.util
+
+    p = Path(path)
+    if not p.is_file():
+        raise TargetError(f"no such file {path!r}: give path/to/file.py:function or module:function")
+    sys.path.insert(0, str(p.resolve().parent))
+    spec = importlib.util.spec_from_file_location(p.stem, p)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[p.stem] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 # ------------------------------------------------------------------------------------ built-ins

@@ -40,11 +40,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    if argv is None:  # the program: a Ctrl-C is remembered, so that what it breaks is said as the interrupt
+        _watch_interrupts()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
     except KeyboardInterrupt:  # Ctrl-C before a command starts: the same one line
         return _interrupted("interrupted", argv is None)
+    try:
+        return _run(args, parser, argv)
+    except Exception:
+        if _INTERRUPTED:  # a Ctrl-C that landed mid-import breaks it in odd ways (a RecursionError): still 130
+            return _interrupted("interrupted", argv is None)
+        raise
+
+
+_INTERRUPTED: list[int] = []
+
+
+def _watch_interrupts() -> None:
+    """SIGINT still raises KeyboardInterrupt, and is remembered first (main() tells its aftermath from a bug)."""
+    import signal
+
+    def handler(sig, frame):
+        _INTERRUPTED.append(sig)
+        raise KeyboardInterrupt
+
+    with contextlib.suppress(ValueError):  # not the main thread
+        signal.signal(signal.SIGINT, handler)
+
+
+def _run(args, parser, argv) -> int:
     try:
         return args.fn(args)
     except InputError as e:  # one line, never a traceback; under torchrun said once, by rank 0

@@ -54,7 +54,9 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    outputs({"target": args.target[3:] if args.target.startswith("hf:") else None}, {"json": args.json})
+    spec = args.target
+    source = [("model", spec[3:])] if spec.startswith("hf:") else [("target", spec.rsplit(":", 1)[0])]
+    outputs(source, {"json": args.json})
     lists = {"only": ("only", check_names), "skip": ("skip", check_names)}
     settings = settings_from(C, args, convert=lists)
     from ..check.audit import audit

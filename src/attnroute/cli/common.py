@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import InputError
+from ..settings import DEFAULT_MODEL
 
 STDOUT = "-"
 MODEL_HELP = "smollm2 (default), minilm, a model directory, a .gguf file or a hub id org/name"
@@ -195,33 +196,35 @@ def output_dir(path: str | None, field: str) -> Path | None:
     return p
 
 
-def outputs(
-    inputs: dict[str, str | None], files: dict[str, str | None], suffixes: dict | None = None, dirs: dict | None = None
-) -> None:
+def outputs(inputs, files: dict[str, str | None], suffixes: dict | None = None, dirs: dict | None = None) -> None:
     """Every output checked before any work, and none of them an input, inside an input folder (a model
     or corpus directory), a hard link to an input, or another output: nothing the user gave is
-    overwritten. ``inputs`` may name files and folders (paths that do not exist are not inputs:
-    bundled names and hub ids)."""
+    overwritten. ``inputs``: {field: value} or [(field, value)] — paths, and the names that resolve to
+    files too (a bundled model's package and attnroute's model cache, a bundled prompt set)."""
+    from ..bundled import resolved_inputs
+
     for field, path in files.items():
         output_path(path, field, suffixes=(suffixes or {}).get(field, ()))
     for field, path in (dirs or {}).items():
         output_dir(path, field)
-    given = {field: Path(path) for field, path in inputs.items() if path and Path(path).exists()}
+    pairs = inputs.items() if isinstance(inputs, dict) else inputs
+    pairs = [(f, DEFAULT_MODEL if f == "model" and v is None else v) for f, v in pairs]  # left out: the default
+    given = [(field, src) for field, value in pairs for src in resolved_inputs(field, value)]
     seen: dict[Path, str] = {}
     for field, path in {**files, **(dirs or {})}.items():
         if not path or path == STDOUT:
             continue
         target = Path(path).resolve()
-        for in_field, src in given.items():
+        for in_field, src in given:
             if _lands_in(target, src):
                 raise InputError(
-                    f"{field} {path} would write into `{in_field}` {src}; give a path outside it so that nothing "
+                    f"`{field}` {path} would write into `{in_field}` {src}; give a path outside it so that nothing "
                     "you gave is overwritten",
                     field=field,
                 )
         if target in seen:
             raise InputError(
-                f"{field} {path} is also the output of `{seen[target]}`; give a different file so that nothing you "
+                f"`{field}` {path} is also the output of `{seen[target]}`; give a different file so that nothing you "
                 "gave is overwritten",
                 field=field,
             )
@@ -231,6 +234,8 @@ def outputs(
 def _lands_in(target: Path, src: Path) -> bool:
     """Would writing ``target`` touch the input ``src``: the same file (by path or by inode: a hard link or
     a symlink), or anything inside the input folder."""
+    if not src.exists():
+        return target == src.resolve()
     if src.is_dir():
         return target == src.resolve() or src.resolve() in target.parents
     if target == src.resolve():

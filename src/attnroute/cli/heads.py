@@ -3,8 +3,8 @@ a corpus (streamed; under torchrun one shard per rank, rank 0 writes)."""
 
 from __future__ import annotations
 
+from ..bundled import prompts_path
 from ..errors import InputError
-from ..promptset import bundled_prompts
 from ..settings import CorpusSettings, HeadsSettings, probe_seeds
 from .common import (
     deliver,
@@ -28,7 +28,7 @@ TEXT_FLAGS = {  # flags of a text read that are not a field as typed
     "no_ablation": ("ablation", lambda v: False),
     "no_verify": ("verify", lambda v: False),
     "modes": ("modes", lambda v: names(v) or ()),
-    "prompts": ("prompts", bundled_prompts),
+    "prompts": ("prompts", prompts_path),
 }
 CORPUS_FLAGS = {**{k: TEXT_FLAGS[k] for k in ("seed", "no_verify")}, "no_ablation": ("exact", lambda v: 0)}
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..promptset import METRIC_FIELDS, bundled_prompts
+from ..bundled import prompts_path
+from ..promptset import METRIC_FIELDS
 from ..settings import PatchSettings, RoutesSettings
 from .common import (
     deliver,
@@ -25,7 +26,7 @@ METRICS_HELP = (
     f"the metric, one value per prompt: {', '.join(METRIC_FIELDS)} (logit-diff: logit(answer) − logit(wrong) at the "
     "last position; cosine is the encoders')"
 )
-PAIR_FLAGS = {"prompts": ("prompts", bundled_prompts)}
+PAIR_FLAGS = {"prompts": ("prompts", prompts_path)}
 
 
 def pair_flags(p, prompts_help: str) -> None:

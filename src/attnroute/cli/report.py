@@ -51,8 +51,8 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    inputs = {"file": args.file, "corpus": args.corpus, "model": args.model}
-    inputs |= {f"learn {p}": p for p in args.learn or []} | {f"add {p}": p for p in args.add or []}
+    inputs = [("file", args.file), ("corpus", args.corpus), ("model", args.model)]
+    inputs += [("learn", p) for p in args.learn or []] + [("add", p) for p in args.add or []]
     outputs(inputs, {"out": args.out, "json": args.json}, dirs={"png_dir": args.png_dir})
     settings = report_settings(args)
     from ..show import sections

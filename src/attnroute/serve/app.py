@@ -19,22 +19,26 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import sys
 import time
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..engine.jsonable import strict
+from ..errors import InputError
 from ..settings import ServeSettings
 from .cache import ResultCache
 from .errors import Cancelled, RequestError
 from .worker import Job, Worker
 
+GONE = 499  # nginx's "client closed request": no answer is sent, nobody reads it
 MAX_BODY = 256 * 1024  # bytes of a request body: a text of the token limit fits many times over
 CSP = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
@@ -59,14 +63,17 @@ async def body_of(request: Request) -> dict:
     if size is not None and size.isdigit() and int(size) > MAX_BODY:
         raise RequestError(413, f"the request body is {int(size):,} bytes; at most {MAX_BODY:,} are read")
     raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_BODY:
-            raise RequestError(413, f"the request body is over {MAX_BODY:,} bytes; at most {MAX_BODY:,} are read")
+    try:
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > MAX_BODY:
+                raise RequestError(413, f"the request body is over {MAX_BODY:,} bytes; at most {MAX_BODY:,} are read")
+    except ClientDisconnect:  # the client left mid-body: nobody reads an answer
+        raise RequestError(GONE, "the client went away") from None
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RequestError(400, f"the body is not JSON: {e}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise RequestError(400, f"the body is not JSON (or nested too deeply): {str(e)[:120]}") from None
     if not isinstance(data, dict):
         raise RequestError(400, f"expected a JSON object, got {type(data).__name__}")
     return data
@@ -99,12 +106,18 @@ class ExplorerApp:
 
     def guard(self, handler):
         async def wrapped(request: Request):
-            if not authorized(request, self.token):
-                return error(401, "missing or wrong token: open the URL `attnroute serve` printed")
+            if not authorized(request, self.token):  # and the connection closes: it cannot linger (guard.py)
+                return error(
+                    401, "missing or wrong token: open the URL `attnroute serve` printed", {"Connection": "close"}
+                )
             try:
                 return await handler(request)
             except RequestError as e:
-                return error(e.status, e.message, e.headers)
+                return Response(status_code=GONE) if e.status == GONE else error(e.status, e.message, e.headers)
+            except Exception as e:  # a defect, not the user's input: one line in the log and to the page
+                said = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                print(f"attnroute serve: internal error on {request.url.path}: {said}", file=sys.stderr, flush=True)
+                return error(500, f"internal error ({said})")
 
         return wrapped
 
@@ -137,11 +150,36 @@ class ExplorerApp:
             t0 = time.perf_counter()
             body = await _wait(request, future, job, self.settings.time_limit)
             if body is None:  # the client went away: its work was dropped, nobody reads an answer
-                return Response(status_code=499)
+                return Response(status_code=GONE)
             self.cache.put(key, body)
             return _respond(kind, body, cache="miss", seconds=time.perf_counter() - t0)
 
         return self.guard(handler)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    return error(exc.status_code, exc.detail or "refused")
+
+
+class HostCheck:
+    """The Host header must name this server (DNS rebinding): else 400 with a one-line JSON error (starlette's
+    TrustedHostMiddleware answers in plain text)."""
+
+    def __init__(self, app, allowed: list[str]):
+        self.app, self.allowed = app, allowed
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and "*" not in self.allowed:
+            host = _host(Headers(scope=scope).get("host", ""))
+            if host not in self.allowed:
+                response = error(400, f"the Host header {host!r} does not name this server")
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+def _host(raw: str) -> str:
+    """The Host header without its port: '127.0.0.1:8000' -> '127.0.0.1', '[::1]:8000' -> '[::1]'."""
+    return raw.split("]")[0] + "]" if raw.startswith("[") else raw.rsplit(":", 1)[0]
 
 
 def arguments(kind: str, data: dict) -> dict:
@@ -175,8 +213,9 @@ def build(explorer, settings: ServeSettings, token: str, page_html: str, hosts: 
         Route("/api/progress", app_.guard(app_.progress)),
         *[Route(f"/api/{k}", app_.api(k), methods=["POST"]) for k in CALLS],
     ]
-    trusted = Middleware(TrustedHostMiddleware, allowed_hosts=hosts or LOOPBACK_HOSTS)
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[trusted])
+    trusted = Middleware(HostCheck, allowed=hosts or LOOPBACK_HOSTS)
+    handlers = {HTTPException: _http_error}  # 404, 405: a one-line JSON error like every other refusal
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[trusted], exception_handlers=handlers)
     app.state.worker, app.state.cache = app_.worker, app_.cache
     return app
 
@@ -195,31 +234,42 @@ async def _wait(request: Request, future, job: Job, limit: float) -> bytes | Non
     """The job's response body; None when the client disconnected (the job is cancelled)."""
     wrapped = asyncio.wrap_future(future)
     deadline = time.monotonic() + limit
-    while True:
-        done, _ = await asyncio.wait({wrapped}, timeout=max(0.0, min(0.2, deadline - time.monotonic())))
-        if done:
-            break
-        if await request.is_disconnected():
-            job.cancelled.set()
-            future.cancel()
-            return None
-        if time.monotonic() > deadline:
-            job.cancelled.set()
-            future.cancel()
-            raise RequestError(504, f"the request ran past the time limit ({limit:g} s, --time-limit): it was stopped")
+    try:
+        while True:
+            done, _ = await asyncio.wait({wrapped}, timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+            if done:
+                break
+            if await request.is_disconnected():
+                _drop(job, future)
+                return None
+            if time.monotonic() > deadline:
+                _drop(job, future)
+                raise RequestError(
+                    504, f"the request ran past the time limit ({limit:g} s, --time-limit): it was stopped"
+                )
+    except asyncio.CancelledError:  # the server stops past its grace period: the job stops at its next check
+        _drop(job, future)
+        raise
     try:
         result = wrapped.result()
     except Cancelled:
         raise RequestError(503, "the request was cancelled (the server is stopping)") from None
     except RequestError:
         raise
+    except InputError as e:  # the read floor's refusals of the request's own values
+        raise RequestError(400, str(e)) from None
     except Exception as e:  # a defect, not the user's input: one line to the page, the server keeps serving
-        raise RequestError(
-            500, f"internal error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-        ) from e
+        said = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        print(f"attnroute serve: internal error in {job.id}: {said}", file=sys.stderr, flush=True)
+        raise RequestError(500, f"internal error ({said})") from None
     if isinstance(result, str):  # the report page
         return result.encode()
     return json.dumps(strict(result), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _drop(job: Job, future) -> None:
+    job.cancelled.set()
+    future.cancel()
 
 
 __all__ = ["CSP", "LOOPBACK_HOSTS", "MAX_BODY", "ExplorerApp", "arguments", "build"]

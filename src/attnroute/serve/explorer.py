@@ -54,9 +54,10 @@ class TextState:
 
 class Explorer:
     def __init__(self, loaded: LoadedModel, max_tokens: int | None = None, progress=None):
-        if loaded.seq2seq:
-            raise RequestError(
-                400, "the explorer reads causal LMs and encoders; for an encoder-decoder use `attnroute report`"
+        if loaded.seq2seq:  # a refusal of the command (exit 2), not of a request
+            raise InputError(
+                "the explorer reads causal LMs and encoders; for an encoder-decoder use `attnroute report`",
+                field="model",
             )
         self.loaded = loaded
         if max_tokens is None:  # 1024, or the model's positions if fewer
@@ -240,12 +241,10 @@ class Explorer:
         job.say("patching heads and q/k/v", 0, 2)
         # exact for the top 20 of the estimate per site (the first round of `attnroute patch`'s settling):
         # a page answers in seconds; the table says which rows are exact
-        p = _input_errors(
-            lambda: patch(self.loaded, sites=("head", "q", "k", "v"), exact=SETTLE_FIRST, progress=job.progress, **f)
-        )
+        p = patch(self.loaded, sites=("head", "q", "k", "v"), exact=SETTLE_FIRST, progress=job.progress, **f)
         job.check()
         job.say("route attribution", 1, 2)
-        r = _input_errors(lambda: route_attribution(self.loaded, top=20, verify=5, progress=job.progress, **f))
+        r = route_attribution(self.loaded, top=20, verify=5, progress=job.progress, **f)
         return {
             "patch": p.to_dict(),
             "grid": {k: np.asarray(v).tolist() for k, v in p.grid.items()},
@@ -255,7 +254,9 @@ class Explorer:
     def verify(self, clean, corrupt, answer, wrong, route, job) -> dict:
         """One route of the clean prompt knocked out exactly (every layer after it rerun): Δ logit-diff."""
         f = self._pair_fields(clean, corrupt, answer, wrong)
-        if not isinstance(route, dict):
+        if not self.loaded.causal:
+            raise RequestError(400, "verifying a route measures a logit difference: the model must be a causal LM")
+        if not isinstance(route, dict) or set(route) - {"layer", "head", "query", "key", "kind"}:
             raise RequestError(400, "route: expected {layer, head, query, key}")
         ids = self.encode(clean)
         made = self.interventions([{**route, "kind": "route"}], ids.shape[1])
@@ -272,6 +273,8 @@ class Explorer:
         from ..read.report import RoutingView
 
         t0 = time.perf_counter()
+        if cuts is not None and not isinstance(cuts, list):
+            raise RequestError(400, f"cuts: expected a list of cuts, got {type(cuts).__name__}")
         st = self.state(text, job)
         opened = self._opened(heads, token, st.ids.shape[1])
         answer = self.cut(text, cuts or [], None, job) if cuts else None
@@ -314,16 +317,6 @@ def in_range(value, name: str, n: int, what: str = "an integer") -> int:
 
 def _round(a: np.ndarray) -> list:
     return [None if not np.isfinite(x) else float(f"{x:.4g}") for x in np.asarray(a, dtype=np.float64)]
-
-
-def _input_errors(fn):
-    """The read floor's refusals (InputError: a word that is not one token, lengths that differ) as 400."""
-    from ..errors import InputError
-
-    try:
-        return fn()
-    except InputError as e:
-        raise RequestError(400, str(e)) from None
 
 
 __all__ = ["Explorer", "MAX_CUTS", "TOP", "TextState", "in_range"]

@@ -23,6 +23,7 @@ from ..settings import ServeSettings, verb
 from ..show.explorer import page_html
 from .app import LOOPBACK_HOSTS, build
 from .explorer import Explorer
+from .guard import GuardedH11
 
 GRACE = 10  # seconds in-flight requests get to finish after SIGINT/SIGTERM
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -105,7 +106,9 @@ def prepare(s, progress=None):
     bound = sock.getsockname()[1]
     shown = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
     url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{bound}/?token={token}"
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACE, lifespan="on", access_log=False)
+    config = uvicorn.Config(
+        app, log_level="warning", timeout_graceful_shutdown=GRACE, lifespan="on", access_log=False, http=GuardedH11
+    )
     return _Server(config), sock, url, token
 
 

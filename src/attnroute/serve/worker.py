@@ -80,24 +80,27 @@ class Worker:
             self.jobs[job.id] = job
 
         def run():
+            job.check()  # dropped while it waited
+            job.started = time.perf_counter()
             try:
-                job.check()  # dropped while it waited
-                job.started = time.perf_counter()
                 return fn(job)
             finally:
-                if job.started is not None:
-                    self.seconds = (self.seconds + [time.perf_counter() - job.started])[-20:]
-                with self._lock:
-                    self._pending -= 1
-                    self.jobs.pop(job.id, None)
+                self.seconds = (self.seconds + [time.perf_counter() - job.started])[-20:]
 
         try:
-            return self._pool.submit(run)
+            future = self._pool.submit(run)
         except RuntimeError:  # shutting down
-            with self._lock:
-                self._pending -= 1
-                self.jobs.pop(job.id, None)
+            self._done(job)
             raise RequestError(503, "the server is shutting down", {"Retry-After": "5"}) from None
+        # counted out when the future ends in any way — run, raised, or cancelled while it still waited (then
+        # `run` never starts, and a count kept inside it would stay up for good)
+        future.add_done_callback(lambda _: self._done(job))
+        return future
+
+    def _done(self, job: Job) -> None:
+        with self._lock:
+            if self.jobs.pop(job.id, None) is not None:
+                self._pending -= 1
 
     def retry_after(self) -> int:
         mean = sum(self.seconds) / len(self.seconds) if self.seconds else 1.0

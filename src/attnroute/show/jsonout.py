@@ -8,12 +8,11 @@ write leaves the previous file whole, never half a file.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from ..engine.jsonable import strict
 from ..errors import InputError
+from ..files import atomic_write
 
 
 def json_text(data, indent: int | None = 2) -> str:
@@ -21,20 +20,8 @@ def json_text(data, indent: int | None = 2) -> str:
 
 
 def write_bytes(path, data: bytes) -> Path:
-    """``data`` into ``path`` atomically: a temporary file beside it (a unique name, so two writers never
-    share one), fsync, then a rename over the target."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """``data`` into ``path`` atomically, with the user's umask (files.atomic_write)."""
+    return atomic_write(path, lambda tmp: tmp.write_bytes(data))
 
 
 def write_text(path, text: str) -> Path:
@@ -45,15 +32,25 @@ def write_json(data, path, indent: int | None = 2) -> Path:
     return write_text(path, json_text(data, indent))
 
 
+MAX_JSON_BYTES = 256 << 20  # a result file larger than this is no result attnroute wrote
+
+
 def read_json(path, field: str, written_by: str) -> dict:
-    """A JSON object from a file the user named, or one line naming the field, the file and what to do."""
+    """A JSON object from a file the user named, or one line naming the field, the file and what to do: a
+    missing, huge, undecodable or absurdly nested file is refused before anything is built from it."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{field} {path}: no such file (write one with `{written_by}`)", field=field)
+    if p.stat().st_size > MAX_JSON_BYTES:
+        raise InputError(
+            f"{field} {path} is {p.stat().st_size:,} bytes; a result file is at most {MAX_JSON_BYTES:,}", field=field
+        )
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError(f"{field} {path}: not a JSON file ({e})", field=field) from None
+    except RecursionError:
+        raise InputError(f"{field} {path}: nested too deeply to be a result of `{written_by}`", field=field) from None
     if not isinstance(data, dict):
         raise InputError(f"{field} {path}: not the result of `{written_by}` (not a JSON object)", field=field)
     return data

@@ -52,6 +52,53 @@ def section(result: dict) -> str:
     )
 
 
+LIMIT = 100_000  # layers, heads, tokens, positions, windows: past this no model attnroute reads has them
+
+
+def _within(name: str, value, hi: int = LIMIT, lo: int = 0) -> str | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and lo <= value < hi
+    return None if ok else f"{name} is {value!r}, expected an integer in [{lo}, {hi})"
+
+
+def _patch_sizes(data: dict) -> list:
+    m = data["meta"]
+    L, H, Hkv = m.get("layers"), m.get("heads"), m.get("kv_heads")
+    out = [("meta.layers", L, 4096, 1), ("meta.heads", H, 4096, 1), ("meta.kv_heads", Hkv, 4096, 1)]
+    if not all(isinstance(x, int) for x in (L, H, Hkv)):
+        return out
+    T = max((len(p.get("clean", [])) for p in m.get("prompts", []) if isinstance(p, dict)), default=1)
+    out.append(("the number of rows", len(data["rows"]), 10 * LIMIT))
+    for r in data["rows"][:LIMIT]:
+        out.append(("rows[].layer", r["layer"], L))
+        if r.get("head") is not None:
+            out.append(("rows[].head", r["head"], Hkv if r["site"] in ("k", "v") else H))
+        if r.get("position") is not None:
+            out.append(("rows[].position", r["position"], max(T, 1)))
+    return out
+
+
+def _route_sizes(kind: str, data: dict) -> list:
+    tokens = data["meta"]["tokens"] if kind == "routes" else data["tokens"]
+    T = len(tokens)
+    if kind == "routes":
+        positions = [p for r in data["routes"][:LIMIT] for p in (r["query"], r["key"])]
+    else:
+        positions = data["route"]["queries"] + data["route"]["keys"]
+    return [("the number of tokens", T, LIMIT, 1)] + [("a route's position", p, T) for p in positions[:LIMIT]]
+
+
+def size_problem(kind: str, data: dict) -> str | None:
+    """The first size in a result that would size an allocation or a figure and cannot be one attnroute
+    wrote (a position of 10⁹, 10⁵ layers), checked before anything is built from it."""
+    sizes = (
+        _patch_sizes(data) if kind == "patch" else _route_sizes(kind, data) if kind in ("routes", "knockout") else []
+    )
+    rows = {"knockout": "windows", "swap": "layers", "needle": "lengths"}.get(kind)
+    if rows:
+        sizes.append((f"the number of {rows}", len(data[rows]), LIMIT))
+    return next((p for name, v, *bounds in sizes if (p := _within(name, v, *bounds))), None)
+
+
 def load(path, field: str) -> str:
     """The section (HTML) of one result file; ``field`` is "learn" or "add"."""
     kinds, written_by = KINDS[field]
@@ -62,8 +109,8 @@ def load(path, field: str) -> str:
             f"{field} {path}: not a result of `{written_by}` (experiment {kind!r}, expected one of {', '.join(kinds)})",
             field=field,
         )
-    if field == "add" and (problem := VERBS[kind][0].validate(data)):  # the contract of the command that wrote it
-        raise InputError(f"{field} {path}: not a whole {kind} result: {problem}", field=field)
+    if field == "add" and (problem := VERBS[kind][0].validate(data) or size_problem(kind, data)):
+        raise InputError(f"{field} {path}: not a whole {kind} result: {problem}", field=field)  # its contract, sizes
     try:
         return row(learn.section(data)) if field == "learn" else section(data)
     except (KeyError, TypeError, IndexError, ValueError, AttributeError) as e:

@@ -24,17 +24,18 @@ table (other ranks return None).
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
 import torch
 
-from ...errors import Interrupted
+from ...errors import Interrupted, deferred_interrupt
 from ...models import LoadedModel, load
 from ...progress import eta, reporter
 from ...settings import CorpusSettings, verb
 from .. import effects, roles
-from ..ground.checkpoint import CheckpointMismatch
+from ..ground.checkpoint import CheckpointMismatch, exclusive
 from ..ground.group import agree, process_group
 from ..heads import ReadError, induction_loss, mean_scores, stimulus_scores, text_statistics
 from ..headtable import COLUMNS, CorpusMeta, HeadTable
@@ -151,9 +152,12 @@ def read_corpus(
             "the one-backward estimate on document 0's first importance_tokens tokens (ranks the candidates)"
         )
         key = corpus_key(_key_fields(s, window, effect_tokens), loaded, world, pairs) if s.checkpoint else None
-        acc = documents_pass(
-            loaded, docs, total, s, (rank, world), key, (pairs, stimulus, window, effect_tokens), say, stop
-        )
+        with contextlib.ExitStack() as held:  # one writer per checkpoint; every rank refuses together
+            ck = checkpoint_path(s.checkpoint, rank, world) if s.checkpoint else None
+            agree(world, lambda: held.enter_context(exclusive(ck)))
+            acc = documents_pass(
+                loaded, docs, total, s, (rank, world), key, (pairs, stimulus, window, effect_tokens), say, stop
+            )
         acc = merge_ranks(acc, world)
     if rank != 0:
         return None
@@ -221,17 +225,18 @@ def documents_pass(loaded, docs: Corpus, total: int, s: CorpusSettings, where, k
             if stop is not None and stop.is_set():
                 stopped = True
                 break
-            acc.saw(text)
             n_tok = read_document(loaded, acc, index, text, pairs, stimulus, window, effect_tokens, s.max_weight)
             seen, tokens_now = seen + (n_tok > 0), tokens_now + n_tok
             _say_documents(say, acc.docs_done, mine_total, seen, tokens_now, started)
             if ck_path and acc.docs_done % s.checkpoint_every == 0:
-                save_checkpoint(ck_path, acc, key)
+                with deferred_interrupt():  # a checkpoint is written whole
+                    save_checkpoint(ck_path, acc, key)
                 say("checkpoint", f"wrote {ck_path} ({acc.docs_done} documents of this rank)")
     except KeyboardInterrupt:  # Ctrl-C: the same ending as a stop event
         stopped = True
     if ck_path:
-        save_checkpoint(ck_path, acc, key)
+        with deferred_interrupt():
+            save_checkpoint(ck_path, acc, key)
     if stopped:
         where = (
             f"checkpoint written to {ck_path}; rerun the same command to resume"
@@ -264,15 +269,22 @@ def same_documents(acc: Accumulator, stored: str, ck_path, resumed: int) -> None
 
 
 def read_document(loaded, acc: Accumulator, index: int, text: str, pairs, stimulus, window, effect_tokens, max_weight):
-    """One document into the accumulator; its token count (0 for a document too short to read)."""
+    """One document into the accumulator, its text chained into the documents' digest at the same moment
+    (Ctrl-C waits for both: a document counts whole or not at all, so a resume starts on it again); its
+    token count (0 for a document too short to read)."""
     wins = windows(loaded, text, window)
     if not wins:
-        acc.docs_done += 1
+        with deferred_interrupt():
+            acc.docs_done += 1
+            acc.saw(text)
         return 0
     stats = document_statistics(loaded, wins, max_weight)
     delta = document_delta(loaded, text, pairs, effect_tokens) if pairs else None
     n_tok = sum(w.shape[1] for w in wins)
-    acc.add(index, stats, document_roles(stats, stimulus), delta, n_tok)
+    roles_of = document_roles(stats, stimulus)
+    with deferred_interrupt():
+        acc.add(index, stats, roles_of, delta, n_tok)
+        acc.saw(text)
     return n_tok
 
 

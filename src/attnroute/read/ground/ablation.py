@@ -14,12 +14,14 @@ import dataclasses
 import numpy as np
 import torch
 
+from ...errors import InputError
 from ...promptset import FLAT_AT_CLEAN
 from ...settings import SETTLE_TOP
 from ..adapter import routed
 from ..effects import MetricEffect, Sweep, gradient_estimate, rank_agreement, settled_sweep
 from .batches import batch_of, references
 from .metrics import resolve
+from .pool import KEEP_BYTES, block_bytes, chunk_groups
 from .prompts import tokenize_pairs
 from .settle import SettleRule
 
@@ -59,6 +61,21 @@ def _effect(loaded, g, fn) -> tuple[dict, MetricEffect]:
     return batch, MetricEffect(fn, {"answer": g.answer, "wrong": g.wrong, **refs})
 
 
+def _fits(loaded, groups) -> None:
+    """The exact ablations restart from each block's recorded output, kept for every prompt: refused before
+    any work when they would pass KEEP_BYTES, with the estimate."""
+    tokens = sum(len(g.rows) * g.length for g in groups)
+    need = block_bytes(loaded, tokens)
+    if need > KEEP_BYTES:
+        per = need / max(1, sum(len(g.rows) for g in groups))
+        raise InputError(
+            f"the exact ablations keep every prompt's block outputs: {sum(len(g.rows) for g in groups):,} prompts "
+            f"({tokens:,} tokens) need about {need / 2**30:.1f} GiB, past the {KEEP_BYTES / 2**30:.0f} GiB this keeps; "
+            f"give at most {int(KEEP_BYTES // per):,} prompts",
+            field="prompts",
+        )
+
+
 def metric_effect_columns(loaded, cols: dict, s, pairs, say) -> dict:
     """grad_attr and the exact ablation columns (Δ metric) on ``pairs`` (their clean side), for the
     HeadsSettings ``s``."""
@@ -69,9 +86,11 @@ def metric_effect_columns(loaded, cols: dict, s, pairs, say) -> dict:
         del r["corrupt"]
     for g in groups:
         loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
-    parts = [_effect(loaded, g, fn) for g in groups]
-    sizes = [len(g.rows) for g in groups]
-    say("stage", f"gradient estimate of Δ {name} (one forward, one backward per length)")
+    _fits(loaded, groups)
+    chunks = chunk_groups(groups)  # one forward and backward holds at most RUN_TOKENS tokens
+    parts = [_effect(loaded, g, fn) for g in chunks]
+    sizes = [len(g.rows) for g in chunks]
+    say("stage", f"gradient estimate of Δ {name} (one forward, one backward per run of prompts)")
     cols["grad_attr"] = sum(n * gradient_estimate(loaded, b, e) for n, (b, e) in zip(sizes, parts)) / sum(sizes)
     L, H = cols["grad_attr"].shape
     exact = "all" if name in FLAT_AT_CLEAN else s.exact

@@ -12,16 +12,18 @@ A checkpoint written by another command, another version, or damaged is refused 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ...errors import InputError
+from ...files import atomic_write, umask
 
 VERSION = "3"  # 3: one identity for every verb (corpus was 2, patch "patch-1")
 START_OVER = "remove it to start over"
@@ -73,21 +75,38 @@ def fingerprint(kind: str, ident: dict, loaded) -> str:
 
 
 def write_state(path: Path, state: dict[str, np.ndarray], key: str, extra: dict | None = None) -> None:
-    """Atomic: written beside under a unique name (two writers never share one, and no file of the user's
-    is taken), then renamed over (a SIGKILL leaves the old file or the new, never half). ``extra``:
-    more string metadata (the corpus's documents digest)."""
+    """Atomic, with the user's umask (files.atomic_write): a kill leaves the old checkpoint or the new.
+    ``extra``: more string metadata (the corpus's documents digest)."""
     from safetensors.numpy import save_file
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    state = {k: np.ascontiguousarray(v) for k, v in state.items()}
+    meta = {"key": key, "version": VERSION, "state": state_digest(state), **(extra or {})}
+    atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=meta))
+
+
+@contextlib.contextmanager
+def exclusive(path: Path | None):
+    """One writer per checkpoint: a lock beside it (``.NAME.lock``, flock) held for the command's run. A
+    second process asking for the same checkpoint is refused in one line — two writers would each resume
+    from, and overwrite, the other's work."""
+    if path is None:
+        yield
+        return
+    lock = path.with_name(f".{path.name}.lock")
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666 & ~umask())
     try:
-        state = {k: np.ascontiguousarray(v) for k, v in state.items()}
-        meta = {"key": key, "version": VERSION, "state": state_digest(state), **(extra or {})}
-        save_file(state, tmp, metadata=meta)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise CheckpointMismatch(
+            f"checkpoint {path} is in use by another attnroute process; wait for it to end, or give another path"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def read_state(path: Path, kind: str, key: str) -> tuple[dict, dict[str, np.ndarray]] | None:
@@ -129,6 +148,7 @@ __all__ = [
     "START_OVER",
     "VERSION",
     "CheckpointMismatch",
+    "exclusive",
     "fingerprint",
     "read_state",
     "state_digest",

@@ -18,7 +18,9 @@ and per site the estimate's agreement with exact patching (Spearman ρ, R², slo
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,8 +31,10 @@ from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...promptset import finite
 from ...settings import SETTLE_STEP, PatchSettings, verb
-from ..ground.group import Shard, process_group
+from ..ground.checkpoint import exclusive
+from ..ground.group import Shard, agree, process_group
 from ..ground.metrics import resolve
+from ..ground.pool import RunPool, chunk_groups, recorded_bytes
 from ..ground.prompts import PromptError, pair_positions, tokenize_pairs
 from ..ground.settle import SettleRule, measure_first, settle
 from ..ground.stats import agreement, mean_ci
@@ -148,8 +152,10 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
     refuse_unsupported(loaded, metric_name, mode)
     for g in groups:
         loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
-    with process_group() as (rank, world):
+    with process_group() as (rank, world), contextlib.ExitStack() as held:
         shard = Shard(len(pairs), rank, world)
+        ck = Path(s.checkpoint) if rank == 0 and s.checkpoint is not None else None  # rank 0 writes it
+        agree(world, lambda: held.enter_context(exclusive(ck)))  # one writer per checkpoint; all ranks refuse together
         try:
             return _run(loaded, s, pairs, fn, metric_name, positions, shard, say, record, resolved)
         except KeyboardInterrupt:
@@ -169,28 +175,32 @@ def _run(
     groups = tokenize_pairs(loaded.tokenizer, loaded.kind, mine, s.metric)[0] if mine else []
     for g in groups:
         g.rows = [shard.rows[i] for i in g.rows]  # indices of the whole prompt set
-    say("stage", f"recording clean and corrupt runs of {len(mine)} prompts in {len(groups)} length groups")
-    runs = [PairRun(loaded, g, fn, s.direction) for g in groups]
+    chunks = chunk_groups(groups)
+    pool = RunPool(
+        lambda g: PairRun(loaded, g, fn, s.direction), chunks, lambda g: recorded_bytes(loaded, len(g.rows) * g.length)
+    )
     comps = {site: components(site, loaded.n_layers, loaded.n_heads, loaded.n_kv_heads, positions) for site in s.sites}
     store = Store(s, pairs, loaded, metric_name, comps, shard)
-    m_clean, m_corrupt = (
-        store.array("m_clean", runs, lambda r: r.m_clean),
-        store.array("m_corrupt", runs, lambda r: r.m_corrupt),
+    say(
+        "stage",
+        f"recording clean and corrupt runs of {len(mine)} prompts in {len(chunks)} runs, and the "
+        "attribution estimate (one forward and one backward per run)",
     )
-    if store.resumed is None or not all(f"est.{site}" in store.state for site in s.sites):
-        say("stage", "attribution estimate: one forward and one backward per group")
-        grids = [r.gradients(s.sites) for r in runs]
-        for site, cs in comps.items():
-            store.state[f"est.{site}"] = shard.merge(_estimates(runs, grids, cs, N))  # (C, N)
-        store.save()
-    settle = {site: _settle(runs, comps[site], store, site, s, say) for site in s.sites}
+    first = _first_pass(pool, s, comps, store, metric_name == "logit-diff", say)
+    m_clean, m_corrupt = store.state["m_clean"], store.state["m_corrupt"]
+    say(
+        "stage",
+        f"clean {np.nanmean(m_clean):.3f}, corrupt {np.nanmean(m_corrupt):.3f} ({metric_name}); "
+        "exact patching of the estimate's top, settled",
+    )
+    settle = {site: _settle(pool, comps[site], store, site, s, say) for site in s.sites}
     den = float(np.mean(m_clean - m_corrupt))
-    meta = _meta(loaded, metric_name, s, len(pairs), record, resolved, m_clean, m_corrupt, runs, settle)
+    meta = _meta(loaded, metric_name, s, N, record, resolved, m_clean, m_corrupt, chunks, first["shortcut"], settle)
     meta.ranks, meta.resumed = shard.world, store.resumed
     result = PatchResult(loaded.name, meta)
     m_base = m_corrupt if s.direction == "denoising" else m_clean
     if metric_name == "logit-diff":
-        result.direct = _direct(runs, N, loaded, shard)
+        result.direct = _direct(first["direct"], chunks, N, loaded, shard)
     for site, cs in comps.items():
         est, values = store.state[f"est.{site}"], store.state[f"values.{site}"]
         rows = [_row(loaded, c, est[i], values[i], m_base, m_corrupt, den) for i, c in enumerate(cs)]
@@ -198,6 +208,35 @@ def _run(
         result.agreement[site] = agreement([r["estimate"] for r in rows], [r["delta"] for r in rows])
         result.grid[site] = _grid(loaded, site, rows, positions)
     return result
+
+
+def _first_pass(pool: RunPool, s: PatchSettings, comps: dict, store: Store, direct: bool, say) -> dict:
+    """Every run once: the metric on its clean and corrupt prompts, the estimate of every component (unless
+    a checkpoint holds them), its direct effects (logit-diff) and its restart check."""
+    N = store.shard.n
+    need_est = store.resumed is None or not all(f"est.{site}" in store.state for site in s.sites)
+    m = {"m_clean": np.full(N, np.nan), "m_corrupt": np.full(N, np.nan)}
+    est = {site: np.zeros((len(cs), N)) for site, cs in comps.items()}
+    parts, shortcut = [], []
+    for i in range(len(pool)):
+        r = pool.get(i)
+        m["m_clean"][r.group.rows], m["m_corrupt"][r.group.rows] = r.m_clean.numpy(), r.m_corrupt.numpy()
+        if need_est:
+            grid = r.gradients(s.sites)
+            for site, cs in comps.items():
+                for j, c in enumerate(cs):
+                    est[site][j, r.group.rows] = pick(grid[(c.layer, c.site)], c).numpy()
+        parts.append(r.direct() if direct else None)
+        shortcut.append(r.shortcut)
+        pool.done(i)
+        say("record", f"run {i + 1} of {len(pool)} recorded", done=i + 1, total=len(pool))
+    for name, values in m.items():
+        store.state.setdefault(name, store.shard.merge(values))
+    if need_est:
+        for site in comps:
+            store.state[f"est.{site}"] = store.shard.merge(est[site])  # (C, N)
+        store.save()
+    return {"direct": parts, "shortcut": shortcut}
 
 
 def refuse_unsupported(loaded, metric_name: str, mode: str) -> None:
@@ -213,20 +252,12 @@ def refuse_unsupported(loaded, metric_name: str, mode: str) -> None:
         )
 
 
-def _estimates(runs, grids, comps: list[Component], N: int) -> np.ndarray:
-    out = np.zeros((len(comps), N))
-    for r, g in zip(runs, grids):
-        for i, c in enumerate(comps):
-            out[i, r.group.rows] = pick(g[(c.layer, c.site)], c).numpy()
-    return out
-
-
-def _settle(runs, comps, store: Store, site: str, s: PatchSettings, say) -> dict:
+def _settle(pool: RunPool, comps, store: Store, site: str, s: PatchSettings, say) -> dict:
     """Exact patching in the order of |mean estimate| under the settle rule (or as asked: every
     component, or the first N), in rounds each saved to the checkpoint."""
     est, values = store.state[f"est.{site}"], store.state[f"values.{site}"]
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
-    measure = lambda idx: _measure(runs, comps, idx, store, values, say, site)  # noqa: E731
+    measure = lambda idx: _measure(pool, comps, idx, store, values, say, site)  # noqa: E731
     if s.exact == "all" or isinstance(s.exact, int):
         n = len(order) if s.exact == "all" else min(int(s.exact), len(order))
         return {"rule": f"{s.exact}", **measure_first(order, n, measure, 3 * SETTLE_STEP)}
@@ -235,18 +266,21 @@ def _settle(runs, comps, store: Store, site: str, s: PatchSettings, say) -> dict
     return {"rule": rule.describe(), **info}
 
 
-def _measure(runs, comps, idx, store: Store, values: np.ndarray, say, site: str) -> None:
+def _measure(pool: RunPool, comps, idx, store: Store, values: np.ndarray, say, site: str) -> None:
     """Exact values of components ``idx`` for every prompt (each rank its own, gathered); resumed ones skipped."""
     todo = [int(i) for i in idx if not np.isfinite(values[i]).all()]
     if not todo:
         return
     picked = [comps[i] for i in todo]
     local = np.full((len(todo), values.shape[1]), np.nan)
-    for r in runs:
+    done = int(np.isfinite(values).all(1).sum())
+    say("patch", f"{site}: patching {len(picked)} more components exactly ({done} done)", done=done, total=len(comps))
+    for i in range(len(pool)):
+        r = pool.get(i)
         local[:, r.group.rows] = r.measure(picked).numpy()  # (k, n)
+        pool.done(i)
     values[todo] = store.shard.merge(local)
     store.save()
-    say("patch", f"{site}: {len(picked)} components patched exactly", done=len(picked), total=len(picked))
 
 
 def _row(loaded, c: Component, est: np.ndarray, patched: np.ndarray, m_base, m_corrupt, den: float) -> dict:
@@ -288,9 +322,9 @@ def _grid(loaded, site: str, rows: list[dict], positions) -> np.ndarray:
     return g[..., 0] if positions is None else g
 
 
-def _direct(runs, N: int, loaded, shard: Shard) -> dict:
-    """Per head: the direct effect on the clean and corrupt runs (mean, interval, per prompt) and the rest."""
-    parts = [r.direct() for r in runs]
+def _direct(parts: list[dict], chunks: list, N: int, loaded, shard: Shard) -> dict:
+    """Per head: the direct effect on the clean and corrupt runs (mean, interval, per prompt) and the rest;
+    ``parts``: each run's direct effects (PairRun.direct), in the order of ``chunks``."""
     reasons = [p[side]["reason"] for p in parts for side in ("clean", "corrupt") if "reason" in p[side]]
     if shard.world > 1:  # every rank says the same
         said = [None] * shard.world
@@ -304,9 +338,9 @@ def _direct(runs, N: int, loaded, shard: Shard) -> dict:
     per = {}
     for side in ("clean", "corrupt"):
         heads, rest = np.full((L, H, N), np.nan), np.full(N, np.nan)
-        for r, p in zip(runs, parts):
-            heads[..., r.group.rows] = p[side]["heads"].numpy().transpose(1, 2, 0)
-            rest[r.group.rows] = p[side]["rest"].numpy()
+        for g, p in zip(chunks, parts):
+            heads[..., g.rows] = p[side]["heads"].numpy().transpose(1, 2, 0)
+            rest[g.rows] = p[side]["rest"].numpy()
         per[side] = shard.merge(heads).transpose(2, 0, 1)  # (N, L, H)
         out["rest"][side], out["rest"][f"{side}_ci"] = mean_ci(shard.merge(rest))
     for l in range(L):
@@ -321,7 +355,9 @@ def _direct(runs, N: int, loaded, shard: Shard) -> dict:
     return out
 
 
-def _meta(loaded, metric_name, s, n_prompts, record, resolved, m_clean, m_corrupt, runs, settle) -> PatchMeta:
+def _meta(
+    loaded, metric_name, s, n_prompts, record, resolved, m_clean, m_corrupt, chunks, shortcut, settle
+) -> PatchMeta:
     c_mean, c_ci = mean_ci(m_clean)
     x_mean, x_ci = mean_ci(m_corrupt)
     return PatchMeta(
@@ -338,10 +374,10 @@ def _meta(loaded, metric_name, s, n_prompts, record, resolved, m_clean, m_corrup
             "m_corrupt_values": [finite(v) for v in m_corrupt],
             "normalized_defined": abs(float(np.mean(m_clean - m_corrupt))) > 1e-9,
             "positions": resolved,
-            "lengths": sorted({r.group.length for r in runs}),
+            "lengths": sorted({g.length for g in chunks}),
             "prompts": record,
             "exact": settle,
-            "shortcut": [r.shortcut for r in runs],
+            "shortcut": shortcut,
             "layers": loaded.n_layers,
             "heads": loaded.n_heads,
             "kv_heads": loaded.n_kv_heads,

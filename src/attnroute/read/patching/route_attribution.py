@@ -29,7 +29,7 @@ from ..ground.metrics import resolve
 from ..ground.prompts import PromptError, tokenize_pairs
 from ..ground.stats import agreement
 from ..stimuli import tokens_of
-from .routes import CHECKPOINT_FROM, knockout_one, output_gradients, stream_routes
+from .routes import CHECKPOINT_FROM, MAX_TOKENS, knockout_one, output_gradients, stream_routes
 
 NORM_WEIGHT = "A_ij · ‖W_O^h v_j‖ (Kobayashi et al. 2020); null where the output projection is not a Linear"
 
@@ -162,13 +162,22 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
 
 
 def _one_length(groups):
+    """The one group of same-length prompts, its tokens within what one attribution reads in bounded memory."""
     if len(groups) > 1:
         lengths = ", ".join(str(x.length) for x in groups)
         raise PromptError(
             f"route attribution averages routes by position, so every prompt must have the same length; "
             f"these have {len(groups)} lengths ({lengths} tokens): give one template"
         )
-    return groups[0]
+    g = groups[0]
+    tokens = len(g.rows) * g.length
+    if tokens > MAX_TOKENS:
+        raise PromptError(
+            f"route attribution holds the gradient at every head's output for every token: {len(g.rows)} prompts × "
+            f"{g.length} tokens = {tokens:,} tokens, past the {MAX_TOKENS:,} it reads in bounded memory (about "
+            f"{tokens / MAX_TOKENS * 6:.0f} GiB on SmolLM2); give at most {max(1, MAX_TOKENS // g.length):,} prompts"
+        )
+    return g
 
 
 def _layers(loaded, layers) -> list[int]:
@@ -233,7 +242,7 @@ def _meta(loaded, name, s, g, record, m_base, m_corrupt, layers) -> RoutesMeta:
         layers=layers,
         top=s.top,
         verify=s.verify,
-        backward="blocks checkpointed" if g.length > CHECKPOINT_FROM else "stored activations",
+        backward="blocks checkpointed" if len(g.rows) * g.length > CHECKPOINT_FROM else "stored activations",
     )
     if m_corrupt is not None:
         meta.m_corrupt, meta.m_corrupt_values = float(m_corrupt.mean()), [finite(v) for v in m_corrupt.tolist()]

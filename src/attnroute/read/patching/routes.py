@@ -31,7 +31,8 @@ from ..adapter import routed
 from ..effects import layer_stack
 from ..ground.batches import metric_input, no_cache
 
-CHECKPOINT_FROM = 8192  # tokens: past this the backward recomputes each block instead of storing it (memory)
+CHECKPOINT_FROM = 8192  # tokens (prompts × length): past this the backward recomputes each block instead of storing it
+MAX_TOKENS = 32_768  # tokens (prompts × length) one attribution reads in bounded memory (≈ 6 GiB on SmolLM2)
 
 
 class RouteProbe(Probe):
@@ -174,8 +175,8 @@ def output_gradients(loaded, batch: dict, metric, fields: dict, kwargs: dict, la
         y.register_hook(keep(layer))
         return y
 
-    T = batch["input_ids"].shape[1]
-    with torch.enable_grad(), checkpointed(loaded, T > CHECKPOINT_FROM), routed(loaded, after_attend=[tap]):
+    tokens = batch["input_ids"].numel()  # the backward holds activations for every prompt's every token
+    with torch.enable_grad(), checkpointed(loaded, tokens > CHECKPOINT_FROM), routed(loaded, after_attend=[tap]):
         outputs = loaded.model(**batch, **{**no_cache(loaded), **kwargs})
         M = metric(metric_input(loaded, outputs, batch), {**batch, **fields})
         torch.autograd.grad(M.sum(), [leaves[l] for l in sorted(leaves)])
@@ -204,6 +205,7 @@ def knockout_one(route: dict) -> KnockoutEdges:
 
 __all__ = [
     "CHECKPOINT_FROM",
+    "MAX_TOKENS",
     "RouteProbe",
     "checkpointed",
     "grams",

@@ -53,21 +53,9 @@ class Store:
                 done = sum(int(np.isfinite(v).all(1).sum()) for k, v in found.items() if k.startswith("values."))
                 self.resumed = {"from": str(self.path), "components_measured": done}
 
-    def array(self, name: str, runs, of) -> np.ndarray:
-        if name not in self.state:
-            self.state[name] = self.shard.merge(_gather(runs, self.shard.n, of))
-        return self.state[name]
-
     def save(self) -> None:
         if self.path is not None and self.shard.rank == 0:
             write_state(self.path, {k: np.asarray(v, dtype=np.float64) for k, v in self.state.items()}, self.key)
-
-
-def _gather(runs, N: int, of) -> np.ndarray:
-    out = np.full(N, np.nan)
-    for r in runs:
-        out[r.group.rows] = of(r).numpy()
-    return out
 
 
 def load(path: Path, key: str, shapes: dict[str, tuple]) -> dict[str, np.ndarray] | None:
