@@ -386,8 +386,8 @@ def test_unwritable_outputs_are_refused_before_the_work(capsys, monkeypatch, arg
 
 
 def test_a_write_that_fails_keeps_the_previous_file_and_the_result(tmp_path, monkeypatch, capsys):
+    from attnroute import files
     from attnroute.cli.common import deliver
-    from attnroute.show import jsonout
 
     target = tmp_path / "result.json"
     target.write_text('{"previous": true}')
@@ -395,7 +395,7 @@ def test_a_write_that_fails_keeps_the_previous_file_and_the_result(tmp_path, mon
     def disk_full(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(jsonout.os, "fsync", disk_full)
+    monkeypatch.setattr(files.os, "fsync", disk_full)
     with pytest.raises(
         ar.InputError, match="could not be written .No space left on device.; the result is kept in"
     ) as e:

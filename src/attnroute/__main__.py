@@ -2,10 +2,15 @@
 
 import sys
 
-try:
-    from .cli import main
-except KeyboardInterrupt:  # Ctrl-C while the command line itself imports: one line, 130
-    print("interrupted", file=sys.stderr)
-    sys.exit(130)
 
-sys.exit(main())
+def run() -> int:
+    try:
+        from .cli import main
+
+        return main()
+    except KeyboardInterrupt:  # Ctrl-C while the command line itself imports: one line, 130
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+sys.exit(run())

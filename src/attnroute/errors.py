@@ -42,6 +42,16 @@ class Interrupted(Exception):
         self.resume = resume
 
 
+SEEN: list[int] = []  # every Ctrl-C the program has received (the CLI's handler appends; see was_interrupted)
+
+
+def was_interrupted() -> bool:
+    """Has the user pressed Ctrl-C? A library that catches the KeyboardInterrupt mid-import and raises its own
+    error (transformers' lazy modules say "Could not import module 'BertModel'") must not turn it into a
+    refusal of the user's input, nor into "the cache is damaged, rebuild it"."""
+    return bool(SEEN)
+
+
 @contextlib.contextmanager
 def deferred_interrupt():
     """Ctrl-C inside the block is held until the block ends, then raised as KeyboardInterrupt (in the main
@@ -59,4 +69,4 @@ def deferred_interrupt():
         raise KeyboardInterrupt
 
 
-__all__ = ["InputError", "InputTypeError", "Interrupted", "deferred_interrupt"]
+__all__ = ["InputError", "InputTypeError", "Interrupted", "SEEN", "deferred_interrupt", "was_interrupted"]

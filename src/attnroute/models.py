@@ -25,7 +25,7 @@ import torch
 
 from .bundled import MODELS, cache_dir, model_path
 from .bundled import package_dir as bundled_package_dir
-from .errors import InputError
+from .errors import InputError, was_interrupted
 
 BUNDLED = {name: m.about for name, m in MODELS.items()}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -152,26 +152,65 @@ def load(name_or_path: str, progress=None) -> LoadedModel:
     )
 
 
-def load_tokenizer(name_or_path: str):
-    """(tokenizer, kind) without the weights, so what is tokenized (prompt pairs, answers) is checked before
-    the model loads; None when the name needs load()'s own checks first (load then refuses it properly)."""
+@dataclass(frozen=True)
+class Facts:
+    """What is known of a model without its weights: its tokenizer, its kind and (when a config is at hand)
+    its config — so prompts, answers and flags are checked before the weights load."""
+
+    tokenizer: object
+    kind: str
+    config: object = None
+
+    @property
+    def n_layers(self) -> int | None:
+        """Attention layers as attnroute counts them (an encoder-decoder: encoder, decoder self, cross)."""
+        c = self.config
+        if c is None:
+            return None
+        if self.kind == "seq2seq":
+            enc = getattr(c, "encoder_layers", None) or getattr(c, "num_layers", None)
+            dec = getattr(c, "decoder_layers", None) or getattr(c, "num_decoder_layers", None) or enc
+            return None if not enc else int(enc) + 2 * int(dec)
+        n = getattr(c, "num_hidden_layers", None)
+        return int(n) if n else None
+
+
+def model_facts(name_or_path: str) -> Facts | None:
+    """Facts of a model by name or path, read once per process (a tokenizer takes ~0.4 s to load); None
+    when the name needs load()'s own checks first (load then refuses it properly)."""
+    try:
+        path = model_path(name_or_path) if name_or_path in MODELS else Path(name_or_path)
+        stamp = os.stat(path).st_mtime_ns
+    except (OSError, InputError):
+        return None  # not there: load() says why
+    return _facts(name_or_path, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _facts(name_or_path: str, stamp: int) -> Facts | None:
     from transformers import AutoConfig, AutoTokenizer
 
     quiet_transformers()
     try:
         path = model_path(name_or_path) if name_or_path in MODELS else Path(name_or_path)
         if path.suffix.lower() == ".gguf":
-            gguf = path
-            target = cache_dir() / f"{gguf.stem}-{content_key(gguf)}"
+            target = cache_dir() / f"{path.stem}-{content_key(path)}"
             if (target / "attnroute-complete").exists():
-                return AutoTokenizer.from_pretrained(target, trust_remote_code=False), "causal"
-            return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name), "causal"
+                config = AutoConfig.from_pretrained(target, trust_remote_code=False)
+                return Facts(AutoTokenizer.from_pretrained(target, trust_remote_code=False), "causal", config)
+            return Facts(AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name), "causal")
         if not (path / "config.json").is_file():
             return None
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=False), model_kind(config)
+        return Facts(AutoTokenizer.from_pretrained(path, trust_remote_code=False), model_kind(config), config)
     except Exception:  # noqa: BLE001  (any problem here is load()'s to name, with its own message)
         return None
+
+
+def load_tokenizer(name_or_path: str):
+    """(tokenizer, kind) without the weights (model_facts), or None."""
+    facts = model_facts(name_or_path)
+    return None if facts is None else (facts.tokenizer, facts.kind)
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")  # org/name, as the Hugging Face hub spells it
@@ -258,6 +297,12 @@ def model_kind(config) -> str:
     )
 
 
+def not_an_interrupt() -> None:
+    """Inside an `except` of a library's error: if the user pressed Ctrl-C, the error is its aftermath."""
+    if was_interrupted():
+        raise KeyboardInterrupt from None
+
+
 def _load_dir(path: Path, say):
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -276,6 +321,7 @@ def _load_dir(path: Path, say):
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a bad config)
+        not_an_interrupt()
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelLoadError(
             f"transformers could not read {path}/config.json: {type(e).__name__}: {first[:200]}"
@@ -289,6 +335,7 @@ def _load_dir(path: Path, say):
         )
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a bad directory; each is a refusal)
+        not_an_interrupt()
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelLoadError(f"transformers could not load {path}: {type(e).__name__}: {first[:200]}") from None
     refuse_partial_weights(path, info)
@@ -415,6 +462,7 @@ def _load_gguf_cached(gguf: Path, say):
         try:
             return _load_dir(target, lambda m: None)
         except ModelLoadError as e:  # a damaged cache is rebuilt, not reported forever
+            not_an_interrupt()  # a Ctrl-C mid-read is not damage
             say(f"the cache {target} could not be read ({e}); rebuilding it")
             shutil.rmtree(target, ignore_errors=True)
     check_gguf(gguf)
@@ -427,6 +475,7 @@ def _load_gguf_cached(gguf: Path, say):
         )
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     except Exception as e:  # noqa: BLE001  (a malformed GGUF fails in many ways inside transformers)
+        not_an_interrupt()
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelLoadError(f"transformers could not load the GGUF file {gguf}: {first[:200]}") from None
     refuse_partial_weights(gguf, info)

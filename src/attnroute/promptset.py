@@ -68,6 +68,42 @@ class PromptPair:
     answer: str | None = None
     wrong: str | None = None
     row: int = 1  # the line of the file (1-based), or 1 for a pair given directly
+    # where its texts came from, so that a refusal names what the user typed: "file" (a .jsonl row),
+    # "python" (a sequence of pairs), "pair" (the clean / corrupt fields), "text" (one text, both sides);
+    # and the fields answer / wrong filled from the settings rather than the row itself
+    origin: str = "file"
+    filled: tuple[str, ...] = ()
+
+    def blame(self, name: str) -> tuple[str, str]:
+        """(what a refusal of this pair's ``name`` calls it, the field it names): the setting the value came
+        from ("answer", "text"), or a row of the prompts ("prompts row 3 answer")."""
+        if name in self.filled or self.origin == "pair" or (self.origin == "text" and name in ("answer", "wrong")):
+            return name, name
+        if self.origin == "text":
+            return "text", "text"
+        return f"prompts row {self.row} {name}", "prompts"
+
+
+def usable_metrics(kind: str, gradient: bool = False) -> tuple[str, ...]:
+    """The built-ins a model of ``kind`` (causal, encoder, seq2seq) can be measured with; ``gradient``: only
+    those with a gradient at the run they compare with (what an estimate differentiates)."""
+    reads = "embedding" if kind == "encoder" else "logits"
+    return tuple(
+        name
+        for name, m in METRICS.items()
+        if m.reads == reads and not (gradient and m.flat_at_clean) and not (kind == "seq2seq" and name == "loss")
+    )
+
+
+def use_instead(kind: str, gradient: bool = False) -> str:
+    """What a refusal of a metric suggests instead, for this model and use."""
+    names = usable_metrics(kind, gradient)
+    if names:
+        return f"use {', '.join(names)}"
+    return (
+        "no built-in fits here (cosine is flat at the run it compares with): give your own metric of the pooled "
+        "embedding, a Python callable"
+    )
 
 
 def metric_name(name) -> str:
@@ -91,18 +127,27 @@ def pairs_of(prompts, clean, corrupt, answer, wrong, metric: str | None, sides=(
     for ``sides`` and the fields ``metric`` reads (None: a callable, which reads what it likes)."""
     if prompts is not None and clean is not None:
         raise InputError("give prompts (a file) or one clean/corrupt pair, not both", field="prompts")
+    for name, value in (("answer", answer), ("wrong", wrong)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise InputError(f"{name} is empty: give the token the metric reads (e.g. ' Mary')", field=name)
     where = "prompts"
     if prompts is None:
         if clean is None or ("corrupt" in sides and corrupt is None):
             raise InputError("give prompts (a .jsonl file) or both clean and corrupt", field="prompts")
-        pairs, where = [PromptPair(clean, corrupt if corrupt is not None else clean)], "the pair"
+        origin = "text" if corrupt is None or corrupt is clean else "pair"
+        pairs, where = [PromptPair(clean, corrupt if corrupt is not None else clean, origin=origin)], "the pair"
     elif isinstance(prompts, str | bytes) or hasattr(prompts, "__fspath__"):
         pairs, where = read_jsonl(prompts), f"prompts {prompts}"
     else:
         pairs = [_pair(p, i) for i, p in enumerate(_rows(prompts), 1)]
     if answer is not None or wrong is not None:  # one answer for every row, unless a row names its own
-        pairs = [replace(p, answer=p.answer or answer, wrong=p.wrong or wrong) for p in pairs]
+        pairs = [_fill(p, answer, wrong) for p in pairs]
     return check_pairs(pairs, metric or "loss", where=where, sides=sides)
+
+
+def _fill(p: PromptPair, answer, wrong) -> PromptPair:
+    filled = tuple(n for n, v, own in (("answer", answer, p.answer), ("wrong", wrong, p.wrong)) if v and not own)
+    return replace(p, answer=p.answer or answer, wrong=p.wrong or wrong, filled=filled)
 
 
 def _rows(prompts):
@@ -118,7 +163,7 @@ def _pair(p, row: int) -> PromptPair:
     if isinstance(p, PromptPair):
         return p
     if isinstance(p, dict):
-        return PromptPair(*(p.get(k) for k in FIELDS), row=row)
+        return PromptPair(*(p.get(k) for k in FIELDS), row=row, origin="python")
     raise InputTypeError(
         f"prompts row {row} is a {type(p).__name__}: give a PromptPair or a dict with clean and corrupt "
         "(one text is `clean`/`corrupt` or `text`, not `prompts`)",
@@ -136,17 +181,16 @@ def check_pairs(pairs, metric: str, where: str = "prompts", sides=("clean", "cor
         )
     if len(pairs) > MAX_PROMPTS:
         raise InputError(f"{where} holds {len(pairs)} pairs; at most {MAX_PROMPTS} are read", field="prompts")
+    reads = ", ".join((*sides, *METRIC_FIELDS[metric]))
     for p in pairs:
         for name in (*sides, *METRIC_FIELDS[metric]):
             value = getattr(p, name)
-            if not isinstance(value, str) or not value.strip(" \t\r\n") and name in ("clean", "corrupt"):
-                raise InputError(
-                    f"{where} row {p.row} has no {name!r} (this reads {', '.join((*sides, *METRIC_FIELDS[metric]))}): "
-                    f"give a non-empty text",
-                    field="prompts",
-                )
-            if value == "":
-                raise InputError(f"{where} row {p.row}: {name!r} is empty", field="prompts")
+            said, field = p.blame(name)
+            if value is None or not isinstance(value, str):
+                whose = f"{where} row {p.row} has no {name!r}" if field == "prompts" else f"no `{name}` was given"
+                raise InputError(f"{whose} (this reads {reads}): give a non-empty text", field=field)
+            if not value.strip(" \t\r\n") and name in ("clean", "corrupt") or value == "":
+                raise InputError(f"{said} is empty: give a non-empty text", field=field)
     return pairs
 
 
@@ -207,6 +251,8 @@ __all__ = [
     "check_pairs",
     "metric_name",
     "metric_setting",
+    "usable_metrics",
+    "use_instead",
     "pairs_of",
     "read_jsonl",
 ]

@@ -171,6 +171,30 @@ def test_interrupt_and_resume_equals_an_uninterrupted_read(tiny, tmp_path):
     assert comparable(resumed) == comparable(whole)
 
 
+def test_ctrl_c_inside_a_document_resumes_where_it_stopped(tiny, tmp_path, monkeypatch):
+    """A read spends its time inside documents, so that is where Ctrl-C lands: the unfinished document is not
+    counted (nor chained into the documents' digest), and the same command resumes on it."""
+    from attnroute.read.corpus import read as corpus_read
+
+    _, lm = tiny
+    whole = read_corpus(lm, CORPUS, **SMALL)
+    ck = tmp_path / "ck.safetensors"
+    real, calls = corpus_read.document_delta, []
+
+    def interrupted_in_the_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:  # the third document's statistics are read; its ablation is cut short
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(corpus_read, "document_delta", interrupted_in_the_third)
+    with pytest.raises(CorpusInterrupted, match=r"stopped after 2 of 6 documents"):
+        read_corpus(lm, CORPUS, checkpoint=str(ck), checkpoint_every=100, **SMALL)
+    monkeypatch.setattr(corpus_read, "document_delta", real)
+    resumed = read_corpus(lm, CORPUS, checkpoint=str(ck), **SMALL)
+    assert comparable(resumed) == comparable(whole)
+
+
 def test_a_checkpoint_from_other_arguments_is_refused(tiny, tmp_path):
     _, lm = tiny
     ck = tmp_path / "ck.safetensors"

@@ -24,7 +24,7 @@ import contextlib
 import re
 import sys
 
-from ..errors import InputError, Interrupted
+from ..errors import SEEN, InputError, Interrupted, was_interrupted
 from . import bench, check, cost, experiments, heads, learn, patching, report, serve
 from .common import later_rank
 
@@ -40,9 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    if argv is None:  # the program: a Ctrl-C is remembered, so that what it breaks is said as the interrupt
-        _watch_interrupts()
     try:
+        if argv is None:  # the program: a Ctrl-C is remembered, so that what it breaks is said as the interrupt
+            _watch_interrupts()
         parser = build_parser()
         args = parser.parse_args(argv)
     except KeyboardInterrupt:  # Ctrl-C before a command starts: the same one line
@@ -50,12 +50,9 @@ def main(argv=None) -> int:
     try:
         return _run(args, parser, argv)
     except Exception:
-        if _INTERRUPTED:  # a Ctrl-C that landed mid-import breaks it in odd ways (a RecursionError): still 130
+        if was_interrupted():  # a Ctrl-C that landed mid-import breaks it in odd ways (a RecursionError): still 130
             return _interrupted("interrupted", argv is None)
         raise
-
-
-_INTERRUPTED: list[int] = []
 
 
 def _watch_interrupts() -> None:
@@ -63,7 +60,7 @@ def _watch_interrupts() -> None:
     import signal
 
     def handler(sig, frame):
-        _INTERRUPTED.append(sig)
+        SEEN.append(sig)
         raise KeyboardInterrupt
 
     with contextlib.suppress(ValueError):  # not the main thread
@@ -74,6 +71,8 @@ def _run(args, parser, argv) -> int:
     try:
         return args.fn(args)
     except InputError as e:  # one line, never a traceback; under torchrun said once, by rank 0
+        if was_interrupted():  # a library turned the Ctrl-C into its own error: it is still the interrupt
+            return _interrupted("interrupted", argv is None)
         if not later_rank():
             print(
                 f"error: {refusal_line(e, command_parser(parser, args), getattr(args, 'fields', {}))}", file=sys.stderr

@@ -119,27 +119,27 @@ def names(text: str | None) -> tuple[str, ...] | None:
 MAX_TEXT_BYTES = 16 << 20  # a text longer than this is no prompt: refused before it is decoded
 
 
-def read_text_arg(text: str | None, file: str | None, *, required: bool = False) -> str | None:
+def read_text_arg(text: str | None, file: str | None, *, required: bool = False, field: str = "file") -> str | None:
     """The text of the positional argument / --text, or of --file (UTF-8; '-' reads standard input), never
-    both; ``required``: one of them must be given."""
+    both; ``required``: one of them must be given. ``field``: the file's flag, for the refusals."""
     if text is not None and file:
-        raise InputError("the text and `file` were both given; give one", field="file")
+        raise InputError(f"the text and `{field}` were both given; give one", field=field)
     if not file:
         if text is None and required:
-            raise InputError("give the text, or `file` to read it from a file ('-': standard input)", field="file")
+            raise InputError(f"give the text, or `{field}` to read it from a file ('-': standard input)", field=field)
         return text
-    data, where = _text_bytes(file)
+    data, where = _text_bytes(file, field)
     if len(data) > MAX_TEXT_BYTES:
         raise InputError(
-            f"{where} holds over {MAX_TEXT_BYTES:,} bytes; a text is at most {MAX_TEXT_BYTES:,}", field="file"
+            f"{where} holds over {MAX_TEXT_BYTES:,} bytes; a text is at most {MAX_TEXT_BYTES:,}", field=field
         )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"file {where}: not UTF-8 text (byte {e.start})", field="file") from None
+        raise InputError(f"`{field}` {where}: not UTF-8 text (byte {e.start})", field=field) from None
 
 
-def _text_bytes(file: str) -> tuple[bytes, str]:
+def _text_bytes(file: str, field: str) -> tuple[bytes, str]:
     """(at most MAX_TEXT_BYTES + 1 bytes of the file or of standard input, what to call it)."""
     if file == STDOUT:
         import sys
@@ -147,7 +147,7 @@ def _text_bytes(file: str) -> tuple[bytes, str]:
         return sys.stdin.buffer.read(MAX_TEXT_BYTES + 1), "standard input"
     path = Path(file)
     if not path.is_file():
-        raise InputError(f"file {file}: no such file (or not a regular file)", field="file")
+        raise InputError(f"`{field}` {file}: no such file (or not a regular file)", field=field)
     with open(path, "rb") as f:
         return f.read(MAX_TEXT_BYTES + 1), file
 
@@ -201,34 +201,39 @@ def outputs(inputs, files: dict[str, str | None], suffixes: dict | None = None, 
     or corpus directory), a hard link to an input, or another output: nothing the user gave is
     overwritten. ``inputs``: {field: value} or [(field, value)] — paths, and the names that resolve to
     files too (a bundled model's package and attnroute's model cache, a bundled prompt set)."""
-    from ..bundled import resolved_inputs
-
     for field, path in files.items():
         output_path(path, field, suffixes=(suffixes or {}).get(field, ()))
     for field, path in (dirs or {}).items():
         output_dir(path, field)
-    pairs = inputs.items() if isinstance(inputs, dict) else inputs
-    pairs = [(f, DEFAULT_MODEL if f == "model" and v is None else v) for f, v in pairs]  # left out: the default
-    given = [(field, src) for field, value in pairs for src in resolved_inputs(field, value)]
+    given = _input_paths(inputs)
     seen: dict[Path, str] = {}
     for field, path in {**files, **(dirs or {})}.items():
         if not path or path == STDOUT:
             continue
         target = Path(path).resolve()
-        for in_field, src in given:
-            if _lands_in(target, src):
-                raise InputError(
-                    f"`{field}` {path} would write into `{in_field}` {src}; give a path outside it so that nothing "
-                    "you gave is overwritten",
-                    field=field,
-                )
+        clash = next(((f, src) for f, src in given if _lands_in(target, src)), None)
+        if clash:
+            raise InputError(
+                f"`{field}` {path} would write into `{clash[0]}` {clash[1]}; give a path outside it so "
+                "that nothing you gave is overwritten",
+                field=field,
+            )
         if target in seen:
             raise InputError(
-                f"`{field}` {path} is also the output of `{seen[target]}`; give a different file so that nothing you "
-                "gave is overwritten",
+                f"`{field}` {path} is also the output of `{seen[target]}`; give a different file so that "
+                "nothing you gave is overwritten",
                 field=field,
             )
         seen[target] = field
+
+
+def _input_paths(inputs) -> list[tuple[str, Path]]:
+    """(field, path) of everything the inputs read; a model left out is the default model."""
+    from ..bundled import resolved_inputs
+
+    pairs = inputs.items() if isinstance(inputs, dict) else inputs
+    pairs = [(f, DEFAULT_MODEL if f == "model" and v is None else v) for f, v in pairs]
+    return [(field, src) for field, value in pairs for src in resolved_inputs(field, value)]
 
 
 def _lands_in(target: Path, src: Path) -> bool:

@@ -38,8 +38,10 @@ def add(sub) -> None:
     ko.set_defaults(fn=knockout)
 
     sw = sub.add_parser("swap", help="run prompt B with prompt A's attention maps, layer by layer (prompt-to-prompt)")
-    sw.add_argument("prompt_a", help="the prompt whose maps are used")
-    sw.add_argument("prompt_b", help="the prompt that runs (same number of tokens)")
+    sw.add_argument("prompt_a", nargs="?", help="the prompt whose maps are used (or --file-a)")
+    sw.add_argument("prompt_b", nargs="?", help="the prompt that runs, of as many tokens (or --file-b)")
+    sw.add_argument("--file-a", help="read prompt A from this UTF-8 file ('-': standard input)")
+    sw.add_argument("--file-b", help="read prompt B from this UTF-8 file")
     option(sw, "--window", S, type=int)
     option(sw, "--heads", S, help="only these heads, comma-separated (default all)")
     metric_flags(sw, S)
@@ -75,8 +77,10 @@ def knockout(args) -> int:
 
 
 def swap(args) -> int:
-    outputs({"model": args.model}, {"json": args.json})
-    settings = settings_from(S, args, convert=HEADS)
+    outputs([("model", args.model), ("file_a", args.file_a), ("file_b", args.file_b)], {"json": args.json})
+    a = read_text_arg(args.prompt_a, args.file_a, required=True, field="file_a")
+    b = read_text_arg(args.prompt_b, args.file_b, required=True, field="file_b")
+    settings = settings_from(S, args, convert=HEADS, skip=("file_a", "file_b"), prompt_a=a, prompt_b=b)
     from ..read.experiments import swap as run
 
     with read_progress() as progress:

@@ -46,6 +46,7 @@ def add(sub) -> None:
     option(pa, "--sites", P, help="what is patched, comma-separated: head, layer, q, k, v")
     option(pa, "--positions", P)
     option(pa, "--exact", P)
+    option(pa, "--top", P, type=int)
     option(pa, "--checkpoint", P)
     json_flag(pa, "the result")
     pa.add_argument("--csv", help="write one row per component as CSV")

@@ -8,18 +8,33 @@ from rich.table import Table
 from ..read.roles import ROLES
 
 ROLE_COLUMNS = {r.name: r.column for r in ROLES}  # the column that ranks heads of each role
+UNITS = {  # what each ranking column's number is, said beside it
+    "induction": "weight on the right key",
+    "prev_token": "weight on the previous token",
+    "duplicate": "weight on the earlier copy",
+    "sink_mass": "weight on sinks",
+    "local": "weight within 4 positions",
+    "entropy_norm": "entropy / log(keys)",
+    "entropy": "entropy, nats",
+}
+
+
+def num(x: float, fmt: str = "{:.3f}") -> str:
+    """A number, or an em dash where none was measured (NaN: a mode not run, a column not computed)."""
+    return "—" if x != x else fmt.format(x)
 
 
 def headtable_tables(table) -> list[Table]:
     """Top heads per role, then weight versus effect."""
     tokens = getattr(table.meta, "text_tokens", None)
     t = Table(title=f"{table.model}: {table.layers} layers × {table.heads} heads, {tokens} text tokens")
-    for col in ("role", "heads", "top heads (layer.head: score)"):
+    for col in ("role", "heads", "top heads (layer.head: score)", "score"):
         t.add_column(col)
     for role, col in ROLE_COLUMNS.items():
         heads = table.with_role(role)
         ranked = sorted(heads, key=lambda lh: -float(table[col][lh]))[:5]
-        t.add_row(role, str(len(heads)), ", ".join(f"L{l}.H{h}: {table[col][l, h]:.2f}" for l, h in ranked))
+        tops = ", ".join(f"L{l}.H{h}: {num(table[col][l, h], '{:.2f}')}" for l, h in ranked)
+        t.add_row(role, str(len(heads)), tops, UNITS.get(col, col))
     out = [t]
     agreement = getattr(table.meta, "grad_vs_ablation", None)
     if agreement is not None:
@@ -40,7 +55,7 @@ def headtable_tables(table) -> list[Table]:
                 f"L{l}.H{h}",
                 table.roles[l][h],
                 *(
-                    f"{table[c][l, h]:.3f}"
+                    num(table[c][l, h])
                     for c in (
                         "sink_mass",
                         "norm_mass",

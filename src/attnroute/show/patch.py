@@ -26,9 +26,20 @@ PATCH_COLUMNS = (
 )
 
 
+def baselines_table(result: dict) -> Table:
+    """The metric on the clean and the corrupt runs: what 1 and 0 of the normalized score stand for."""
+    m = result["meta"]
+    t = Table(title=f"{m['metric']} over {m['n_prompts']} prompts ({m['direction']}): the two ends of 'normalized'")
+    for col in ("run", m["metric"], "normalized"):
+        t.add_column(col)
+    t.add_row("clean", plus_minus(m["m_clean"], m["m_clean_ci"]), "1")
+    t.add_row("corrupt", plus_minus(m["m_corrupt"], m["m_corrupt_ci"]), "0")
+    return t
+
+
 def patch_tables(result: dict, rows_per_site: int = 10) -> list[Table]:
     m = result["meta"]
-    out = []
+    out = [baselines_table(result)]
     for site in m["sites"]:
         a = result["agreement"][site]
         agree = (
@@ -118,4 +129,4 @@ def patch_png(result: dict, path):
     return path
 
 
-__all__ = ["PATCH_COLUMNS", "TITLE", "component", "patch_grids", "patch_png", "patch_tables"]
+__all__ = ["PATCH_COLUMNS", "TITLE", "baselines_table", "component", "patch_grids", "patch_png", "patch_tables"]

@@ -66,6 +66,12 @@ class ReadProgress:
                 self._advance(f"exact ablation ({text})", event.total, key="ablate", completed=event.done)
             else:
                 self._line(f"ablation {text}: {event.done}/{event.total} heads, ETA {event.eta:.0f} s")
+        elif event.total:  # any other counter (runs recorded, components patched, routes verified): a bar or a line
+            if self.progress:
+                self._advance(text or kind, event.total, key=kind, completed=event.done)
+            elif self.clock() - self._last_line >= 5 or event.done == event.total:
+                self._last_line = self.clock()
+                self._line(f"{text or kind}: {event.done}/{event.total}")
 
     def _advance(self, desc, total, key=None, completed=None):
         key = key or desc

@@ -46,37 +46,57 @@ def routes_table(result: dict, rows: int = 20) -> Table:
     return t
 
 
+MAX_INCHES = 16.0  # the figure's width at most (1,760 px at 110 dpi), however long the text
+
+
 def routes_png(result: dict, path):
+    """The top routes as arcs from the key up to the query, each labelled with its head; the text is shown
+    over the span the routes cover (a long text's untouched stretches are left out), at most MAX_INCHES wide."""
     plt = pyplot()
     tokens = result["meta"]["tokens"]
     routes = [r for r in result["routes"] if r.get("stream") is None][:20]
-    T = len(tokens)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.42 * T), 3.6))
+    shown = _span(routes, len(tokens))
+    x_of = {t: n for n, t in enumerate(shown)}  # token position -> x
+    fig, ax = plt.subplots(figsize=(min(MAX_INCHES, max(6.0, 0.42 * len(shown))), 3.8))
     big = max([abs(r["estimate"]) for r in routes] + [1e-9])
-    for r in routes:
-        i, j = r["query"], r["key"]
-        xs = np.linspace(j, i, 40)
-        h = 0.15 + 0.5 * abs(i - j) / max(1, T)
-        ys = h * np.sin(np.linspace(0, np.pi, 40))
+    for rank, r in enumerate(routes):
+        a, b = x_of[r["key"]], x_of[r["query"]]
+        xs = np.linspace(a, b, 40)
+        h = 0.15 + 0.5 * abs(b - a) / max(1, len(shown))
+        color = "#c0392b" if r["estimate"] < 0 else "#2e6fb7"
         ax.plot(
-            xs,
-            ys,
-            color="#c0392b" if r["estimate"] < 0 else "#2e6fb7",
-            lw=0.5 + 4 * abs(r["estimate"]) / big,
-            alpha=0.75,
+            xs, h * np.sin(np.linspace(0, np.pi, 40)), color=color, lw=0.5 + 4 * abs(r["estimate"]) / big, alpha=0.75
         )
-    ax.set_xticks(range(T))
-    ax.set_xticklabels([repr(t)[1:-1] for t in tokens], rotation=70, fontsize=7)
+        if rank < 8:  # the strongest routes say whose they are
+            ax.text(
+                (a + b) / 2, h + 0.01, f"L{r['layer']}.H{r['head']}", ha="center", va="bottom", fontsize=6, color=color
+            )
+    step = max(1, len(shown) // 60)
+    ax.set_xticks(range(0, len(shown), step))
+    ax.set_xticklabels(
+        [f"{shown[n]}:{tokens[shown[n]]!r}"[:18] for n in range(0, len(shown), step)], rotation=70, fontsize=6
+    )
     ax.set_yticks([])
-    ax.set_xlim(-0.5, T - 0.5)
-    ax.set_ylim(-0.02, 0.8)
+    ax.set_xlim(-0.5, len(shown) - 0.5)
+    ax.set_ylim(-0.02, 0.85)
     ax.set_title(
-        f"top routes by |estimate| of {result['meta']['metric']} (red: removing it lowers the metric)", fontsize=9
+        f"top routes by |estimate| of {result['meta']['metric']} (red: removing it lowers the metric; "
+        "label: layer.head)",
+        fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
     return path
+
+
+def _span(routes: list[dict], T: int, context: int = 3) -> list[int]:
+    """The token positions drawn: every route's key and query with ``context`` tokens around each, merged."""
+    keep = set()
+    for r in routes:
+        for p in (r["key"], r["query"]):
+            keep.update(range(max(0, p - context), min(T, p + context + 1)))
+    return sorted(keep) or list(range(min(T, 40)))
 
 
 __all__ = ["ROUTE_COLUMNS", "TITLE", "routes_png", "routes_table"]

@@ -137,13 +137,15 @@ def read_corpus(
     total, first = docs.scanned  # the counting pass parses every document: a bad line fails here too
     if first is None:
         raise ReadError(f"the corpus {s.corpus} holds no non-empty document", field="corpus")
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-    if loaded.seq2seq:
-        raise ReadError(SEQ2SEQ_CORPUS, field="corpus")
-    window = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else None
-    window = window or min(loaded.max_positions or 1024, 1024)
-    effect_tokens = min(s.importance_tokens, window)
-    with process_group() as (rank, world):
+    with process_group() as (rank, world), contextlib.ExitStack() as held:
+        ck = checkpoint_path(s.checkpoint, rank, world) if s.checkpoint else None  # one writer per checkpoint,
+        agree(world, lambda: held.enter_context(exclusive(ck)))  # before the weights; every rank refuses together
+        loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+        if loaded.seq2seq:
+            raise ReadError(SEQ2SEQ_CORPUS, field="corpus")
+        window = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else None
+        window = window or min(loaded.max_positions or 1024, 1024)
+        effect_tokens = min(s.importance_tokens, window)
         meta: dict = {"kind": loaded.kind, "corpus": docs.describe(), "timings_s": {}, "window_tokens": window}
         meta["routing_check"] = routing_check(loaded) if s.verify else None
         stimulus = stimulus_pass(loaded, s, meta, say)
@@ -152,13 +154,8 @@ def read_corpus(
             "the one-backward estimate on document 0's first importance_tokens tokens (ranks the candidates)"
         )
         key = corpus_key(_key_fields(s, window, effect_tokens), loaded, world, pairs) if s.checkpoint else None
-        with contextlib.ExitStack() as held:  # one writer per checkpoint; every rank refuses together
-            ck = checkpoint_path(s.checkpoint, rank, world) if s.checkpoint else None
-            agree(world, lambda: held.enter_context(exclusive(ck)))
-            acc = documents_pass(
-                loaded, docs, total, s, (rank, world), key, (pairs, stimulus, window, effect_tokens), say, stop
-            )
-        acc = merge_ranks(acc, world)
+        plan = (pairs, stimulus, window, effect_tokens)
+        acc = merge_ranks(documents_pass(loaded, docs, total, s, (rank, world), key, plan, say, stop), world)
     if rank != 0:
         return None
     skipped = list(docs.skipped) if s.skip_bad else None
@@ -244,19 +241,22 @@ def documents_pass(loaded, docs: Corpus, total: int, s: CorpusSettings, where, k
             else "give a `checkpoint` path to be able to resume"
         )
         raise CorpusInterrupted(f"stopped after {acc.docs_done} of {mine_total} documents on rank {rank} ({where})")
-    seconds = time.perf_counter() - started
-    rate = tokens_now / max(seconds, 1e-9)
+    _say_rank(say, rank, seen, tokens_now, time.perf_counter() - started, resumed)
+    return acc
+
+
+def _say_rank(say, rank: int, seen: int, tokens: int, seconds: float, resumed: int) -> None:
+    rate = tokens / max(seconds, 1e-9)
     resumed_note = f"; {resumed} read before the resume" if resumed else ""
     say(
         "rank",
-        f"rank {rank}: {seen} documents, {tokens_now} tokens in {seconds:.1f} s ({rate:.0f} tokens/s){resumed_note}",
+        f"rank {rank}: {seen} documents, {tokens} tokens in {seconds:.1f} s ({rate:.0f} tokens/s){resumed_note}",
         rank=rank,
         documents=seen,
-        tokens=tokens_now,
+        tokens=tokens,
         seconds=seconds,
         resumed=resumed,
     )
-    return acc
 
 
 def same_documents(acc: Accumulator, stored: str, ck_path, resumed: int) -> None:

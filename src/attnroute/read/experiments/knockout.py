@@ -109,15 +109,18 @@ class KnockoutResult(Result):
             m = self.metric
             for row, mr, mc in zip(rows, m["route"], m["control"]):
                 row["delta_metric_route"], row["delta_metric_control"] = mr - m["clean"], mc - m["clean"]
-        worst = min(rows, key=lambda r: r["delta_p_route"]) if rows else None
+        most = max(rows, key=lambda r: abs(r["delta_p_route"])) if rows else None  # by magnitude, either sign
         lines = [f"p({self.target_token!r}) on the clean prompt: {self.p_clean:.3f}"]
         lines += [r["said"] for r in self.resolved.values()]
-        if worst:
-            ctrl = worst["delta_p_control"]
+        if most:
+            ctrl = most["delta_p_control"]
             lines.append(
-                f"cutting the route in layers {worst['layers'][0]}–{worst['layers'][1]} moves it most: "
-                f"{worst['delta_p_route']:+.3f} (control route: {ctrl:+.3f})"
+                f"cutting the route in layers {most['layers'][0]}–{most['layers'][1]} moves it most: "
+                f"{most['delta_p_route']:+.3f} (control route: {ctrl:+.3f})"
             )
+        control = _control_said(rows)
+        if control["note"]:
+            lines.append(control["note"])
         return {
             "experiment": "knockout",
             "verdict": {"lines": lines},
@@ -127,7 +130,7 @@ class KnockoutResult(Result):
             "tokens": self.tokens,
             "route": {"queries": self.queries, "keys": self.keys},
             "resolved": self.resolved,
-            "control": {"queries": self.queries, "keys": self.control_keys},
+            "control": {"queries": self.queries, "keys": self.control_keys, **_control_said(rows)},
             "target": {"token": self.target_token, "id": self.target_id},
             "window": self.window,
             "heads": self.heads if self.heads is not None else "all",
@@ -136,6 +139,29 @@ class KnockoutResult(Result):
             "windows": rows,
             "metric": None if self.metric is None else {"name": self.metric["name"], "clean": self.metric["clean"]},
         }
+
+
+NEUTRAL = 0.5  # a control moving p by half the route's largest move (and by 0.02 or more) is not neutral
+
+
+def _control_said(rows: list[dict]) -> dict:
+    """How much the control route itself moves p(target): its largest |Δp| and where, whether that is small
+    beside the route's, and the line that says so when it is not."""
+    if not rows:
+        return {"max_abs_delta_p": None, "neutral": None, "note": ""}
+    worst = max(rows, key=lambda r: abs(r["delta_p_control"]))
+    move, route = abs(worst["delta_p_control"]), max(abs(r["delta_p_route"]) for r in rows)
+    neutral = move < 0.02 or move < NEUTRAL * route
+    note = (
+        ""
+        if neutral
+        else (
+            f"note: the control route is not neutral — cutting it moves p by up to {worst['delta_p_control']:+.3f} "
+            f"(layers {worst['layers'][0]}–{worst['layers'][1]}), {move / max(route, 1e-12):.1f}× the route's largest "
+            "move; compare the route with care (another seed draws another control)"
+        )
+    )
+    return {"max_abs_delta_p": move, "neutral": neutral, "note": note}
 
 
 def _nll(p: float) -> float:
@@ -196,10 +222,14 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     return result
 
 
+LOCAL = 3  # keys this close before a query are its local context: a control there moves the prediction itself
+
+
 def _route(loaded, s: KnockoutSettings, ids: torch.Tensor) -> tuple[list[int], list[int], list[int], dict]:
     """(queries, keys, control keys, what the words resolved to): the route and a control of the same length —
     the same queries to as many other keys they see, drawn with ``seed`` (not the route's keys, not the
-    queries, not position 0)."""
+    queries, not position 0 (the sink), and not the LOCAL keys just before a query (its local context, which
+    carries the prediction itself) while enough others remain)."""
     queries, q_matches = resolve_positions(loaded.tokenizer, s.text, ids, s.source, "source")
     keys, k_matches = resolve_positions(loaded.tokenizer, s.text, ids, s.target, "target")
     if not any(k <= q for q in queries for k in keys):
@@ -210,6 +240,8 @@ def _route(loaded, s: KnockoutSettings, ids: torch.Tensor) -> tuple[list[int], l
     eligible = sorted({k for q in queries for k in range(1, q + 1)} - set(keys) - set(queries))
     if len(eligible) < len(keys):
         raise KnockoutError("the text is too short for a control route of the same length", field="text")
+    distant = [k for k in eligible if not any(0 < q - k <= LOCAL for q in queries)]
+    eligible = distant if len(distant) >= len(keys) else eligible
     g = np.random.default_rng(s.seed)
     control = sorted(int(x) for x in g.choice(eligible, size=len(keys), replace=False))
     resolved = {"source": said(s.source, queries, q_matches), "target": said(s.target, keys, k_matches)}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ...errors import InputError
 from ...promptset import METRICS, Metric
 
 
@@ -69,11 +70,67 @@ for _name, _fn in BUILT_IN.items():  # what each reads is said once, in promptse
     _fn.last_only = METRICS[_name].last_only
 
 
+class MetricError(InputError):
+    """A metric (most often your own callable) that did not give one finite number per prompt."""
+
+    def __init__(self, message: str):
+        super().__init__(message, field="metric")
+
+
+def measured(metric, x: torch.Tensor, batch: dict, n: int, name: str) -> torch.Tensor:
+    """``metric(x, batch)``, checked: a floating tensor of ``n`` finite values, one per prompt (its graph kept
+    for the estimates' backward). A metric that raises, returns another shape or type, or gives NaN or inf is
+    refused in one line naming it — never a traceback, never a result built on it."""
+    try:
+        out = metric(x, batch)
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001  (your callable may fail in any way)
+        said = str(e).splitlines()[0][:160] if str(e) else ""
+        raise MetricError(f"metric {name} raised {type(e).__name__}: {said}") from None
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        what = type(out).__name__ if not isinstance(out, torch.Tensor) else f"a tensor of {out.dtype}"
+        raise MetricError(
+            f"metric {name} returned {what}; expected a floating tensor [B] of {n} values, one per prompt"
+        )
+    if tuple(out.shape) != (n,):
+        raise MetricError(f"metric {name} returned shape {list(out.shape)}; expected [{n}], one value per prompt")
+    bad = ~torch.isfinite(out.detach())
+    if bool(bad.any()):
+        i = int(torch.nonzero(bad)[0])
+        raise MetricError(
+            f"metric {name} gave {float(out[i])} for prompt {i + 1} of a batch of {n}; every value must be finite"
+        )
+    return out
+
+
+def checked(fn, name: str) -> Metric:
+    """``fn`` whose every value is checked (``measured``: one finite number per prompt), ``last_only`` kept."""
+
+    def metric(x, batch):
+        return measured(fn, x, batch, x.shape[0], name)
+
+    metric.last_only = getattr(fn, "last_only", False)
+    metric.__name__ = name
+    return metric
+
+
 def resolve(metric: str | Metric) -> tuple[str, Metric]:
-    """(name, callable) for a built-in name or a Python callable."""
-    if isinstance(metric, str):
-        return metric, BUILT_IN[metric]
-    return getattr(metric, "__name__", "custom"), metric
+    """(name, callable) for a built-in name or a Python callable — checked wherever it is called."""
+    name = metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
+    return name, checked(BUILT_IN[metric] if isinstance(metric, str) else metric, name)
 
 
-__all__ = ["BUILT_IN", "cosine", "kl", "logit_diff", "logprob", "loss", "prob", "resolve"]
+__all__ = [
+    "BUILT_IN",
+    "MetricError",
+    "cosine",
+    "kl",
+    "logit_diff",
+    "logprob",
+    "loss",
+    "measured",
+    "prob",
+    "checked",
+    "resolve",
+]

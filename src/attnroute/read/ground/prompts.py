@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ...engine import InputError
-from ...promptset import LOGIT_METRICS, METRIC_FIELDS, PromptPair
+from ...promptset import LOGIT_METRICS, METRIC_FIELDS, PromptPair, usable_metrics, use_instead
 from ..stimuli import encode_text, tokens_of
 from .positions import resolve_positions
 
@@ -49,52 +49,63 @@ def encode(tokenizer, kind: str, text: str) -> torch.Tensor:
     return ids[0]
 
 
-def single_token(tokenizer, text: str, row: int, name: str) -> int:
+def single_token(tokenizer, text: str, name: str, pair: PromptPair | None = None) -> int:
+    """The one token id of ``text`` (the answer or wrong token); refused naming where it came from: the
+    setting (``answer``) or a row of the prompts."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
-        raise PromptError(
-            f"row {row}: {name} {text!r} is {len(ids)} tokens {tokens_of(tokenizer, ids)}; the metric reads one "
-            "token: give a single-token answer (with its leading space, e.g. ' Mary')"
+        said, field = pair.blame(name) if pair is not None else (name, name)
+        raise InputError(
+            f"{said} {text!r} is {len(ids)} tokens {tokens_of(tokenizer, ids)}; the metric reads one "
+            "token: give a single-token answer (with its leading space, e.g. ' Mary')",
+            field=field,
         )
     return int(ids[0])
 
 
-def check_metric_kind(metric, kind: str) -> None:
-    if isinstance(metric, str) and kind == "encoder" and metric in LOGIT_METRICS:
-        raise InputError(
-            f"metric {metric} reads next-token logits; this model is an encoder (no LM head): use --metric cosine",
-            field="metric",
-        )
-    if isinstance(metric, str) and kind != "encoder" and metric == "cosine":
-        raise InputError(
-            "metric cosine compares an encoder's sentence embeddings; this model has logits: use "
-            "logit-diff, prob, logprob, loss or kl",
-            field="metric",
-        )
+def check_metric_kind(metric, kind: str, gradient: bool = False) -> None:
+    """A built-in metric this model can be measured with (``gradient``: and differentiated, for estimates)."""
+    if not isinstance(metric, str) or metric in usable_metrics(kind, gradient):
+        return
+    if kind == "encoder" and metric in LOGIT_METRICS:
+        why = f"metric {metric} reads next-token logits; this model is an encoder (no LM head)"
+    elif kind != "encoder" and metric == "cosine":
+        why = "metric cosine compares an encoder's sentence embeddings; this model has logits"
+    elif metric == "loss":
+        why = "metric loss reads next-token predictions of the prompt; an encoder-decoder's prompt is its encoder input"
+    else:
+        why = f"metric {metric} is flat (zero gradient) on the run it compares with, so every estimate would be 0"
+    raise InputError(f"{why}: {use_instead(kind, gradient)}", field="metric")
 
 
-def tokenize_pairs(tokenizer, kind: str, pairs: tuple[PromptPair, ...], metric) -> tuple[list[Group], list[dict]]:
+def tokenize_pairs(
+    tokenizer, kind: str, pairs: tuple[PromptPair, ...], metric, gradient: bool = False
+) -> tuple[list[Group], list[dict]]:
     """(groups by length, each prompt's tokens for the record). Refused, naming the row, when clean and
-    corrupt differ in length or an answer is not one token."""
-    check_metric_kind(metric, kind)
+    corrupt differ in length or an answer is not one token; the metric checked for the model's kind."""
+    check_metric_kind(metric, kind, gradient)
     fields = METRIC_FIELDS.get(metric, ()) if isinstance(metric, str) else ()  # a callable reads what it likes
     by_len: dict[int, list] = {}
     record = []
     for i, p in enumerate(pairs):
         c, x = encode(tokenizer, kind, p.clean), encode(tokenizer, kind, p.corrupt)
         if c.shape[0] != x.shape[0]:
-            raise PromptError(
-                f"row {p.row}: clean and corrupt differ in length ({c.shape[0]} vs {x.shape[0]} tokens): "
+            field = p.blame("corrupt")[1]
+            who = f"prompts row {p.row}" if field == "prompts" else field
+            raise InputError(
+                f"{who}: clean and corrupt differ in length ({c.shape[0]} vs {x.shape[0]} tokens): "
                 f"clean {tokens_of(tokenizer, c)}, corrupt {tokens_of(tokenizer, x)}; patching needs the same "
-                "positions on both sides"
+                "positions on both sides",
+                field=field,
             )
         ans = [
-            single_token(tokenizer, getattr(p, f), p.row, f) if getattr(p, f) is not None else -1
+            single_token(tokenizer, getattr(p, f), f, p) if getattr(p, f) is not None else -1
             for f in ("answer", "wrong")
         ]
         for f, a in zip(("answer", "wrong"), ans):
             if f in fields and a < 0:
-                raise PromptError(f"row {p.row} has no {f!r}, which the metric reads")
+                said, field = p.blame(f)
+                raise InputError(f"{said} is missing, and the metric reads it", field=field)
         by_len.setdefault(int(c.shape[0]), []).append((i, c, x, *ans))
         record.append(
             {

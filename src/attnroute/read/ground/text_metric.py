@@ -31,7 +31,7 @@ def check_text_metric(tokenizer, metric, answer, wrong) -> dict:
             if name in needs:
                 raise InputError(f"metric {metric} reads `{name}`: give the token (e.g. ' Mary')", field=name)
             continue
-        fields[name] = torch.tensor([single_token(tokenizer, text, 1, name)])
+        fields[name] = torch.tensor([single_token(tokenizer, text, name)])
     return fields
 
 

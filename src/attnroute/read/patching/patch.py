@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ...engine.jsonable import Meta, Result
-from ...errors import Interrupted
+from ...errors import InputError, Interrupted
 from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...promptset import finite
@@ -35,7 +35,7 @@ from ..ground.checkpoint import exclusive
 from ..ground.group import Shard, agree, process_group
 from ..ground.metrics import resolve
 from ..ground.pool import RunPool, chunk_groups, recorded_bytes
-from ..ground.prompts import PromptError, pair_positions, tokenize_pairs
+from ..ground.prompts import pair_positions, tokenize_pairs
 from ..ground.settle import SettleRule, measure_first, settle
 from ..ground.stats import agreement, mean_ci
 from .runs import PairRun
@@ -146,16 +146,16 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
         if found is not None:
             groups, _ = tokenize_pairs(*found, pairs, s.metric)
             pair_positions(found[0], found[1], s.positions, pairs, groups)
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)  # every rank checks them all
-    mode, positions, resolved = pair_positions(loaded.tokenizer, loaded.kind, s.positions, pairs, groups)
-    refuse_unsupported(loaded, metric_name, mode)
-    for g in groups:
-        loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
     with process_group() as (rank, world), contextlib.ExitStack() as held:
-        shard = Shard(len(pairs), rank, world)
         ck = Path(s.checkpoint) if rank == 0 and s.checkpoint is not None else None  # rank 0 writes it
-        agree(world, lambda: held.enter_context(exclusive(ck)))  # one writer per checkpoint; all ranks refuse together
+        agree(world, lambda: held.enter_context(exclusive(ck)))  # one writer per checkpoint, before the weights
+        loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+        groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)  # every rank checks all
+        mode, positions, resolved = pair_positions(loaded.tokenizer, loaded.kind, s.positions, pairs, groups)
+        refuse_unsupported(loaded, metric_name, mode)
+        for g in groups:
+            loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
+        shard = Shard(len(pairs), rank, world)
         try:
             return _run(loaded, s, pairs, fn, metric_name, positions, shard, say, record, resolved)
         except KeyboardInterrupt:
@@ -240,15 +240,11 @@ def _first_pass(pool: RunPool, s: PatchSettings, comps: dict, store: Store, dire
 
 
 def refuse_unsupported(loaded, metric_name: str, mode: str) -> None:
-    if loaded.seq2seq and metric_name == "loss":
-        raise PromptError(
-            "metric loss reads next-token predictions of the prompt; an encoder-decoder's prompt is "
-            "its encoder input: use logit-diff, prob, logprob or kl"
-        )
     if loaded.seq2seq and mode == "each":
-        raise PromptError(
-            "per-position patching reads one token axis; an encoder-decoder has two (encoder and "
-            "decoder): use positions all"
+        raise InputError(
+            "positions: per-position patching reads one token axis; an encoder-decoder has two (encoder and "
+            "decoder): use positions all",
+            field="positions",
         )
 
 

@@ -18,7 +18,7 @@ from scipy.stats import spearmanr
 
 from ...engine import InputError
 from ...engine.jsonable import Meta, Result
-from ...models import LoadedModel, load, load_tokenizer
+from ...models import LoadedModel, load, model_facts
 from ...progress import reporter
 from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import RoutesSettings, verb
@@ -122,22 +122,25 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     s = RoutesSettings.of(settings, model, fields, text=text)
     say = reporter(progress)
     name, fn = resolve(s.metric)
-    if name in FLAT_AT_CLEAN:
+    if name in FLAT_AT_CLEAN:  # refused before anything loads: its estimate would be 0 for every route
         raise InputError(
             f"metric {name} is flat (zero gradient) on the run it compares with, so every route "
-            "estimate would be 0: use logit-diff, prob, logprob or loss",
+            "estimate would be 0: use logit-diff, prob, logprob or loss on a causal LM; on an encoder "
+            "give your own metric of the pooled embedding (a Python callable)",
             field="metric",
         )
     pairs = s.read_pairs()  # read and checked before the weights load
-    if not isinstance(s.model, LoadedModel):
-        found = load_tokenizer(s.model)
-        if found is not None:
-            _one_length(tokenize_pairs(*found, pairs, s.metric)[0])
+    if not isinstance(s.model, LoadedModel):  # prompts, answers and layers are checked before the weights load
+        facts = model_facts(s.model)
+        if facts is not None:
+            _one_length(tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric, gradient=True)[0])
+            if facts.n_layers is not None:
+                _layers(facts.n_layers, s.layers)
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)
+    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric, gradient=True)
     g = _one_length(groups)
     loaded.fit(g.length, "text" if s.single else "prompts", "the text" if s.single else "the prompts")
-    layers = _layers(loaded, s.layers)
+    layers = _layers(loaded.n_layers, s.layers)
     batch = batch_of(loaded, g.clean)
     kwargs = {**output_kwargs(loaded, fn), **no_cache(loaded)}  # one forward each: nothing decodes
     fields_ = {"answer": g.answer, "wrong": g.wrong}
@@ -180,12 +183,14 @@ def _one_length(groups):
     return g
 
 
-def _layers(loaded, layers) -> list[int]:
+def _layers(n_layers: int, layers) -> list[int]:
     if layers is None:
-        return list(range(loaded.n_layers))
-    bad = [l for l in layers if l >= loaded.n_layers]
+        return list(range(n_layers))
+    bad = [l for l in layers if l >= n_layers]
     if bad:
-        raise PromptError(f"layer {bad[0]} does not exist: the model has {loaded.n_layers} attention layers")
+        raise InputError(
+            f"layers: layer {bad[0]} does not exist: the model has {n_layers} attention layers", field="layers"
+        )
     return sorted(set(layers))
 
 
