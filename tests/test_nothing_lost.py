@@ -156,3 +156,128 @@ def test_answers_are_checked_where_they_came_from(capsys):
 
         pairs_of(None, "a b", "a c", "", None, "prob")
     assert e.value.field == "answer"
+
+
+def _no_load(monkeypatch):
+    import importlib
+
+    fail = lambda *a, **k: pytest.fail("the model loaded before the flag was checked")  # noqa: E731
+    for name in ("attnroute.read.patching.patch", "attnroute.read.patching.route_attribution"):
+        monkeypatch.setattr(importlib.import_module(name), "load", fail)
+
+
+@pytest.fixture(scope="module")
+def bart(tmp_path_factory):
+    from tests.read.zoo import build
+
+    return str(build("bart", tmp_path_factory.mktemp("zoo")))
+
+
+BLAME = {  # a bad flag is named as that flag (first), before the weights load — never as `--prompts`' row
+    "routes two-token answer": (
+        ["routes", "a b c", "--answer", " Maryanne-Louise", "--wrong", " x"],
+        "--answer",
+        "single-token answer",
+    ),
+    "routes layer past the model": (
+        ["routes", "a b c", "--answer", " a", "--wrong", " b", "--layers", "99"],
+        "--layers",
+        "30 attention layers",
+    ),
+    "routes on an encoder, default metric": (["routes", "a b c", "--model", "minilm"], "--metric", "encoder"),
+    "routes on an encoder, loss": (
+        ["routes", "a b c", "--model", "minilm", "--metric", "loss"],
+        "--metric",
+        "callable",
+    ),
+    "routes on an encoder, cosine": (
+        ["routes", "a b c", "--model", "minilm", "--metric", "cosine"],
+        "--metric",
+        "callable",
+    ),
+    "patch empty wrong": (
+        ["patch", "--clean", "a b c", "--corrupt", "a b d", "--answer", " c", "--wrong", ""],
+        "--wrong",
+        "empty",
+    ),
+    "patch per position on an encoder-decoder": (
+        [
+            "patch",
+            "--model",
+            "{bart}",
+            "--clean",
+            "a b c",
+            "--corrupt",
+            "a b d",
+            "--answer",
+            " c",
+            "--wrong",
+            " d",
+            "--positions",
+            "each",
+        ],
+        "--positions",
+        "encoder-decoder",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BLAME))
+def test_a_bad_flag_is_blamed_on_that_flag_before_the_model_loads(case, capsys, monkeypatch, request):
+    argv, flag, words = BLAME[case]
+    if "{bart}" in argv:
+        argv = [a.replace("{bart}", request.getfixturevalue("bart")) for a in argv]
+    else:
+        _no_load(monkeypatch)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {flag}") and words in err[0], err
+    assert "--prompts" not in err[0] and "row 1" not in err[0]
+
+
+@pytest.mark.parametrize(
+    "verb", [["heads", "--model", "minilm"], ["routes"], ["knockout", "--from", "a", "--to", "b"], ["report"]]
+)
+def test_every_verb_reads_its_text_from_file_or_stdin_with_the_same_checks(verb, tmp_path, capsys, monkeypatch):
+    import io
+
+    _no_load(monkeypatch)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"caf\xe9 latin-1")))
+    assert main([*verb, "--file", "-"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --file standard input: not UTF-8 text (byte 3)") and len(err.splitlines()) == 1, err
+    big = tmp_path / "big.txt"
+    from attnroute.cli.common import MAX_TEXT_BYTES
+
+    big.write_bytes(b"a " * (MAX_TEXT_BYTES // 2 + 1))
+    assert main([*verb, "--file", str(big)]) == 2
+    assert f"a text is at most {MAX_TEXT_BYTES:,}" in capsys.readouterr().err
+    if verb[0] != "heads":  # the text as an argument and --file together
+        assert main([*verb, "some text", "--file", str(big)]) == 2
+        assert "were both given" in capsys.readouterr().err
+
+
+def test_a_text_from_stdin_is_read_like_the_same_text_given_inline(capsys, monkeypatch):
+    import io
+    import json
+
+    text = "The cat sat on the mat. The cat sat on the mat."
+    assert main(["heads", "--model", "minilm", "--text", text, "--no-ablation", "--json", "-"]) == 0
+    inline = json.loads(capsys.readouterr().out)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert main(["heads", "--model", "minilm", "--file", "-", "--no-ablation", "--json", "-"]) == 0
+    piped = json.loads(capsys.readouterr().out)
+    assert piped["meta"]["tokens"] == inline["meta"]["tokens"] and piped["meta"]["text_tokens"] > 10
+    assert piped["rows"] == inline["rows"]
+
+
+def test_the_tokens_of_a_text_load_the_tokenizer_once():
+    import attnroute as ar
+
+    t0 = time.perf_counter()
+    first = ar.tokens("minilm", "routing is attention")
+    once = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    again = ar.tokens("minilm", "routing is attention")
+    assert first == again and first[0] == "[CLS]"
+    assert time.perf_counter() - t0 < max(0.05, once / 5)  # the cached tokenizer, not a second load

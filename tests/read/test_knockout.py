@@ -101,3 +101,36 @@ def test_cli_bad_routes_are_one_line(smollm2, capsys, argv, message):
     code = main(["knockout", PROMPT, *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()[-1:]) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_control_never_cuts_the_querys_local_context_and_the_verdict_reads_magnitude(smollm2, seed):
+    """The control's keys stay LOCAL tokens or more before the query (the local context " in the city" moves
+    p(" Paris") by itself), whatever the seed; the verdict names the window with the largest |Δp|, either sign,
+    and says when the control is not neutral."""
+    from attnroute.read.experiments.knockout import LOCAL
+
+    r = knockout(smollm2, PROMPT, source="of", target="Tower", window=5, seed=seed).to_dict()
+    (q,) = r["route"]["queries"]
+    assert all(q - k > LOCAL for k in r["control"]["keys"]), r["control"]["keys"]
+    most = max(r["windows"], key=lambda w: abs(w["delta_p_route"]))
+    said = next(line for line in r["verdict"]["lines"] if "moves it most" in line)
+    assert f"{most['delta_p_route']:+.3f}" in said and f"{most['layers'][0]}–{most['layers'][1]}" in said
+    moves = [abs(w["delta_p_control"]) for w in r["windows"]]
+    assert r["control"]["max_abs_delta_p"] == pytest.approx(max(moves))
+    note = any(line.startswith("note: the control route is not neutral") for line in r["verdict"]["lines"])
+    assert note == (not r["control"]["neutral"])
+
+
+def test_a_control_that_moves_p_is_said_beside_the_result():
+    from attnroute.read.experiments.knockout import _control_said
+
+    rows = [
+        {"layers": [0, 4], "delta_p_route": -0.20, "delta_p_control": 0.01},
+        {"layers": [1, 5], "delta_p_route": 0.05, "delta_p_control": 0.15},
+    ]
+    said = _control_said(rows)
+    assert said["neutral"] is False and said["max_abs_delta_p"] == pytest.approx(0.15)
+    assert "+0.150 (layers 1–5), 0.7× the route's largest move" in said["note"]
+    rows[1]["delta_p_control"] = 0.015  # below 0.02: neutral whatever the route did
+    assert _control_said(rows) == {"max_abs_delta_p": 0.015, "neutral": True, "note": ""}

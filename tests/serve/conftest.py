@@ -34,14 +34,16 @@ class Server:
         return self.proc.wait(timeout)
 
 
-def start(*args: str, timeout: float = 120) -> Server:
-    """`attnroute serve ARGS` until it prints its URL (a failed start: its output in the failure)."""
+def start(*args: str, timeout: float = 120, preexec_fn=None) -> Server:
+    """`attnroute serve ARGS` until it prints its URL (a failed start: its output in the failure).
+    ``preexec_fn`` runs in the child before it starts (a lower open-file limit)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnroute", "serve", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=preexec_fn,
     )
     lines: list[str] = []
     found = threading.Event()

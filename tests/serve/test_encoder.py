@@ -37,3 +37,11 @@ def test_an_encoder_reads_cuts_and_refuses_pairs(client):
     r = client.post("/api/pair", json={"clean": "a b", "corrupt": "a c", "answer": "b", "wrong": "c"})
     assert r.status_code == 400 and "causal LM" in r.json()["error"]
     assert client.get("/health", headers={"X-Attnroute-Token": "nope"}).status_code == 401
+
+
+def test_verify_on_an_encoder_is_refused_not_measured(client):
+    """A logit difference needs a causal LM: on an encoder it is a 400 naming why, never a number read off
+    the sentence embedding, never a 500."""
+    route = {"layer": 0, "head": 0, "query": 1, "key": 2}
+    r = client.post("/api/verify", json={"clean": "a b", "corrupt": "a c", "answer": "b", "wrong": "c", "route": route})
+    assert r.status_code == 400 and "causal LM" in r.json()["error"] and "\n" not in r.json()["error"]

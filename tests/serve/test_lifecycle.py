@@ -83,3 +83,38 @@ def test_a_taken_port_and_bad_flags_are_one_line_before_the_model_loads(tiny_lla
     ):
         r = run_cli("--model", tiny_llama, *flags)
         assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_sigterm_past_the_grace_cancels_the_request_in_one_line_and_exits_0():
+    """A request still running when the grace runs out is cancelled: the client gets a one-line JSON answer
+    or a closed connection — never a plain-text 500 — the log holds no traceback, and the exit is 0.
+    (SmolLM2: its prompt-pair request over 200 tokens runs for seconds, far past the 0.2 s grace.)"""
+    server = start("--model", "smollm2", "--time-limit", "60", "--grace", "0.2", "--max-tokens", "256")
+    got = {}
+    with httpx.Client(base_url=server.base, headers=server.headers(), timeout=10) as c:
+        room = c.get("/api/info").json()["max_tokens"]
+    long = " ".join(["the cat sat on the mat"] * (room // 8))
+    body = {"clean": long + " Mary", "corrupt": long + " John", "answer": " Mary", "wrong": " John", "job": "long"}
+
+    def request():
+        with httpx.Client(base_url=server.base, headers=server.headers(), timeout=60) as c:
+            try:
+                got["r"] = c.post("/api/pair", json=body)
+            except httpx.HTTPError as e:  # the connection closed under it
+                got["error"] = e
+
+    t = threading.Thread(target=request)
+    t.start()
+    with httpx.Client(base_url=server.base, headers=server.headers(), timeout=10) as c:
+        deadline = time.monotonic() + 30
+        while c.get("/api/progress", params={"id": "long"}).json()["id"] is None and not got:
+            assert time.monotonic() < deadline, "the request never reached the worker"
+            time.sleep(0.01)
+    assert server.stop(signal.SIGTERM) == 0, "\n".join(server.lines)
+    t.join(30)
+    log = "\n".join(server.lines)
+    assert "Traceback" not in log, log
+    assert "timeout graceful shutdown exceeded" in log  # it did run past the grace
+    if "r" in got:  # answered as cancelled: JSON
+        r = got["r"]
+        assert r.status_code == 503 and r.headers["content-type"].startswith("application/json"), r.text

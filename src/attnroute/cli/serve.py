@@ -27,6 +27,7 @@ def add(sub) -> None:
     option(p, "--time-limit", S, type=float)
     option(p, "--queue", S, type=int)
     option(p, "--cache-mb", S, type=int)
+    option(p, "--grace", S, type=float)
     p.set_defaults(fn=run)
 
 

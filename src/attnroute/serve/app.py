@@ -36,6 +36,7 @@ from ..errors import InputError
 from ..settings import ServeSettings
 from .cache import ResultCache
 from .errors import Cancelled, RequestError
+from .guard import quiet_accept_errors
 from .worker import Job, Worker
 
 GONE = 499  # nginx's "client closed request": no answer is sent, nobody reads it
@@ -203,6 +204,7 @@ def build(explorer, settings: ServeSettings, token: str, page_html: str, hosts: 
 
     @asynccontextmanager
     async def lifespan(app):
+        asyncio.get_running_loop().set_exception_handler(quiet_accept_errors)
         yield
         app_.worker.shutdown()  # SIGINT/SIGTERM: uvicorn lets requests in flight finish, then this cancels the rest
 
@@ -240,16 +242,23 @@ async def _wait(request: Request, future, job: Job, limit: float) -> bytes | Non
             if done:
                 break
             if await request.is_disconnected():
-                _drop(job, future)
+                _drop(job, future, wrapped)
                 return None
             if time.monotonic() > deadline:
-                _drop(job, future)
+                _drop(job, future, wrapped)
                 raise RequestError(
                     504, f"the request ran past the time limit ({limit:g} s, --time-limit): it was stopped"
                 )
-    except asyncio.CancelledError:  # the server stops past its grace period: the job stops at its next check
-        _drop(job, future)
-        raise
+    except asyncio.CancelledError:
+        # The server stops past its grace (--grace): the job stops at its next check, and the client gets a
+        # one-line answer instead of an "Exception in ASGI application" traceback in the log.
+        _drop(job, future, wrapped)
+        raise RequestError(503, "the server stopped before the request finished (--grace): it was cancelled") from None
+    return _body(job, wrapped)
+
+
+def _body(job: Job, wrapped) -> bytes:
+    """The finished job's answer as bytes, or its refusal as a RequestError."""
     try:
         result = wrapped.result()
     except Cancelled:
@@ -267,9 +276,12 @@ async def _wait(request: Request, future, job: Job, limit: float) -> bytes | Non
     return json.dumps(strict(result), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
-def _drop(job: Job, future) -> None:
+def _drop(job: Job, future, wrapped) -> None:
+    """Cancel the job (queued: it never starts; running: it stops at its next check). Its end — the
+    Cancelled it raises — is read here, so asyncio never logs "Future exception was never retrieved"."""
     job.cancelled.set()
     future.cancel()
+    wrapped.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 __all__ = ["CSP", "LOOPBACK_HOSTS", "MAX_BODY", "ExplorerApp", "arguments", "build"]

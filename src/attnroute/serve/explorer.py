@@ -52,13 +52,19 @@ class TextState:
     table: object = None  # the HeadTable of the text (the saved report's page reuses it)
 
 
+def refuse_kind(kind: str) -> None:
+    """The explorer reads causal LMs and encoders; an encoder–decoder is a refusal of the command (exit 2),
+    said before the weights load when the model's config can be read alone (server.prepare)."""
+    if kind == "seq2seq":
+        raise InputError(
+            "the explorer reads causal LMs and encoders; for an encoder-decoder use `attnroute report`",
+            field="model",
+        )
+
+
 class Explorer:
     def __init__(self, loaded: LoadedModel, max_tokens: int | None = None, progress=None):
-        if loaded.seq2seq:  # a refusal of the command (exit 2), not of a request
-            raise InputError(
-                "the explorer reads causal LMs and encoders; for an encoder-decoder use `attnroute report`",
-                field="model",
-            )
+        refuse_kind(loaded.kind)
         self.loaded = loaded
         if max_tokens is None:  # 1024, or the model's positions if fewer
             self.max_tokens = min(SERVE_TOKENS, loaded.max_positions or SERVE_TOKENS)

@@ -7,7 +7,11 @@ nothing for the real client's connection, or a slow client could hold one for ev
 - a connection that has not sent its request's headers within HEADER_TIMEOUT seconds is closed;
 - at most ``cap`` such waiting connections are held — past it the oldest waiting one is closed (a new
   client is served, an idle flood ages out); the cap sits well under the open-file limit;
-- a request without the token is answered 401 and its connection closed (app.py), so it cannot linger.
+- a request without the token is answered 401 and its connection closed (app.py), so it cannot linger;
+- the listening socket's backlog (which is also how many connections asyncio accepts in one burst, before
+  any of them can be closed) is a quarter of what the limit leaves, so cap + burst stays under it;
+- should the process still run out (many live requests), asyncio's accept error is one warning line, not
+  a traceback, and it accepts again a second later (asyncio's own pause).
 
 Connections in the middle of a request or a response are never closed here.
 """
@@ -15,6 +19,7 @@ Connections in the middle of a request or a response are never closed here.
 from __future__ import annotations
 
 import resource
+import sys
 from collections import OrderedDict
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -23,13 +28,36 @@ HEADER_TIMEOUT = 10.0  # seconds a new connection may take to send its request's
 MAX_WAITING = 256
 
 
-def waiting_cap() -> int:
-    """Waiting connections held at once: at most half of what the open-file limit leaves (after 64 for the
-    model's files and the server's own), between 4 and MAX_WAITING."""
+MAX_BACKLOG = 128
+RESERVED = 64  # descriptors kept for the model's files, the log, the event loop's own
+
+
+def _spare() -> int | None:
+    """File descriptors the open-file limit leaves for connections (None: no limit)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return MAX_WAITING
-    return max(4, min(MAX_WAITING, (soft - 64) // 2))
+    return None if soft == resource.RLIM_INFINITY else soft - RESERVED
+
+
+def waiting_cap() -> int:
+    """Waiting connections held at once: at most half of the spare descriptors, between 4 and MAX_WAITING."""
+    spare = _spare()
+    return MAX_WAITING if spare is None else max(4, min(MAX_WAITING, spare // 2))
+
+
+def accept_backlog() -> int:
+    """The listening socket's backlog (asyncio's accept burst): a quarter of the spare descriptors, 4 to 128."""
+    spare = _spare()
+    return MAX_BACKLOG if spare is None else max(4, min(MAX_BACKLOG, spare // 4))
+
+
+def quiet_accept_errors(loop, context: dict) -> None:
+    """The event loop's exception handler: running out of descriptors while accepting is one line (asyncio
+    retries a second later by itself); anything else goes to asyncio's default handler."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError) and "accept" in str(context.get("message", "")):
+        print(f"warning: no connection accepted for a second: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        return
+    loop.default_exception_handler(context)
 
 
 class GuardedH11(H11Protocol):
@@ -72,4 +100,4 @@ class GuardedH11(H11Protocol):
             self.transport.close()
 
 
-__all__ = ["HEADER_TIMEOUT", "GuardedH11", "waiting_cap"]
+__all__ = ["HEADER_TIMEOUT", "GuardedH11", "accept_backlog", "quiet_accept_errors", "waiting_cap"]

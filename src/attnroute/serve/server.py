@@ -1,7 +1,7 @@
 """Starting the explorer: the model loaded once, a free port, uvicorn, the URL with its token.
 
 ``run`` is `attnroute serve` (foreground; SIGINT/SIGTERM: uvicorn stops taking requests, lets the
-ones in flight finish within GRACE seconds, the worker cancels what still waits, exit 0).
+ones in flight finish within ``grace`` seconds (ServeSettings), the worker cancels what still waits, exit 0).
 ``serve`` is the notebook's: the same server in a background thread, returned as a Handle that shows
 the explorer in an iframe and stops it on ``close()``.
 """
@@ -18,14 +18,13 @@ import time
 
 import uvicorn
 
-from ..models import LoadedModel, load
+from ..models import LoadedModel, load, model_facts
 from ..settings import ServeSettings, verb
 from ..show.explorer import page_html
 from .app import LOOPBACK_HOSTS, build
-from .explorer import Explorer
-from .guard import GuardedH11
+from .explorer import Explorer, refuse_kind
+from .guard import GuardedH11, accept_backlog
 
-GRACE = 10  # seconds in-flight requests get to finish after SIGINT/SIGTERM
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 WIDE_OPEN = (
     "warning: --host {host} listens beyond this machine: anyone who can reach it and holds the token can run "
@@ -39,7 +38,7 @@ def free_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(128)
+    sock.listen(accept_backlog())
     sock.set_inheritable(True)
     return sock
 
@@ -94,6 +93,9 @@ def prepare(s, progress=None):
     say = reporter(progress)
     sock = free_socket(s.host, s.port)
     try:
+        facts = None if isinstance(s.model, LoadedModel) else model_facts(s.model)
+        if facts is not None:
+            refuse_kind(facts.kind)  # before the weights load
         loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
         say("stage", "the explorer's startup read: routing check and repeated-token scores")
         explorer = Explorer(loaded, s.max_tokens, progress=progress)
@@ -107,7 +109,13 @@ def prepare(s, progress=None):
     shown = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
     url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{bound}/?token={token}"
     config = uvicorn.Config(
-        app, log_level="warning", timeout_graceful_shutdown=GRACE, lifespan="on", access_log=False, http=GuardedH11
+        app,
+        log_level="warning",
+        timeout_graceful_shutdown=s.grace,
+        lifespan="on",
+        access_log=False,
+        http=GuardedH11,
+        backlog=accept_backlog(),
     )
     return _Server(config), sock, url, token
 
@@ -150,4 +158,4 @@ def serve(model=None, *, settings: ServeSettings | None = None, progress=None, *
     return Handle(server, thread, url, token)
 
 
-__all__ = ["GRACE", "Handle", "free_socket", "launch", "prepare", "serve", "warn_if_open"]
+__all__ = ["Handle", "free_socket", "launch", "prepare", "serve", "warn_if_open"]

@@ -110,6 +110,7 @@ class ServeSettings(Settings):
     time_limit: float = opt(120.0, "seconds a request may run; past it: stopped, 504")
     queue: int = opt(8, "requests that may wait beyond the running one; past it: 503 with Retry-After")
     cache_mb: int = opt(256, "memory for cached results, in MiB (an LRU bounded in bytes)")
+    grace: float = opt(10.0, "seconds requests in flight get to finish after SIGINT/SIGTERM; past it: cancelled")
 
     def __post_init__(self):
         if not isinstance(self.host, str) or not self.host.strip() or any(c in self.host for c in "/ ?#@"):
@@ -119,6 +120,7 @@ class ServeSettings(Settings):
         number(self.time_limit, "time_limit", 0, 86_400)
         integer(self.queue, "queue", 0, 1000)
         integer(self.cache_mb, "cache_mb", 0, 1_000_000)
+        number(self.grace, "grace", 0, 3600)
 
 
 __all__ = [

@@ -99,7 +99,8 @@ def measured(metric, x: torch.Tensor, batch: dict, n: int, name: str) -> torch.T
     if bool(bad.any()):
         i = int(torch.nonzero(bad)[0])
         raise MetricError(
-            f"metric {name} gave {float(out[i])} for prompt {i + 1} of a batch of {n}; every value must be finite"
+            f"metric {name} gave {float(out[i].detach())} for prompt {i + 1} of a batch of {n}; "
+            "every value must be finite"
         )
     return out
 

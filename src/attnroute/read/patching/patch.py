@@ -145,14 +145,14 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
         found = load_tokenizer(s.model)
         if found is not None:
             groups, _ = tokenize_pairs(*found, pairs, s.metric)
-            pair_positions(found[0], found[1], s.positions, pairs, groups)
+            refuse_unsupported(found[1], pair_positions(found[0], found[1], s.positions, pairs, groups)[0])
     with process_group() as (rank, world), contextlib.ExitStack() as held:
         ck = Path(s.checkpoint) if rank == 0 and s.checkpoint is not None else None  # rank 0 writes it
         agree(world, lambda: held.enter_context(exclusive(ck)))  # one writer per checkpoint, before the weights
         loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
         groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)  # every rank checks all
         mode, positions, resolved = pair_positions(loaded.tokenizer, loaded.kind, s.positions, pairs, groups)
-        refuse_unsupported(loaded, metric_name, mode)
+        refuse_unsupported(loaded.kind, mode)
         for g in groups:
             loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
         shard = Shard(len(pairs), rank, world)
@@ -239,8 +239,9 @@ def _first_pass(pool: RunPool, s: PatchSettings, comps: dict, store: Store, dire
     return {"direct": parts, "shortcut": shortcut}
 
 
-def refuse_unsupported(loaded, metric_name: str, mode: str) -> None:
-    if loaded.seq2seq and mode == "each":
+def refuse_unsupported(kind: str, mode: str) -> None:
+    """What patching cannot do on this kind of model, said before the weights load when the config is read."""
+    if kind == "seq2seq" and mode == "each":
         raise InputError(
             "positions: per-position patching reads one token axis; an encoder-decoder has two (encoder and "
             "decoder): use positions all",

@@ -26,7 +26,7 @@ from ..adapter import routed
 from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
 from ..ground.metrics import resolve
-from ..ground.prompts import PromptError, tokenize_pairs
+from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
 from ..ground.stats import agreement
 from ..stimuli import tokens_of
 from .routes import CHECKPOINT_FROM, MAX_TOKENS, knockout_one, output_gradients, stream_routes
@@ -129,13 +129,14 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
             "give your own metric of the pooled embedding (a Python callable)",
             field="metric",
         )
+    facts = None if isinstance(s.model, LoadedModel) else model_facts(s.model)
+    if facts is not None:  # the metric first: on an encoder the missing answer is not the problem
+        check_metric_kind(s.metric, facts.kind, True)
     pairs = s.read_pairs()  # read and checked before the weights load
-    if not isinstance(s.model, LoadedModel):  # prompts, answers and layers are checked before the weights load
-        facts = model_facts(s.model)
-        if facts is not None:
-            _one_length(tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric, gradient=True)[0])
-            if facts.n_layers is not None:
-                _layers(facts.n_layers, s.layers)
+    if facts is not None:  # prompts, answers and layers are checked before the weights load
+        _one_length(tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric, gradient=True)[0])
+        if facts.n_layers is not None:
+            _layers(facts.n_layers, s.layers)
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric, gradient=True)
     g = _one_length(groups)

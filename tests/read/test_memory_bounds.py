@@ -1,0 +1,127 @@
+"""Work sized to memory: prompts cut into runs of bounded tokens (the same numbers whatever the cut), kept
+runs within a byte budget, route attribution refused past its token budget with the estimate, and result
+files checked for their sizes before `report --add` allocates anything from them."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+
+import pytest
+
+import attnroute as ar
+from attnroute.cli import main
+from attnroute.errors import InputError
+from attnroute.models import load
+from attnroute.promptset import PromptPair
+from attnroute.read.ground import pool as pool_module
+from attnroute.read.ground.prompts import tokenize_pairs
+
+from .zoo import build
+
+# the modules (the package re-exports functions of the same names)
+patch_module = importlib.import_module("attnroute.read.patching.patch")
+routes_module = importlib.import_module("attnroute.read.patching.route_attribution")
+
+WORDS = ["cat", "dog", "bird", "fish", "cow", "hen", "fox", "owl"]
+PAIRS = [
+    PromptPair(f"the {a} sat on the mat and", f"the {b} sat on the mat and", " the", " a", row=i + 1)
+    for i, (a, b) in enumerate(zip(WORDS, WORDS[1:] + WORDS[:1], strict=True))
+] + [PromptPair("a bird flew over the big house and", "a bird ran over the big house and", " the", " a", row=9)]
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    return load(str(build("llama", tmp_path_factory.mktemp("zoo"))))
+
+
+def test_runs_hold_at_most_their_tokens_and_keep_every_prompt_in_order(tiny_llama):
+    groups, _ = tokenize_pairs(tiny_llama.tokenizer, tiny_llama.kind, PAIRS, "logit-diff")
+    for budget in (1, 7, 16, 40, 10_000):
+        chunks = pool_module.chunk_groups(groups, budget)
+        for c in chunks:  # a run is one prompt, or fits the budget
+            assert len(c.rows) == 1 or len(c.rows) * c.length <= budget
+            assert len(c.rows) == c.clean.shape[0] == c.corrupt.shape[0] == len(c.answer)
+        assert [r for c in chunks for r in c.rows] == [r for g in groups for r in g.rows]
+
+
+def test_the_pool_keeps_runs_within_its_budget_and_remakes_the_rest():
+    made = []
+    pool = pool_module.RunPool(lambda c: made.append(c) or f"run {c}", [0, 1, 2, 3], lambda c: 10, keep_bytes=25)
+    for i in range(4):
+        assert pool.get(i) == f"run {i}"
+        pool.done(i)
+    assert len(pool.kept) == 2 and pool.made == 4  # two fit 25 bytes; the other two were dropped
+    for i in range(4):  # a second round: the kept ones are not recorded again, the dropped ones are
+        pool.get(i)
+        pool.done(i)
+    assert pool.made == 6
+
+
+def test_patch_gives_the_same_numbers_whatever_the_runs_and_the_budget(tiny_llama, monkeypatch):
+    """Nine prompts as one run each, nothing kept between rounds: every number equals the one-batch run."""
+    whole = ar.patch(tiny_llama, PAIRS, metric="logit-diff", exact="all", sites=("head", "v"))
+    monkeypatch.setattr(patch_module, "chunk_groups", functools.partial(pool_module.chunk_groups, max_tokens=1))
+    monkeypatch.setattr(patch_module, "RunPool", functools.partial(pool_module.RunPool, keep_bytes=0))
+    cut = ar.patch(tiny_llama, PAIRS, metric="logit-diff", exact="all", sites=("head", "v"))
+    assert len(whole.rows) == len(cut.rows) > 0
+    for a, b in zip(whole.rows, cut.rows, strict=True):
+        assert {k: a[k] for k in ("layer", "head", "site")} == {k: b[k] for k in ("layer", "head", "site")}
+        for key in ("delta", "estimate", "normalized"):
+            assert a[key] == pytest.approx(b[key], abs=1e-5), (key, a, b)
+    assert whole.meta.m_clean_values == pytest.approx(cut.meta.m_clean_values, abs=1e-5)
+    assert whole.meta.m_corrupt_values == pytest.approx(cut.meta.m_corrupt_values, abs=1e-5)
+
+
+def test_route_attribution_past_its_token_budget_is_refused_with_the_estimate(tiny_llama, monkeypatch):
+    monkeypatch.setattr(routes_module, "MAX_TOKENS", 20)
+    same = [p for p in PAIRS if p.row <= 8]  # one length
+    with pytest.raises(InputError) as e:
+        ar.route_attribution(tiny_llama, prompts=same, layers=[0])
+    said = str(e.value)
+    assert e.value.field == "prompts" and "past the 20" in said and "give at most 2 prompts" in said
+
+
+# ---------------------------------------------------------------- result files checked before allocation
+
+
+@pytest.fixture(scope="module")
+def patch_json(tiny_llama, tmp_path_factory):
+    r = ar.patch(tiny_llama, PAIRS[:2], metric="logit-diff", exact=0)
+    return json.loads(r.to_json())
+
+
+@pytest.mark.parametrize(
+    "break_it, said",
+    [
+        (lambda d: d["meta"].update(layers=10**6), "meta.layers is 1000000"),
+        (lambda d: d["meta"].update(heads=-1), "meta.heads is -1"),
+        (lambda d: d["rows"][0].update(layer=10**9), "rows[].layer is 1000000000"),
+        (lambda d: d["rows"][0].update(position=10**9), "rows[].position"),
+        (lambda d: d["meta"].update(layers="32"), "meta.layers is '32'"),
+    ],
+)
+def test_report_add_refuses_sizes_no_result_has_before_allocating(patch_json, tmp_path, capsys, break_it, said):
+    data = json.loads(json.dumps(patch_json))
+    break_it(data)
+    path = tmp_path / "patch.json"
+    path.write_text(json.dumps(data))
+    assert main(["report", "a b c", "--add", str(path), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --add") and said in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_report_add_refuses_deep_nesting_and_huge_files(tmp_path, capsys, monkeypatch):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    assert main(["report", "a b c", "--add", str(deep), "--out", str(tmp_path / "r.html")]) == 2
+    assert "nested too deeply" in capsys.readouterr().err
+    from attnroute.show import jsonout
+
+    monkeypatch.setattr(jsonout, "MAX_JSON_BYTES", 10)
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"experiment": "patch", "pad": "x" * 100}))
+    assert main(["report", "a b c", "--add", str(big), "--out", str(tmp_path / "r.html")]) == 2
+    assert "a result file is at most 10" in capsys.readouterr().err
