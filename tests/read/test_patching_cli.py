@@ -104,7 +104,8 @@ def test_routes_cli_json_csv_and_figure(smollm2, tmp_path, capsys):
     assert main(argv) == 0, capsys.readouterr().err
     d = json.loads(js.read_text())
     assert ar.RoutesResult.validate(d) is None and len(d["routes"]) == 8
-    assert [r["exact"] is not None for r in d["routes"]] == [True] * 3 + [False] * 5
+    verified = [r["exact"] is not None for r in d["routes"]]  # the top 3 first, then what the band asks for
+    assert verified[:3] == [True] * 3 and sum(verified) == d["meta"]["settle"]["measured"] >= 3
     assert cs.read_text().count("\n") == 9 and png.read_bytes()[:4] == b"\x89PNG"
     assert "Route attribution" in sections.load(js, "add")
 

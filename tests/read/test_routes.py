@@ -44,6 +44,16 @@ def embedding_coordinate(embedding, batch):
     return embedding[:, 3].float()
 
 
+def rest_of_row(A: torch.Tensor) -> torch.Tensor:
+    """1 − A_ij as the row's other weights (and its sinks' mass) sum, one weight at a time — slow and plain."""
+    out = torch.empty_like(A)
+    sink = (1 - A.sum(-1)).clamp_min(0)  # gpt-oss: the mass its sink logit took (0 elsewhere, up to rounding)
+    for j in range(A.shape[-1]):
+        others = torch.cat([A[..., :j], A[..., j + 1 :]], -1).sum(-1)
+        out[..., j] = others + torch.where(sink > 1e-6, sink, torch.zeros_like(sink))
+    return out.clamp_min(1e-6)
+
+
 def reference(loaded, ids, metric):
     """{(layer, head, i, j): estimate} for every route, by autograd on the eager weights."""
     leaves = [WeightLeaf(l) for l in range(loaded.n_layers)]
@@ -55,7 +65,8 @@ def reference(loaded, ids, metric):
     est = {}
     for l, (lv, g) in enumerate(zip(leaves, grads)):
         A = lv.A.double()
-        e = -(A * (g.double() - (A * g.double()).sum(-1, keepdim=True))).mean(0)  # (H, Tq, Tk)
+        dS = A * (g.double() - (A * g.double()).sum(-1, keepdim=True))
+        e = -(dS / rest_of_row(A)).mean(0)  # (H, Tq, Tk): the row renormalized exactly
         for (h, i, j), v in np.ndenumerate(e.numpy()):
             est[(l, h, i, j)] = v
     return est
@@ -80,13 +91,18 @@ def test_every_route_equals_autograd_on_the_eager_weights(arch, metric, tmp_path
     ids = encode(loaded.tokenizer, loaded.kind, TEXT)[None]
     ref = reference(loaded, ids, metric)
     got = {(x["layer"], x["head"], x["query"], x["key"]): x["estimate"] for x in r.routes}
+    weight = {(x["layer"], x["head"], x["query"], x["key"]): x["weight"] for x in r.routes}
     nonzero = {k: v for k, v in ref.items() if abs(v) > 1e-7}
     assert len(nonzero) > 50
     missing = [k for k in nonzero if k not in got]
     assert not missing, f"{len(missing)} routes with an effect were not reported, e.g. {missing[:3]}"
-    worst = max(abs(got[k] - v) for k, v in nonzero.items())
+    # a row with nearly all its weight on one key divides by 1 − A_ij < 1e-4: float32's relative error in the
+    # row's other weights is amplified there (the exact knockout decides such routes), so 10 % for them
+    saturated = {k for k in nonzero if weight[k] > 1 - 1e-4}
     scale = max(abs(v) for v in nonzero.values())
+    worst = max(abs(got[k] - v) for k, v in nonzero.items() if k not in saturated)
     assert worst <= 1e-4 * max(1.0, scale), (worst, scale)
+    assert all(abs(got[k] - nonzero[k]) <= 0.1 * abs(nonzero[k]) + 1e-4 for k in saturated)
     assert all(abs(v) <= 1e-6 for k, v in got.items() if k not in nonzero)  # what the reference calls 0 is 0
 
 
@@ -96,13 +112,21 @@ IOI = "When Mary and John went to the store, John gave a drink to"
 def test_smollm2_top_routes_are_verified_and_weight_is_reported_beside_effect(smollm2):
     r = route_attribution(smollm2, text=IOI, metric="logit-diff", answer=" Mary", wrong=" John", top=30, verify=12)
     d = r.to_dict()
-    assert len(d["routes"]) == 30 and sum(x["exact"] is not None for x in d["routes"]) == 12
+    verified = [x for x in d["routes"] if x["exact"] is not None]
+    assert len(d["routes"]) == 30 and len(verified) >= 12
     ranked = [abs(x["estimate"]) for x in d["routes"]]
     assert ranked == sorted(ranked, reverse=True)
     assert d["meta"]["tokens"][0] == "<|im_start|>" and d["meta"]["tokens"][-1] == " to"  # the BOS said
     assert d["meta"]["restart"]["used"]
+    settled = d["meta"]["settle"]
+    assert settled["measured"] == len(verified) and (settled["settled"] or settled["could_enter"] > 0)
+    if settled["settled"]:  # nothing unmeasured could enter the exact top 12, by the band measured
+        top = sorted((abs(x["exact"]) for x in verified), reverse=True)[11]
+        assert all(abs(x["estimate"]) + settled["band"] < top for x in d["routes"] if x["exact"] is None)
+    if settled["beyond_kept"]:  # said: a route outside the kept 30 could still enter the exact top
+        assert settled["measured"] == 30
     a = d["agreement"]["estimate_vs_exact"]
-    assert a["n"] == 12 and -1 <= a["spearman"] <= 1 and a["slope"] is not None
+    assert a["n"] == len(verified) and -1 <= a["spearman"] <= 1 and a["slope"] is not None
     x = d["routes"][0]
     assert {"weight", "norm_weight", "estimate", "exact", "query_token", "key_token"} <= set(x)
     assert x["norm_weight"] > 0 and 0 < x["weight"] <= 1
@@ -150,3 +174,29 @@ def test_the_checkpointed_backward_gives_the_same_output_gradients(monkeypatch, 
     monkeypatch.setattr(routes, "CHECKPOINT_FROM", 10)
     again, m2 = routes.output_gradients(loaded, batch, logit_diff, fields, {}, [0, 1])
     assert torch.equal(m1, m2) and all(torch.allclose(stored[l], again[l], atol=1e-7) for l in (0, 1))
+
+
+def test_a_knockout_moves_the_heads_output_exactly_as_the_estimate_assumes(tmp_path):
+    """The QK fix's premise: knocking route i→j out of head h turns row i's output into
+    (o_i − A_ij v_j) / (1 − A_ij) — the engine's edit, read back, equals it."""
+    from attnroute.engine import KnockoutEdges
+    from attnroute.read.patching.sites import Recorder
+
+    loaded = load(str(build("llama", tmp_path)))
+    ids = batch_of(loaded, torch.tensor([[101, 2023, 2003, 1037, 3231, 2007, 2048, 102]]))
+    layer, head, i, j = 1, 2, 6, 3
+
+    def run(*interventions):
+        rec = Recorder(layer)
+        with torch.no_grad(), routed(loaded, interventions=[*interventions, rec], impl="eager"):
+            loaded.model(**ids)
+        return rec
+
+    leaf = WeightLeaf(layer)
+    base = run(leaf)
+    A = leaf.A[0, head, i, j]
+    cut = run(KnockoutEdges([i], [j], heads=[head], layer=layer))
+    G = loaded.n_heads // loaded.n_kv_heads
+    v_j = base.v[0, head // G, j]
+    expected = (base.out[0, head, i] - A * v_j) / (1 - A)
+    torch.testing.assert_close(cut.out[0, head, i], expected, atol=1e-5, rtol=1e-4)

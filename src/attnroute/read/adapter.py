@@ -91,6 +91,7 @@ class Session:
     calls: list = field(default_factory=list)  # (layer, Tq, Tk, mask kind) per call, for tests
     before_attend: list = field(default_factory=list)  # callables(layer, module, q, k, v)
     after_attend: list = field(default_factory=list)  # callables(layer, out [B, H, Tq, Dv]) -> out
+    on_attend: list = field(default_factory=list)  # callables(layer, mask, engine arguments): what attend got
 
 
 def _make_attention_fn(name: str):
@@ -114,6 +115,8 @@ def _make_attention_fn(name: str):
         s.calls.append((layer, query.shape[2], key.shape[2], kind))
         for hook in s.before_attend:
             hook(layer, module, query, key, value)
+        for hook in s.on_attend:
+            hook(layer, mask, args)
         out = attend(
             query,
             key,
@@ -133,7 +136,7 @@ def _make_attention_fn(name: str):
 
 
 @contextlib.contextmanager
-def routed(loaded, probes=(), interventions=(), impl: str = "auto", before_attend=(), after_attend=()):
+def routed(loaded, probes=(), interventions=(), impl: str = "auto", before_attend=(), after_attend=(), on_attend=()):
     """Scoped routing: registers, switches, and always undoes both."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -147,6 +150,7 @@ def routed(loaded, probes=(), interventions=(), impl: str = "auto", before_atten
         impl,
         before_attend=list(before_attend),
         after_attend=list(after_attend),
+        on_attend=list(on_attend),
     )
     previous = model.config._attn_implementation
     _SESSIONS[name] = session

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from rich.table import Table
 
+from ..read.ground.settle import settle_said
 from .plotting import pyplot
 from .text import plus_minus, signed
 
@@ -48,6 +49,8 @@ def patch_tables(result: dict, rows_per_site: int = 10) -> list[Table]:
             else f"estimate vs exact: {a['n']} measured"
         )
         t = Table(title=f"{site}: top {rows_per_site} by |normalized| ({m['direction']}, {m['metric']}) — {agree}")
+        if m.get("exact", {}).get(site, {}).get("band") is not None:
+            t.caption = settle_said(m["exact"][site], m.get("top", 10), f"{site} components", "measure more: --exact N")
         for col in ("component", "normalized", "Δ metric", "estimate (normalized)", "kv shared by"):
             t.add_column(col)
         rows = [r for r in result["rows"] if r["site"] == site and r["exact"] and r["normalized"] is not None]

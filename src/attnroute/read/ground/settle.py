@@ -1,14 +1,24 @@
 """The settle rule: exact measurement of the components an estimate ranks highest, until the exact top
-stops changing — the one rule of `heads` (ablation), `patch` (heads, layers, q/k/v), the explorer and
-every verb that verifies an estimate.
+is settled — the one rule of `heads` (ablation), `patch` (heads, layers, q/k/v), `routes`, `circuit`
+(edges), the explorer and every verb that verifies an estimate.
 
-    info = settle(order, measure, exact, SettleRule(first=20, step=10, top=10))
+    info = settle(order, measure, exact, SettleRule(first=20, step=10, top=10), estimate=est)
 
 ``order`` ranks the components by the estimate (best first); ``measure(indices)`` measures them
-exactly; ``exact(indices)`` returns their exact values. The first ``first`` are measured, then
-``step`` more at a time until a round leaves the exact top ``top`` (by |value|, or by value for a
-signed ranking) unchanged — a component the estimate ranked low but whose exact effect is large
-gets found when it is near the cutoff. The counts are the settings' (settings.SETTLE_FIRST, …).
+exactly; ``exact(indices)`` returns their exact values; ``estimate`` (optional) the estimates themselves.
+The first ``first`` are measured, then ``step`` more at a time, until
+
+1. a round leaves the exact top ``top`` (by |value|, or by value for a signed ranking) unchanged, and
+2. no unmeasured component could still enter it: with the *error band* b — the largest |exact − estimate|
+   seen among the measured components — a component whose |estimate| + b reaches the top's smallest
+   exact value is a candidate, and candidates are measured next (largest |estimate| first).
+
+Rule 2 is what the estimate cannot fool: a linear estimate is wrong where a softmax saturates (an
+estimate of −0.025 for an exact +0.248 was seen on an induction head's query), and an order by the
+estimate alone never measures such a component. Where the estimates are poor the band is wide and more is
+measured; ``limit`` caps the measurements, and what could still enter is then said (``could_enter``),
+never hidden. Without ``estimate`` (a ranking that is not an estimate of the exact value) only rule 1
+applies. The counts are the settings' (settings.SETTLE_FIRST, …).
 """
 
 from __future__ import annotations
@@ -27,10 +37,15 @@ class SettleRule:
     step: int = SETTLE_STEP  # measured in each later round
     top: int = SETTLE_TOP  # the exact top that must stop changing
     signed: bool = False  # rank the exact top by value (largest first) instead of by |value|
+    limit: int | None = None  # at most this many measured (None: as many as the rule needs)
 
     def describe(self) -> str:
         by = "" if not self.signed else " (largest first)"
-        return f"settle: first {self.first}, then {self.step} at a time until the exact top {self.top}{by} holds"
+        cap = "" if self.limit is None else f", at most {self.limit} measured"
+        return (
+            f"settle: first {self.first}, then {self.step} at a time until the exact top {self.top}{by} holds and "
+            f"no unmeasured estimate within the error band could enter it{cap}"
+        )
 
 
 def exact_top(indices: Sequence[int], values: np.ndarray, k: int, signed: bool) -> set[int]:
@@ -40,24 +55,76 @@ def exact_top(indices: Sequence[int], values: np.ndarray, k: int, signed: bool) 
     return set(idx[np.argsort(score, kind="stable")][:k].tolist())
 
 
+@dataclass
+class Band:
+    """Which unmeasured components could still enter the exact top, given the error seen so far."""
+
+    width: float  # the largest |exact − estimate| among the measured
+    floor: float  # the top's smallest exact value (|value|, or value when signed)
+    candidates: list[int]  # unmeasured indices that could reach it, largest |estimate| first
+
+
+def band(order: list[int], n: int, exact: np.ndarray, estimate: np.ndarray, rule: SettleRule) -> Band:
+    """``order[:n]`` measured (their exact values ``exact``); ``estimate`` every component's estimate."""
+    measured = np.asarray(order[:n])
+    width = float(np.nanmax(np.abs(exact - estimate[measured]))) if n else np.inf
+    ranked = exact if rule.signed else np.abs(exact)
+    floor = float(np.sort(ranked)[::-1][min(rule.top, n) - 1]) if n >= rule.top else -np.inf
+    rest = np.asarray(order[n:], dtype=int)
+    reach = (estimate[rest] if rule.signed else np.abs(estimate[rest])) + width
+    return Band(width, floor, rest[reach >= floor].tolist())
+
+
 def settle(
     order: Sequence[int],
     measure: Callable[[list[int]], None],
     exact: Callable[[list[int]], np.ndarray],
     rule: SettleRule,
+    estimate: np.ndarray | None = None,
 ) -> dict:
-    """Measure ``order`` in rounds until the exact top holds; {"measured": n, "rounds": r}."""
+    """Measure in rounds until the exact top holds and nothing unmeasured could enter it (see the module
+    docstring). Returns {"measured", "rounds", "settled", "band", "floor", "could_enter"}."""
     order = [int(i) for i in order]
-    n = min(rule.first, len(order))
+    cap = len(order) if rule.limit is None else min(len(order), max(rule.first, rule.limit))
+    n = min(rule.first, cap)
     measure(order[:n])
-    rounds = 1
-    while n < len(order):
-        before = exact_top(order[:n], exact(order[:n]), rule.top, rule.signed)
-        measure(order[n : n + rule.step])
-        n, rounds = min(len(order), n + rule.step), rounds + 1
-        if exact_top(order[:n], exact(order[:n]), rule.top, rule.signed) == before:
+    rounds, stable = 1, False
+    while True:
+        values = exact(order[:n])
+        b = band(order, n, values, estimate, rule) if estimate is not None else Band(0.0, -np.inf, [])
+        if (stable and not b.candidates) or n >= cap:
             break
-    return {"measured": n, "rounds": rounds}
+        before = exact_top(order[:n], values, rule.top, rule.signed)
+        nxt = (b.candidates or order[n:])[: min(rule.step, cap - n)]
+        order = order[:n] + nxt + [i for i in order[n:] if i not in set(nxt)]
+        measure(nxt)
+        n, rounds = n + len(nxt), rounds + 1
+        stable = exact_top(order[:n], exact(order[:n]), rule.top, rule.signed) == before
+        if estimate is None and stable:
+            break
+    left = len(b.candidates) if estimate is not None else 0
+    return {
+        "measured": n,
+        "rounds": rounds,
+        "settled": left == 0 and (stable or n == len(order)),
+        "band": None if estimate is None else finite_or_none(b.width),
+        "floor": None if estimate is None else finite_or_none(b.floor),
+        "could_enter": left,
+    }
+
+
+def settle_said(info: dict, top: int, what: str, more: str) -> str:
+    """One line on how an exact top was settled: ``what`` names the components, ``more`` how to measure more."""
+    if info.get("band") is None:
+        return f"exact top {top} {what}: {info['measured']} measured"
+    head = f"exact top {top} {what}: {info['measured']} measured, estimate error band ±{info['band']:.3g}"
+    if info.get("settled"):
+        return head + "; nothing unmeasured could enter it"
+    return head + f"; NOT settled: {info['could_enter']} unmeasured could still enter it ({more})"
+
+
+def finite_or_none(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
 
 
 def measure_first(order: Sequence[int], n: int, measure: Callable[[list[int]], None], chunk: int) -> dict:
@@ -68,4 +135,4 @@ def measure_first(order: Sequence[int], n: int, measure: Callable[[list[int]], N
     return {"measured": len(order), "rounds": max(1, -(-len(order) // chunk))}
 
 
-__all__ = ["SettleRule", "exact_top", "measure_first", "settle"]
+__all__ = ["Band", "SettleRule", "band", "exact_top", "measure_first", "settle", "settle_said"]

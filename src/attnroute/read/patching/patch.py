@@ -68,6 +68,7 @@ class PatchMeta(Meta):
     heads: int
     kv_heads: int
     attention_kinds: list[str]
+    top: int = 10  # the exact top the settle rule holds per site
     ranks: int = 1
     resumed: dict | None = None  # the checkpoint resumed from, and how many components it held
 
@@ -196,7 +197,7 @@ def _run(
     settle = {site: _settle(pool, comps[site], store, site, s, say) for site in s.sites}
     den = float(np.mean(m_clean - m_corrupt))
     meta = _meta(loaded, metric_name, s, N, record, resolved, m_clean, m_corrupt, chunks, first["shortcut"], settle)
-    meta.ranks, meta.resumed = shard.world, store.resumed
+    meta.ranks, meta.resumed, meta.top = shard.world, store.resumed, s.top
     result = PatchResult(loaded.name, meta)
     m_base = m_corrupt if s.direction == "denoising" else m_clean
     if metric_name == "logit-diff":
@@ -222,10 +223,10 @@ def _first_pass(pool: RunPool, s: PatchSettings, comps: dict, store: Store, dire
         r = pool.get(i)
         m["m_clean"][r.group.rows], m["m_corrupt"][r.group.rows] = r.m_clean.numpy(), r.m_corrupt.numpy()
         if need_est:
-            grid = r.gradients(s.sites)
+            grid = r.gradients(s.sites, per_position=any(c.position is not None for c in comps.get("k", [])))
             for site, cs in comps.items():
                 for j, c in enumerate(cs):
-                    est[site][j, r.group.rows] = pick(grid[(c.layer, c.site)], c).numpy()
+                    est[site][j, r.group.rows] = _estimate(grid, c).numpy()
         parts.append(r.direct() if direct else None)
         shortcut.append(r.shortcut)
         pool.done(i)
@@ -237,6 +238,13 @@ def _first_pass(pool: RunPool, s: PatchSettings, comps: dict, store: Store, dire
             store.state[f"est.{site}"] = store.shard.merge(est[site])  # (C, N)
         store.save()
     return {"direct": parts, "shortcut": shortcut}
+
+
+def _estimate(grid: dict, c: Component) -> torch.Tensor:
+    """One component's estimate per prompt [n]; a whole key from its own recomputation (qkfix.py)."""
+    if c.site == "k" and c.position is None:
+        return grid[(c.layer, "k", "total")][:, c.unit]
+    return pick(grid[(c.layer, c.site)], c)
 
 
 def refuse_unsupported(kind: str, mode: str) -> None:
@@ -253,13 +261,15 @@ def _settle(pool: RunPool, comps, store: Store, site: str, s: PatchSettings, say
     """Exact patching in the order of |mean estimate| under the settle rule (or as asked: every
     component, or the first N), in rounds each saved to the checkpoint."""
     est, values = store.state[f"est.{site}"], store.state[f"values.{site}"]
+    base = store.state["m_corrupt" if s.direction == "denoising" else "m_clean"]
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
     measure = lambda idx: _measure(pool, comps, idx, store, values, say, site)  # noqa: E731
     if s.exact == "all" or isinstance(s.exact, int):
         n = len(order) if s.exact == "all" else min(int(s.exact), len(order))
         return {"rule": f"{s.exact}", **measure_first(order, n, measure, 3 * SETTLE_STEP)}
     rule = SettleRule(top=s.top)
-    info = settle(order, measure, lambda idx: np.nanmean(values[idx], 1), rule)
+    delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731  (what the estimate estimates)
+    info = settle(order, measure, delta, rule, estimate=est.mean(1))
     return {"rule": rule.describe(), **info}
 
 

@@ -21,12 +21,13 @@ from ...engine.jsonable import Meta, Result
 from ...models import LoadedModel, load, model_facts
 from ...progress import reporter
 from ...promptset import FLAT_AT_CLEAN, finite
-from ...settings import RoutesSettings, verb
+from ...settings import SETTLE_STEP, RoutesSettings, verb
 from ..adapter import routed
 from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
 from ..ground.metrics import resolve
 from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
+from ..ground.settle import SettleRule, settle, settle_said
 from ..ground.stats import agreement
 from ..stimuli import tokens_of
 from .routes import CHECKPOINT_FROM, MAX_TOKENS, knockout_one, output_gradients, stream_routes
@@ -55,8 +56,9 @@ class RoutesMeta(Meta):
     m_corrupt_values: list | None = None
     decoder_tokens: list | None = None  # an encoder-decoder's decoder input
     restart: dict | None = None  # the layer-restart check of the exact knockouts
+    settle: dict | None = None  # how the exact top was settled: measured, band, could_enter, beyond_kept
 
-    OPTIONAL = ("m_corrupt", "m_corrupt_values", "decoder_tokens", "restart")
+    OPTIONAL = ("m_corrupt", "m_corrupt_values", "decoder_tokens", "restart", "settle")
 
 
 @dataclass(repr=False)
@@ -90,12 +92,20 @@ class RoutesResult(Result):
     def to_dict(self) -> dict:
         m = self.meta
         lines = [f"{m['metric']} = {m['m']:.3f} over {m['n_prompts']} prompt(s) of {m['T']} tokens"]
-        for r in self.routes[:3]:
+        verified = sorted((r for r in self.routes if r.get("exact") is not None), key=lambda r: -abs(r["exact"]))
+        for r in (verified or self.routes)[:3]:
             exact = "" if r.get("exact") is None else f", exact {r['exact']:+.3f}"
             lines.append(
                 f"L{r['layer']} h{r['head']} {r['query_token']!r} → {r['key_token']!r}: "
                 f"estimate {r['estimate']:+.3f}{exact} (weight {r['weight']:.3f})"
             )
+        if m.get("settle"):
+            lines.append(settle_said(m["settle"], m["verify"], "routes by |exact|", "raise --top or --verify"))
+            if m["settle"].get("beyond_kept"):
+                lines.append(
+                    f"note: a route outside the {m['top']} kept could enter it (its estimate within the band of the "
+                    "smallest kept): keep more with --top"
+                )
         a = self.agreement.get("estimate_vs_exact", {})
         if a.get("spearman") is not None:
             lines.append(
@@ -154,8 +164,8 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     m_corrupt = None if s.single else _corrupt_metric(loaded, g, fn, fields_, kwargs)
     result = RoutesResult(loaded.name, _meta(loaded, name, s, g, record, m_base, m_corrupt, layers))
     _label(loaded, result.meta, routes)
-    exact = _verify(loaded, batch, routes[: s.verify], stored, fn, fields_, kwargs, m_base, result.meta, say)
-    for r, e in zip(routes, exact + [None] * len(routes)):
+    exact = _verify(loaded, batch, routes, s.verify, stored, fn, fields_, kwargs, m_base, result.meta, say)
+    for r, e in zip(routes, exact):
         r["exact"] = e
         if m_corrupt is not None:
             gap = float((m_corrupt - m_base).mean())
@@ -204,8 +214,13 @@ def _corrupt_metric(loaded, g, fn, fields_, kwargs) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _verify(loaded, batch, routes, stored, fn, fields_, kwargs, m_base, meta, say) -> list[float]:
-    """Exact: knock each route out (−inf before the softmax, the row renormalized) and rerun from its layer."""
+def _verify(loaded, batch, routes, verify, stored, fn, fields_, kwargs, m_base, meta, say) -> list[float | None]:
+    """Exact: knock routes out (−inf before the softmax, the row renormalized) and rerun from their layer,
+    under the settle rule (ground/settle.py): the exact top ``verify`` among the kept routes must hold and no
+    kept route's estimate, within the error band, could still enter it. None where not measured."""
+    exact: list[float | None] = [None] * len(routes)
+    if verify == 0 or not routes:
+        return exact
     blocks = layer_stack(loaded)
     restart = bool(blocks) and bool(stored)
     if restart:  # the restart must reproduce the run before it is trusted
@@ -213,13 +228,22 @@ def _verify(loaded, batch, routes, stored, fn, fields_, kwargs, m_base, meta, sa
         check = restart_check(loaded, stored, batch, value, m_base, blocks, impl="auto", **kwargs)
         restart = check["used"]
         meta.restart = {"used": restart, "max_abs_diff": check.get("restart_check_max_abs_diff")}
-    exact = []
-    for n, r in enumerate(routes, 1):
-        start = r["layer"] if restart else 0
-        out = run_from(loaded, start, stored, batch, [knockout_one(r)], 1, blocks, impl="auto", **kwargs)
-        m = fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()
-        exact.append(float((m - m_base).mean()))
-        say("verify", f"route {n} of {len(routes)} knocked out", done=n, total=len(routes))
+
+    def measure(idx: list[int]) -> None:
+        for i in idx:
+            r = routes[i]
+            start = r["layer"] if restart else 0
+            out = run_from(loaded, start, stored, batch, [knockout_one(r)], 1, blocks, impl="auto", **kwargs)
+            m = fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()
+            exact[i] = float((m - m_base).mean())
+            done = sum(e is not None for e in exact)
+            say("verify", f"{done} routes knocked out exactly (of {len(routes)} kept)", done=done, total=len(routes))
+
+    rule = SettleRule(first=verify, step=max(1, min(SETTLE_STEP, verify)), top=verify, limit=len(routes))
+    est = np.array([r["estimate"] for r in routes])
+    info = settle(range(len(routes)), measure, lambda idx: np.array([exact[i] for i in idx]), rule, estimate=est)
+    unkept = info["band"] is not None and info["floor"] is not None and abs(est[-1]) + info["band"] >= info["floor"]
+    meta.settle = {**info, "rule": rule.describe(), "beyond_kept": bool(unkept and len(routes) == meta.top)}
     return exact
 
 

@@ -20,6 +20,7 @@ from ..effects import _repeat, layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, output_kwargs, references
 from ..ground.prompts import Group
 from .direct import FinalRecorder, direct_effects
+from .qkfix import qk_estimates
 from .sites import Component, PatchCopies, Recorder, Tap, estimate_grid
 
 TOKEN_BUDGET = 8192  # tokens per exact forward (copies × prompts × length): bounded memory on 2 cores
@@ -116,18 +117,32 @@ class PairRun:
                 out[chunk] = self._metric(res, self.base_ids, len(chunk)).view(len(chunk), self.n)
         return out
 
-    def gradients(self, sites) -> dict[tuple[int, str], torch.Tensor]:
+    def gradients(self, sites, per_position: bool = False) -> dict[tuple, torch.Tensor]:
         """One forward and one backward on the base run: the estimate grid [n, units, T] of every
-        (layer, site) — the first-order change of M when the source's activation replaces the base's."""
+        (layer, site) — the change of M when the source's activation replaces the base's, linear for the
+        head outputs and values, and for queries and keys with the softmax recomputed (qkfix.py: AtP*'s
+        QK fix). Keys also give (layer, "k", "total") [n, Hkv]: a whole key patched, which is not the sum
+        over its positions."""
         taps = [Tap(layer) for layer in range(self.loaded.n_layers)]
-        with torch.enable_grad(), routed(self.loaded, interventions=taps, impl="eager"):
+        ctx: dict[int, tuple] = {}
+        on_attend = lambda layer, mask, args: ctx.__setitem__(layer, (mask, args))  # noqa: E731
+        with torch.enable_grad(), routed(self.loaded, interventions=taps, impl="eager", on_attend=[on_attend]):
             outputs = self.loaded.model(**self.batch(self.base_ids), **self.kwargs)
             total = self._metric_grad(outputs).sum()
             leaves = [t.leaves[name] for t in taps for name in ("q", "k", "v", "out")]
             grads = torch.autograd.grad(total, leaves, allow_unused=True)
         for leaf, g in zip(leaves, grads):
             leaf.grad = torch.zeros_like(leaf) if g is None else g
-        return {(t.layer, site): estimate_grid(t, self.source[t.layer], site).detach() for t in taps for site in sites}
+        out = {}
+        for t in taps:
+            linear = [site for site in sites if site not in ("q", "k")]
+            out.update({(t.layer, site): estimate_grid(t, self.source[t.layer], site).detach() for site in linear})
+            if "q" in sites or "k" in sites:
+                fixed = qk_estimates(t, self.source[t.layer], *ctx[t.layer], per_position and "k" in sites)
+                out[(t.layer, "q")], out[(t.layer, "k", "total")] = fixed["q"], fixed["k_total"]
+                if "k" in fixed:
+                    out[(t.layer, "k")] = fixed["k"]
+        return out
 
     def _metric_grad(self, outputs) -> torch.Tensor:
         return self._metric_value(outputs, self.base_ids)
