@@ -137,7 +137,9 @@ def pairs_of(prompts, clean, corrupt, answer, wrong, metric: str | None, sides=(
         origin = "text" if corrupt is None or corrupt is clean else "pair"
         pairs, where = [PromptPair(clean, corrupt if corrupt is not None else clean, origin=origin)], "the pair"
     elif isinstance(prompts, str | bytes) or hasattr(prompts, "__fspath__"):
-        pairs, where = read_jsonl(prompts), f"prompts {prompts}"
+        from .bundled import prompts_path  # a bundled set by name ('ioi', 'induction'), as the CLI takes it
+
+        pairs, where = read_jsonl(prompts_path(prompts)), f"prompts {prompts}"
     else:
         pairs = [_pair(p, i) for i, p in enumerate(_rows(prompts), 1)]
     if answer is not None or wrong is not None:  # one answer for every row, unless a row names its own

@@ -3,9 +3,8 @@ Exit 0 when every check passes, 1 when one fails, 2 when the target cannot be lo
 
 from __future__ import annotations
 
-from ..errors import InputError
 from ..settings import CONVENTIONS, MASK_FAMILIES, CheckSettings
-from .common import STDOUT, emit_json, json_flag, names, option, outputs, settings_from
+from .common import STDOUT, emit_json, json_flag, option, outputs, settings_from, some_names
 
 C = CheckSettings
 
@@ -70,7 +69,4 @@ def run(args) -> int:
 
 def check_names(text: str) -> tuple[str, ...]:
     """'a,b' -> ('a', 'b'); a list with nothing in it (',') is refused, never read as "every check"."""
-    found = names(text)
-    if not found:
-        raise InputError(f"expected comma-separated check names, got {text!r}", field="only")
-    return found
+    return some_names(text, "only", "check names")

@@ -113,6 +113,14 @@ def names(text: str | None) -> tuple[str, ...] | None:
     return None if text is None else tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+def some_names(text: str, field: str, what: str) -> tuple[str, ...]:
+    """'a,b' -> ('a', 'b'); a list with nothing in it (',') is refused, never read as "all" or "none"."""
+    found = names(text)
+    if not found:
+        raise InputError(f"expected comma-separated {what}, got {text!r}", field=field)
+    return found
+
+
 # ------------------------------------------------------------------------------------ inputs and outputs
 
 

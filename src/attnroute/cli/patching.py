@@ -1,10 +1,11 @@
-"""`attnroute patch | routes`: your question, your metric — activation patching and route attribution."""
+"""`attnroute patch | routes | circuit`: your question, your metric — activation patching, route attribution,
+and circuits (edges between heads, settled exactly, and the smallest circuit)."""
 
 from __future__ import annotations
 
 from ..bundled import prompts_path
 from ..promptset import METRIC_FIELDS
-from ..settings import PatchSettings, RoutesSettings
+from ..settings import CircuitSettings, PatchSettings, RoutesSettings
 from .common import (
     deliver,
     emit_json,
@@ -18,10 +19,11 @@ from .common import (
     read_progress,
     say,
     settings_from,
+    some_names,
     tables,
 )
 
-P, R = PatchSettings, RoutesSettings
+P, R, C = PatchSettings, RoutesSettings, CircuitSettings
 METRICS_HELP = (
     f"the metric, one value per prompt: {', '.join(METRIC_FIELDS)} (logit-diff: logit(answer) − logit(wrong) at the "
     "last position; cosine is the encoders')"
@@ -65,6 +67,24 @@ def add(sub) -> None:
     ro.add_argument("--plot", help="write the top routes drawn on the tokens (PNG)")
     ro.set_defaults(fn=routes)
 
+    ci = sub.add_parser(
+        "circuit", help="circuits: which head feeds which (q, k, v), every edge estimated, the top settled exactly"
+    )
+    pair_flags(ci, "a .jsonl of {clean, corrupt, answer, wrong} rows, or 'ioi' / 'induction' (bundled)")
+    option(ci, "--direction", C)
+    option(ci, "--ig-steps", C, type=int)
+    option(ci, "--exact", C)
+    option(ci, "--top", C, type=int)
+    option(ci, "--limit", C, type=int)
+    option(ci, "--edges", C, help="edges measured exactly whatever their estimate, comma-separated: L5.H1>L18.KV2.k")
+    option(ci, "--faithfulness", C, type=float)
+    option(ci, "--ablation", C)
+    option(ci, "--checkpoint", C)
+    json_flag(ci, "the result")
+    ci.add_argument("--csv", help="write one row per edge as CSV")
+    ci.add_argument("--plot", help="write the circuit drawn as a graph (PNG)")
+    ci.set_defaults(fn=circuit)
+
 
 def _files(args) -> dict:
     return {"json": args.json, "csv": args.csv, "plot": args.plot}
@@ -101,6 +121,20 @@ def routes(args) -> int:
     from ..show.routes import ROUTE_COLUMNS, routes_table
 
     return show(result, [routes_table(result)], args, result["routes"], ROUTE_COLUMNS)
+
+
+def circuit(args) -> int:
+    files = {**_files(args), "checkpoint": args.checkpoint}
+    outputs({"model": args.model, "prompts": args.prompts}, files, {"plot": (".png",), "csv": (".csv",)})
+    convert = {**PAIR_FLAGS, "edges": ("edges", lambda v: some_names(v, "edges", "edges (L5.H1>L18.KV2.k)"))}
+    settings = settings_from(C, args, convert=convert)
+    from ..read.circuits import circuit as run
+
+    with read_progress() as progress:
+        result = run(settings=settings, progress=progress).to_dict()
+    from ..show.circuit import EDGE_COLUMNS, circuit_tables, edge_rows
+
+    return show(result, circuit_tables(result), args, edge_rows(result), EDGE_COLUMNS)
 
 
 def show(result: dict, shown: list, args, rows: list, columns: tuple) -> int:

@@ -80,6 +80,35 @@ def _engine_arguments(module, Tk: int, kwargs: dict) -> dict:
 
 _counter = itertools.count()
 _SESSIONS: dict[str, Session] = {}
+_REPLAYS: list[dict] = []  # replay(): the boxes waiting for an attention call's q, k, v (innermost last)
+
+
+CACHES = frozenset({"cache", "past_key_values", "past_key_value", "layer_past"})
+
+
+class _Captured(Exception):
+    """Ends a replayed attention forward at its attention call (replay())."""
+
+
+def replay(module, args: tuple, kwargs: dict, **replace) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The q [B, H, T, D], k, v [B, Hkv, Tk, D(v)] an attention module would attend with, were its call's
+    keyword arguments ``replace``d (hidden_states, key_value_states): its own forward — projections, norms of
+    q and k, rotary embeddings, whatever the architecture does — run up to the attention call and stopped
+    there. ``args``/``kwargs``: a call of the module (recorded by a forward pre-hook). Only inside routed()."""
+    box: dict = {}
+    kwargs = {k: (None if k in CACHES else v) for k, v in kwargs.items()}  # a replay must not append to a cache
+    if "hidden_states" in replace and args and "hidden_states" not in kwargs:
+        args = (replace.pop("hidden_states"), *args[1:])
+    _REPLAYS.append(box)
+    try:
+        module.forward(*args, **{**kwargs, **replace})
+    except _Captured:
+        pass
+    finally:
+        _REPLAYS.pop()
+    if "q" not in box:
+        raise InputError(f"{type(module).__name__} did not reach its attention call when replayed")
+    return box["q"], box["k"], box["v"]
 
 
 @dataclass
@@ -96,6 +125,9 @@ class Session:
 
 def _make_attention_fn(name: str):
     def attnroute_attention(module, query, key, value, attention_mask, **kwargs):
+        if _REPLAYS and not _REPLAYS[-1]:  # a replay(): hand back what would be attended, attend nothing
+            _REPLAYS[-1].update(q=query, k=key, v=value)
+            raise _Captured
         s = _SESSIONS[name]
         layer = s.layer_of.get(id(module))
         args = _engine_arguments(module, key.shape[2], kwargs)
@@ -176,3 +208,6 @@ def registered_names() -> list[str]:
         for k in list(AttentionInterface._global_mapping) + list(AttentionMaskInterface._global_mapping)
         if k.startswith("attnroute_")
     ]
+
+
+__all__ = ["BOOKKEEPING", "Session", "UnsupportedModel", "registered_names", "replay", "routed"]

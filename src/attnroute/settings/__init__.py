@@ -15,7 +15,7 @@ tokens) stay with the verb.
     base         validators, the Settings base, opt(), the @verb signature
     read         HeadsSettings, CorpusSettings, ReportSettings (and the settle rule's counts)
     experiments  KnockoutSettings, SwapSettings, NeedleSettings
-    patching     PatchSettings, RoutesSettings
+    patching     PatchSettings, RoutesSettings, CircuitSettings, PathPatchSettings
     tools        CheckSettings, KVSettings, SimulateSettings, ServeSettings
 
 Like errors.py, this package imports no torch, so a bad flag is refused before torch loads.
@@ -23,7 +23,15 @@ Like errors.py, this package imports no torch, so a bad flag is refused before t
 
 from .base import SEED_MAX, Settings, exact_count, integer, integers, opt, verb
 from .experiments import KnockoutSettings, NeedleSettings, SwapSettings
-from .patching import DIRECTIONS, PATCH_SITES, PatchSettings, RoutesSettings
+from .patching import (
+    ABLATIONS,
+    DIRECTIONS,
+    PATCH_SITES,
+    CircuitSettings,
+    PatchSettings,
+    PathPatchSettings,
+    RoutesSettings,
+)
 from .read import (
     ABLATION_MODES,
     DEFAULT_EXACT,
@@ -51,6 +59,7 @@ from .tools import (
 )
 
 __all__ = [
+    "ABLATIONS",
     "ABLATION_MODES",
     "CONVENTIONS",
     "DEFAULT_EXACT",
@@ -68,12 +77,14 @@ __all__ = [
     "SETTLE_STEP",
     "SETTLE_TOP",
     "CheckSettings",
+    "CircuitSettings",
     "CorpusSettings",
     "HeadsSettings",
     "KVSettings",
     "KnockoutSettings",
     "NeedleSettings",
     "PatchSettings",
+    "PathPatchSettings",
     "ReportSettings",
     "RoutesSettings",
     "ServeSettings",

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..promptset import MetricArg, metric_setting, pairs_of
-from .base import ModelArg, PromptsArg, Settings, exact_count, integer, integers, names, nonempty_text, opt, set_field
+from ..promptset import FLAT_AT_CLEAN, MetricArg, metric_setting, pairs_of
+from .base import (
+    ModelArg,
+    PromptsArg,
+    Settings,
+    exact_count,
+    integer,
+    integers,
+    names,
+    nonempty_text,
+    number,
+    opt,
+    set_field,
+)
 from .read import DEFAULT_MODEL, MODEL_DOC, SETTLE_TOP
 
 PATCH_SITES = ("head", "layer", "q", "k", "v")  # a head's output, a layer's attention output, a head's q / k / v
@@ -111,4 +124,142 @@ class RoutesSettings(Settings):
         return pairs_of(self.prompts, self.clean, self.corrupt, self.answer, self.wrong, name)
 
 
-__all__ = ["DIRECTIONS", "PATCH_SITES", "PatchSettings", "RoutesSettings", "pair_fields", "positions_spec"]
+ABLATIONS = ("corrupt", "mean")  # what the edges outside a circuit carry
+# an edge by its nodes' labels: SENDER>RECEIVER, e.g. L5.H1>L18.KV2.k, embed>L0.H3.q, L29.MLP>logits
+NODE = r"(?:embed|enc\.embed|logits|[LE]\d+\.(?:MLP|x?H\d+(?:\.q)?|x?KV\d+\.[kv]))"
+EDGE = re.compile(rf"^\s*({NODE})\s*(?:>|->)\s*({NODE})\s*$")
+
+
+def edge_labels(values) -> tuple[tuple[str, str], ...]:
+    """(sender, receiver) label pairs from 'SENDER>RECEIVER' strings."""
+    values = (values,) if isinstance(values, str) else tuple(values)
+    out = []
+    for v in values:
+        m = EDGE.match(v) if isinstance(v, str) else None
+        if m is None:
+            raise InputError(
+                f"edge {v!r} is not SENDER>RECEIVER with nodes such as embed, L5.H1, L5.MLP (senders) and L18.H6.q, "
+                "L18.KV2.k, L18.MLP, logits (receivers)",
+                field="edges",
+            )
+        out.append((m.group(1), m.group(2)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class CircuitSettings(Settings):
+    """Circuits: every edge between heads, MLPs and the embeddings estimated (EAP, EAP-IG), the top settled by
+    exact path patching, and the smallest set of edges that carries the behaviour."""
+
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
+    prompts: PromptsArg | None = opt(None, PROMPTS_DOC)
+    clean: str | None = opt(None, "one clean prompt (with corrupt), instead of prompts")
+    corrupt: str | None = opt(None, "its corrupted twin: the same number of tokens")
+    answer: str | None = opt(None, "the metric's answer token, for every row that names none")
+    wrong: str | None = opt(None, "the metric's wrong token, likewise")
+    metric: MetricArg = opt("logit-diff", "a built-in name, or metric(logits, batch) -> Tensor [B] from Python")
+    direction: str = opt("denoising", "denoising: run corrupt, patch in clean; noising: the reverse")
+    ig_steps: int = opt(1, "the estimate: 1 is EAP; m > 1 is EAP-IG with m interpolation steps")
+    exact: int | str = opt("settle", "settle (the estimate's top until the exact top holds), all, or a number")
+    top: int = opt(SETTLE_TOP, "the exact top that must stop changing")
+    limit: int = opt(150, "at most this many edges path-patched while settling (what could still enter is said)")
+    edges: tuple[str, ...] | None = opt(None, "edges measured exactly whatever their estimate: SENDER>RECEIVER")
+    faithfulness: float = opt(0.8, "the faithfulness the smallest circuit must reach")
+    ablation: str = opt("corrupt", "what edges outside a circuit carry: corrupt (the corrupt run) or mean")
+    checkpoint: str | None = opt(None, "the per-prompt arrays, saved after every round; rerun to resume")
+
+    def __post_init__(self):
+        metric_setting(self.metric)
+        if self.direction not in DIRECTIONS:
+            raise InputError(f"direction {self.direction!r} is not one of {', '.join(DIRECTIONS)}", field="direction")
+        if self.ablation not in ABLATIONS:
+            raise InputError(f"ablation {self.ablation!r} is not one of {', '.join(ABLATIONS)}", field="ablation")
+        if self.direction == "noising" and self.metric in FLAT_AT_CLEAN:
+            raise InputError(
+                f"metric {self.metric} is flat (zero gradient) at the clean run that noising differentiates, so every "
+                "edge's estimate would be 0: use denoising, or another metric",
+                field="metric",
+            )
+        integer(self.ig_steps, "ig_steps", 1, 64)
+        set_field(self, "exact", "settle" if self.exact == "settle" else exact_count(self.exact))
+        integer(self.top, "top", 1)
+        integer(self.limit, "limit", 1)
+        number(self.faithfulness, "faithfulness", 0, 1)
+        if self.edges is not None:
+            set_field(self, "edges", tuple(f"{a}>{b}" for a, b in edge_labels(self.edges)))
+        pair_fields(self)
+
+    def read_pairs(self) -> tuple:
+        """The prompt pairs, read and checked (a file is read here): the verb calls it once."""
+        return pairs_of(self.prompts, self.clean, self.corrupt, self.answer, self.wrong, metric_setting(self.metric))
+
+
+@dataclass(frozen=True)
+class PathPatchSettings(Settings):
+    """One edge path-patched exactly, beside its estimate: the sender's change reaches the receiver directly."""
+
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
+    prompts: PromptsArg | None = opt(None, PROMPTS_DOC)
+    clean: str | None = opt(None, "one clean prompt (with corrupt), instead of prompts")
+    corrupt: str | None = opt(None, "its corrupted twin: the same number of tokens")
+    answer: str | None = opt(None, "the metric's answer token, for every row that names none")
+    wrong: str | None = opt(None, "the metric's wrong token, likewise")
+    metric: MetricArg = opt("logit-diff", "a built-in name, or metric(logits, batch) -> Tensor [B] from Python")
+    direction: str = opt("denoising", "denoising: run corrupt, patch in clean; noising: the reverse")
+    sender: str = opt("embed", "embed, L5.H1 (a head), L5.MLP; an encoder's enc.embed, E2.H0")
+    receiver: str = opt("logits", "L18.H6 (a query head), L18.KV2 (a kv head), L18.MLP, logits")
+    channel: str | None = opt(None, "q, k or v for a head receiver (k, v of L18.H6: the kv head it reads)")
+    ig_steps: int = opt(1, "the estimate beside it: 1 is EAP; m > 1 is EAP-IG")
+
+    def __post_init__(self):
+        metric_setting(self.metric)
+        if self.direction not in DIRECTIONS:
+            raise InputError(f"direction {self.direction!r} is not one of {', '.join(DIRECTIONS)}", field="direction")
+        if self.channel is not None and self.channel not in ("q", "k", "v"):
+            raise InputError(f"channel must be q, k or v, got {self.channel!r}", field="channel")
+        integer(self.ig_steps, "ig_steps", 1, 64)
+        set_field(self, "sender", _node(self.sender, "sender", SENDER, "embed, L5.H1 (a head), L5.MLP, enc.embed"))
+        set_field(self, "receiver", _node(self.receiver, "receiver", RECEIVER, "L18.H6, L18.KV2, L18.MLP, logits"))
+        head = re.fullmatch(r"[LE]\d+\.x?(H|KV)\d+", self.receiver)
+        if head and self.channel is None:
+            raise InputError(f"receiver {self.receiver} is a head: give the channel (q, k or v)", field="channel")
+        if not head and self.channel is not None:
+            raise InputError(f"receiver {self.receiver} has no channels: leave channel unset", field="channel")
+        if head and head.group(1) == "KV" and self.channel == "q":
+            raise InputError(f"{self.receiver} is a kv head: its channels are k and v", field="channel")
+        pair_fields(self)
+
+    @property
+    def edge(self) -> str:
+        """The edge as a label, SENDER>RECEIVER (a query head's k or v named as the kv head it reads)."""
+        r = self.receiver
+        if self.channel is not None:
+            r = f"{r}.{self.channel}"
+        return f"{self.sender}>{r}"
+
+    def read_pairs(self) -> tuple:
+        return pairs_of(self.prompts, self.clean, self.corrupt, self.answer, self.wrong, metric_setting(self.metric))
+
+
+SENDER = re.compile(r"^(embed|enc\.embed|[LE]\d+\.(?:MLP|x?H\d+))$")
+RECEIVER = re.compile(r"^(logits|[LE]\d+\.(?:MLP|x?H\d+|x?KV\d+))$")
+
+
+def _node(value, name: str, pattern, examples: str) -> str:
+    if not isinstance(value, str) or not pattern.match(value.strip()):
+        raise InputError(f"{name} {value!r} is not a node of the kind {examples}", field=name)
+    return value.strip()
+
+
+__all__ = [
+    "ABLATIONS",
+    "DIRECTIONS",
+    "PATCH_SITES",
+    "CircuitSettings",
+    "PatchSettings",
+    "PathPatchSettings",
+    "RoutesSettings",
+    "edge_labels",
+    "pair_fields",
+    "positions_spec",
+]

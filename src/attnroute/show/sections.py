@@ -9,9 +9,10 @@ Each verb's module (show/knockout.py, …) holds its title and figure; the card 
 from __future__ import annotations
 
 from ..errors import InputError
+from ..read.circuits import CircuitResult
 from ..read.experiments import KnockoutResult, NeedleResult, SwapResult
 from ..read.patching import PatchResult, RoutesResult
-from . import knockout, learn, needle, patch, routes, swap
+from . import circuit, knockout, learn, needle, patch, routes, swap
 from .card import card, row
 from .jsonout import read_json
 from .plotting import png
@@ -24,10 +25,11 @@ VERBS = {
     "needle": (NeedleResult, needle.TITLE, needle.needle_png),
     "patch": (PatchResult, patch.TITLE, patch.patch_png),
     "routes": (RoutesResult, routes.TITLE, routes.routes_png),
+    "circuit": (CircuitResult, circuit.TITLE, circuit.circuit_png),
 }
 KINDS = {
     "learn": (tuple(learn.TITLES), "attnroute learn … --out DIR"),
-    "add": (tuple(VERBS), "attnroute knockout|swap|needle|patch|routes --json"),
+    "add": (tuple(VERBS), "attnroute knockout|swap|needle|patch|routes|circuit --json"),
 }
 
 
@@ -77,6 +79,24 @@ def _patch_sizes(data: dict) -> list:
     return out
 
 
+def _circuit_sizes(data: dict) -> list:
+    m = data["meta"]
+    L, H = m.get("layers"), m.get("heads")
+    out = [("meta.layers", L, 4096, 1), ("meta.heads", H, 4096, 1), ("the number of edges", len(data["edges"]), 10**7)]
+    if not all(isinstance(x, int) for x in (L, H)):
+        return out
+    for r in data["edges"][:LIMIT]:
+        for side in ("sender", "receiver"):
+            node = r[side]
+            if node.get("layer") is not None:
+                out.append((f"edges[].{side}.layer", node["layer"], L))
+            if node.get("head") is not None:
+                out.append((f"edges[].{side}.head", node["head"], H))
+    chosen = data["circuit"].get("chosen", {}).get("edges") or []
+    out += [("circuit.chosen.edges[]", i, len(data["edges"])) for i in chosen[:LIMIT]]
+    return out
+
+
 def _route_sizes(kind: str, data: dict) -> list:
     tokens = data["meta"]["tokens"] if kind == "routes" else data["tokens"]
     T = len(tokens)
@@ -90,8 +110,9 @@ def _route_sizes(kind: str, data: dict) -> list:
 def size_problem(kind: str, data: dict) -> str | None:
     """The first size in a result that would size an allocation or a figure and cannot be one attnroute
     wrote (a position of 10⁹, 10⁵ layers), checked before anything is built from it."""
+    by_kind = {"patch": _patch_sizes, "circuit": _circuit_sizes}
     sizes = (
-        _patch_sizes(data) if kind == "patch" else _route_sizes(kind, data) if kind in ("routes", "knockout") else []
+        by_kind[kind](data) if kind in by_kind else _route_sizes(kind, data) if kind in ("routes", "knockout") else []
     )
     rows = {"knockout": "windows", "swap": "layers", "needle": "lengths"}.get(kind)
     if rows:

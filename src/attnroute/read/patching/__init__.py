@@ -3,7 +3,7 @@
 sites              the components and the interventions that record, tap and patch them
 runs               the recorded clean / corrupt runs of one group of prompts; exact and estimated patching
 direct             direct effects (direct logit attribution) of every head
-store              the per-prompt arrays over ranks, and their checkpoint
+qkfix              AtP*'s QK fix: the estimate of a patched query or key, the softmax recomputed
 patch              patch(): estimate, then exact settling, with per-prompt statistics
 routes             the streaming probe of route attribution
 route_attribution  route_attribution(): every query→key route's estimated effect, the top verified

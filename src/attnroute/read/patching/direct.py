@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..effects import layer_stack
+from ..ground.norms import frozen_norm
 
 TOL = 1e-4
 
@@ -64,28 +65,6 @@ class FinalRecorder:
             h.remove()
 
 
-def _frozen_norm(module, x: torch.Tensor, y: torch.Tensor):
-    """(N, b, σ) with N(c) the norm's linear map at the run's scale, or None when no form reproduces y."""
-    eps = float(getattr(module, "eps", None) or getattr(module, "variance_epsilon", None) or 1e-5)
-    w = getattr(module, "weight", None)
-    w = torch.ones(x.shape[-1]) if w is None else w.detach().float()
-    b = getattr(module, "bias", None)
-    b = torch.zeros(x.shape[-1]) if b is None else b.detach().float()
-    x = x.float()
-    layer = (x - x.mean(-1, keepdim=True), (x.var(-1, unbiased=False, keepdim=True) + eps).sqrt(), True)
-    rms = (x, (x.pow(2).mean(-1, keepdim=True) + eps).sqrt(), False)
-    for centred, sigma, subtract in (layer, rms):
-        for scale in (w, 1 + w):  # Gemma's RMSNorm multiplies by (1 + weight)
-            if torch.allclose(scale * centred / sigma + b, y.float(), atol=TOL * max(1.0, float(y.abs().max()))):
-
-                def N(c, scale=scale, sigma=sigma, subtract=subtract):
-                    c = c - c.mean(-1, keepdim=True) if subtract else c
-                    return scale * c / sigma
-
-                return N, b
-    return None
-
-
 def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff: torch.Tensor) -> dict:
     """Per prompt: each head's direct effect [n, L, H], the rest [n], and the checks; or a reason."""
     if final.head is None or final.y is None:
@@ -96,7 +75,7 @@ def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff
             found = m
     if found is None:
         return {"reason": "no norm module outside the layers feeds the output head: the final norm was not found"}
-    frozen = _frozen_norm(found, final.inputs[id(found)], final.y)
+    frozen = frozen_norm(found, final.inputs[id(found)], final.y)
     if frozen is None:
         return {"reason": f"{type(found).__name__} is neither a LayerNorm nor an RMSNorm at the run's scale"}
     N, b = frozen

@@ -31,6 +31,7 @@ from ...models import LoadedModel, load, load_tokenizer
 from ...progress import reporter
 from ...promptset import finite
 from ...settings import SETTLE_STEP, PatchSettings, verb
+from ..ground.arrays import Store, pairs_key
 from ..ground.checkpoint import exclusive
 from ..ground.group import Shard, agree, process_group
 from ..ground.metrics import resolve
@@ -40,7 +41,6 @@ from ..ground.settle import SettleRule, measure_first, settle
 from ..ground.stats import agreement, mean_ci
 from .runs import PairRun
 from .sites import Component, components, pick
-from .store import Store
 
 
 @dataclass(kw_only=True)
@@ -137,7 +137,7 @@ def _label(r: dict) -> str:
 @verb(PatchSettings)
 def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, progress=None, **fields) -> PatchResult:
     """Activation patching; the fields are PatchSettings' (or pass ``settings``). See the module docstring.
-    Under torchrun the prompts are sharded over the ranks (store.py); every rank returns the same result."""
+    Under torchrun the prompts are sharded over the ranks (ground/arrays.py); every rank returns the same result."""
     s = PatchSettings.of(settings, model, fields, prompts=prompts)
     say = reporter(progress)
     metric_name, fn = resolve(s.metric)
@@ -181,7 +181,7 @@ def _run(
         lambda g: PairRun(loaded, g, fn, s.direction), chunks, lambda g: recorded_bytes(loaded, len(g.rows) * g.length)
     )
     comps = {site: components(site, loaded.n_layers, loaded.n_heads, loaded.n_kv_heads, positions) for site in s.sites}
-    store = Store(s, pairs, loaded, metric_name, comps, shard)
+    store = Store("patch", _key(s, pairs, loaded, metric_name), s.checkpoint, _shapes(comps, len(pairs)), shard)
     say(
         "stage",
         f"recording clean and corrupt runs of {len(mine)} prompts in {len(chunks)} runs, and the "
@@ -209,6 +209,20 @@ def _run(
         result.agreement[site] = agreement([r["estimate"] for r in rows], [r["delta"] for r in rows])
         result.grid[site] = _grid(loaded, site, rows, positions)
     return result
+
+
+def _key(s: PatchSettings, pairs, loaded, metric_name: str) -> str | None:
+    if s.checkpoint is None:
+        return None
+    settings = [metric_name, s.direction, list(s.sites), s.positions, str(s.exact), s.top]
+    return pairs_key("patch", s, pairs, loaded, settings)
+
+
+def _shapes(comps: dict, N: int) -> dict[str, tuple]:
+    shapes = {"m_clean": (N,), "m_corrupt": (N,)}
+    for site, cs in comps.items():
+        shapes[f"values.{site}"] = shapes[f"est.{site}"] = (len(cs), N)
+    return shapes
 
 
 def _first_pass(pool: RunPool, s: PatchSettings, comps: dict, store: Store, direct: bool, say) -> dict:

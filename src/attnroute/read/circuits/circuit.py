@@ -1,0 +1,526 @@
+"""circuit(): which head feeds which, and the smallest set of edges that carries your behaviour.
+
+    result = circuit("smollm2", "ioi", metric="logit-diff", ig_steps=5)
+
+1. every edge estimated at once (estimate.py: EAP, or EAP-IG with ``ig_steps`` > 1), per prompt;
+2. the estimate's top settled by exact path patching (runs.py) under the settle rule (ground/settle.py):
+   the first 20, then 10 at a time, until the exact top ``top`` holds and no unmeasured edge's estimate,
+   within the measured error band, could enter it — at most ``limit`` edges; the ``edges`` asked for are
+   always measured;
+3. circuits of the top k edges run whole (every edge outside carries the ablated run's value, every edge
+   inside the clean one) for k over MIB's fractions of all edges: the faithfulness curve
+   f(k) = (M(C_k) − M(∅)) / (M(full) − M(∅)), its area (CPR) and its area away from 1 (CMD), the full set's
+   and the empty set's M checked against the clean and corrupt runs, and the smallest k reaching
+   ``faithfulness`` (bisected between the fractions), with its per-prompt spread.
+
+Edges are ranked for circuits by their exact effect where measured, by the estimate elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...engine.jsonable import Meta, Result
+from ...errors import Interrupted
+from ...models import LoadedModel, load, model_facts
+from ...progress import reporter
+from ...promptset import finite
+from ...settings import SETTLE_STEP, CircuitSettings, verb
+from ..ground.arrays import Store, pairs_key
+from ..ground.checkpoint import exclusive
+from ..ground.group import Shard, agree, process_group
+from ..ground.metrics import resolve
+from ..ground.pool import RunPool, chunk_groups
+from ..ground.prompts import tokenize_pairs
+from ..ground.settle import SettleRule, measure_first, settle
+from ..ground.stats import agreement, mean_ci
+from .estimate import eap
+from .graph import Graph
+from .layout import discover
+from .nodes import resolve_edges
+from .runs import EdgeRun
+
+RUN_TOKENS = 512  # prompts × tokens per run: a run keeps every sender's delta for them
+FRACTIONS = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # MIB's circuit sizes
+
+
+@dataclass(kw_only=True)
+class CircuitMeta(Meta):
+    """What a circuit run says about itself (metric values in the metric's own units)."""
+
+    metric: str
+    direction: str
+    n_prompts: int
+    estimate: str  # "EAP" or "EAP-IG, m steps"
+    ig_steps: int
+    ablation: str
+    m_clean: float | None
+    m_clean_ci: float | None
+    m_corrupt: float | None
+    m_corrupt_ci: float | None
+    m_clean_values: list
+    m_corrupt_values: list
+    exact: dict  # the settle rule and how it ended
+    top: int
+    senders: int
+    receivers: int
+    edges: int
+    layers: int
+    heads: int
+    kv_heads: int
+    streams: list[str]
+    lengths: list[int]
+    prompts: list[dict]
+    checks: dict  # the stream's decomposition and the restart
+    ranks: int = 1
+    resumed: dict | None = None
+
+
+@dataclass(repr=False)
+class CircuitResult(Result):
+    """Every edge's estimate, the top settled exactly, and the circuit curve.
+
+    edges      one dict per edge, most important first (exact |Δ| where measured, else |estimate|):
+               sender {layer, head, kind: embed|head|mlp}, receiver {layer, head, kind: head|mlp|logits,
+               channel: q|k|v|null} (an encoder–decoder's nodes also name their stream and attention);
+               estimate (Δ metric, metric units) and its 95 % interval; exact (null where unmeasured), its
+               interval and per-prompt values [N]; normalized ((M_patched − M_corrupt) / (M_clean −
+               M_corrupt), like patch's); estimate_values [N] for the top 500 by |estimate| and every measured
+    circuit    curve [{k, fraction, m, faithfulness, faithfulness_ci}], cpr, cmd, target, chosen {k,
+               faithfulness, edges (indices into edges), labels, per_prompt}, checks {full, empty}
+    agreement  per receiver channel (q, k, v, mlp, logits): estimate against exact (n, Spearman, R², slope)
+    meta       CircuitMeta
+    """
+
+    ROWS = "edges"
+    SCHEMA = {
+        "experiment": str,
+        "verdict": {"lines": [str]},
+        "summary": dict,
+        "model": str,
+        "edges": [{"sender": dict, "receiver": dict, "estimate": float}],
+        "circuit": {"curve": [dict], "cpr": float, "cmd": float, "chosen": dict},
+        "meta": {"metric": str, "direction": str, "n_prompts": int, "prompts": [dict]},
+        "agreement": dict,
+    }
+
+    model: str
+    meta: CircuitMeta
+    edges: list[dict] = field(default_factory=list)
+    circuit: dict = field(default_factory=dict)
+    agreement: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        m, c = self.meta, self.circuit
+        lines = [
+            f"{m['metric']}: clean {m['m_clean']:.3f}, corrupt {m['m_corrupt']:.3f} over {m['n_prompts']} prompts; "
+            f"{m['edges']:,} edges estimated ({m['estimate']})"
+        ]
+        measured = [r for r in self.edges if r["exact"] is not None]
+        for r in sorted(measured, key=lambda r: -abs(r["exact"]))[:3]:
+            lines.append(f"{r['label']}: exact {r['exact']:+.3f} (estimate {r['estimate']:+.3f})")
+        ch = c.get("chosen", {})
+        if ch.get("k") is not None:
+            lines.append(
+                f"the top {ch['k']:,} edges ({ch['k'] / max(1, m['edges']):.2%}) reach faithfulness "
+                f"{ch['faithfulness']:.2f} (target {c['target']:.2f}); CPR {c['cpr']:.3f}, CMD {c['cmd']:.3f}"
+            )
+        elif c:
+            lines.append(f"no circuit on the curve reached faithfulness {c['target']:.2f}; CPR {c['cpr']:.3f}")
+        return {
+            "experiment": "circuit",
+            "verdict": {"lines": lines},
+            "summary": {"edges": m["edges"], "measured exactly": len(measured), "prompts": m["n_prompts"]},
+            "model": self.model,
+            "meta": self.meta.to_dict(),
+            "agreement": self.agreement,
+            "circuit": self.circuit,
+            "edges": self.edges,
+        }
+
+
+@verb(CircuitSettings)
+def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None, progress=None, **fields):
+    """Circuit discovery; the fields are CircuitSettings' (or pass ``settings``). See the module docstring.
+    Under torchrun the prompts are sharded over the ranks; every rank returns the same result."""
+    s = CircuitSettings.of(settings, model, fields, prompts=prompts)
+    say = reporter(progress)
+    metric_name, fn = resolve(s.metric)
+    pairs = s.read_pairs()  # the prompts are read and checked before the weights load
+    if not isinstance(s.model, LoadedModel) and (facts := model_facts(s.model)) is not None:
+        tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)
+        check_sizes(s.edges or (), facts)
+    with process_group() as (rank, world), contextlib.ExitStack() as held:
+        ck = s.checkpoint if rank == 0 else None
+        agree(world, lambda: held.enter_context(exclusive(ck)))  # one writer per checkpoint, before the weights
+        loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+        groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)
+        for g in groups:
+            loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
+        say("stage", "finding the residual stream's writers and readers (one short forward)")
+        layout = discover(loaded, groups[0].clean[:1])
+        graph = Graph(layout)
+        asked = resolve_edges(graph, s.edges or ())
+        shard = Shard(len(pairs), rank, world)
+        try:
+            return _run(loaded, layout, graph, s, pairs, fn, metric_name, shard, asked, record, say)
+        except KeyboardInterrupt:
+            if s.checkpoint is None:
+                raise
+            raise Interrupted(
+                f"circuit discovery stopped; what was measured is saved in {s.checkpoint}: rerun the same command "
+                "to resume",
+                resume=str(s.checkpoint),
+            ) from None
+
+
+def check_sizes(labels, facts) -> None:
+    """Layers and heads named in edge labels, checked against the model's config before the weights load."""
+    import re
+
+    from ...errors import InputError
+
+    cfg = facts.config
+    if cfg is None or facts.kind == "seq2seq":
+        return
+    L = int(getattr(cfg, "num_hidden_layers", 0) or 0)
+    H = int(getattr(cfg, "num_attention_heads", 0) or 0)
+    Hkv = int(getattr(cfg, "num_key_value_heads", 0) or H)
+    for label in labels:
+        for layer, unit, n in re.findall(r"L(\d+)\.(?:x?(H|KV)(\d+))?", label):
+            bad = int(layer) >= L or (unit == "H" and int(n) >= H) or (unit == "KV" and int(n) >= Hkv)
+            if L and bad:
+                raise InputError(
+                    f"edges: {label!r} names a layer or head the model lacks ({L} layers × {H} heads, {Hkv} kv heads)",
+                    field="edges",
+                )
+
+
+def _run(loaded, layout, graph, s: CircuitSettings, pairs, fn, metric_name, shard, asked, record, say):
+    N, E = len(pairs), len(graph)
+    mine = tuple(pairs[i] for i in shard.rows)
+    groups = tokenize_pairs(loaded.tokenizer, loaded.kind, mine, s.metric)[0] if mine else []
+    for g in groups:
+        g.rows = [shard.rows[i] for i in g.rows]  # indices of the whole prompt set
+    chunks = chunk_groups(groups, RUN_TOKENS)
+    make = lambda g: EdgeRun(loaded, layout, graph, g, fn, s.direction, s.ablation)  # noqa: E731
+    pool = RunPool(make, chunks, lambda g: _run_bytes(graph, layout, len(g.rows) * g.length))
+    shapes = {"m_clean": (N,), "m_corrupt": (N,), "est": (E, N), "values.edges": (E, N)}
+    store = Store("circuit", _key(s, pairs, loaded, metric_name), s.checkpoint, shapes, shard)
+    say("stage", f"{E:,} edges: recording clean and corrupt runs and estimating every edge ({_estimate_name(s)})")
+    checks = _first_pass(pool, s, store, say)
+    st = store.state
+    base = st["m_corrupt" if s.direction == "denoising" else "m_clean"]
+    say("stage", f"clean {np.nanmean(st['m_clean']):.3f}, corrupt {np.nanmean(st['m_corrupt']):.3f}: path patching")
+    settled = _settle(pool, s, store, base, asked, say)
+    say("stage", "circuits of the top edges, run whole: the faithfulness curve")
+    value = _ranking_value(st["est"], st["values.edges"], base)
+    circ = Curve(pool, shard, N, E, say).run(np.argsort(-np.abs(value), kind="stable"), s, st)
+    meta = _meta(loaded, layout, graph, s, metric_name, record, st, settled, checks, chunks)
+    meta.ranks, meta.resumed = shard.world, store.resumed
+    result = CircuitResult(loaded.name, meta, circuit=circ)
+    result.edges = _rows(graph, layout, st, base, value)
+    result.agreement = _agreements(graph, result.edges)
+    _index_chosen(result)
+    return result
+
+
+def _estimate_name(s: CircuitSettings) -> str:
+    return "EAP" if s.ig_steps == 1 else f"EAP-IG, {s.ig_steps} steps"
+
+
+def _key(s: CircuitSettings, pairs, loaded, metric_name: str) -> str | None:
+    if s.checkpoint is None:
+        return None
+    settings = [metric_name, s.direction, s.ig_steps, str(s.exact), s.top, s.limit, s.ablation]
+    return pairs_key("circuit", s, pairs, loaded, settings)
+
+
+def _run_bytes(graph: Graph, layout, tokens: int) -> int:
+    """What a kept EdgeRun holds: its recordings and the deltas it caches (both bounded by the token count)."""
+    return (len(graph.senders) + 12 * len(layout.blocks)) * tokens * layout.d_model * 4
+
+
+def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say) -> dict:
+    """Every run once: the metric on both runs and every edge's estimate (unless the checkpoint holds them)."""
+    N = store.shard.n
+    need = "est" not in store.state
+    m = {"m_clean": np.full(N, np.nan), "m_corrupt": np.full(N, np.nan)}
+    est = None
+    checks = []
+    for i in range(len(pool)):
+        r = pool.get(i)
+        m["m_clean"][r.group.rows], m["m_corrupt"][r.group.rows] = r.m_clean.numpy(), r.m_corrupt.numpy()
+        if need:
+            est = np.zeros((len(r.graph), N)) if est is None else est
+            est[:, r.group.rows] = eap(r, s.ig_steps)
+        checks.append({**r.checked, "restart": r.shortcut})
+        pool.done(i)
+        say("record", f"run {i + 1} of {len(pool)} recorded and estimated", done=i + 1, total=len(pool))
+    for name, values in m.items():
+        store.state.setdefault(name, store.shard.merge(values))
+    if need:
+        store.state["est"] = store.shard.merge(est if est is not None else np.zeros((0, N)))
+        store.save()
+    return {
+        "stream_sums_max_rel_diff": max((c["stream_sums_max_rel_diff"] for c in checks), default=None),
+        "restart": checks[0]["restart"] if checks else None,
+    }
+
+
+def _settle(pool: RunPool, s: CircuitSettings, store: Store, base, asked: list[int], say) -> dict:
+    est, values = store.state["est"], store.state["values.edges"]
+    measure = lambda idx: _measure(pool, idx, store, values, say)  # noqa: E731
+    if asked:
+        measure(asked)
+    order = np.argsort(-np.abs(est.mean(1)), kind="stable")
+    if s.exact == "all" or isinstance(s.exact, int):
+        n = len(order) if s.exact == "all" else min(int(s.exact), len(order))
+        return {"rule": str(s.exact), **measure_first(order, n, measure, 3 * SETTLE_STEP)}
+    rule = SettleRule(top=s.top, limit=s.limit)
+    delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731
+    return {"rule": rule.describe(), **settle(order, measure, delta, rule, estimate=est.mean(1))}
+
+
+def _measure(pool: RunPool, idx, store: Store, values: np.ndarray, say) -> None:
+    """Exact values of edges ``idx`` for every prompt (each rank its own, gathered); measured ones skipped."""
+    todo = [int(i) for i in idx if not np.isfinite(values[i]).all()]
+    if not todo:
+        return
+    local = np.full((len(todo), values.shape[1]), np.nan)
+    done = int(np.isfinite(values).all(1).sum())
+    say("patch", f"path patching {len(todo)} more edges exactly ({done} done)", done=done, total=len(values))
+    for i in range(len(pool)):
+        r = pool.get(i)
+        local[:, r.group.rows] = r.measure(todo).numpy()
+        pool.done(i)
+    values[todo] = store.shard.merge(local)
+    store.save()
+
+
+def _ranking_value(est: np.ndarray, values: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Per edge: the exact Δ (mean over prompts) where measured, the estimate elsewhere."""
+    measured = np.isfinite(values).all(1)
+    out = est.mean(1).copy()
+    out[measured] = (values[measured] - base).mean(1)
+    return out
+
+
+class Curve:
+    """Circuits of the top k edges run whole, over every prompt: the curve, its areas, the smallest circuit."""
+
+    BISECT = 12  # at most this many more circuits to find the smallest one reaching the target
+
+    def __init__(self, pool: RunPool, shard: Shard, N: int, E: int, say):
+        self.pool, self.shard, self.N, self.E, self.say = pool, shard, N, E, say
+        self.M: dict[int, np.ndarray] = {}  # k -> M per prompt [N]
+
+    def measure(self, ks: list[int], order: np.ndarray) -> None:
+        todo = [k for k in dict.fromkeys(ks) if k not in self.M]
+        if not todo:
+            return
+        masks = []
+        for k in todo:
+            mask = np.zeros(self.E, dtype=bool)
+            mask[order[:k]] = True
+            masks.append(mask)
+        local = np.full((len(todo), self.N), np.nan)
+        for i in range(len(self.pool)):
+            r = self.pool.get(i)
+            local[:, r.group.rows] = r.circuits(masks).numpy()
+            self.pool.done(i)
+        merged = self.shard.merge(local)
+        for k, row in zip(todo, merged, strict=True):
+            self.M[k] = row
+        self.say("circuit", f"{len(self.M)} circuits run", done=len(self.M), total=len(FRACTIONS) + self.BISECT)
+
+    def faithfulness(self, k: int) -> tuple[float | None, float | None]:
+        den = float(np.mean(self.M[self.E] - self.M[0]))
+        if abs(den) < 1e-9:
+            return None, None
+        mean, ci = mean_ci(self.M[k] - self.M[0])
+        return mean / den, None if ci is None else ci / abs(den)
+
+    def run(self, order: np.ndarray, s: CircuitSettings, st: dict) -> dict:
+        ks = sorted({int(round(f * self.E)) for f in FRACTIONS})
+        self.measure(ks, order)
+        curve = []
+        for k in ks:
+            f, ci = self.faithfulness(k)
+            curve.append(
+                {
+                    "k": k,
+                    "fraction": k / self.E,
+                    "m": float(np.mean(self.M[k])),
+                    "faithfulness": f,
+                    "faithfulness_ci": ci,
+                }
+            )
+        x = np.array([c["fraction"] for c in curve])
+        y = np.array([np.nan if c["faithfulness"] is None else c["faithfulness"] for c in curve])
+        chosen = self._smallest(ks, order, s.faithfulness)
+        return {
+            "curve": curve,
+            "cpr": finite(float(np.trapezoid(y, x))),
+            "cmd": finite(float(np.trapezoid(np.abs(1 - y), x))),
+            "target": s.faithfulness,
+            "ablation": s.ablation,
+            "ranking": "exact Δ where measured, else the estimate, by magnitude",
+            "chosen": chosen,
+            "checks": self._checks(st, s.ablation),
+        }
+
+    def _smallest(self, ks: list[int], order: np.ndarray, target: float) -> dict:
+        f = {k: self.faithfulness(k)[0] for k in ks}
+        hit = next((i for i, k in enumerate(ks) if f[k] is not None and f[k] >= target), None)
+        if hit is None:
+            return {"k": None, "reason": f"no circuit on the curve reached faithfulness {target}"}
+        lo, hi = (ks[hit - 1], ks[hit]) if hit else (0, ks[0])
+        for _ in range(self.BISECT):
+            if hi - lo <= 1:
+                break
+            mid = (lo + hi) // 2
+            self.measure([mid], order)
+            fm = self.faithfulness(mid)[0]
+            lo, hi = (lo, mid) if fm is not None and fm >= target else (mid, hi)
+        fk, ci = self.faithfulness(hi)
+        return {
+            "k": hi,
+            "faithfulness": fk,
+            "faithfulness_ci": ci,
+            "exact_k": hi - lo <= 1,  # False: the bisection stopped with a bracket [lo, hi]
+            "bracket": [lo, hi],
+            "edges": [int(e) for e in order[:hi]],
+            "per_prompt": self._spread(hi),
+        }
+
+    def _spread(self, k: int) -> dict:
+        """The chosen circuit's faithfulness prompt by prompt (where the prompt's own clean/corrupt gap is not 0)."""
+        den = self.M[self.E] - self.M[0]
+        ok = np.abs(den) > 1e-6 * max(1e-12, float(np.abs(den).max()))
+        f = (self.M[k][ok] - self.M[0][ok]) / den[ok]
+        if not len(f):
+            return {"n": 0}
+        q = np.quantile(f, [0.0, 0.25, 0.5, 0.75, 1.0])
+        return {
+            "n": int(len(f)),
+            "min": float(q[0]),
+            "q25": float(q[1]),
+            "median": float(q[2]),
+            "q75": float(q[3]),
+            "max": float(q[4]),
+            "below_0": float(np.mean(f < 0)),
+            "above_1": float(np.mean(f > 1)),
+            "values": [finite(v) for v in f],
+        }
+
+    def _checks(self, st: dict, ablation: str) -> dict:
+        full = {
+            "m": float(np.mean(self.M[self.E])),
+            "clean": float(np.mean(st["m_clean"])),
+            "max_abs_diff": float(np.max(np.abs(self.M[self.E] - st["m_clean"]))),
+        }
+        empty = {"m": float(np.mean(self.M[0]))}
+        if ablation == "corrupt":
+            empty.update(
+                corrupt=float(np.mean(st["m_corrupt"])), max_abs_diff=float(np.max(np.abs(self.M[0] - st["m_corrupt"])))
+            )
+        else:
+            empty["note"] = "mean ablation: the empty circuit is the model with every write at its mean over prompts"
+        return {"full": full, "empty": empty}
+
+
+def _meta(loaded, layout, graph, s, metric_name, record, st, settled, checks, chunks) -> CircuitMeta:
+    c_mean, c_ci = mean_ci(st["m_clean"])
+    x_mean, x_ci = mean_ci(st["m_corrupt"])
+    return CircuitMeta(
+        metric=metric_name,
+        direction=s.direction,
+        n_prompts=len(st["m_clean"]),
+        estimate=_estimate_name(s),
+        ig_steps=s.ig_steps,
+        ablation=s.ablation,
+        m_clean=c_mean,
+        m_clean_ci=c_ci,
+        m_corrupt=x_mean,
+        m_corrupt_ci=x_ci,
+        m_clean_values=[finite(v) for v in st["m_clean"]],
+        m_corrupt_values=[finite(v) for v in st["m_corrupt"]],
+        exact=settled,
+        top=s.top,
+        senders=len(graph.senders),
+        receivers=len(graph.receivers),
+        edges=len(graph),
+        layers=len(layout.blocks),
+        heads=layout.heads,
+        kv_heads=layout.kv_heads,
+        streams=layout.streams,
+        lengths=sorted({g.length for g in chunks}),
+        prompts=record,
+        checks=checks,
+    )
+
+
+TOP_VALUES = 500  # edges whose per-prompt estimates the JSON keeps (besides every measured edge)
+
+
+def _rows(graph: Graph, layout, st: dict, base: np.ndarray, value: np.ndarray) -> list[dict]:
+    """One row per edge, most important first (its key "edge" is its index in the graph)."""
+    est, values = st["est"], st["values.edges"]
+    den = float(np.mean(st["m_clean"] - st["m_corrupt"]))
+    scale = abs(den) if abs(den) > 1e-9 else None
+    seq2seq, G = len(layout.streams) > 1, layout.heads // max(1, layout.kv_heads)
+    order = np.argsort(-np.abs(value), kind="stable")
+    keep = set(np.argsort(-np.abs(est.mean(1)), kind="stable")[:TOP_VALUES].tolist())
+    rows = []
+    for e in order.tolist():
+        s, r = graph.edge(e)
+        measured = bool(np.isfinite(values[e]).all())
+        delta, delta_ci = mean_ci(values[e] - base) if measured else (None, None)
+        est_mean, est_ci = mean_ci(est[e])
+        norm = mean_ci(values[e] - st["m_corrupt"])[0] if measured else None
+        rows.append(
+            {
+                "edge": e,
+                "label": f"{s.label()}>{r.label()}",
+                "sender": s.to_dict(seq2seq),
+                "receiver": r.to_dict(seq2seq, G),
+                "estimate": est_mean,
+                "estimate_ci": est_ci,
+                "exact": delta,
+                "exact_ci": delta_ci,
+                "normalized": None if norm is None or scale is None else norm / den,
+                "values": [finite(v) for v in values[e] - base] if measured else None,
+                "estimate_values": [finite(v) for v in est[e]] if (measured or e in keep) else None,
+            }
+        )
+    return rows
+
+
+def _agreements(graph: Graph, rows: list[dict]) -> dict:
+    """Estimate against exact over the measured edges, per receiver channel (q, k, v) or kind (mlp, logits)."""
+    by: dict[str, tuple[list, list]] = {}
+    for row in rows:
+        if row["exact"] is None:
+            continue
+        r = row["receiver"]
+        est, ex = by.setdefault(r["channel"] or r["kind"], ([], []))
+        est.append(row["estimate"])
+        ex.append(row["exact"])
+    return {ch: agreement(est, ex) for ch, (est, ex) in sorted(by.items())}
+
+
+def _index_chosen(result: CircuitResult) -> None:
+    """The chosen circuit's edges as indices into result.edges (and their labels)."""
+    chosen = result.circuit.get("chosen", {})
+    if chosen.get("k") is None:
+        return
+    at = {row["edge"]: i for i, row in enumerate(result.edges)}
+    chosen["edges"] = [at[e] for e in chosen["edges"]]
+    chosen["labels"] = [result.edges[i]["label"] for i in chosen["edges"]]
+
+
+__all__ = ["CircuitMeta", "CircuitResult", "circuit"]

@@ -1,0 +1,314 @@
+"""The runs behind a circuit experiment, for one group of same-length prompts.
+
+    run = EdgeRun(loaded, layout, graph, group, metric, direction, ablation)  # clean and corrupt recorded
+    run.estimates(ig_steps)        # EAP (m = 1) or EAP-IG: every edge's estimated Δ metric, [E, n]
+    run.measure([edge, ...])       # path patching, exact: M with each edge patched, [k, n]
+    run.circuits([mask, ...])      # M with only the masked edges clean, [k, n]
+
+**Path patching** (the direct-path definition EAP and ACDC use; Wang et al. 2211.00593, Goldowsky-Dill et
+al. 2304.05969): on the base run (corrupt when denoising, clean when noising) the receiver's input becomes
+x + Δ_S, where Δ_S = w_S(source) − w_S(base) is the change of the sender's write between the runs; the
+receiver's own norm and projections are recomputed on it; nothing else is changed, and everything after
+the receiver runs as the model runs (stream.py). Copies of the batch carry one edge each; a decoder-only
+model restarts at the receiver's block from the base run's recorded block outputs.
+
+**A circuit** C runs on the clean prompts with every receiver R reading
+
+    x_R = x_R(ablated) + Σ_{S : (S, R) ∈ C} (w_S(this run) − w_S(ablated))
+
+— the ablated run's residual plus what the circuit's edges carry from this very forward. Because a pre-LN
+stream is exactly the sum of its senders' writes (and constant biases, checked in layout.py), the empty
+circuit *is* the ablated run and the full one the clean run; both are measured and reported. The ablated
+run is the corrupt one, or (``ablation="mean"``) the mean over the prompts of the clean run's writes,
+position by position.
+
+**EAP** (Syed et al. 2310.10348): est(S → R) = Σ_t Δ_S[t] · ∂M/∂x_R[t] on the base run, for every edge
+from one forward and one backward: the receivers' gradients are the metric's gradients at their q, k, v
+(or MLP input) taken back through their own norm and projections (adapter.replay), and the scores are one
+contraction over positions and features per pair of blocks — no tensor per edge. **EAP-IG** (Hanna et al.
+2403.17806) averages the gradients over m runs whose stream starts (the embeddings) are interpolated from
+the base run toward the source, at α = 0, 1/m, …, (m − 1)/m: with m = 1 it is EAP.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..adapter import routed
+from ..effects import _repeat, layer_stack, restart_check, run_from
+from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs, references
+from .graph import Graph, where_read
+from .layout import CircuitUnsupported, Layout
+from .stream import Forward, part_of, read_value, sender_writes
+
+TOKEN_BUDGET = 4096  # tokens (copies × prompts × length) per exact forward
+STREAM_BYTES = 512 << 20  # a circuit forward keeps every sender's write for its rows: copies sized to this
+DELTA_BYTES = 512 << 20  # senders' deltas kept between uses (the rest recomputed from the recordings)
+
+
+class EdgeRun:
+    def __init__(self, loaded, layout: Layout, graph: Graph, group, metric, direction: str, ablation: str):
+        self.loaded, self.layout, self.graph, self.group = loaded, layout, graph, group
+        self.metric, self.direction, self.ablation = metric, direction, ablation
+        self.n = len(group.rows)
+        self.blocks = layer_stack(loaded)
+        self._writes: dict = {}
+        self._deltas: dict = {}  # part -> (senders, deltas [s, n, T, d])
+        self._pos: dict[int, int] = {}  # sender -> its row in its part's deltas
+        self.kwargs = {**output_kwargs(loaded, metric), **no_cache(loaded)}
+        self.fields = {"answer": group.answer, "wrong": group.wrong}
+        out, self.clean, clean_blocks = self._record(group.clean)
+        self.fields.update(references(loaded, out, batch_of(loaded, group.clean)))
+        self.m_clean = self._metric(out, group.clean)
+        out, self.corrupt, corrupt_blocks = self._record(group.corrupt)
+        self.m_corrupt = self._metric(out, group.corrupt)
+        denoise = direction == "denoising"
+        self.base, self.source = (self.corrupt, self.clean) if denoise else (self.clean, self.corrupt)
+        self.base_ids = group.corrupt if denoise else group.clean
+        self.base_blocks = corrupt_blocks if denoise else clean_blocks
+        self.m_base = self.m_corrupt if denoise else self.m_clean
+        self.shortcut = self._restart_check()
+        self.checked = _check_sums(layout, graph, self)
+
+    # ---------------------------------------------------------------- forwards and the metric
+
+    def _forward(self, ids, fw: Forward, copies: int = 1, start: int = 0, interventions=()):
+        """The model on ``copies`` copies of ``ids`` under ``fw``'s hooks (gradients kept when enabled),
+        restarted at block ``start`` from the base run's recorded block outputs."""
+        batch = _repeat(batch_of(self.loaded, ids), copies)
+        ivs = [*fw.interventions, *interventions]
+        if start:
+            return run_from(self.loaded, start, self.base_blocks, batch, ivs, copies, self.blocks, **self.kwargs)
+        with routed(self.loaded, interventions=ivs, impl="eager"):
+            return self.loaded.model(**batch, **self.kwargs)
+
+    @torch.no_grad()
+    def _record(self, ids):
+        with Forward(self.layout, self.graph) as fw:
+            out = self._forward(ids, fw)
+        blocks = {b.index: fw.rec[(b.stream, b.index)]["out"] for b in self.layout.stack(self.layout.streams[-1])}
+        return out, fw.rec, blocks
+
+    def _metric_value(self, outputs, ids, copies: int = 1) -> torch.Tensor:
+        batch = batch_of(self.loaded, ids.repeat(copies, 1))
+        for name, value in self.fields.items():
+            if value is not None:
+                batch[name] = value.repeat(copies, *([1] * (value.dim() - 1)))
+        return self.metric(metric_input(self.loaded, outputs, batch), batch)
+
+    def _metric(self, outputs, ids, copies: int = 1) -> torch.Tensor:
+        v = self._metric_value(outputs, ids, copies).detach()
+        return v if v.dtype == torch.float64 else v.float()  # a float64 model keeps its precision
+
+    def _restart_check(self) -> dict:
+        if self.blocks is None or self.layout.streams != ["decoder"]:
+            return {"used": False, "reason": "not one stack of layers: full forwards"}
+        value = lambda out: self._metric(out, self.base_ids)  # noqa: E731
+        return restart_check(
+            self.loaded,
+            self.base_blocks,
+            batch_of(self.loaded, self.base_ids),
+            value,
+            self.m_base,
+            self.blocks,
+            **self.kwargs,
+        )
+
+    # ---------------------------------------------------------------- the senders' writes and the deltas
+
+    def ablated(self, part: tuple) -> dict[int, torch.Tensor]:
+        """The writes edges outside a circuit carry for one part (stream, block, part): the corrupt run's, or
+        the clean run's mean over prompts. Kept: every circuit forward reads them."""
+        if part not in self._writes:
+            rec = self.corrupt if self.ablation == "corrupt" else self.clean
+            w = sender_writes(self.layout, self.graph, rec, *part)
+            self._writes[part] = w if self.ablation == "corrupt" else {s: x.mean(0, keepdim=True) for s, x in w.items()}
+        return self._writes[part]
+
+    def ablated_read(self, receiver) -> torch.Tensor:
+        if self.ablation == "corrupt":
+            return read_value(self.layout, self.corrupt, receiver)
+        x = read_value(self.layout, self.clean, receiver)
+        return x.mean(0, keepdim=True).expand_as(x)
+
+    def delta(self, s: int) -> torch.Tensor:
+        """Δ_S = w_S(source) − w_S(base) [n, T, d]."""
+        return self.deltas([s])[0]
+
+    def deltas(self, senders: list[int]) -> torch.Tensor:
+        """[len(senders), n, T, d] (senders of any parts)."""
+        return torch.stack([self.part_deltas(part_of(self.graph.senders[s]))[1][self._pos[s]] for s in senders])
+
+    def part_deltas(self, key: tuple) -> tuple[list[int], torch.Tensor]:
+        """(the senders of one part — a block's heads, its MLP, an embedding —, their deltas [s, n, T, d]).
+        A bounded number of parts is kept (an LRU of DELTA_BYTES): a long text never holds every delta."""
+        if key not in self._deltas:
+            src, base = sender_writes(*self._at(self.source), *key), sender_writes(*self._at(self.base), *key)
+            ids = list(src)
+            self._deltas[key] = (ids, torch.stack([src[i] - base[i] for i in ids]))
+            self._pos.update({s: i for i, s in enumerate(ids)})
+            self._trim()
+        self._deltas[key] = self._deltas.pop(key)  # most recently used last
+        return self._deltas[key]
+
+    def sender_parts(self) -> dict[tuple, list[int]]:
+        """{part: its senders} in stream order (a stream's embedding, then each block's heads and MLP)."""
+        found: dict[tuple, list[int]] = {}
+        for s, x in enumerate(self.graph.senders):
+            found.setdefault(part_of(x), []).append(s)
+        return found
+
+    def _at(self, rec: dict):
+        return (self.layout, self.graph, rec)
+
+    def _trim(self) -> None:
+        while len(self._deltas) > 1 and sum(d.numel() * 4 for _, d in self._deltas.values()) > DELTA_BYTES:
+            self._deltas.pop(next(iter(self._deltas)))
+
+    # ---------------------------------------------------------------- path patching, exact
+
+    def copies(self, k: int) -> int:
+        return max(1, min(k, TOKEN_BUDGET // max(1, self.n * self.group.length)))
+
+    @torch.no_grad()
+    def measure(self, edges: list[int], scale: float = 1.0) -> torch.Tensor:
+        """M with each edge path-patched on the base run, [len(edges), n]; edges grouped by receiver block.
+        ``scale``: the receiver reads x + scale·Δ_S (1: the edge patched; a small ε: its derivative)."""
+        out = torch.empty(len(edges), self.n, dtype=self.m_base.dtype)
+        groups: dict[tuple, list[int]] = {}
+        for i, e in enumerate(edges):
+            groups.setdefault(where_read(self.graph.receivers[self.graph.pairs[e][1]]), []).append(i)
+        for (stream, block), idx in groups.items():
+            start = self._start(stream, block)
+            k = self.copies(len(idx))
+            for j in range(0, len(idx), k):
+                chunk = idx[j : j + k]
+                edits = PathEdits(self, [edges[i] for i in chunk], scale)
+                with Forward(self.layout, self.graph, edits) as fw:
+                    res = self._forward(self.base_ids, fw, len(chunk), start)
+                out[chunk] = self._metric(res, self.base_ids, len(chunk)).view(len(chunk), self.n)
+        return out
+
+    def _start(self, stream: str, block: int | None) -> int:
+        """The block a patched forward restarts at (its receiver's; the last for the final residual), or 0."""
+        if not self.shortcut["used"] or stream != "decoder":
+            return 0
+        return len(self.layout.stack("decoder")) - 1 if block is None else block
+
+    # ---------------------------------------------------------------- circuits
+
+    def circuit_copies(self) -> int:
+        per = len(self.graph.senders) * self.n * self.group.length * self.layout.d_model * 4
+        return max(1, STREAM_BYTES // max(1, per))
+
+    @torch.no_grad()
+    def circuits(self, masks: list[np.ndarray]) -> torch.Tensor:
+        """M of each circuit (a bool mask over the edges) on the clean prompts, [len(masks), n]."""
+        out = torch.empty(len(masks), self.n, dtype=self.m_base.dtype)
+        k = self.circuit_copies()
+        for j in range(0, len(masks), k):
+            chunk = masks[j : j + k]
+            edits = CircuitEdits(self, chunk)
+            with Forward(self.layout, self.graph, edits) as fw:
+                res = self._forward(self.group.clean, fw, len(chunk))
+            out[j : j + len(chunk)] = self._metric(res, self.group.clean, len(chunk)).view(len(chunk), self.n)
+        return out
+
+
+class PathEdits:
+    """One edge per copy of the batch: its receiver reads x + Δ_S on that copy's rows."""
+
+    def __init__(self, run: EdgeRun, edges: list[int], scale: float = 1.0):
+        self.by_receiver: dict[int, list] = {}
+        n = run.n
+        for c, e in enumerate(edges):
+            s, r = (int(x) for x in run.graph.pairs[e])
+            rows = torch.arange(c * n, (c + 1) * n)
+            self.by_receiver.setdefault(r, []).append((rows, scale * run.delta(s)))
+
+    def corr(self, receiver: int, x, fw) -> list:
+        return self.by_receiver.get(receiver, [])
+
+
+class CircuitEdits:
+    """One circuit per copy: every receiver reads the ablated residual plus what its circuit edges carry."""
+
+    def __init__(self, run: EdgeRun, masks: list[np.ndarray]):
+        self.run, self.masks, self.n = run, np.stack(masks), run.n
+        self.parts = run.sender_parts()
+        self.D: dict[tuple, torch.Tensor] = {}  # part -> D_S of its senders over every copy [s, k·n, T, d]
+
+    def _part(self, part: tuple, fw) -> torch.Tensor:
+        """D_S = w_S(this forward) − w_S(ablated) for one part's senders, computed once per forward."""
+        if part not in self.D:
+            now = sender_writes(self.run.layout, self.run.graph, fw.rec, *part)
+            ab = self.run.ablated(part)
+            reps = len(self.masks) * self.n
+            self.D[part] = torch.stack([now[s] - ab[s].repeat(reps // ab[s].shape[0], 1, 1) for s in self.parts[part]])
+        return self.D[part]
+
+    def corr(self, receiver: int, x, fw) -> list:
+        """Per copy: x_R(ablated) − x + Σ_{S in its circuit} D_S, or −Σ_{S outside} D_S where fewer senders are
+        outside than inside (the same number: this forward's residual is the ablated one plus every D_S)."""
+        k, n = len(self.masks), self.n
+        edges_of = self.run.graph.matrix[:, receiver]  # (S,)
+        valid = edges_of >= 0
+        on = self.masks[:, np.maximum(edges_of, 0)] & valid  # (k, S): the edge is in copy c's circuit
+        use_inside = on.sum(1) <= (valid & ~on).sum(1)  # (k,)
+        coef = np.where(use_inside[:, None], on, -(valid & ~on).astype(int)).astype(np.float32)
+        acc = torch.zeros(k, n, *x.shape[1:], dtype=torch.promote_types(x.dtype, torch.float32))
+        for part, ss in self.parts.items():
+            c = coef[:, ss]
+            if not c.any():
+                continue
+            D = self._part(part, fw).view(len(ss), k, n, *x.shape[1:])
+            acc += torch.einsum("ks,skntd->kntd", torch.from_numpy(c).to(acc.dtype), D.to(acc.dtype))
+        base = self.run.ablated_read(self.run.graph.receivers[receiver]).to(acc.dtype)
+        base = base.expand(n, *x.shape[1:]) if base.shape[0] == 1 else base
+        start = (base[None] - x.to(acc.dtype).view(k, n, *x.shape[1:])) * torch.from_numpy(use_inside).to(
+            acc.dtype
+        ).view(k, 1, 1, 1)
+        return [(torch.arange(k * n), (acc + start).reshape(k * n, *x.shape[1:]))]
+
+
+# ---------------------------------------------------------------- the decomposition check
+
+
+def _check_sums(layout: Layout, graph: Graph, run: EdgeRun) -> dict:
+    """Every read point must be the sum of the writes of the senders before it plus a constant (biases): the
+    clean and the corrupt run must leave the same rest. Refused otherwise, with the gap. One running sum per
+    run along each stream, checked at each distinct read point."""
+    worst, where = 0.0, None
+    for stream in layout.streams:
+        events = sorted(
+            [(pos, 0, s) for s, (st, pos) in enumerate(graph.write_points) if st == stream]
+            + [(pos, 1, j) for j, (st, pos) in enumerate(graph.read_points) if st == stream]
+        )
+        total = {id(rec): 0.0 for rec in (run.clean, run.corrupt)}
+        seen, block = set(), {}
+        for pos, kind, i in events:
+            if kind == 0:
+                x = graph.senders[i]
+                for rec in (run.clean, run.corrupt):
+                    key = (id(rec), *part_of(x))
+                    if key not in block:  # one part's writes at a time
+                        block = {k: v for k, v in block.items() if k[1:] == key[1:]}
+                        block[key] = sender_writes(layout, graph, rec, *part_of(x))
+                    total[id(rec)] = total[id(rec)] + block[key][i]
+                continue
+            if pos in seen:
+                continue
+            seen.add(pos)
+            r = graph.receivers[i]
+            rest = [read_value(layout, rec, r) - total[id(rec)] for rec in (run.clean, run.corrupt)]
+            scale = max(1.0, float(read_value(layout, run.clean, r).abs().max()))
+            gap = float((rest[0] - rest[1]).abs().max()) / scale
+            if gap > worst:
+                worst, where = gap, r.label()
+    if worst > 1e-4:
+        raise CircuitUnsupported(
+            f"the residual stream at {where} is not the sum of its senders' writes plus a constant (the clean and "
+            f"corrupt runs leave rests that differ by {worst:.2e} of its size): edges would not add up here"
+        )
+    return {"stream_sums_max_rel_diff": worst}

@@ -1,0 +1,361 @@
+"""Circuits: path patching against a hooks reference written here (transformers' own modules, no attnroute
+code), the full and empty circuits against the clean and corrupt runs, EAP against central differences in
+float64, EAP-IG's steps, the refusals, and the CLI's outputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import attnroute as ar
+from attnroute.cli import main
+from attnroute.errors import InputError
+from attnroute.models import load
+from attnroute.promptset import PromptPair
+from attnroute.read.circuits.estimate import eap
+from attnroute.read.circuits.graph import Graph
+from attnroute.read.circuits.layout import CircuitUnsupported, discover
+from attnroute.read.circuits.nodes import resolve_edges
+from attnroute.read.circuits.runs import EdgeRun
+from attnroute.read.ground.metrics import logit_diff
+from attnroute.read.ground.prompts import tokenize_pairs
+
+from .zoo import build
+
+PAIRS = (
+    PromptPair("the cat sat on the mat and", "the dog sat on the mat and", " the", " a"),
+    PromptPair("a bird flew over the house and", "a bird ran over the house and", " the", " a", row=2),
+)
+
+
+def edge_run(loaded, pairs=PAIRS, direction="denoising", ablation="corrupt"):
+    groups, _ = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, "logit-diff")
+    layout = discover(loaded, groups[0].clean[:1])
+    graph = Graph(layout)
+    return EdgeRun(loaded, layout, graph, groups[0], logit_diff, direction, ablation)
+
+
+# ---------------------------------------------------------------- a reference by hooks on transformers' modules
+
+
+def _parts(model, l: int) -> dict:
+    layer = model.model.layers[l]
+    gemma = hasattr(layer, "pre_feedforward_layernorm")
+    a = layer.self_attn
+    return {
+        "layer": layer,
+        "attn_norm": layer.input_layernorm,
+        "mlp_norm": layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm,
+        "attn_post": layer.post_attention_layernorm if gemma else None,
+        "mlp_post": layer.post_feedforward_layernorm if gemma else None,
+        "mlp": layer.mlp,
+        "o": a.o_proj,
+        "q": a.q_proj,
+        "k": a.k_proj,
+        "v": a.v_proj,
+    }
+
+
+@torch.no_grad()
+def _record(model, ids) -> dict:
+    rec, hooks = {}, []
+    for l in range(len(model.model.layers)):
+        p = _parts(model, l)
+        hooks.append(
+            p["layer"].register_forward_pre_hook(
+                lambda m, a, k, l=l: rec.__setitem__(("x", l), _x(a, k)), with_kwargs=True
+            )
+        )
+        hooks.append(p["o"].register_forward_pre_hook(lambda m, a, l=l: rec.__setitem__(("z", l), a[0])))
+        hooks.append(p["o"].register_forward_hook(lambda m, a, o, l=l: rec.__setitem__(("o", l), o)))
+        last = p["mlp_post"] or p["mlp"]
+        hooks.append(last.register_forward_hook(lambda m, a, o, l=l: rec.__setitem__(("mlp", l), _first(o))))
+    try:
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    finally:
+        for h in hooks:
+            h.remove()
+    return rec
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out  # gpt-oss's MoE returns (output, router logits)
+
+
+def _x(args, kwargs):
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _write(model, rec, kind, l, h) -> torch.Tensor:
+    """A sender's write into the stream, as the definition says (own-run scale for Gemma's post-norm)."""
+    if kind == "embed":
+        return rec[("x", 0)]
+    if kind == "mlp":
+        return rec[("mlp", l)]
+    p = _parts(model, l)
+    W = p["o"].weight  # (d, H·Dv)
+    H = model.config.num_attention_heads
+    Dv = W.shape[1] // H
+    c = rec[("z", l)][..., h * Dv : (h + 1) * Dv] @ W[:, h * Dv : (h + 1) * Dv].T
+    if p["attn_post"] is not None:  # Gemma2RMSNorm: x · rsqrt(mean x² + eps) · (1 + w), at this run's scale
+        o = rec[("o", l)]
+        c = c * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + p["attn_post"].eps) * (1 + p["attn_post"].weight)
+    return c
+
+
+@torch.no_grad()
+def reference(model, clean, corrupt, fields, sender, receiver) -> torch.Tensor:
+    """Denoising path patching of one edge by hooks: the receiver's input is x + Δ_S on the corrupt run."""
+    src, base = _record(model, clean), _record(model, corrupt)
+    delta = _write(model, src, *sender) - _write(model, base, *sender)
+    kind, l, unit, ch = receiver
+    hooks, seen = [], {}
+    if kind == "head":
+        p = _parts(model, l)
+        D = p[ch].weight.shape[0] // (
+            model.config.num_attention_heads if ch == "q" else model.config.num_key_value_heads
+        )
+        hooks.append(
+            p["layer"].register_forward_pre_hook(lambda m, a, k: seen.__setitem__("x", _x(a, k)), with_kwargs=True)
+        )
+
+        def swap(m, a, out):
+            fresh = p[ch].forward(p["attn_norm"].forward(seen["x"] + delta))  # .forward: not this hook again
+            out = out.clone()
+            out[..., unit * D : (unit + 1) * D] = fresh[..., unit * D : (unit + 1) * D]
+            return out
+
+        hooks.append(p[ch].register_forward_hook(swap))
+    elif kind == "mlp":
+        p = _parts(model, l)
+        hooks.append(p["mlp_norm"].register_forward_pre_hook(lambda m, a: seen.__setitem__("x", a[0])))
+        hooks.append(p["mlp"].register_forward_pre_hook(lambda m, a: (p["mlp_norm"].forward(seen["x"] + delta),)))
+    else:
+        hooks.append(model.model.norm.register_forward_pre_hook(lambda m, a: (a[0] + delta,)))
+    try:
+        out = model(input_ids=corrupt, attention_mask=torch.ones_like(corrupt))
+    finally:
+        for h in hooks:
+            h.remove()
+    return logit_diff(out.logits, fields)
+
+
+EDGES = {  # label -> (sender (kind, layer, head), receiver (kind, layer, unit, channel))
+    "embed>L0.H1.q": (("embed", None, None), ("head", 0, 1, "q")),
+    "L0.H3>L1.KV0.k": (("head", 0, 3), ("head", 1, 0, "k")),
+    "L0.H2>L1.KV1.v": (("head", 0, 2), ("head", 1, 1, "v")),
+    "L0.MLP>L1.H3.q": (("mlp", 0, None), ("head", 1, 3, "q")),
+    "L0.H0>L0.MLP": (("head", 0, 0), ("mlp", 0, None, None)),
+    "L1.H1>logits": (("head", 1, 1), ("logits", None, None, None)),
+    "embed>L1.MLP": (("embed", None, None), ("mlp", 1, None, None)),
+}
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gpt_oss", "mistral"])
+def test_path_patching_matches_the_hooks_reference(arch, tmp_path):
+    """Grouped kv heads (llama, 4 heads on 2), Gemma 2's soft-cap and post-norms, gpt-oss's sinks, a window."""
+    loaded = load(str(build(arch, tmp_path)))
+    run = edge_run(loaded)
+    g = run.group
+    fields = {"answer": g.answer, "wrong": g.wrong}
+    ids = resolve_edges(run.graph, list(EDGES))
+    got = run.measure(ids) - run.m_base
+    for i, (label, (sender, receiver)) in enumerate(EDGES.items()):
+        want = reference(loaded.model, g.clean, g.corrupt, fields, sender, receiver) - run.m_base
+        torch.testing.assert_close(got[i], want.float(), atol=1e-4, rtol=1e-4, msg=label)
+
+
+@pytest.mark.slow
+def test_path_patching_of_smollm2_matches_the_hooks_reference(smollm2):
+    pairs = (
+        PromptPair(
+            "When Mary and John went to the store, John gave a drink to",
+            "When Mary and John went to the store, Mary gave a drink to",
+            " Mary",
+            " John",
+        ),
+    )
+    run = edge_run(smollm2, pairs)
+    g = run.group
+    fields = {"answer": g.answer, "wrong": g.wrong}
+    edges = {
+        "L3.H2>L18.H6.q": (("head", 3, 2), ("head", 18, 6, "q")),
+        "L8.H1>L17.KV1.k": (("head", 8, 1), ("head", 17, 1, "k")),
+        "L21.MLP>L23.KV1.v": (("mlp", 21, None), ("head", 23, 1, "v")),
+        "L23.H3>logits": (("head", 23, 3), ("logits", None, None, None)),
+        "embed>L0.MLP": (("embed", None, None), ("mlp", 0, None, None)),
+    }
+    got = run.measure(resolve_edges(run.graph, list(edges))) - run.m_base
+    for i, (label, (sender, receiver)) in enumerate(edges.items()):
+        want = reference(smollm2.model, g.clean, g.corrupt, fields, sender, receiver) - run.m_base
+        torch.testing.assert_close(got[i], want.float(), atol=2e-4, rtol=1e-3, msg=label)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gpt_oss", "mistral", "gpt_neox", "granite", "qwen3", "opt", "t5"])
+def test_the_full_circuit_is_the_clean_run_and_the_empty_one_the_corrupt_run(arch, tmp_path):
+    """Parallel blocks (GPT-NeoX), a residual multiplier (Granite), q/k norms (Qwen3), flattened MLP rows (OPT),
+    an encoder–decoder's cross-stream edges (T5)."""
+    run = edge_run(load(str(build(arch, tmp_path))))
+    E = len(run.graph)
+    M = run.circuits([np.ones(E, bool), np.zeros(E, bool)])
+    torch.testing.assert_close(M[0], run.m_clean, atol=1e-5, rtol=0)
+    torch.testing.assert_close(M[1], run.m_corrupt, atol=1e-5, rtol=0)
+    if arch == "t5":  # encoder senders reach the decoder's cross-attention keys and values
+        cross = [e for e in range(E) if run.graph.edge(e)[1].attention == "cross"]
+        assert cross and any(run.graph.edge(e)[0].stream == "encoder" for e in cross)
+
+
+@pytest.mark.parametrize("arch", ["llama", "t5"])
+def test_patching_a_sender_with_its_own_value_changes_nothing(arch, tmp_path):
+    same = tuple(PromptPair(p.clean, p.clean, p.answer, p.wrong, row=p.row) for p in PAIRS)
+    run = edge_run(load(str(build(arch, tmp_path))), same)
+    edges = list(range(0, len(run.graph), max(1, len(run.graph) // 25)))
+    torch.testing.assert_close(run.measure(edges), run.m_base.expand(len(edges), -1), atol=1e-6, rtol=0)
+
+
+def test_eap_is_the_derivative_of_the_edges_interpolation_in_float64(tmp_path, monkeypatch):
+    """est(S → R) = d/dε M(x_R + ε Δ_S) at ε = 0: central differences of path patching, in float64 (Llama's
+    RMSNorm computes in float32 whatever its input; here it keeps float64, so the differences are exact to ε²)."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    def rms_in_its_own_dtype(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+    monkeypatch.setattr(LlamaRMSNorm, "forward", rms_in_its_own_dtype)
+    loaded = load(str(build("llama", tmp_path)))
+    loaded.model.double()
+    run = edge_run(loaded)
+    est = eap(run, 1)
+    edges = resolve_edges(run.graph, list(EDGES))
+    eps = 1e-4
+    up, down = run.measure(edges, eps), run.measure(edges, -eps)
+    fd = ((up - down) / (2 * eps)).numpy()
+    np.testing.assert_allclose(est[edges], fd, rtol=1e-6, atol=1e-9)
+
+
+def test_eap_ig_with_one_step_is_eap_and_more_steps_average_the_interpolated_gradients(tmp_path):
+    from attnroute.read.circuits.estimate import _accumulate, _start_delta, _toward, receiver_grads
+
+    run = edge_run(load(str(build("llama", tmp_path))))
+    one = eap(run, 1)
+    np.testing.assert_array_equal(eap(run, 1), one)
+    two = eap(run, 2)
+    by_hand = torch.zeros(len(run.graph), run.n, dtype=torch.float64)
+    half = {s: _toward(_start_delta(run, s), 0.5) for s in run.layout.streams}
+    for interp in ({}, half):
+        for rs, g in receiver_grads(run, interp):
+            _accumulate(run, rs, g, by_hand)
+    np.testing.assert_allclose(two, (by_hand / 2).numpy(), rtol=1e-10, atol=1e-12)
+    assert not np.allclose(two, one)  # the second step does move the estimate
+
+
+@pytest.mark.parametrize("arch", ["bert", "bart"])
+def test_post_ln_models_are_refused_with_the_reason(arch, tmp_path):
+    loaded = load(str(build(arch, tmp_path)))
+    with pytest.raises(CircuitUnsupported, match="post-LN") as e:
+        ar.circuit(loaded, PAIRS, metric="cosine" if arch == "bert" else "logit-diff")
+    assert e.value.field == "model" and "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------- the verb, its refusals and its outputs
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return build("llama", tmp_path_factory.mktemp("zoo"))
+
+
+def test_circuit_reports_every_edge_the_settled_top_and_the_curve(tiny_dir):
+    r = ar.circuit(load(str(tiny_dir)), PAIRS, ig_steps=2, faithfulness=0.5).to_dict()
+    assert ar.CircuitResult.validate(r) is None
+    assert len(r["edges"]) == r["meta"]["edges"] and {e["edge"] for e in r["edges"]} == set(range(r["meta"]["edges"]))
+    c = r["circuit"]
+    assert c["checks"]["full"]["max_abs_diff"] < 1e-5 and c["checks"]["empty"]["max_abs_diff"] < 1e-5
+    curve = {p["k"]: p["faithfulness"] for p in c["curve"]}
+    assert curve[0] == 0.0 and curve[r["meta"]["edges"]] == pytest.approx(1.0)
+    chosen = c["chosen"]
+    assert chosen["faithfulness"] >= 0.5 and len(chosen["edges"]) == chosen["k"] == len(chosen["labels"])
+    measured = [e for e in r["edges"] if e["exact"] is not None]
+    settle = r["meta"]["exact"]
+    assert settle["measured"] == len(measured) and (settle["settled"] or settle["could_enter"] > 0)
+    for e in measured:
+        assert e["exact"] == pytest.approx(float(np.mean(e["values"])), abs=1e-9)
+
+
+def test_the_edges_asked_for_are_measured_whatever_their_estimate(tiny_dir):
+    r = ar.circuit(load(str(tiny_dir)), PAIRS, exact=0, edges=("L0.H3>L1.KV0.k", "embed>logits")).to_dict()
+    by = {e["label"]: e for e in r["edges"]}
+    assert by["L0.H3>L1.KV0.k"]["exact"] is not None and by["embed>logits"]["exact"] is not None
+    assert sum(e["exact"] is not None for e in r["edges"]) == 2
+
+
+def test_path_patch_is_one_edge_of_the_circuit(tiny_dir):
+    loaded = load(str(tiny_dir))
+    one = ar.path_patch(loaded, PAIRS, sender="L0.H3", receiver="L1.H1", channel="k").to_dict()
+    assert one["edge"]["label"] == "L0.H3>L1.KV0.k" and one["edge"]["receiver"]["query_heads"] == [0, 1]
+    run = edge_run(loaded)
+    (e,) = resolve_edges(run.graph, ["L0.H3>L1.KV0.k"])
+    want = (run.measure([e])[0] - run.m_base).numpy()
+    np.testing.assert_allclose(one["edge"]["values"], want, atol=1e-6)
+
+
+REFUSED = [
+    (["--ig-steps", "0"], "--ig-steps"),
+    (["--faithfulness", "1.5"], "--faithfulness"),
+    (["--ablation", "zero"], "--ablation"),
+    (["--limit", "0"], "--limit"),
+    (["--edges", ","], "--edges"),
+    (["--edges", "L1.H0"], "--edges"),
+    (["--edges", "L99.H0>logits"], "--edges"),
+    (["--direction", "sideways"], "--direction"),
+]
+
+
+@pytest.mark.parametrize("extra, flag", REFUSED)
+def test_every_circuit_flag_is_refused_in_one_line_before_the_model_loads(extra, flag, capsys, monkeypatch):
+    import importlib
+
+    verb = importlib.import_module("attnroute.read.circuits.circuit")
+    monkeypatch.setattr(verb, "load", lambda *a, **k: pytest.fail("the model loaded before the flag was checked"))
+    assert main(["circuit", "--prompts", "ioi", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {flag}"), err
+
+
+def test_the_cli_writes_json_csv_and_the_graph_and_report_draws_it(tiny_dir, tmp_path, capsys):
+    prompts = tmp_path / "pairs.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps({"clean": p.clean, "corrupt": p.corrupt, "answer": " the", "wrong": " a"}) + "\n" for p in PAIRS
+        )
+    )
+    js, cs, png = tmp_path / "c.json", tmp_path / "c.csv", tmp_path / "c.png"
+    argv = [
+        "circuit",
+        "--model",
+        str(tiny_dir),
+        "--prompts",
+        str(prompts),
+        "--json",
+        str(js),
+        "--csv",
+        str(cs),
+        "--plot",
+        str(png),
+    ]
+    assert main(argv) == 0, capsys.readouterr().err
+    d = json.loads(js.read_text())
+    assert ar.CircuitResult.validate(d) is None
+    assert cs.read_text().count("\n") == len(d["edges"]) + 1 and png.read_bytes()[:4] == b"\x89PNG"
+    out = capsys.readouterr().out
+    assert "faithfulness of the top k edges" in out and "top edges by |exact|" in out
+    from attnroute.show import sections
+
+    assert "Circuit" in sections.load(js, "add")
+    d["edges"][0]["sender"]["layer"] = 10**6
+    js.write_text(json.dumps(d))
+    with pytest.raises(InputError, match="edges\\[\\].sender.layer"):
+        sections.load(js, "add")
