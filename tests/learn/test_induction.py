@@ -11,8 +11,8 @@ pytestmark = pytest.mark.slow  # trains or measures for seconds to tens of secon
 
 
 @pytest.fixture(scope="module")
-def circuit():
-    return run(InductionSettings(steps=900, every=50))  # the default model; its phase change comes near step 600
+def circuit(tmp_path_factory):  # the default model (its phase change comes near step 600), saved for --model
+    return run(InductionSettings(steps=900, every=50, save=str(tmp_path_factory.mktemp("learn") / "model")))
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +74,27 @@ def test_one_layer_is_refused():
 def test_settings_make_the_task_they_say():
     t = induction.task_of(InductionSettings(fixed_offset=24))
     assert isinstance(t, RepeatTask) and t.fixed_offset == 24 and t.length == 48
+
+
+def test_the_saved_model_is_read_by_circuit_and_its_planted_edge_is_found(circuit):
+    """The truth is known: the previous-token head feeds the induction head's keys (K-composition). On the
+    saved model and its prompt pairs, that is the strongest head-to-head edge measured exactly."""
+    import attnroute as ar
+
+    saved = circuit["saved"]
+    r = ar.circuit(saved["model"], saved["prompts"]).to_dict()
+    previous = {tuple(x) for x in circuit["heads"]["previous_token"]["group"]}  # every head the probes call so
+    induction = {tuple(x) for x in circuit["heads"]["induction"]["group"]}
+    heads = [e for e in r["edges"] if e["exact"] is not None and e["sender"]["kind"] == e["receiver"]["kind"] == "head"]
+    top = max(heads, key=lambda e: abs(e["exact"]))
+    assert (top["sender"]["layer"], top["sender"]["head"]) in previous
+    assert (top["receiver"]["layer"], top["receiver"]["head"]) in induction and top["receiver"]["channel"] == "k"
+    assert r["circuit"]["checks"]["full"]["max_abs_diff"] < 1e-4 and r["circuit"]["chosen"]["k"] is not None
+
+
+def test_only_a_rotary_model_is_saved_for_model():
+    from attnroute.errors import InputError
+
+    with pytest.raises(InputError, match="only a rotary model") as e:
+        InductionSettings(positions="learned", save="somewhere")
+    assert e.value.field == "save"

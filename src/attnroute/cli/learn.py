@@ -59,6 +59,8 @@ def run(args) -> int:
     name = args.experiment + ("-fixed-offset" if getattr(args, "fixed_offset", None) else "")
     outputs({}, {"json": args.json}, dirs={"out": args.out})
     out = Path(args.out) if args.out else None
+    if args.experiment == "induction" and out is not None and settings.positions == "rope":
+        settings = settings.replace(save=str(out / f"{name}-model"))  # where `--model` reads it, with prompt pairs
     with steps_bar(name) as progress:
         result = run_experiment(args.experiment, settings, progress=progress).to_dict()
     show(result, name, out, args.json)

@@ -85,7 +85,37 @@ def run(settings: InductionSettings | None = None, progress=None) -> dict:
     result["ablation"] = ablate_all(model, task.sample(256, torch.Generator().manual_seed(30_000 + s.seed)), groups)
     result["verdict"] = verdict(result, s)
     result["summary"] = summary(result)
+    if s.save is not None:
+        result["saved"] = save(model, task, s)
     return result
+
+
+PAIRS, SPAN, SHOWN = 24, 12, 6  # prompt pairs saved beside the model: SPAN random tokens, then the first SHOWN
+
+
+def save(model, task: RepeatTask, s: InductionSettings) -> dict:
+    """The model where `--model` reads it (export.py) and induction prompt pairs beside it, for `circuit`:
+    clean 'x1 … x12 x1 … x6' (the next token is x7), corrupt 'y1 … y12 x1 … x6' (nothing earlier says what
+    follows x6; wrong: y7) — the truth a circuit should recover is the previous-token head feeding the
+    induction head's keys."""
+    import json
+    from pathlib import Path
+
+    from .export import save_hf, token
+
+    path = Path(s.save)
+    model.eval()
+    save_hf(model, path, task.sample(8, torch.Generator().manual_seed(50_000 + s.seed)).inputs)
+    g = torch.Generator().manual_seed(60_000 + s.seed)
+    rows = []
+    for _ in range(PAIRS):
+        drawn = torch.randperm(task.vocab, generator=g)[: 2 * SPAN].tolist()
+        x, y = drawn[:SPAN], drawn[SPAN:]
+        text = lambda first: " ".join(token(i) for i in first + x[:SHOWN])  # noqa: E731
+        rows.append({"clean": text(x), "corrupt": text(y), "answer": token(x[SHOWN]), "wrong": token(y[SHOWN])})
+    pairs = path / "induction-pairs.jsonl"
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"model": str(path), "prompts": str(pairs)}
 
 
 def summary(result: dict) -> dict:

@@ -65,9 +65,16 @@ class InductionSettings(TrainSettings):
     fixed_offset: int | None = opt(None, "the shortcut contrast: the repeat always D positions after the first copy")
     probe_periods: tuple[int, ...] = opt((12, 20), "S of the repeated-random-token probes (≠ fixed_offset)")
     eval_batch: int = opt(128, "sequences per evaluation")
+    save: str | None = opt(None, "a folder: the trained model saved there for --model, with prompt pairs (rotary only)")
 
     def __post_init__(self):
         super().__post_init__()
+        if self.save is not None and self.positions != "rope":
+            raise InputError(
+                f"only a rotary model is saved for --model (transformers has no architecture for positions="
+                f"{self.positions} without an MLP); drop `save` or use positions rope",
+                field="save",
+            )
         if self.layers < 2:
             raise InputError(
                 f"an induction circuit needs two layers (previous-token, then induction); got `layers` {self.layers}",

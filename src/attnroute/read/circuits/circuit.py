@@ -312,7 +312,7 @@ def _ranking_value(est: np.ndarray, values: np.ndarray, base: np.ndarray) -> np.
 class Curve:
     """Circuits of the top k edges run whole, over every prompt: the curve, its areas, the smallest circuit."""
 
-    BISECT = 12  # at most this many more circuits to find the smallest one reaching the target
+    BISECT = 6  # at most this many more circuits to narrow the smallest one reaching the target (its bracket said)
 
     def __init__(self, pool: RunPool, shard: Shard, N: int, E: int, say):
         self.pool, self.shard, self.N, self.E, self.say = pool, shard, N, E, say
