@@ -228,7 +228,7 @@ def test_eap_is_the_derivative_of_the_edges_interpolation_in_float64(tmp_path, m
     loaded = load(str(build("llama", tmp_path)))
     loaded.model.double()
     run = edge_run(loaded)
-    est = eap(run, 1)
+    est = eap(run, 1, qk_fix=False)  # the plain estimate: the derivative (the QK fix is tested below)
     edges = resolve_edges(run.graph, list(EDGES))
     eps = 1e-4
     up, down = run.measure(edges, eps), run.measure(edges, -eps)
@@ -240,9 +240,9 @@ def test_eap_ig_with_one_step_is_eap_and_more_steps_average_the_interpolated_gra
     from attnroute.read.circuits.estimate import _accumulate, _start_delta, _toward, receiver_grads
 
     run = edge_run(load(str(build("llama", tmp_path))))
-    one = eap(run, 1)
-    np.testing.assert_array_equal(eap(run, 1), one)
-    two = eap(run, 2)
+    one = eap(run, 1, qk_fix=False)
+    np.testing.assert_array_equal(eap(run, 1, qk_fix=False), one)
+    two = eap(run, 2, qk_fix=False)
     by_hand = torch.zeros(len(run.graph), run.n, dtype=torch.float64)
     half = {s: _toward(_start_delta(run, s), 0.5) for s in run.layout.streams}
     for interp in ({}, half):
@@ -250,6 +250,31 @@ def test_eap_ig_with_one_step_is_eap_and_more_steps_average_the_interpolated_gra
             _accumulate(run, rs, g, by_hand)
     np.testing.assert_allclose(two, (by_hand / 2).numpy(), rtol=1e-10, atol=1e-12)
     assert not np.allclose(two, one)  # the second step does move the estimate
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gpt_oss"])
+def test_the_qk_fix_is_the_receiving_heads_exact_change_read_by_its_gradient(arch, tmp_path):
+    """For a q, k or v edge: Σ ∂M/∂z · (z' − z), with z' the receiving heads' outputs when the edge is path
+    patched — read here from the patched forward itself, the gradient from a plain backward."""
+    from attnroute.read.circuits.estimate import GradPass
+    from attnroute.read.circuits.stream import Forward
+    from attnroute.read.patching.sites import Recorder
+
+    run = edge_run(load(str(build(arch, tmp_path))))
+    est = eap(run, 1, qk_fix=True)
+    grad = GradPass(run, {})
+    labels = ["embed>L0.H1.q", "L0.H3>L1.KV0.k", "L0.H2>L1.KV1.v", "L0.MLP>L1.H3.q", "embed>L1.KV1.k"]
+    for e, label in zip(resolve_edges(run.graph, labels), labels, strict=True):
+        r = run.graph.edge(e)[1]
+        layer = run.layout.stack(r.stream)[r.layer].attn.layer
+        from attnroute.read.circuits.runs import PathEdits
+
+        rec = Recorder(layer)
+        with torch.no_grad(), Forward(run.layout, run.graph, PathEdits(run, [e])) as fw:
+            run._forward(run.base_ids, fw, interventions=[rec])
+        z, gz = grad.values[(layer, "out")], grad.grads[(layer, "out")]
+        want = ((rec.out - z) * gz).sum((1, 2, 3)).numpy()
+        np.testing.assert_allclose(est[e], want, rtol=1e-4, atol=1e-6, err_msg=label)
 
 
 @pytest.mark.parametrize("arch", ["bert", "bart"])
@@ -359,3 +384,54 @@ def test_the_cli_writes_json_csv_and_the_graph_and_report_draws_it(tiny_dir, tmp
     js.write_text(json.dumps(d))
     with pytest.raises(InputError, match="edges\\[\\].sender.layer"):
         sections.load(js, "add")
+
+
+def test_a_checkpoint_resumes_under_another_number_of_ranks_and_equals_one_run(tiny_dir, tmp_path):
+    """One process writes the checkpoint and is stopped mid-settling (the prompts' three lengths are three runs:
+    Ctrl-C in the second round); two gloo ranks resume it: every number equals an uninterrupted run."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    prompts = tmp_path / "pairs.jsonl"
+    rows = [("the cat sat on the mat and", "the dog sat on the mat and"), ("we saw a film and", "we saw a play and")]
+    rows += [("she read the old book and", "she read the new book and")]
+    prompts.write_text(
+        "".join(json.dumps({"clean": c, "corrupt": x, "answer": " the", "wrong": " a"}) + "\n" for c, x in rows)
+    )
+    ck, one, two = tmp_path / "c.ck", tmp_path / "one.json", tmp_path / "two.json"
+    base = ["circuit", "--model", str(tiny_dir), "--prompts", str(prompts), "--limit", "40"]
+    assert main([*base, "--json", str(one)]) == 0
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    stop = "import attnroute.read.circuits.runs as r; m = r.EdgeRun.measure\n"
+    stop += "def measure(self, edges, scale=1.0):\n    if getattr(r, 'n', 0) >= 3: raise KeyboardInterrupt\n"
+    stop += "    r.n = getattr(r, 'n', 0) + 1; return m(self, edges, scale)\nr.EdgeRun.measure = measure\n"
+    stop += "import attnroute.__main__"  # runs the command line (sys.argv[1:])
+    first = subprocess.run(
+        [sys.executable, "-c", stop, *base, "--checkpoint", str(ck)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert first.returncode == 130 and ck.exists(), first.stderr[-2000:]
+    torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node", "2"]
+    done = subprocess.run(
+        [*torchrun, "-m", "attnroute", *base, "--checkpoint", str(ck), "--json", str(two)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert b["meta"]["ranks"] == 2 and b["meta"]["resumed"]["components_measured"] > 0
+    by = {e["edge"]: e for e in b["edges"]}
+    for e in a["edges"]:
+        f = by[e["edge"]]
+        assert (e["exact"] is None) == (f["exact"] is None)
+        if e["exact"] is not None:
+            assert f["values"] == pytest.approx(e["values"], abs=1e-5)
+        assert f["estimate_values"] == pytest.approx(e["estimate_values"], abs=1e-5) if e["estimate_values"] else True
+    assert [p["m"] for p in b["circuit"]["curve"]] == pytest.approx([p["m"] for p in a["circuit"]["curve"]], abs=1e-5)

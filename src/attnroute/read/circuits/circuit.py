@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from .estimate import eap
 from .graph import Graph
 from .layout import discover
 from .nodes import resolve_edges
+from .qkfix import QK_BUDGET
 from .runs import EdgeRun
 
 RUN_TOKENS = 512  # prompts × tokens per run: a run keeps every sender's delta for them
@@ -154,7 +156,7 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
         tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)
         check_sizes(s.edges or (), facts)
     with process_group() as (rank, world), contextlib.ExitStack() as held:
-        ck = s.checkpoint if rank == 0 else None
+        ck = Path(s.checkpoint) if rank == 0 and s.checkpoint is not None else None
         agree(world, lambda: held.enter_context(exclusive(ck)))  # one writer per checkpoint, before the weights
         loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
         groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)
@@ -228,8 +230,13 @@ def _run(loaded, layout, graph, s: CircuitSettings, pairs, fn, metric_name, shar
     return result
 
 
-def _estimate_name(s: CircuitSettings) -> str:
-    return "EAP" if s.ig_steps == 1 else f"EAP-IG, {s.ig_steps} steps"
+def _estimate_name(s: CircuitSettings, checks: dict | None = None) -> str:
+    name = "EAP" if s.ig_steps == 1 else f"EAP-IG, {s.ig_steps} steps"
+    if checks and checks.get("qk_fix"):
+        name += "; q/k/v edges with AtP*'s QK fix"
+    elif checks and checks.get("qk_fix") is False:
+        name += f"; q/k/v edges linear (prompts × tokens² over {QK_BUDGET:,}: no QK fix)"
+    return name
 
 
 def _key(s: CircuitSettings, pairs, loaded, metric_name: str) -> str | None:
@@ -257,7 +264,7 @@ def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say) -> dict:
         if need:
             est = np.zeros((len(r.graph), N)) if est is None else est
             est[:, r.group.rows] = eap(r, s.ig_steps)
-        checks.append({**r.checked, "restart": r.shortcut})
+        checks.append({**r.checked, "restart": r.shortcut, "qk_fix": getattr(r, "qk_fixed", None)})
         pool.done(i)
         say("record", f"run {i + 1} of {len(pool)} recorded and estimated", done=i + 1, total=len(pool))
     for name, values in m.items():
@@ -265,9 +272,11 @@ def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say) -> dict:
     if need:
         store.state["est"] = store.shard.merge(est if est is not None else np.zeros((0, N)))
         store.save()
+    fixed = [c["qk_fix"] for c in checks if c["qk_fix"] is not None]
     return {
         "stream_sums_max_rel_diff": max((c["stream_sums_max_rel_diff"] for c in checks), default=None),
         "restart": checks[0]["restart"] if checks else None,
+        "qk_fix": None if not fixed else all(fixed),  # None: the estimates came from the checkpoint
     }
 
 
@@ -440,7 +449,7 @@ def _meta(loaded, layout, graph, s, metric_name, record, st, settled, checks, ch
         metric=metric_name,
         direction=s.direction,
         n_prompts=len(st["m_clean"]),
-        estimate=_estimate_name(s),
+        estimate=_estimate_name(s, checks),
         ig_steps=s.ig_steps,
         ablation=s.ablation,
         m_clean=c_mean,

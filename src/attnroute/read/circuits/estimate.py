@@ -19,20 +19,27 @@ import numpy as np
 import torch
 
 from ..adapter import replay, routed
-from ..ground.taps import Tap
+from .qkfix import affordable, qk_block
 from .stream import Forward, _first, _replace_first, _tensor
 
 
-def eap(run, ig_steps: int = 1, say=None) -> np.ndarray:
-    """Every edge's estimate per prompt, [E, n] (metric units: M_patched − M_base)."""
+def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None) -> np.ndarray:
+    """Every edge's estimate per prompt, [E, n] (metric units: M_patched − M_base). ``qk_fix``: the q, k and v
+    edges of self-attention through the head's softmax exactly (qkfix.py); None: where affordable."""
     scores = torch.zeros(len(run.graph), run.n, dtype=torch.float64)
     starts = {s: _start_delta(run, s) for s in run.layout.streams}
+    fix = affordable(run) if qk_fix is None else qk_fix
     for k in range(ig_steps):
         interp = {s: _toward(d, k / ig_steps) for s, d in starts.items()} if k else {}
-        for rs, grads in receiver_grads(run, interp):
+        grad = GradPass(run, interp)
+        for rs, grads in grad.receivers(skip_self=fix):
             _accumulate(run, rs, grads, scores)
+        if fix:
+            for b in run.layout.blocks:
+                qk_block(run, grad, b, scores)
         if say:
             say("estimate", f"edge attribution: pass {k + 1} of {ig_steps}", done=k + 1, total=ig_steps)
+    run.qk_fixed = fix
     return (scores / ig_steps).numpy()
 
 
@@ -45,32 +52,92 @@ def _start_delta(run, stream: str) -> torch.Tensor:
     return run.source[(stream, 0)]["x_in"] - run.base[(stream, 0)]["x_in"]
 
 
+class GradPass:
+    """One forward and one backward on the base run (its stream starts interpolated as asked).
+
+    The forward runs the model's own attention kernel where it can (fused, O(T) memory): the metric's
+    gradients at each layer's q, k, v and head outputs are caught by hooks on those tensors, and a zero leaf
+    at each stream's start puts every one of them on a path to a requested input. Kept: the recorded stream
+    (``rec``), per attention layer its q, k, v, head outputs and their gradients, and what attend received."""
+
+    def __init__(self, run, interpolate: dict):
+        self.run = run
+        layout, graph = run.layout, run.graph
+        starts = {s: torch.zeros((), dtype=torch.float32, requires_grad=True) for s in layout.streams}
+        interp = {s: _with_leaf(interpolate.get(s), leaf) for s, leaf in starts.items()}
+        self.leaves: dict[int, torch.Tensor] = {}
+        self.grads: dict[tuple[int, str], torch.Tensor] = {}  # (layer, q|k|v|out) -> ∂ΣM/∂ that tensor
+        self.values: dict[tuple[int, str], torch.Tensor] = {}
+        self.ctx: dict[int, tuple] = {}  # layer -> (mask, engine arguments)
+        hooks_in = [_catch(self.grads, self.values)]
+        with torch.enable_grad(), Forward(layout, graph, interpolate=interp) as fw:
+            hooks = _leaf_hooks(run, self.leaves)
+            try:
+                out = run._forward(
+                    run.base_ids,
+                    fw,
+                    before_attend=hooks_in,
+                    after_attend=[_catch_out(self.grads, self.values)],
+                    on_attend=[lambda layer, mask, args: self.ctx.__setitem__(layer, (mask, args))],
+                )
+                total = run._metric_value(out, run.base_ids).sum()
+                inputs = [*starts.values(), *self.leaves.values()]
+                grads = torch.autograd.grad(total, inputs, allow_unused=True)
+            finally:
+                for h in hooks:
+                    h.remove()
+        self.rec = fw.rec
+        self.leaf_grads = {
+            j: (torch.zeros_like(x) if d is None else d)
+            for (j, x), d in zip(self.leaves.items(), grads[len(starts) :], strict=True)
+        }
+
+    def receivers(self, skip_self: bool = False):
+        """Yields (receivers, their ∂ΣM/∂x_R [r, n, T, d]) one read point at a time: one block's gradients
+        held at a time, never every receiver's. ``skip_self``: not the self-attention q/k/v receivers."""
+        run = self.run
+        with routed(run.loaded, impl="eager"):
+            for b in run.layout.blocks:
+                for a in (b.attn, b.cross):
+                    if a is not None and not (skip_self and not a.cross):
+                        yield from _attention_grads(run, self.rec, b, a, self.grads).items()
+        for j, g in self.leaf_grads.items():
+            yield [j], _through_norm(run, self.rec, j, g)[None]
+
+
 def receiver_grads(run, interpolate: dict):
-    """Yields (receivers, their ∂ΣM/∂x_R [r, n, T, d]) one read point at a time, on the base run (its stream
-    starts interpolated as asked): one block's gradients are held at a time, never every receiver's."""
-    loaded, layout, graph = run.loaded, run.layout, run.graph
-    taps = [Tap(a.layer) for b in layout.blocks for a in (b.attn, b.cross) if a]
-    leaves: dict[int, torch.Tensor] = {}
-    with torch.enable_grad(), Forward(layout, graph, interpolate=interpolate) as fw:
-        hooks = _leaf_hooks(run, leaves)
-        try:
-            out = run._forward(run.base_ids, fw, interventions=taps)
-            total = run._metric_value(out, run.base_ids).sum()
-            inputs = [t.leaves[n] for t in taps for n in ("q", "k", "v")] + list(leaves.values())
-            grads = torch.autograd.grad(total, inputs, allow_unused=True)
-        finally:
-            for h in hooks:
-                h.remove()
-    g = {id(x): (torch.zeros_like(x) if d is None else d) for x, d in zip(inputs, grads, strict=True)}
-    del out, total, grads
-    tap_of = {t.layer: t for t in taps}
-    with routed(loaded, impl="eager"):
-        for b in layout.blocks:
-            for a in (b.attn, b.cross):
-                if a is not None:
-                    yield from _attention_grads(run, fw.rec, b, a, tap_of[a.layer], g).items()
-    for j, leaf in leaves.items():
-        yield [j], _through_norm(run, fw.rec, j, g[id(leaf)])[None]
+    """Every receiver's ∂ΣM/∂x_R, one read point at a time (GradPass.receivers)."""
+    yield from GradPass(run, interpolate).receivers()
+
+
+def _with_leaf(interp, leaf):
+    return lambda x: (interp(x) if interp is not None else x) + leaf.to(x.dtype)
+
+
+def _catch(grads: dict, values: dict):
+    """A before_attend hook: the q, k, v an attention call receives, and the metric's gradients at them."""
+
+    def hook(layer, module, q, k, v):
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            values[(layer, name)] = t.detach()
+            grads[(layer, name)] = torch.zeros_like(t)
+            if t.requires_grad:
+                t.register_hook(lambda grad, key=(layer, name): grads.__setitem__(key, grad.detach()))
+
+    return hook
+
+
+def _catch_out(grads: dict, values: dict):
+    """An after_attend hook: the head outputs [B, H, T, Dv], and the metric's gradient at them."""
+
+    def hook(layer, out):
+        values[(layer, "out")] = out.detach()
+        grads[(layer, "out")] = torch.zeros_like(out)
+        if out.requires_grad:
+            out.register_hook(lambda grad: grads.__setitem__((layer, "out"), grad.detach()))
+        return out
+
+    return hook
 
 
 def _leaf_hooks(run, leaves: dict) -> list:
@@ -118,7 +185,7 @@ def _through_norm(run, rec: dict, j: int, g: torch.Tensor) -> torch.Tensor:
     return gx
 
 
-def _attention_grads(run, rec: dict, b, a, tap, g: dict) -> dict[tuple, torch.Tensor]:
+def _attention_grads(run, rec: dict, b, a, qkv: dict) -> dict[tuple, torch.Tensor]:
     """The q, k, v receivers of one attention sublayer by the point they read: {(receivers): [r, n, T, d]}."""
     graph = run.graph
     mine = [
@@ -145,7 +212,7 @@ def _attention_grads(run, rec: dict, b, a, tap, g: dict) -> dict[tuple, torch.Te
                 grad_out = torch.zeros((len(mine), *fresh[ch].shape), dtype=fresh[ch].dtype)
                 for i, j in enumerate(mine):
                     unit = graph.receivers[j].head
-                    grad_out[i, :, unit] = g[id(tap.leaves[ch])][:, unit].to(grad_out.dtype)
+                    grad_out[i, :, unit] = qkv[(a.layer, ch)][:, unit].to(grad_out.dtype)
                 got += list(_vjp(fresh[ch], x, grad_out))
         out[tuple(j for ch in ("q", "k", "v") for j in ids if graph.receivers[j].channel == ch)] = torch.stack(got)
     return out
@@ -184,4 +251,4 @@ def _accumulate(run, rs, G: torch.Tensor, scores: torch.Tensor) -> None:
         scores.index_add_(0, torch.from_numpy(idx[idx >= 0]), S.permute(1, 2, 0)[ok].double())
 
 
-__all__ = ["eap", "receiver_grads"]
+__all__ = ["GradPass", "eap", "receiver_grads"]

@@ -73,14 +73,17 @@ class EdgeRun:
 
     # ---------------------------------------------------------------- forwards and the metric
 
-    def _forward(self, ids, fw: Forward, copies: int = 1, start: int = 0, interventions=()):
+    def _forward(self, ids, fw: Forward, copies: int = 1, start: int = 0, interventions=(), **hooks):
         """The model on ``copies`` copies of ``ids`` under ``fw``'s hooks (gradients kept when enabled),
         restarted at block ``start`` from the base run's recorded block outputs."""
         batch = _repeat(batch_of(self.loaded, ids), copies)
         ivs = [*fw.interventions, *interventions]
+        # the gradient pass (before_attend hooks, no edits) may take the fused kernel (memory O(T)); every run
+        # whose metric is compared — recordings, patched runs, circuits — takes the engine's eager path alike
+        impl = "auto" if hooks and not ivs else "eager"
         if start:
-            return run_from(self.loaded, start, self.base_blocks, batch, ivs, copies, self.blocks, **self.kwargs)
-        with routed(self.loaded, interventions=ivs, impl="eager"):
+            return run_from(self.loaded, start, self.base_blocks, batch, ivs, copies, self.blocks, impl, **self.kwargs)
+        with routed(self.loaded, interventions=ivs, impl=impl, **hooks):
             return self.loaded.model(**batch, **self.kwargs)
 
     @torch.no_grad()

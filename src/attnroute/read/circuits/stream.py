@@ -45,7 +45,9 @@ class Forward:
         self.interpolate = interpolate or {}  # stream -> callable(x_in of block 0) -> its replacement
         self.rec: dict[tuple, dict] = {}
         self._hooks: list = []
-        self.interventions = [ReceiverEdit(self, b, a) for b in layout.blocks for a in (b.attn, b.cross) if a]
+        # only a forward that edits receivers needs the engine's interventions (which rule out the fused kernels)
+        sublayers = [(b, a) for b in layout.blocks for a in (b.attn, b.cross) if a]
+        self.interventions = [ReceiverEdit(self, b, a) for b, a in sublayers] if edits is not None else []
 
     def __enter__(self):
         for b in self.layout.blocks:
