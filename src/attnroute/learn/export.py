@@ -97,7 +97,8 @@ def _check(model, path: Path, ids: torch.Tensor) -> None:
     got = loaded.model(input_ids=ids).logits
     gap = float((got - want).abs().max())
     if gap > TOL * max(1.0, float(want.abs().max())):
-        raise InputError(f"the saved model's logits differ from the trained model's by {gap:.3g}: not saved", field="out")
+        msg = f"the saved model's logits differ from the trained model's by {gap:.3g}: not saved"
+        raise InputError(msg, field="out")
     text = " ".join(token(int(i)) for i in ids[0])
     if loaded.tokenizer(text, add_special_tokens=True)["input_ids"] != ids[0].tolist():
         raise InputError("the saved tokenizer does not give back the model's token ids: not saved", field="out")

@@ -111,8 +111,9 @@ def save(model, task: RepeatTask, s: InductionSettings) -> dict:
     for _ in range(PAIRS):
         drawn = torch.randperm(task.vocab, generator=g)[: 2 * SPAN].tolist()
         x, y = drawn[:SPAN], drawn[SPAN:]
-        text = lambda first: " ".join(token(i) for i in first + x[:SHOWN])  # noqa: E731
-        rows.append({"clean": text(x), "corrupt": text(y), "answer": token(x[SHOWN]), "wrong": token(y[SHOWN])})
+        shown = x[:SHOWN]  # both prompts end on the clean span's start: only the first span differs
+        clean, corrupt = (" ".join(token(i) for i in first + shown) for first in (x, y))
+        rows.append({"clean": clean, "corrupt": corrupt, "answer": token(x[SHOWN]), "wrong": token(y[SHOWN])})
     pairs = path / "induction-pairs.jsonl"
     pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return {"model": str(path), "prompts": str(pairs)}

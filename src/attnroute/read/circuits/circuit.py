@@ -233,9 +233,9 @@ def _run(loaded, layout, graph, s: CircuitSettings, pairs, fn, metric_name, shar
 def _estimate_name(s: CircuitSettings, checks: dict | None = None) -> str:
     name = "EAP" if s.ig_steps == 1 else f"EAP-IG, {s.ig_steps} steps"
     if checks and checks.get("qk_fix"):
-        name += "; q/k/v edges with AtP*'s QK fix"
+        name += "; q/k edges with AtP*'s QK fix"
     elif checks and checks.get("qk_fix") is False:
-        name += f"; q/k/v edges linear (prompts × tokens² over {QK_BUDGET:,}: no QK fix)"
+        name += f"; q/k edges linear (prompts × tokens² over {QK_BUDGET:,}: no QK fix)"
     return name
 
 

@@ -25,7 +25,8 @@ from .stream import Forward, _first, _replace_first, _tensor
 
 def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None) -> np.ndarray:
     """Every edge's estimate per prompt, [E, n] (metric units: M_patched − M_base). ``qk_fix``: the q, k and v
-    edges of self-attention through the head's softmax exactly (qkfix.py); None: where affordable."""
+    edges of self-attention through the head's softmax exactly (qkfix.py); None: where affordable.
+    Value edges stay linear either way: the head's output is linear in its values given the pattern."""
     scores = torch.zeros(len(run.graph), run.n, dtype=torch.float64)
     starts = {s: _start_delta(run, s) for s in run.layout.streams}
     fix = affordable(run) if qk_fix is None else qk_fix
@@ -94,13 +95,15 @@ class GradPass:
 
     def receivers(self, skip_self: bool = False):
         """Yields (receivers, their ∂ΣM/∂x_R [r, n, T, d]) one read point at a time: one block's gradients
-        held at a time, never every receiver's. ``skip_self``: not the self-attention q/k/v receivers."""
+        held at a time, never every receiver's. ``skip_self``: not the self-attention q and k receivers
+        (the QK fix estimates those)."""
         run = self.run
         with routed(run.loaded, impl="eager"):
             for b in run.layout.blocks:
                 for a in (b.attn, b.cross):
-                    if a is not None and not (skip_self and not a.cross):
-                        yield from _attention_grads(run, self.rec, b, a, self.grads).items()
+                    if a is not None:
+                        skip = ("q", "k") if skip_self and not a.cross else ()
+                        yield from _attention_grads(run, self.rec, b, a, self.grads, skip).items()
         for j, g in self.leaf_grads.items():
             yield [j], _through_norm(run, self.rec, j, g)[None]
 
@@ -185,13 +188,16 @@ def _through_norm(run, rec: dict, j: int, g: torch.Tensor) -> torch.Tensor:
     return gx
 
 
-def _attention_grads(run, rec: dict, b, a, qkv: dict) -> dict[tuple, torch.Tensor]:
-    """The q, k, v receivers of one attention sublayer by the point they read: {(receivers): [r, n, T, d]}."""
+def _attention_grads(run, rec: dict, b, a, qkv: dict, skip: tuple = ()) -> dict[tuple, torch.Tensor]:
+    """The q, k, v receivers of one attention sublayer by the point they read: {(receivers): [r, n, T, d]}
+    (not those of the channels in ``skip``)."""
     graph = run.graph
     mine = [
         j
         for j in graph.receivers_of("decoder" if a.cross else b.stream, b.index)
-        if graph.receivers[j].kind == "head" and graph.receivers[j].attention == ("cross" if a.cross else "self")
+        if graph.receivers[j].kind == "head"
+        and graph.receivers[j].attention == ("cross" if a.cross else "self")
+        and graph.receivers[j].channel not in skip
     ]
     sides = {"x": [j for j in mine if not a.cross or graph.receivers[j].channel == "q"]}
     if a.cross:

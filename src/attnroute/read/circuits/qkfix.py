@@ -1,4 +1,4 @@
-"""AtP*'s QK fix for edges into a self-attention's queries, keys and values (Kramár et al. 2403.00745).
+"""AtP*'s QK fix for edges into a self-attention's queries and keys (Kramár et al. 2403.00745).
 
 EAP linearizes the whole path from a receiver's input to the metric — through its norm, its projection
 and the attention softmax. Where the softmax saturates, the linear estimate of a key edge can have the
@@ -7,13 +7,14 @@ keys was estimated at +0.35 where the exact effect is −0.27. Here the receiver
 and only what follows the head's output is linear:
 
     x' = x + Δ_S                                      the receiver's input with the sender's change
-    q', k', v' = the layer's own projections of norm(x')   (adapter.replay: rotary, q/k norms, all of it)
-    z' = attend with the receiver's q (or k, or v) from x'   (the layer's mask, scale, soft-cap, sinks, bias)
+    q', k' = the layer's own projections of norm(x')   (adapter.replay: rotary, q/k norms, all of it)
+    z' = attend with the receiver's q (or k) from x'   (the layer's mask, scale, soft-cap, sinks, bias)
     est(S → R) = Σ_{heads read, positions} ∂M/∂z · (z' − z)
 
 for every sender of every earlier block at once (senders stacked along the batch). Its cost grows with
 prompts × tokens² per sender and layer, so it runs where that product is within QK_BUDGET and the plain
-estimate is kept beyond (said in the result). Cross-attention keeps the plain estimate.
+estimate is kept beyond (said in the result). Value edges keep the plain estimate (given the pattern, a
+head's output is linear in its values: the softmax is not on their path), as does cross-attention.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ...engine import attend
 from ..adapter import replay, routed
 from .stream import _tile
 
-QK_BUDGET = 1 << 18  # prompts × tokens²: above it the plain (linear) estimate is kept for q, k, v edges
+QK_BUDGET = 1 << 18  # prompts × tokens²: above it the plain (linear) estimate is kept for q and k edges
 STACK_BYTES = 256 << 20  # senders stacked per recomputation: their score matrices within this
 
 
@@ -34,15 +35,19 @@ def affordable(run) -> bool:
 
 @torch.no_grad()
 def qk_block(run, grad, b, scores: torch.Tensor) -> None:
-    """scores[e] += the QK-fixed estimate of every edge into block ``b``'s self-attention q, k, v."""
+    """scores[e] += the QK-fixed estimate of every edge into block ``b``'s self-attention q and k."""
     graph = run.graph
-    mine = [j for j in graph.receivers_of(b.stream, b.index) if graph.receivers[j].attention == "self"]
+    mine = [
+        j
+        for j in graph.receivers_of(b.stream, b.index)
+        if graph.receivers[j].attention == "self" and graph.receivers[j].channel in ("q", "k")
+    ]
     senders = [s for s in range(len(graph.senders)) if (graph.matrix[s, mine] >= 0).any()]
     if not senders:
         return
     n, T = run.n, run.group.length
     H = run.layout.heads
-    per = n * H * T * T * 4 * 3  # one sender's score matrices (q, k and v recomputations)
+    per = n * H * T * T * 4 * 2  # one sender's score matrices (q and k recomputations)
     step = max(1, STACK_BYTES // per)
     with routed(run.loaded, impl="eager"):
         for i in range(0, len(senders), step):
@@ -59,7 +64,7 @@ def _effects(run, grad, b, chunk: list[int]) -> dict[str, torch.Tensor]:
     x = r["x_in"].detach()
     X = (x[None] + run.deltas(chunk).to(x.dtype)).reshape(c * n, *x.shape[1:])
     args, kwargs = r["call"]
-    q2, k2, v2 = replay(a.module, _tile(args, n, c), _tile(kwargs, n, c), hidden_states=a.norm.forward(X))
+    q2, k2, _ = replay(a.module, _tile(args, n, c), _tile(kwargs, n, c), hidden_states=a.norm.forward(X))
     q, k, v = (grad.values[(layer, ch)] for ch in ("q", "k", "v"))
     z, gz = grad.values[(layer, "out")], grad.grads[(layer, "out")]
     mask, eargs = grad.ctx[layer]
@@ -67,7 +72,7 @@ def _effects(run, grad, b, chunk: list[int]) -> dict[str, torch.Tensor]:
     rep = lambda t: t.repeat(c, *([1] * (t.dim() - 1)))  # noqa: E731
     H, Hkv = q.shape[1], k.shape[1]
     out = {}
-    for ch, (qq, kk, vv) in {"q": (q2, rep(k), rep(v)), "k": (rep(q), k2, rep(v)), "v": (rep(q), rep(k), v2)}.items():
+    for ch, (qq, kk, vv) in {"q": (q2, rep(k), rep(v)), "k": (rep(q), k2, rep(v))}.items():
         new = attend(qq.to(q.dtype), kk.to(k.dtype), vv.to(v.dtype), mask, impl="eager", **eargs)
         per_head = ((new.view(c, n, *z.shape[1:]) - z) * gz).sum((-1, -2))  # (c, n, H)
         out[ch] = per_head if ch == "q" else per_head.view(c, n, Hkv, H // Hkv).sum(-1)
