@@ -15,7 +15,7 @@ tokens) stay with the verb.
     base         validators, the Settings base, opt(), the @verb signature
     read         HeadsSettings, CorpusSettings, ReportSettings (and the settle rule's counts)
     experiments  KnockoutSettings, SwapSettings, NeedleSettings
-    patching     PatchSettings, RoutesSettings, CircuitSettings, PathPatchSettings
+    patching     PatchSettings, RoutesSettings, CircuitSettings, PathPatchSettings, WhySettings
     tools        CheckSettings, KVSettings, SimulateSettings, ServeSettings
 
 Like errors.py, this package imports no torch, so a bad flag is refused before torch loads.
@@ -30,6 +30,7 @@ from .patching import (
     CircuitSettings,
     PatchSettings,
     PathPatchSettings,
+    WhySettings,
     RoutesSettings,
 )
 from .read import (
@@ -85,6 +86,7 @@ __all__ = [
     "NeedleSettings",
     "PatchSettings",
     "PathPatchSettings",
+    "WhySettings",
     "ReportSettings",
     "RoutesSettings",
     "ServeSettings",

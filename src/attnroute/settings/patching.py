@@ -241,6 +241,33 @@ class PathPatchSettings(Settings):
         return pairs_of(self.prompts, self.clean, self.corrupt, self.answer, self.wrong, metric_setting(self.metric))
 
 
+@dataclass(frozen=True)
+class WhySettings(Settings):
+    """Why a head attends where it does: one route's score (or a head's, averaged over routes) split exactly
+    into (query-side component, key-side component) pairs."""
+
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
+    text: str = opt("", "the text (an encoder-decoder's encoder input; its decoder reads its start token)")
+    head: str = opt("", "the head: L18.H6 (a decoder's self-attention), E2.H0 (an encoder's), L3.xH2 (cross)")
+    query: str | None = opt(None, "query positions: a word of the text or indices '3,4' (every pair with key)")
+    key: str | None = opt(None, "key positions, likewise")
+    routes: str | None = opt(
+        None, "instead of query and key: 'induction' (every token → the one after its earlier occurrence), or a "
+        "routes --json file (its rows of this head)"
+    )
+    top: int = opt(20, "pairs listed, largest |term| first (the totals cover every pair)")
+
+    def __post_init__(self):
+        nonempty_text(self.text, "text")
+        set_field(self, "head", _node(self.head, "head", HEAD, "L18.H6, E2.H0, L3.xH2"))
+        integer(self.top, "top", 1)
+        if self.routes is None and (self.query is None or self.key is None):
+            raise InputError("why needs a route: give query and key (words or indices), or routes", field="query")
+        if self.routes is not None and (self.query is not None or self.key is not None):
+            raise InputError("give either query and key, or routes, not both", field="routes")
+
+
+HEAD = re.compile(r"^[LE]\d+\.x?H\d+$")
 SENDER = re.compile(r"^(embed|enc\.embed|[LE]\d+\.(?:MLP|x?H\d+))$")
 RECEIVER = re.compile(r"^(logits|[LE]\d+\.(?:MLP|x?H\d+|x?KV\d+))$")
 
@@ -259,6 +286,7 @@ __all__ = [
     "PatchSettings",
     "PathPatchSettings",
     "RoutesSettings",
+    "WhySettings",
     "edge_labels",
     "pair_fields",
     "positions_spec",
