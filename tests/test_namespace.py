@@ -14,8 +14,8 @@ SRC = Path(attnroute.__file__).parent
 
 # Pinned: adding or removing a public name is a decision, made in __init__.py's one list and here, by its digest
 # (the names are not written twice: the failure prints them).
-PUBLIC_COUNT = 101
-PUBLIC_DIGEST = "aed8aad01b1058bf"
+PUBLIC_COUNT = 103
+PUBLIC_DIGEST = "d3c9b56f0149594e"
 
 
 def _digest(names) -> str:

@@ -104,6 +104,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "path_patch": ("read.circuits.path", "path_patch"),
     "CircuitResult": ("read.circuits.circuit", "CircuitResult"),
     "PathPatchResult": ("read.circuits.path", "PathPatchResult"),
+    "why": ("read.circuits.why", "why"),
+    "WhyResult": ("read.circuits.why", "WhyResult"),
     "RoutesResult": ("read.patching.route_attribution", "RoutesResult"),
     "METRICS": ("read.ground.metrics", "BUILT_IN"),
     "tokens": ("read.stimuli", "tokens"),

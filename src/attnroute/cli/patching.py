@@ -1,11 +1,12 @@
-"""`attnroute patch | routes | circuit`: your question, your metric — activation patching, route attribution,
-and circuits (edges between heads, settled exactly, and the smallest circuit)."""
+"""`attnroute patch | routes | circuit | why`: your question, your metric — activation patching, route
+attribution, circuits (edges between heads, settled exactly, and the smallest circuit), and why a head
+attends where it does (its score split into query-side × key-side pairs)."""
 
 from __future__ import annotations
 
 from ..bundled import prompts_path
 from ..promptset import METRIC_FIELDS
-from ..settings import CircuitSettings, PatchSettings, RoutesSettings
+from ..settings import CircuitSettings, PatchSettings, RoutesSettings, WhySettings
 from .common import (
     deliver,
     emit_json,
@@ -85,6 +86,19 @@ def add(sub) -> None:
     ci.add_argument("--plot", help="write the circuit drawn as a graph (PNG)")
     ci.set_defaults(fn=circuit)
 
+    W = WhySettings
+    wh = sub.add_parser("why", help="why a head attends from i to j: the score split into query × key components")
+    wh.add_argument("text", nargs="?", help="the text (or --file)")
+    wh.add_argument("--file", help="read the text from this UTF-8 file ('-': standard input)")
+    option(wh, "--head", W, required=True)
+    option(wh, "--query", W)
+    option(wh, "--key", W)
+    option(wh, "--routes", W)
+    option(wh, "--top", W, type=int)
+    model_flag(wh)
+    json_flag(wh, "the result")
+    wh.set_defaults(fn=why)
+
 
 def _files(args) -> dict:
     return {"json": args.json, "csv": args.csv, "plot": args.plot}
@@ -135,6 +149,29 @@ def circuit(args) -> int:
     from ..show.circuit import EDGE_COLUMNS, circuit_tables, edge_rows
 
     return show(result, circuit_tables(result), args, edge_rows(result), EDGE_COLUMNS)
+
+
+def why(args) -> int:
+    from .common import read_text_arg
+
+    routes_file = args.routes if args.routes not in (None, "induction") else None
+    outputs({"model": args.model, "file": args.file, "routes": routes_file}, {"json": args.json}, {})
+    settings = settings_from(WhySettings, args, text=read_text_arg(args.text, args.file, required=True))
+    from ..read.circuits.why import why as run
+
+    with read_progress() as progress:
+        result = run(settings=settings, progress=progress).to_dict()
+    from ..show.text import tokens_line
+    from ..show.why import why_tables
+
+    if later_rank():
+        return 0
+    say(f"tokens: {tokens_line(result['meta']['tokens'])}")
+    out = tables(args.json)
+    for t in why_tables(result):
+        out.print(t)
+    emit_json(result, args.json)
+    return 0
 
 
 def show(result: dict, shown: list, args, rows: list, columns: tuple) -> int:

@@ -90,17 +90,18 @@ def _tokenizer(vocab: int):
 
 @torch.no_grad()
 def _check(model, path: Path, ids: torch.Tensor) -> None:
-    from ..models import load
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # as any reader of the folder loads it
 
-    loaded = load(str(path))
+    saved = AutoModelForCausalLM.from_pretrained(str(path), torch_dtype="auto").eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
     want = model(ids, impl="eager")
-    got = loaded.model(input_ids=ids).logits
+    got = saved(input_ids=ids).logits
     gap = float((got - want).abs().max())
     if gap > TOL * max(1.0, float(want.abs().max())):
         msg = f"the saved model's logits differ from the trained model's by {gap:.3g}: not saved"
         raise InputError(msg, field="out")
     text = " ".join(token(int(i)) for i in ids[0])
-    if loaded.tokenizer(text, add_special_tokens=True)["input_ids"] != ids[0].tolist():
+    if tokenizer(text, add_special_tokens=True)["input_ids"] != ids[0].tolist():
         raise InputError("the saved tokenizer does not give back the model's token ids: not saved", field="out")
 
 

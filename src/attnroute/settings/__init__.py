@@ -30,8 +30,8 @@ from .patching import (
     CircuitSettings,
     PatchSettings,
     PathPatchSettings,
-    WhySettings,
     RoutesSettings,
+    WhySettings,
 )
 from .read import (
     ABLATION_MODES,

@@ -252,8 +252,9 @@ class WhySettings(Settings):
     query: str | None = opt(None, "query positions: a word of the text or indices '3,4' (every pair with key)")
     key: str | None = opt(None, "key positions, likewise")
     routes: str | None = opt(
-        None, "instead of query and key: 'induction' (every token → the one after its earlier occurrence), or a "
-        "routes --json file (its rows of this head)"
+        None,
+        "instead of query and key: 'induction' (every token → the one after its earlier occurrence), or a "
+        "routes --json file (its rows of this head)",
     )
     top: int = opt(20, "pairs listed, largest |term| first (the totals cover every pair)")
 

@@ -9,10 +9,13 @@ runs      one group of prompts: recorded runs, exact path patching, circuits run
 estimate  EAP and EAP-IG for every edge
 circuit   circuit(): estimate, settle, the faithfulness curve
 path      path_patch(): one edge, exactly
+qk        a head's query and key split into the stream's components (norm scales frozen)
+why       why(): a route's score as (query side × key side) pairs that add up to it
 """
 
 from .circuit import CircuitResult, circuit
 from .layout import CircuitUnsupported
 from .path import PathPatchResult, path_patch
+from .why import WhyResult, why
 
-__all__ = ["CircuitResult", "CircuitUnsupported", "PathPatchResult", "circuit", "path_patch"]
+__all__ = ["CircuitResult", "CircuitUnsupported", "PathPatchResult", "WhyResult", "circuit", "path_patch", "why"]
