@@ -106,6 +106,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "PathPatchResult": ("read.circuits.path", "PathPatchResult"),
     "why": ("read.circuits.why", "why"),
     "WhyResult": ("read.circuits.why", "WhyResult"),
+    "composition": ("read.circuits.composition", "composition"),
+    "CompositionResult": ("read.circuits.composition", "CompositionResult"),
     "RoutesResult": ("read.patching.route_attribution", "RoutesResult"),
     "METRICS": ("read.ground.metrics", "BUILT_IN"),
     "tokens": ("read.stimuli", "tokens"),

@@ -319,6 +319,10 @@ def test_the_edges_asked_for_are_measured_whatever_their_estimate(tiny_dir):
     by = {e["label"]: e for e in r["edges"]}
     assert by["L0.H3>L1.KV0.k"]["exact"] is not None and by["embed>logits"]["exact"] is not None
     assert sum(e["exact"] is not None for e in r["edges"]) == 2
+    comp = ar.composition(load(str(tiny_dir))).to_dict()  # the weight-only prior beside each head → head edge
+    assert by["L0.H3>L1.KV0.k"]["composition"] == pytest.approx(max(comp["k"][0][3][1][h] for h in (0, 1)))
+    assert by["L0.H1>L1.H2.q"]["composition"] == pytest.approx(comp["q"][0][1][1][2])
+    assert by["embed>logits"]["composition"] is None and by["L0.MLP>L1.H0.q"]["composition"] is None
 
 
 def test_path_patch_is_one_edge_of_the_circuit(tiny_dir):

@@ -99,6 +99,11 @@ def add(sub) -> None:
     json_flag(wh, "the result")
     wh.set_defaults(fn=why)
 
+    co = sub.add_parser("composition", help="Q-, K-, V-composition between every pair of heads, from the weights")
+    model_flag(co)
+    json_flag(co, "the result (q, k, v as [sender layer][head][receiver layer][head])")
+    co.set_defaults(fn=composition)
+
 
 def _files(args) -> dict:
     return {"json": args.json, "csv": args.csv, "plot": args.plot}
@@ -170,6 +175,22 @@ def why(args) -> int:
     out = tables(args.json)
     for t in why_tables(result):
         out.print(t)
+    emit_json(result, args.json)
+    return 0
+
+
+def composition(args) -> int:
+    outputs({"model": args.model}, {"json": args.json}, {})
+    from ..read.circuits.composition import composition as run
+    from ..settings import CompositionSettings
+
+    with read_progress() as progress:
+        result = run(settings=settings_from(CompositionSettings, args), progress=progress).to_dict()
+    from ..show.why import composition_table
+
+    if later_rank():
+        return 0
+    tables(args.json).print(composition_table(result))
     emit_json(result, args.json)
     return 0
 

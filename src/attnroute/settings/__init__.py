@@ -15,7 +15,8 @@ tokens) stay with the verb.
     base         validators, the Settings base, opt(), the @verb signature
     read         HeadsSettings, CorpusSettings, ReportSettings (and the settle rule's counts)
     experiments  KnockoutSettings, SwapSettings, NeedleSettings
-    patching     PatchSettings, RoutesSettings, CircuitSettings, PathPatchSettings, WhySettings
+    patching     PatchSettings, RoutesSettings, CircuitSettings, PathPatchSettings, WhySettings,
+                 CompositionSettings
     tools        CheckSettings, KVSettings, SimulateSettings, ServeSettings
 
 Like errors.py, this package imports no torch, so a bad flag is refused before torch loads.
@@ -28,6 +29,7 @@ from .patching import (
     DIRECTIONS,
     PATCH_SITES,
     CircuitSettings,
+    CompositionSettings,
     PatchSettings,
     PathPatchSettings,
     RoutesSettings,
@@ -79,6 +81,7 @@ __all__ = [
     "SETTLE_TOP",
     "CheckSettings",
     "CircuitSettings",
+    "CompositionSettings",
     "CorpusSettings",
     "HeadsSettings",
     "KVSettings",

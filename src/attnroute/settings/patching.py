@@ -268,6 +268,13 @@ class WhySettings(Settings):
             raise InputError("give either query and key, or routes, not both", field="routes")
 
 
+@dataclass(frozen=True)
+class CompositionSettings(Settings):
+    """Q-, K- and V-composition between every pair of heads, from the weights (Elhage et al. 2021)."""
+
+    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
+
+
 HEAD = re.compile(r"^[LE]\d+\.x?H\d+$")
 SENDER = re.compile(r"^(embed|enc\.embed|[LE]\d+\.(?:MLP|x?H\d+))$")
 RECEIVER = re.compile(r"^(logits|[LE]\d+\.(?:MLP|x?H\d+|x?KV\d+))$")
@@ -284,6 +291,7 @@ __all__ = [
     "DIRECTIONS",
     "PATCH_SITES",
     "CircuitSettings",
+    "CompositionSettings",
     "PatchSettings",
     "PathPatchSettings",
     "RoutesSettings",

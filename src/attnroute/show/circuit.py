@@ -27,6 +27,7 @@ EDGE_COLUMNS = (
     "exact",
     "exact_ci",
     "normalized",
+    "composition",
 )
 DRAWN = 60  # edges drawn at most (the strongest of the chosen circuit)
 
@@ -43,6 +44,7 @@ def edge_rows(result: dict) -> list[dict]:
                 **{f"receiver_{k}": c[k] for k in ("kind", "layer", "head")},
                 "channel": c["channel"],
                 **{k: r[k] for k in ("estimate", "estimate_ci", "exact", "exact_ci", "normalized")},
+                "composition": r.get("composition"),
             }
         )
     return out
@@ -51,11 +53,13 @@ def edge_rows(result: dict) -> list[dict]:
 def circuit_tables(result: dict, rows: int = 15) -> list[Table]:
     m, c = result["meta"], result["circuit"]
     t = Table(title=f"top edges by |exact| ({m['direction']}, {m['metric']}; estimate: {m['estimate']})")
-    for col in ("edge", "exact Δ", "normalized", "estimate"):
+    for col in ("edge", "exact Δ", "normalized", "estimate", "composition (weights)"):
         t.add_column(col)
     measured = sorted((r for r in result["edges"] if r["exact"] is not None), key=lambda r: -abs(r["exact"]))
     for r in measured[:rows]:
-        t.add_row(r["label"], plus_minus(r["exact"], r["exact_ci"]), signed(r["normalized"]), signed(r["estimate"]))
+        comp = r.get("composition")
+        cells = (plus_minus(r["exact"], r["exact_ci"]), signed(r["normalized"]), signed(r["estimate"]))
+        t.add_row(r["label"], *cells, "" if comp is None else f"{comp:.3f}")
     t.caption = settle_said(m["exact"], m["top"], "edges", "raise --limit, or name edges with --edges")
     curve = Table(
         title=f"faithfulness of the top k edges (ablation: {c['ablation']}; CPR {c['cpr']:.3f}, CMD {c['cmd']:.3f})"

@@ -1,4 +1,5 @@
-"""`attnroute why` shown: the top (query side, key side) pairs and each side's totals, the sum checked."""
+"""`attnroute why` shown: the top (query side, key side) pairs and each side's totals, the sum checked; and
+`attnroute composition`: the strongest head pairs by Q-, K- and V-composition."""
 
 from __future__ import annotations
 
@@ -35,4 +36,19 @@ def why_tables(result: dict) -> list[Table]:
     return [t, sides]
 
 
-__all__ = ["why_tables"]
+def composition_table(result: dict, rows: int = 12) -> Table:
+    """The strongest Q-, K- and V-composition pairs side by side."""
+    t = Table(title=f"composition from the weights ({result['meta']['definition']})")
+    for kind in ("Q", "K", "V"):
+        t.add_column(f"{kind}: sender → receiver")
+        t.add_column("score", justify="right")
+    top = [result["top"][k] for k in ("q", "k", "v")]
+    for i in range(min(rows, max(len(x) for x in top))):
+        cells = []
+        for x in top:
+            cells += [f"{x[i]['sender']} → {x[i]['receiver']}", f"{x[i]['score']:.3f}"] if i < len(x) else ["", ""]
+        t.add_row(*cells)
+    return t
+
+
+__all__ = ["composition_table", "why_tables"]

@@ -38,6 +38,7 @@ from ..ground.pool import RunPool, chunk_groups
 from ..ground.prompts import tokenize_pairs
 from ..ground.settle import SettleRule, measure_first, settle
 from ..ground.stats import agreement, mean_ci
+from .composition import head_matrices, scores_of
 from .estimate import eap
 from .graph import Graph
 from .layout import discover
@@ -225,6 +226,8 @@ def _run(loaded, layout, graph, s: CircuitSettings, pairs, fn, metric_name, shar
     meta.ranks, meta.resumed = shard.world, store.resumed
     result = CircuitResult(loaded.name, meta, circuit=circ)
     result.edges = _rows(graph, layout, st, base, value)
+    say("stage", "composition scores from the weights, beside the measured edges")
+    with_composition(loaded, layout, result.edges)
     result.agreement = _agreements(graph, result.edges)
     _index_chosen(result)
     return result
@@ -507,6 +510,24 @@ def _rows(graph: Graph, layout, st: dict, base: np.ndarray, value: np.ndarray) -
             }
         )
     return rows
+
+
+def with_composition(loaded, layout, rows: list[dict]) -> None:
+    """Each head → head edge of one stream's self-attention gets ``composition``: the weight-only Q-, K- or
+    V-composition score of its channel (composition.py); for a kv head's k or v, the largest over the query
+    heads that read it. Every other edge gets None."""
+    mats = head_matrices(loaded)
+    scores, stream = scores_of(mats), mats["stream"]
+    G = layout.heads // max(1, layout.kv_heads)
+    for row in rows:
+        s, r = row["sender"], row["receiver"]
+        same = s.get("stream", stream) == stream and r.get("stream", stream) == stream
+        ok = same and s["kind"] == "head" and r["kind"] == "head" and r.get("attention", "self") == "self"
+        if not ok:
+            row["composition"] = None
+            continue
+        heads = [r["head"]] if r["channel"] == "q" else list(range(r["head"] * G, (r["head"] + 1) * G))
+        row["composition"] = float(np.nanmax(scores[r["channel"]][s["layer"], s["head"], r["layer"], heads]))
 
 
 def _agreements(graph: Graph, rows: list[dict]) -> dict:

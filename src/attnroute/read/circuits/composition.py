@@ -1,0 +1,202 @@
+"""composition(): how strongly each head's output can feed each later head's queries, keys or values, read from
+the weights alone (Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits"): the prior printed
+beside measured edges.
+
+With each head's matrices in the residual basis (the receiving layer's input norm folded in at a fixed σ; a
+sender's post-norm likewise):
+
+    W_OV(h) = W_O(h) W_V(kv(h))        [d, d]: what head h writes for what it reads
+    W_QK(h) = W_Q(h)ᵀ W_K(kv(h))       [d, d]: score = x_iᵀ W_QK x_j (rotary left out: position 0)
+    Q-comp(s → r) = ‖W_QK(r)ᵀ W_OV(s)‖ / (‖W_QK(r)‖ ‖W_OV(s)‖)      (Frobenius norms)
+    K-comp(s → r) = ‖W_QK(r) W_OV(s)‖ / (‖W_QK(r)‖ ‖W_OV(s)‖)
+    V-comp(s → r) = ‖W_OV(r) W_OV(s)‖ / (‖W_OV(r)‖ ‖W_OV(s)‖)
+
+each query head with its own kv head (grouped queries are never ungrouped). The matrices are never formed:
+every norm is a trace of D × D Gram matrices (‖A Bᵀ…‖² = tr(…)), so all pairs of SmolLM2's 270 heads take
+seconds. The projections are read by replaying each attention module on the d unit vectors at position 0
+(one position of a short probe text; norms frozen at their σ there), so fused or split q/k/v
+layouts, biases and scalings of any architecture are read the same way; biases are left out (they do not
+compose). Self-attention within one stream only: cross-stream composition is not computed (said).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ...engine.jsonable import Meta, Result
+from ...models import LoadedModel, load
+from ...progress import reporter
+from ...settings import CompositionSettings, verb
+from ..adapter import replay, routed
+from ..ground.batches import batch_of, no_cache
+from ..ground.norms import frozen_norm
+from ..stimuli import encode_text
+from .graph import Graph
+from .layout import discover
+from .qk import _frozen_qk_norms, _sliced, record_qk_norms
+from .stream import Forward, _tile, o_matrix
+
+KINDS = ("q", "k", "v")
+PROBE = "The routes of a model are read from its weights."  # a short forward: the calls replayed, the σ frozen
+AT = 1  # the position whose call is replayed (not the first token, whose activations are extreme)
+
+
+@dataclass(kw_only=True)
+class CompositionMeta(Meta):
+    layers: int
+    heads: int
+    kv_heads: int
+    stream: str
+    definition: str
+
+
+@dataclass(repr=False)
+class CompositionResult(Result):
+    """q, k, v: [L, H, L, H] (sender layer, sender head, receiver layer, receiver head), NaN where the sender
+    does not come before the receiver; ``top``: the strongest pairs per kind."""
+
+    SCHEMA = {"experiment": str, "q": list, "k": list, "v": list, "top": dict}
+    ROWS = None
+
+    model: str
+    meta: CompositionMeta
+    scores: dict
+
+    def to_dict(self) -> dict:
+        top = {k: _top(self.scores[k]) for k in KINDS}
+        lines = [
+            f"{k.upper()}-composition strongest: {t[0]['sender']} → {t[0]['receiver']} {t[0]['score']:.3f}"
+            for k, t in top.items()
+            if t
+        ]
+        return {
+            "experiment": "composition",
+            "verdict": {"lines": lines},
+            "summary": {"layers": self.meta.layers, "heads": self.meta.heads},
+            "model": self.model,
+            "meta": self.meta.to_dict(),
+            **{k: _nested(self.scores[k]) for k in KINDS},
+            "top": top,
+        }
+
+
+def _nested(a: np.ndarray) -> list:
+    return [[[[None if np.isnan(x) else float(x) for x in row] for row in m] for m in s] for s in a]
+
+
+def _top(a: np.ndarray, n: int = 20) -> list[dict]:
+    flat = np.where(np.isnan(a), -1, a).ravel()
+    out = []
+    for o in np.argsort(-flat)[:n]:
+        if flat[o] < 0:
+            break
+        l1, h1, l2, h2 = np.unravel_index(o, a.shape)
+        out.append({"sender": f"L{l1}.H{h1}", "receiver": f"L{l2}.H{h2}", "score": float(flat[o])})
+    return out
+
+
+@verb(CompositionSettings)
+def composition(model=None, *, settings: CompositionSettings | None = None, progress=None, **fields):
+    """Q-, K- and V-composition between every pair of heads; see the module docstring."""
+    s = CompositionSettings.of(settings, model, fields)
+    say = reporter(progress)
+    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    say("stage", "composition: each head's matrices read by replaying its attention on unit vectors")
+    mats = head_matrices(loaded)
+    scores = scores_of(mats)
+    meta = CompositionMeta(
+        layers=len(mats["q"]),
+        heads=mats["q"][0].shape[0],
+        kv_heads=mats["k"][0].shape[0],
+        stream=mats["stream"],
+        definition="Elhage et al. 2021; norms folded at a fixed σ, rotary at position 0, biases left out",
+    )
+    return CompositionResult(loaded.name, meta, scores)
+
+
+@torch.no_grad()
+def head_matrices(loaded) -> dict:
+    """Per layer of the last stream: q [H, D, d], k [Hkv, D, d], v [Hkv, Dv, d], o [H, d, Dv] (float64)."""
+    ids, _ = encode_text(loaded.tokenizer, PROBE, None, add_bos=loaded.causal)
+    layout = discover(loaded, ids)
+    graph = Graph(layout)
+    norms, hooks = record_qk_norms(loaded.attention_modules)
+    try:
+        with Forward(layout, graph) as fw, routed(loaded):
+            loaded.model(**batch_of(loaded, ids), **no_cache(loaded))
+    finally:
+        for h in hooks:
+            h.remove()
+    stream = layout.streams[-1]
+    out: dict = {"q": [], "k": [], "v": [], "o": [], "stream": stream}
+    with routed(loaded, impl="eager"):
+        for b in layout.stack(stream):
+            r = fw.rec[(b.stream, b.index)]
+            found = _projections(b.attn, r, norms.get(b.attn.layer, {}))
+            for key, m in zip(("q", "k", "v"), found, strict=True):
+                out[key].append(m)
+            out["o"].append(_output(layout, b, r))
+    return out
+
+
+def _projections(a, r: dict, qk_norms: dict) -> tuple[torch.Tensor, ...]:
+    """W_Q, W_K, W_V of one attention in the residual basis (its input norm folded in): the module replayed
+    on the d unit vectors at position AT (then on zero, whose answer — the biases — is taken off). Any one
+    position will do: the scores are ratios, and a rotation applied to both q and k cancels in W_QK."""
+    x = r["x_in"][:, AT : AT + 1]
+    d = x.shape[-1]
+    frozen = frozen_norm(a.norm, x, a.norm(x)) if a.norm is not None else None
+    M = frozen[0](torch.eye(d, dtype=torch.float32)).reshape(d, d) if frozen else torch.eye(d)
+    rows = torch.cat([M, torch.zeros(1, d)])[:, None]  # [d + 1, 1, d]: one position each
+    args, kwargs = _sliced(r["call"], [AT], r["x_in"].shape[1])
+    with _frozen_qk_norms(a.module, qk_norms, [AT]):
+        q, k, v = replay(a.module, _tile(args, 1, d + 1), _tile(kwargs, 1, d + 1), hidden_states=rows.to(x.dtype))
+    # [d + 1, heads, 1, D] -> [heads, D, d]: column i is the answer to unit vector i
+    return tuple((t[:d, :, 0] - t[d:, :, 0]).permute(1, 2, 0).double() for t in (q, k, v))
+
+
+def _output(layout, b, r: dict) -> torch.Tensor:
+    """W_O per head [H, d, Dv] in the residual basis: the projection's slice, through the post-norm (Gemma)
+    at the one-token run's σ, times the block's residual scale."""
+    a = b.attn
+    W = o_matrix(a.o_proj).double()  # [d, H·Dv]
+    H = layout.heads
+    O = W.view(W.shape[0], H, -1).permute(1, 0, 2)  # [H, d, Dv]
+    if a.post is not None:
+        inp, y = r["post"]
+        frozen = frozen_norm(a.post, inp[:, AT : AT + 1], y[:, AT : AT + 1])
+        d = W.shape[0]
+        Mp = frozen[0](torch.eye(d)).reshape(d, d).double()  # row i: the post-norm's answer to unit vector i
+        O = torch.einsum("ed,hev->hdv", Mp, O)
+    return O * b.scale
+
+
+def scores_of(m: dict) -> dict[str, np.ndarray]:
+    """[L, H, L, H] Q-, K-, V-composition from per-layer head matrices. With X = A W_O(s) (A the receiver's
+    W_Q, W_K or W_V rows, G the Gram matrix of the other factor), ‖…‖² = tr(Xᵀ G X G_V(s)) = Σ (G X) ⊙ (X G_V(s)):
+    D × Dv products only, for every earlier head at once, in float32 (the scores to ~1e-5)."""
+    Q, K, V, O = m["q"], m["k"], m["v"], m["o"]
+    L, H, Hkv = len(Q), Q[0].shape[0], K[0].shape[0]
+    kv = torch.arange(H) // (H // Hkv)
+    gram = lambda A: A @ A.transpose(-1, -2)  # noqa: E731
+    GQ, GK = [gram(q) for q in Q], [gram(k)[kv] for k in K]  # per query head [H, D, D]
+    GV = [gram(v)[kv] for v in V]  # [H, Dv, Dv]: the values each query head reads
+    GO = [o.transpose(-1, -2) @ o for o in O]  # [H, Dv, Dv]
+    ov = [torch.einsum("hab,hba->h", GO[l], GV[l]).sqrt() for l in range(L)]  # ‖W_OV‖ per head
+    qk = [torch.einsum("hab,hba->h", GQ[l], GK[l]).sqrt() for l in range(L)]
+    out = {k: np.full((L, H, L, H), np.nan) for k in KINDS}
+    O_all, GV_all, ov_all = torch.cat(O).float(), torch.cat(GV).float(), torch.cat(ov)  # [L·H, …]: every head
+    for l2 in range(1, L):
+        O1, GV1, den1 = O_all[: l2 * H], GV_all[: l2 * H], ov_all[: l2 * H]  # every earlier head
+        for kind, (A, G) in {"q": (Q[l2], GK[l2]), "k": (K[l2][kv], GQ[l2]), "v": (V[l2][kv], GO[l2])}.items():
+            X = torch.einsum("rcd,sdv->rscv", A.float(), O1)  # [H2, l2·H, c, Dv]
+            num = ((G.float()[:, None] @ X) * (X @ GV1[None])).sum((-1, -2)).double().clamp_min(0).sqrt()
+            den = (ov[l2] if kind == "v" else qk[l2])[:, None] * den1[None]
+            out[kind][:l2, :, l2, :] = (num / den).T.reshape(l2, H, H).numpy()
+    return out
+
+
+__all__ = ["CompositionResult", "composition", "head_matrices", "scores_of"]
