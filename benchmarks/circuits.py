@@ -191,7 +191,7 @@ def _eap_long(lm, ids, shuffled) -> dict:
     graph = Graph(layout)
     run = EdgeRun(lm, layout, graph, group, loss, "denoising", "corrupt")
     est = eap(run, 1)
-    return {"edges": len(graph), "qk_fix": bool(run.qk_fixed), "top_estimate": float(np.abs(est).max())}
+    return {"edges": len(graph), "qk_fix_layers": run.qk_fixed, "top_estimate": float(np.abs(est).max())}
 
 
 def run_child(kind: str, T: int) -> dict:

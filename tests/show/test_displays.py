@@ -30,3 +30,27 @@ def test_masks_draw_themselves():
     html = ar.causal()._repr_html_()
     assert "■ ⬚ ⬚ ⬚ ⬚ ⬚ ⬚ ⬚" in html and "<script" not in html
     assert "own length" in (ar.causal() & ar.padding([5], Tk=9))._repr_html_()
+
+
+def test_previews_show_the_rows_that_matter_and_tables_scroll_inside_their_card():
+    from attnroute.engine.display import result_html
+
+    rows = [{"layer": i, "exact": None, "estimate": 0.01 * i} for i in range(20)]
+    rows[17]["exact"], rows[3]["exact"] = -0.9, 0.4  # measured rows, not first by layer
+    html = result_html({"experiment": "patch", "model": "m", "edges": rows}, "edges")
+    first = html.index("<td", html.index("<table"))
+    assert html.index("-0.9", first) < html.index("0.4", first) < html.index("0.19", first)
+    assert "largest |exact| first (measured rows first)" in html
+    assert "overflow-x:auto" in html and "max-width:980px" in html
+
+
+def test_a_closed_explorer_renders_as_text():
+    import threading
+
+    from attnroute.serve.server import Handle
+
+    t = threading.Thread(target=lambda: None)
+    t.start()
+    t.join()
+    h = Handle(server=None, thread=t, url="http://127.0.0.1:1/?token=x", token="x")
+    assert "<iframe" not in h._repr_html_() and "stopped" in h._repr_html_()

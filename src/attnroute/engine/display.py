@@ -11,7 +11,13 @@ from __future__ import annotations
 import math
 from html import escape
 
-CARD = "font:13px/1.4 system-ui,sans-serif;border:1px solid #ddd;border-radius:6px;padding:8px 12px;max-width:980px"
+CARD = (
+    "font:13px/1.4 system-ui,sans-serif;border:1px solid #ddd;border-radius:6px;padding:8px 12px;max-width:980px;"
+    "box-sizing:border-box;overflow:hidden"
+)
+SCROLL = "max-width:100%;overflow-x:auto"  # a wide table scrolls inside its card, never past the notebook's box
+# the key a preview is ordered by, the first a table's rows carry: measured values before estimates
+IMPORTANCE = ("exact", "delta", "term", "delta_p_route", "normalized", "estimate", "effect")
 CELL = "padding:1px 8px 1px 0;text-align:left"
 ROWS_SHOWN = 12
 
@@ -27,6 +33,27 @@ def text(value) -> str:
     return escape(str(value))
 
 
+def preview(rows: list[dict]) -> tuple[list[dict], str]:
+    """The rows a preview shows first: by |exact| (measured rows first, then the rest by their estimate),
+    else by the first other key of IMPORTANCE the rows carry, largest magnitude first; and a line saying so."""
+    keys = [k for k in IMPORTANCE if any(isinstance(r.get(k), int | float) for r in rows)]
+    if not keys:
+        return rows, ""
+    key = keys[0]
+
+    def size(r: dict, k: str) -> float | None:
+        v = r.get(k)
+        return abs(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+    def rank(r: dict) -> tuple:
+        first = size(r, key)
+        later = next((x for x in (size(r, k) for k in keys[1:]) if x is not None), 0.0)
+        return (first is None, -(first if first is not None else later))
+
+    said = f"largest |{key}| first" + (" (measured rows first)" if key == "exact" else "")
+    return sorted(rows, key=rank), said
+
+
 def table(rows: list[dict], columns: list[str] | None = None, limit: int = ROWS_SHOWN) -> str:
     if not rows:
         return ""
@@ -40,7 +67,7 @@ def table(rows: list[dict], columns: list[str] | None = None, limit: int = ROWS_
         if len(rows) > limit
         else ""
     )
-    return f"<table style='border-collapse:collapse'><tr>{head}</tr>{body}</table>{more}"
+    return f"<div style='{SCROLL}'><table style='border-collapse:collapse'><tr>{head}</tr>{body}</table></div>{more}"
 
 
 def pairs(d: dict) -> str:
@@ -58,7 +85,9 @@ def result_html(data: dict, rows_key: str | None) -> str:
     rows = data.get(rows_key) if rows_key else None
     parts = [f"<ul style='margin:4px 0'>{lines}</ul>" if lines else "", pairs(summary) if summary else ""]
     if isinstance(rows, list) and rows and isinstance(rows[0], dict):
-        parts.append(f"<div style='margin-top:6px'><i>{escape(rows_key)}</i></div>{table(rows)}")
+        ordered, said = preview(rows)
+        title = escape(rows_key) + (f" — {escape(said)}" if said else "")
+        parts.append(f"<div style='margin-top:6px'><i>{title}</i></div>{table(ordered)}")
     return card(f"{data.get('experiment', 'result')} · {data.get('model', '')}", "".join(parts))
 
 
@@ -67,4 +96,4 @@ def summary_line(data: dict) -> str:
     return f"<{data.get('experiment', 'result')} result of {data.get('model', '?')}: {lines[0] if lines else ''}>"
 
 
-__all__ = ["card", "pairs", "result_html", "summary_line", "table", "text"]
+__all__ = ["card", "pairs", "preview", "result_html", "summary_line", "table", "text"]

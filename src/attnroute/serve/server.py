@@ -78,6 +78,8 @@ class Handle:
     def _repr_html_(self) -> str:
         from html import escape
 
+        if self.thread is not None and not self.thread.is_alive():  # a closed explorer: text, not a dead frame
+            return f"<pre>{escape(repr(self))}</pre>"
         return (
             f'<iframe src="{escape(self.url, quote=True)}" style="width:100%;height:820px;border:1px solid #ddd" '
             'sandbox="allow-scripts allow-same-origin allow-downloads"></iframe>'

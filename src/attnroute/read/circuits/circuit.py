@@ -236,9 +236,10 @@ def _run(loaded, layout, graph, s: CircuitSettings, pairs, fn, metric_name, shar
 def _estimate_name(s: CircuitSettings, checks: dict | None = None) -> str:
     name = "EAP" if s.ig_steps == 1 else f"EAP-IG, {s.ig_steps} steps"
     if checks and checks.get("qk_fix"):
-        name += "; q/k edges with AtP*'s QK fix"
-    elif checks and checks.get("qk_fix") is False:
-        name += f"; q/k edges linear (prompts × tokens² over {QK_BUDGET:,}: no QK fix)"
+        layers = ", ".join(f"L{x}" for x in checks["qk_fix"])
+        name += f"; q/k edges into {layers} with AtP*'s QK fix (the layers whose q, k matter most), others linear"
+    elif checks and checks.get("qk_fix") == []:
+        name += f"; q/k edges linear (no QK fix: prompts × tokens² over {QK_BUDGET:,})"
     return name
 
 
@@ -279,7 +280,8 @@ def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say) -> dict:
     return {
         "stream_sums_max_rel_diff": max((c["stream_sums_max_rel_diff"] for c in checks), default=None),
         "restart": checks[0]["restart"] if checks else None,
-        "qk_fix": None if not fixed else all(fixed),  # None: the estimates came from the checkpoint
+        # the layers whose q and k edges got the QK fix (in any run); None: the estimates came from the checkpoint
+        "qk_fix": None if not fixed else sorted({layer for f in fixed for layer in f}),
     }
 
 

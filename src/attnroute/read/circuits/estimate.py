@@ -19,28 +19,31 @@ import numpy as np
 import torch
 
 from ..adapter import replay, routed
-from .qkfix import affordable, qk_block
+from .qkfix import QK_LAYERS, affordable, chosen_blocks, qk_block
 from .stream import Forward, _first, _replace_first, _tensor
 
 
 def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None) -> np.ndarray:
     """Every edge's estimate per prompt, [E, n] (metric units: M_patched − M_base). ``qk_fix``: the q, k and v
-    edges of self-attention through the head's softmax exactly (qkfix.py); None: where affordable.
+    edges of self-attention through the head's softmax exactly (qkfix.py): True for every layer, None for the
+    layers that matter most (QK_LAYERS) where affordable, False for none.
     Value edges stay linear either way: the head's output is linear in its values given the pattern."""
     scores = torch.zeros(len(run.graph), run.n, dtype=torch.float64)
     starts = {s: _start_delta(run, s) for s in run.layout.streams}
     fix = affordable(run) if qk_fix is None else qk_fix
+    fixed: list = []
     for k in range(ig_steps):
         interp = {s: _toward(d, k / ig_steps) for s, d in starts.items()} if k else {}
         grad = GradPass(run, interp)
-        for rs, grads in grad.receivers(skip_self=fix):
+        if fix and not k:  # the layers are chosen once, at the base run (qkfix.py)
+            fixed = chosen_blocks(run, grad, len(run.layout.blocks) if qk_fix else QK_LAYERS)
+        for rs, grads in grad.receivers(skip={(b.stream, b.index) for b in fixed}):
             _accumulate(run, rs, grads, scores)
-        if fix:
-            for b in run.layout.blocks:
-                qk_block(run, grad, b, scores)
+        for b in fixed:
+            qk_block(run, grad, b, scores)
         if say:
             say("estimate", f"edge attribution: pass {k + 1} of {ig_steps}", done=k + 1, total=ig_steps)
-    run.qk_fixed = fix
+    run.qk_fixed = sorted(b.attn.layer for b in fixed)
     return (scores / ig_steps).numpy()
 
 
@@ -93,17 +96,17 @@ class GradPass:
             for (j, x), d in zip(self.leaves.items(), grads[len(starts) :], strict=True)
         }
 
-    def receivers(self, skip_self: bool = False):
+    def receivers(self, skip: set | frozenset = frozenset()):
         """Yields (receivers, their ∂ΣM/∂x_R [r, n, T, d]) one read point at a time: one block's gradients
-        held at a time, never every receiver's. ``skip_self``: not the self-attention q and k receivers
-        (the QK fix estimates those)."""
+        held at a time, never every receiver's. ``skip``: blocks (stream, index) whose self-attention q and k
+        receivers are left out (the QK fix estimates those)."""
         run = self.run
         with routed(run.loaded, impl="eager"):
             for b in run.layout.blocks:
                 for a in (b.attn, b.cross):
                     if a is not None:
-                        skip = ("q", "k") if skip_self and not a.cross else ()
-                        yield from _attention_grads(run, self.rec, b, a, self.grads, skip).items()
+                        left = ("q", "k") if (b.stream, b.index) in skip and not a.cross else ()
+                        yield from _attention_grads(run, self.rec, b, a, self.grads, left).items()
         for j, g in self.leaf_grads.items():
             yield [j], _through_norm(run, self.rec, j, g)[None]
 
