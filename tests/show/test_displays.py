@@ -54,3 +54,18 @@ def test_a_closed_explorer_renders_as_text():
     t.join()
     h = Handle(server=None, thread=t, url="http://127.0.0.1:1/?token=x", token="x")
     assert "<iframe" not in h._repr_html_() and "stopped" in h._repr_html_()
+
+
+def test_a_knockout_with_your_metric_speaks_in_it_first(tmp_path):
+    from tests.read.zoo import build
+
+    lm = ar.load_model(str(build("llama", tmp_path)))
+    text = "alpha beta gamma one two three four five six delta alpha"
+    ko = ar.knockout(
+        lm, text, source="delta", target="beta", window=2, metric="logit-diff", answer=" alpha", wrong=" beta"
+    )
+    d = ko.to_dict()
+    assert d["verdict"]["lines"][0].startswith("logit-diff on the clean prompt")
+    assert "logit-diff: cutting the route" in d["verdict"]["lines"][1]
+    assert next(iter(d["summary"])) == "logit-diff clean"
+    assert "logit-diff on the clean prompt" in ko._repr_html_()

@@ -121,10 +121,14 @@ class KnockoutResult(Result):
         control = _control_said(rows)
         if control["note"]:
             lines.append(control["note"])
+        summary = {"windows": len(rows), "window": self.window, "p clean": self.p_clean}
+        if self.metric is not None and rows:  # your metric speaks first: the question was asked in it
+            lines = _metric_lines(self.metric, rows) + lines
+            summary = {f"{self.metric['name']} clean": self.metric["clean"], **summary}
         return {
             "experiment": "knockout",
             "verdict": {"lines": lines},
-            "summary": {"windows": len(rows), "window": self.window, "p clean": self.p_clean},
+            "summary": summary,
             "model": self.model,
             "text": self.text,
             "tokens": self.tokens,
@@ -139,6 +143,15 @@ class KnockoutResult(Result):
             "windows": rows,
             "metric": None if self.metric is None else {"name": self.metric["name"], "clean": self.metric["clean"]},
         }
+
+
+def _metric_lines(metric: dict, rows: list[dict]) -> list[str]:
+    most = max(rows, key=lambda r: abs(r["delta_metric_route"]))
+    return [
+        f"{metric['name']} on the clean prompt: {metric['clean']:.3f}",
+        f"{metric['name']}: cutting the route in layers {most['layers'][0]}–{most['layers'][1]} moves it most: "
+        f"{most['delta_metric_route']:+.3f} (control route: {most['delta_metric_control']:+.3f})",
+    ]
 
 
 NEUTRAL = 0.5  # a control moving p by half the route's largest move (and by 0.02 or more) is not neutral
