@@ -18,6 +18,7 @@ import re
 import shutil
 import stat
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,11 @@ import torch
 from .bundled import MODELS, cache_dir, model_path
 from .bundled import package_dir as bundled_package_dir
 from .errors import InputError, was_interrupted
+
+# In a Jupyter kernel without ipywidgets, tqdm.auto (imported by transformers and huggingface_hub) warns
+# "IProgress not found" on import. Those bars are not attnroute's (its own, progress.NotebookBar, needs no
+# widgets), so the warning would only alarm: it is filtered, by its message, for this process.
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 BUNDLED = {name: m.about for name, m in MODELS.items()}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")

@@ -34,7 +34,10 @@ Progress = Callable[[Event], None]
 
 def reporter(progress: Progress | None) -> Callable[..., None]:
     """``say(stage, message="", *, done=None, total=None, eta=None, **detail)`` sending Events to
-    ``progress`` (nothing when it is None)."""
+    ``progress``; when it is None, to a bar in the notebook cell where the call runs (NotebookBar), and
+    nowhere outside a notebook."""
+    if progress is None:
+        progress = NotebookBar.here()
     if progress is None:
         return lambda *a, **k: None
 
@@ -44,9 +47,55 @@ def reporter(progress: Progress | None) -> Callable[..., None]:
     return say
 
 
+class NotebookBar:
+    """Progress in the running notebook cell: one HTML line (a bar where a count is known, the stage's
+    message, the time so far) updated in place through IPython's display handle — no widget library, so
+    nothing warns on import; updates at most every 0.3 s. Text is escaped."""
+
+    EVERY = 0.3
+
+    def __init__(self):
+        import time
+
+        from IPython.display import HTML, display
+
+        self._html, self._time, self._t0, self._last = HTML, time.monotonic, time.monotonic(), 0.0
+        self._handle = display(HTML(""), display_id=True)
+
+    @classmethod
+    def here(cls) -> NotebookBar | None:
+        """A bar when this process is a Jupyter kernel, else None."""
+        import sys
+
+        shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+        return cls() if shell is not None and type(shell).__name__ == "ZMQInteractiveShell" else None
+
+    def __call__(self, e: Event) -> None:
+        now = self._time()
+        if now - self._last < self.EVERY and (e.done is None or e.done != e.total):
+            return
+        self._last = now
+        self._handle.update(self._html(bar_html(e, now - self._t0)))
+
+
+def bar_html(e: Event, elapsed: float) -> str:
+    from html import escape
+
+    width = "" if not e.total else f"{100 * (e.done or 0) / e.total:.0f}%"
+    bar = (
+        f"<span style='display:inline-block;width:160px;height:8px;background:#eee;margin-right:8px'>"
+        f"<span style='display:block;height:8px;width:{width};background:#1f77b4'></span></span>"
+        if width
+        else ""
+    )
+    count = f" {e.done}/{e.total}" if e.total else ""
+    said = f"{escape(e.stage)}: {escape(e.message)}{count} · {elapsed:.0f} s"
+    return f"<div style='font:12px system-ui,sans-serif;color:#444'>{bar}{said}</div>"
+
+
 def eta(started: float, now: float, done: int, total: int) -> float:
     """Seconds left at the rate so far."""
     return (now - started) / max(done, 1) * max(total - done, 0)
 
 
-__all__ = ["Event", "Progress", "eta", "reporter"]
+__all__ = ["Event", "NotebookBar", "Progress", "bar_html", "eta", "reporter"]

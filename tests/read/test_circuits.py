@@ -281,6 +281,30 @@ def test_the_qk_fix_is_the_receiving_heads_exact_change_read_by_its_gradient(arc
         np.testing.assert_allclose(est[e], want, rtol=1e-4, atol=1e-6, err_msg=label)
 
 
+def test_the_qk_fix_goes_to_the_layers_whose_whole_input_matters_most(tmp_path, monkeypatch):
+    """With room for one layer: the fix lands on the layer whose q, k recomputed from the whole source input
+    move the metric most; its q/k edges equal the all-layers fix, the other layer's the plain estimate."""
+    from attnroute.read.circuits import estimate, qkfix
+    from attnroute.read.circuits.estimate import GradPass
+
+    run = edge_run(load(str(build("llama", tmp_path))))
+    every, plain = eap(run, 1, qk_fix=True), eap(run, 1, qk_fix=False)
+    monkeypatch.setattr(estimate, "QK_LAYERS", 1)
+    one = eap(run, 1, qk_fix=None)
+    (layer,) = run.qk_fixed
+    grad = GradPass(run, {})
+    size = {}
+    with qkfix.routed(run.loaded, impl="eager"):
+        for b in run.layout.blocks:
+            size[b.attn.layer] = max(float(e.mean(1).abs().max()) for e in qkfix._effects(run, grad, b, None).values())
+    assert layer == max(size, key=size.get)
+    for e in range(len(run.graph)):
+        r = run.graph.edge(e)[1]
+        if r.channel in ("q", "k"):
+            want = every[e] if r.layer == layer else plain[e]
+            np.testing.assert_allclose(one[e], want, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("arch", ["bert", "bart"])
 def test_post_ln_models_are_refused_with_the_reason(arch, tmp_path):
     loaded = load(str(build(arch, tmp_path)))

@@ -47,5 +47,9 @@ def test_the_notebook_runs_and_every_display_is_inline_short_and_scriptless(tmp_
     html, text = outputs(next(c for c in code if c.source.startswith("explorer = ar.serve")))
     assert "<iframe" in html and 'src="http://127.0.0.1:' in html and "token=" in html and "running" in text
     assert "{'status': 'ok', 'queue': 0}" in outputs(code[-2])[1]
-    assert "stopped" in outputs(code[-1])[1]
+    assert "stopped" in outputs(code[-1])[1] and "<iframe" not in outputs(code[-1])[0]  # closed: text, no frame
+    stderr = "".join(o.get("text", "") for c in code for o in c.outputs if o.get("name") == "stderr")
+    assert "TqdmWarning" not in stderr and "IProgress" not in stderr
+    bars = [o for o in code[1].outputs if o.output_type == "display_data" and "· " in o["data"].get("text/html", "")]
+    assert bars, "read_heads shows its progress in the cell"
     assert nbformat.read(NOTEBOOK, as_version=4).cells[1].outputs == []  # the input stayed as it was

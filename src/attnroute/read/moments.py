@@ -81,7 +81,8 @@ class Moments:
 
     def ci95(self) -> np.ndarray:
         """Half-width of the 95 % interval of the mean: t · s / √n (NaN below two observations)."""
-        t = np.vectorize(lambda n: t95(int(n) - 1))(self.n) if self.n.size else self.n
+        counts, where = np.unique(self.n, return_inverse=True)  # t once per count, not once per entry
+        t = np.array([t95(int(n) - 1) for n in counts])[where].reshape(self.n.shape) if self.n.size else self.n
         return np.where(self.n > 1, t * np.sqrt(self.variance) / np.sqrt(np.maximum(self.n, 1)), np.nan)
 
     def state(self, prefix: str) -> dict[str, np.ndarray]:

@@ -37,7 +37,7 @@ from ..ground.metrics import resolve
 from ..ground.pool import RunPool, chunk_groups
 from ..ground.prompts import tokenize_pairs
 from ..ground.settle import SettleRule, measure_first, settle
-from ..ground.stats import agreement, mean_ci
+from ..ground.stats import agreement, mean_ci, mean_ci_rows
 from .composition import head_matrices, scores_of
 from .estimate import eap
 from .graph import Graph
@@ -482,33 +482,35 @@ TOP_VALUES = 500  # edges whose per-prompt estimates the JSON keeps (besides eve
 
 
 def _rows(graph: Graph, layout, st: dict, base: np.ndarray, value: np.ndarray) -> list[dict]:
-    """One row per edge, most important first (its key "edge" is its index in the graph)."""
+    """One row per edge, most important first (its key "edge" is its index in the graph). Means and
+    intervals over prompts are computed for every edge at once."""
     est, values = st["est"], st["values.edges"]
     den = float(np.mean(st["m_clean"] - st["m_corrupt"]))
     scale = abs(den) if abs(den) > 1e-9 else None
     seq2seq, G = len(layout.streams) > 1, layout.heads // max(1, layout.kv_heads)
     order = np.argsort(-np.abs(value), kind="stable")
     keep = set(np.argsort(-np.abs(est.mean(1)), kind="stable")[:TOP_VALUES].tolist())
+    measured = np.isfinite(values).all(1)
+    est_mean, est_ci = mean_ci_rows(est)
+    delta, delta_ci = mean_ci_rows(values - base)
+    norm = mean_ci_rows(values - st["m_corrupt"])[0]
     rows = []
     for e in order.tolist():
         s, r = graph.edge(e)
-        measured = bool(np.isfinite(values[e]).all())
-        delta, delta_ci = mean_ci(values[e] - base) if measured else (None, None)
-        est_mean, est_ci = mean_ci(est[e])
-        norm = mean_ci(values[e] - st["m_corrupt"])[0] if measured else None
+        m = bool(measured[e])
         rows.append(
             {
                 "edge": e,
                 "label": f"{s.label()}>{r.label()}",
                 "sender": s.to_dict(seq2seq),
                 "receiver": r.to_dict(seq2seq, G),
-                "estimate": est_mean,
-                "estimate_ci": est_ci,
-                "exact": delta,
-                "exact_ci": delta_ci,
-                "normalized": None if norm is None or scale is None else norm / den,
-                "values": [finite(v) for v in values[e] - base] if measured else None,
-                "estimate_values": [finite(v) for v in est[e]] if (measured or e in keep) else None,
+                "estimate": finite(est_mean[e]),
+                "estimate_ci": finite(est_ci[e]),
+                "exact": finite(delta[e]) if m else None,
+                "exact_ci": finite(delta_ci[e]) if m else None,
+                "normalized": None if not m or scale is None else finite(norm[e] / den),
+                "values": [finite(v) for v in values[e] - base] if m else None,
+                "estimate_values": [finite(v) for v in est[e]] if (m or e in keep) else None,
             }
         )
     return rows

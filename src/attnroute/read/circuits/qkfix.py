@@ -46,9 +46,10 @@ def chosen_blocks(run, grad, count: int = QK_LAYERS) -> list:
     if len(blocks) <= count:
         return blocks
     size = {}
-    for b in blocks:
-        eff = _effects(run, grad, b, None)
-        size[id(b)] = max(float(e.mean(1).abs().max()) for e in eff.values())
+    with routed(run.loaded, impl="eager"):
+        for b in blocks:
+            eff = _effects(run, grad, b, None)
+            size[id(b)] = max(float(e.mean(1).abs().max()) for e in eff.values())
     return sorted(blocks, key=lambda b: -size[id(b)])[:count]
 
 

@@ -29,6 +29,14 @@ def mean_ci(x) -> tuple[float | None, float | None]:
     return finite(m.mean), finite(m.ci95())
 
 
+def mean_ci_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """mean_ci of every row of X [R, N] at once (NaN skipped; NaN where a row has no value)."""
+    m = Moments((X.shape[0],))
+    for column in np.asarray(X, dtype=np.float64).T:
+        m.add(column)
+    return m.mean, m.ci95()
+
+
 def agreement(estimate, exact) -> dict:
     """Spearman ρ, R² and slope over the pairs where both are finite; None where fewer than 3 pairs."""
     a, b = np.asarray(estimate, dtype=np.float64), np.asarray(exact, dtype=np.float64)
@@ -45,4 +53,4 @@ def agreement(estimate, exact) -> dict:
     return out
 
 
-__all__ = ["agreement", "mean_ci"]
+__all__ = ["agreement", "mean_ci", "mean_ci_rows"]
