@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -125,17 +126,47 @@ def main() -> None:
     from attnroute.models import load
 
     p = argparse.ArgumentParser()
-    p.add_argument("--only", choices=["induction", "ioi", "planted"])
+    p.add_argument("--only", choices=["induction", "ioi", "planted", "why"])
     a = p.parse_args()
     (ROOT / "bench-out").mkdir(exist_ok=True)
     result = json.loads(OUT.read_text()) if OUT.exists() else {}
     lm = load("smollm2") if a.only in (None, "induction", "ioi") else None
-    for name in ("induction", "ioi", "planted"):
+    run = {"induction": lambda: induction(lm), "ioi": lambda: ioi(lm), "planted": planted, "why": why_example}
+    for name, fn in run.items():
         if a.only in (None, name):
-            result[name] = induction(lm) if name == "induction" else ioi(lm) if name == "ioi" else planted()
+            result[name] = fn()
             OUT.write_text(json.dumps(result, indent=1, default=str) + "\n")
             print(name, "done", flush=True)
 
 
 if __name__ == "__main__":
     main()
+
+
+def why_example() -> dict:
+    """Why L18.H6 attends where it does: its score over the induction routes of 60 random nouns repeated
+    (the nouns of the bundled induction set), split into query-side × key-side pairs."""
+    import attnroute as ar
+    from attnroute.models import load
+
+    sys.path.insert(0, str(ROOT / "data"))
+    from make_induction import words
+
+    lm = load("smollm2")
+    rng = random.Random(0)
+    nouns = rng.sample(words(lm.tokenizer), 60)
+    text = " " + " ".join(nouns + nouns)
+    t0 = time.perf_counter()
+    d = ar.why(lm, text, head="L18.H6", routes="induction", top=15).to_dict()
+    keep = ("score", "sum", "difference")
+    return {
+        "seconds": time.perf_counter() - t0,
+        **{k: d[k] for k in keep},
+        "routes": d["meta"]["routes"],
+        "relative_difference": d["meta"]["relative_difference"],
+        "pairs": [
+            {"query": p["query_side"]["label"], "key": p["key_side"]["label"], "term": p["term"]} for p in d["pairs"]
+        ],
+        "key_side": [(t["component"]["label"], t["total"]) for t in d["totals"]["key_side"][:10]],
+        "query_side": [(t["component"]["label"], t["total"]) for t in d["totals"]["query_side"][:10]],
+    }

@@ -32,19 +32,37 @@ def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None) -> np.ndar
     starts = {s: _start_delta(run, s) for s in run.layout.streams}
     fix = affordable(run) if qk_fix is None else qk_fix
     fixed: list = []
+    # the estimate is linear in the receivers' gradients, so over IG steps they are summed first and the
+    # product with the senders' deltas — the costliest part of a pass — is taken once (where they fit)
+    summed: dict | None = {} if ig_steps > 1 and _gradient_bytes(run) <= SUM_BYTES else None
     for k in range(ig_steps):
         interp = {s: _toward(d, k / ig_steps) for s, d in starts.items()} if k else {}
         grad = GradPass(run, interp)
         if fix and not k:  # the layers are chosen once, at the base run (qkfix.py)
             fixed = chosen_blocks(run, grad, len(run.layout.blocks) if qk_fix else QK_LAYERS)
         for rs, grads in grad.receivers(skip={(b.stream, b.index) for b in fixed}):
-            _accumulate(run, rs, grads, scores)
+            if summed is None:
+                _accumulate(run, rs, grads, scores)
+            else:
+                key = tuple(rs)
+                summed[key] = summed[key] + grads if key in summed else grads
         for b in fixed:
             qk_block(run, grad, b, scores)
         if say:
             say("estimate", f"edge attribution: pass {k + 1} of {ig_steps}", done=k + 1, total=ig_steps)
+    for rs, grads in (summed or {}).items():
+        _accumulate(run, rs, grads, scores)
     run.qk_fixed = sorted(b.attn.layer for b in fixed)
     return (scores / ig_steps).numpy()
+
+
+SUM_BYTES = 1 << 30  # the receivers' gradients summed over IG steps when they fit in this
+
+
+def _gradient_bytes(run) -> int:
+    """Every receiver's gradient [n, T, d] at once, in float32."""
+    x = run.base[(run.layout.streams[-1], 0)]["x_in"]
+    return len(run.graph.receivers) * x.numel() * 4
 
 
 def _toward(delta: torch.Tensor, alpha: float):
