@@ -183,3 +183,14 @@ def test_results_are_cached_and_the_page_saves_an_offline_report(client):
     r = post(client, "/api/report", {"text": TEXT})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert "attachment" in r.headers["content-disposition"] and "Routing report" in r.text
+
+
+def test_the_saved_report_keeps_the_chosen_target_and_speaks_the_explorers_words(client):
+    cuts = [{"kind": "head", "layer": 3, "head": 1}]
+    r = post(client, "/api/report", {"text": TEXT, "cuts": cuts, "target": " She"})
+    assert r.status_code == 200
+    said = r.text[r.text.index('id="explorer-cuts"') :][:4000]
+    assert "p(&#x27; She&#x27;)" in said or "p(' She')" in said, said[:600]
+    assert "--no-ablation" not in r.text  # the explorer's words, not a flag its user never gave
+    cut = post(client, "/api/cut", {"text": TEXT, "cuts": cuts, "target": " She"}).json()
+    assert f"{cut['metric']['before']:.6f} before, {cut['metric']['after']:.6f} after" in said

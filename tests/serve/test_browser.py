@@ -160,3 +160,80 @@ def test_prompt_pair_mode_patches_and_verifies_a_route(smollm2_server):
         clicked = float(page.get_attribute("#routes tr[data-route='0'] td.exact", "data-exact"))
     assert abs(clicked - verified) <= 1e-3 * max(1.0, abs(verified))  # a whole eager rerun vs a restart
     assert events["errors"] == []
+
+
+SEEN = """() => { const t = document.querySelector("#token-text .tok[data-index='LAST']"),
+  c = document.getElementById("token-text"), a = t.getBoundingClientRect(), b = c.getBoundingClientRect();
+  return a.top >= b.top - 1 && a.bottom <= b.bottom + 1 && a.right <= window.innerWidth; }"""
+WEIGHTS = """async () => { const P = await api("token", {text: S.text, index: SHE}), T = G.tokens.length;
+  const m = AR.payloadMatrix(P.out), out = [];
+  for (let r = 0; r < INFO.layers * INFO.heads; r++) out.push(m[r * T + MAYA]); return out; }"""
+CLEAR_POINT = """() => { const svg = document.querySelector("SEL"), r = svg.getBoundingClientRect();
+  const w = l => +l.getAttribute("stroke-width");
+  const ls = [...svg.querySelectorAll("line.route")].sort((a, b) => w(b) - w(a));
+  const at = (l, t) => { const c = n => +l.getAttribute(n); return [c("x1") + t * (c("x2") - c("x1")),
+    c("y1") + t * (c("y2") - c("y1"))]; };
+  const dist = (l, p) => { const c = n => +l.getAttribute(n), ax = c("x1"), ay = c("y1"), dx = c("x2") - ax,
+    dy = c("y2") - ay, t = Math.max(0, Math.min(1, ((p[0] - ax) * dx + (p[1] - ay) * dy) / (dx * dx + dy * dy)));
+    return Math.hypot(p[0] - ax - t * dx, p[1] - ay - t * dy); };
+  for (const t of [0.5, 0.4, 0.6, 0.3, 0.7, 0.2, 0.8, 0.1, 0.9]) { const p = at(ls[0], t);
+    if (ls.slice(1).every(o => dist(o, p) > 3))
+      return [+ls[0].dataset.query, +ls[0].dataset.key, r.left + p[0], r.top + p[1]]; }
+  throw new Error("no clear point on the strongest line"); }"""
+WORDS = "river stone cloud table garden window paper music candle forest ladder mirror".split()
+
+
+@pytest.mark.parametrize("n", [20, 300, 1000])
+def test_the_page_fits_its_window_at_real_sizes(smollm2_server, n):
+    """n tokens (about): no horizontal overflow of the page, token rows wrap, the selected token in view."""
+    text = " ".join(WORDS[i % len(WORDS)] for i in range(n - 1))
+    with browser_page(smollm2_server.url) as (page, events):
+        page.wait_for_selector("body[data-ready='idle']", state="attached")
+        page.fill("#text", text)
+        page.click("#run")
+        page.wait_for_selector("body[data-ready='1']", state="attached", timeout=180_000)
+        T = page.evaluate("G.tokens.length")
+        assert abs(T - n) <= 2
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), "the page overflows"
+        last = T - 2
+        page.click(f"#token-text .tok[data-index='{last}']")
+        wait_until(page, f"document.getElementById('token-card').dataset.token === '{last}'")
+        seen = page.evaluate(SEEN.replace("LAST", str(last)))
+        assert seen, "the selected token is out of view"
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    assert events["errors"] == []
+
+
+def test_a_route_in_every_head_a_cut_drawn_as_cut_and_lines_hit_by_their_nearest_point(smollm2_server):
+    text = "Maya handed the report to Jordan because she was leaving early."
+    with browser_page(smollm2_server.url) as (page, events):
+        page.wait_for_selector("body[data-ready='idle']", state="attached")
+        page.fill("#text", text)
+        page.click("#run")
+        page.wait_for_selector("body[data-ready='1']", state="attached", timeout=60_000)
+        toks = page.evaluate("G.tokens")
+        she, maya = toks.index(" she"), toks.index("Maya") if "Maya" in toks else toks.index(" Maya")
+        page.click(f"#token-text .tok[data-index='{she}']")
+        wait_until(page, f"document.getElementById('token-card').dataset.token === '{she}'")
+        page.click(f"#token-text .tok[data-index='{maya}']", modifiers=["Shift"])  # she → Maya in every head
+        wait_until(page, f"document.getElementById('token-card').dataset.key === '{maya}'")
+        assert "in every head" in page.text_content("#token-title") and "Maya" in page.text_content("#token-title")
+        best = page.get_attribute("#token-best", "data-head")
+        layer, head = (int(x) for x in best.split("."))
+        # the named head is the one whose weight on she → Maya is largest: read every head's row from the API
+        weights = page.evaluate(WEIGHTS.replace("SHE", str(she)).replace("MAYA", str(maya)))
+        assert max(range(len(weights)), key=weights.__getitem__) == layer * 9 + head
+
+        page.click(f"#grid rect.cell[data-layer='{layer}'][data-head='{head}']")
+        sel = f".panel[data-head='{layer}.{head}'] svg.links"
+        page.wait_for_selector(f"{sel} line.route", state="attached", timeout=30_000)
+        # a point on the strongest line at least 3 px from every other line: the nearest-point hit must pick it
+        q, k, x, y = page.evaluate(CLEAR_POINT.replace("SEL", sel))
+        hit = page.evaluate(f"() => document.querySelector('{sel}').nearestRoute({x}, {y})")
+        assert (hit["q"], hit["k"]) == (q, k)
+        page.mouse.click(x, y)
+        wait_until(page, "document.querySelectorAll('#cuts li').length === 1")
+        assert f"{q} " in page.text_content("#cuts li") and f"L{layer}.H{head}" in page.text_content("#cuts li")
+        page.wait_for_selector(f"{sel} line.route.cut[data-query='{q}'][data-key='{k}']", state="attached")
+        assert float(page.get_attribute("#server-time", "data-ms")) > 0  # the server's time for the request, shown
+    assert events["errors"] == []

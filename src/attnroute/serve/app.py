@@ -88,7 +88,7 @@ CALLS = {
     "cut": ("cut", ("text", "cuts", "target")),
     "pair": ("pair", ("clean", "corrupt", "answer", "wrong")),
     "verify": ("verify", ("clean", "corrupt", "answer", "wrong", "route")),
-    "report": ("report", ("text", "cuts", "heads", "token")),
+    "report": ("report", ("text", "cuts", "heads", "token", "target")),
 }
 OPTIONAL = {"target", "cuts", "heads", "token"}
 

@@ -273,9 +273,9 @@ class Explorer:
         return {"route": route, "metric": "logit-diff", "before": before, "after": after, "exact": after - before}
 
     # ---------------------------------------------------------------- the offline page
-    def report(self, text: str, cuts, heads, token, job) -> str:
+    def report(self, text: str, cuts, heads, token, target, job) -> str:
         """The offline report page of what is on screen: the text's page, opening on the heads and token
-        shown, with the cuts made and their answer before and after as a section."""
+        shown, with the cuts made and their answer — for the target the user chose — before and after."""
         from ..read.report import RoutingView
 
         t0 = time.perf_counter()
@@ -283,7 +283,7 @@ class Explorer:
             raise RequestError(400, f"cuts: expected a list of cuts, got {type(cuts).__name__}")
         st = self.state(text, job)
         opened = self._opened(heads, token, st.ids.shape[1])
-        answer = self.cut(text, cuts or [], None, job) if cuts else None
+        answer = self.cut(text, cuts or [], target, job) if cuts else None
         job.say("capturing every head's weights for the page", 0, 1)
         norms: dict = {}
         weights = capture_weights(self.loaded, st.ids, norms)

@@ -109,19 +109,37 @@ const AR = (() => {
   function links(svg, m, Tq, T, qt, kt, opts) {
     svg.innerHTML = ""; const rowH = 14, w = 340, thr = opts.threshold === undefined ? 0.02 : opts.threshold;
     const n = Math.max(Tq, T), qOff = T - Tq;  // bottom-right: query row i sits at key position i + T - Tq
+    const x1 = 112, x2 = w - 112, y = p => 24 + p * rowH;
+    const cut = new Set((opts.cuts || []).map(c => `${c.query}:${c.key}`));
     svg.setAttribute("width", w); svg.setAttribute("height", n * rowH + 30);
     txt(svg, 60, 12, "queries", {"text-anchor": "middle"}); txt(svg, w - 60, 12, "keys", {"text-anchor": "middle"});
-    let hidden = 0;
-    for (let i = 0; i < Tq; i++) for (let j = 0; j < T; j++) { const v = m[i * T + j]; if (v <= 0) continue;
-      if (v < thr) { hidden++; continue; }
+    let hidden = 0; const drawn = [];
+    for (let i = 0; i < Tq; i++) for (let j = 0; j < T; j++) { const v = m[i * T + j], isCut = cut.has(`${i + qOff}:${j}`);
+      if (v <= 0 && !isCut) continue;
+      if (v < thr && !isCut) { hidden++; continue; }
       const focus = opts.focus !== undefined && (i + qOff === opts.focus || j === opts.focus);
-      const line = el("line", {x1: 112, y1: 24 + (i + qOff) * rowH, x2: w - 112, y2: 24 + j * rowH,
-        stroke: focus ? "#d62728" : "#1f77b4", "stroke-width": 0.5 + 4 * v, "stroke-opacity": Math.min(1, 0.15 + v),
-        class: "route", "data-query": i + qOff, "data-key": j}, svg);
-      line.addEventListener("mousemove", ev => showTip(ev, `query ${i + qOff} “${qt[i]}” → key ${j} “${kt[j]}”: ${v.toFixed(4)}` +
-        (opts.onRoute ? "\nclick: cut this route" : "")));
-      line.addEventListener("mouseleave", hideTip);
-      if (opts.onRoute) line.addEventListener("click", () => opts.onRoute(i + qOff, j)); }
+      // a cut route is drawn as cut: dashed red, at the weight it had before the cut
+      el("line", {x1: x1, y1: y(i + qOff), x2: x2, y2: y(j), stroke: isCut ? "#d62728" : focus ? "#d62728" : "#1f77b4",
+        "stroke-width": 0.5 + 4 * Math.max(v, isCut ? 0.1 : 0), "stroke-opacity": Math.min(1, 0.15 + v),
+        class: isCut ? "route cut" : "route", "data-query": i + qOff, "data-key": j}, svg);
+      drawn.push({q: i + qOff, k: j, v: v, cut: isCut}); }
+    // a line is hit by its nearest point, not by which line is drawn on top: one handler for the whole figure
+    const nearest = ev => { const r = svg.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
+      let best = null, bd = 6;  // pixels
+      for (const d of drawn) { const ax = x1, ay = y(d.q), bx = x2, by = y(d.k), dx = bx - ax, dy = by - ay;
+        const t = Math.max(0, Math.min(1, ((px - ax) * dx + (py - ay) * dy) / (dx * dx + dy * dy)));
+        const dist = Math.hypot(px - ax - t * dx, py - ay - t * dy); if (dist < bd) { bd = dist; best = d; } }
+      return best; };
+    svg.addEventListener("mousemove", ev => { const d = nearest(ev); if (!d) { hideTip(); return; }
+      showTip(ev, `query ${d.q} “${qt[d.q - qOff]}” → key ${d.k} “${kt[d.k]}”: ${d.v.toFixed(4)}` +
+        (d.cut ? "\n(cut)" : opts.onRoute ? "\nclick: cut this route" : "") + (opts.onWhy ? "; alt-click: why" : "")); });
+    svg.addEventListener("mouseleave", hideTip);
+    const byTarget = ev => { const t = ev.target; if (!t || !t.classList || !t.classList.contains("route")) return null;
+      return drawn.find(d => d.q === +t.dataset.query && d.k === +t.dataset.key) || null; };
+    // a click with no position (a keyboard or a script's click) takes the line it was sent to
+    svg.addEventListener("click", ev => { const d = (ev.clientX || ev.clientY ? nearest(ev) : null) || byTarget(ev); if (!d) return;
+      if (ev.altKey && opts.onWhy) opts.onWhy(d.q, d.k); else if (!d.cut && opts.onRoute) opts.onRoute(d.q, d.k); });
+    svg.nearestRoute = (cx, cy) => nearest({clientX: cx, clientY: cy});  // for tests: what a click there hits
     const gen = i => opts.gen && opts.gen(i) ? {"class": "gen"} : {};
     for (let i = 0; i < Tq; i++) txt(svg, 108, 28 + (i + qOff) * rowH, `${i + qOff} ${qt[i]}`.slice(0, 16), Object.assign({"text-anchor": "end"}, gen(i + qOff)));
     for (let j = 0; j < T; j++) txt(svg, w - 108, 28 + j * rowH, `${kt[j]} ${j}`.slice(0, 16), gen(j));
@@ -156,9 +174,12 @@ const AR = (() => {
     tokens.forEach((t, j) => { const s = html("span", {class: "tok", "data-index": j}, div, t);
       const a = weights[j] / hi; s.style.background = `rgba(214,39,40,${(0.08 + 0.9 * a).toFixed(3)})`;
       if (j === opts.focus) s.classList.add("focus");
+      if (j === opts.key) s.classList.add("key");
       s.addEventListener("mousemove", ev => showTip(ev, `${j} “${t}”: ${weights[j].toFixed(4)}`));
       s.addEventListener("mouseleave", hideTip);
-      s.addEventListener("click", () => opts.onToken && opts.onToken(j)); });
+      s.addEventListener("click", ev => opts.onToken && opts.onToken(j, ev)); });
+    const f = div.querySelector(".tok.focus");  // the selected token stays in view however long the text
+    if (f && div.scrollHeight > div.clientHeight) div.scrollTop = f.offsetTop - div.offsetTop - div.clientHeight / 2;
   }
 
   return {METRICS, el, txt, html, showTip, hideTip, viridis, b64, inflate, codeTable, headMatrix, payloadMatrix,

@@ -6,7 +6,7 @@ const ROLE_COLORS = Object.fromEntries(D.role_info.map(r => [r.name, r.color]));
 const TOKEN = new URLSearchParams(location.search).get("token") || "";
 const $ = id => document.getElementById(id);
 const {html} = AR;
-const S = {mode: "text", text: "", cuts: [], heads: [], token: null, dir: "out", target: "", tokenHead: null};
+const S = {mode: "text", text: "", cuts: [], heads: [], token: null, key: null, dir: "out", target: "", tokenHead: null};
 let G = null, jobs = 0;
 
 // ------------------------------------------------------------------ the API, with a progress bar
@@ -22,13 +22,16 @@ async function api(kind, body) {
       "X-Attnroute-Token": TOKEN}, body: JSON.stringify(Object.assign({job: job}, body))});
     if (!r.ok) { let msg = `${r.status}`; try { msg += ": " + (await r.json()).error; } catch (e) { /* not JSON */ }
       throw new Error(msg); }
+    const timing = /dur=([0-9.]+)/.exec(r.headers.get("Server-Timing") || "");  // the request's time on the server
+    if (timing) { $("server-time").textContent = `${kind}: ${(timing[1] / 1000).toFixed(2)} s on the server` +
+      (r.headers.get("X-Attnroute-Cache") === "hit" ? " (cached)" : ""); $("server-time").dataset.ms = timing[1]; }
     return kind === "report" ? await r.blob() : await r.json();
   } catch (e) { $("error").textContent = e.message; throw e; }
   finally { clearInterval(poll); if (--jobs === 0) { $("busy").hidden = true; $("bar").firstElementChild.style.width = "0"; } }
 }
 // a failed request is said in the page's error line (api above); its rejected promise needs no console line
 window.addEventListener("unhandledrejection", e => { if ($("error").textContent) e.preventDefault(); });
-function saveState() { const s = {mode: S.mode, text: S.text, cuts: S.cuts, heads: S.heads, token: S.token, dir: S.dir,
+function saveState() { const s = {mode: S.mode, text: S.text, cuts: S.cuts, heads: S.heads, token: S.token, key: S.key, dir: S.dir,
   target: S.target, tokenHead: S.tokenHead};
   history.replaceState(null, "", location.pathname + location.search + "#" + encodeURIComponent(JSON.stringify(s))); }
 function loadState() { if (location.hash.length < 2) return false;
@@ -82,6 +85,7 @@ async function drawDetail() {
     const p = html("div", {class: "panel", "data-head": `${l}.${h}`}, panels); html("h3", {}, p, `L${l}.H${h} — ${G.roles[l][h]}`);
     const r = html("div", {class: "row"}, p), lw = html("div", {class: "scroll"}, r), svg = AR.el("svg", {class: "links"}, lw);
     hidden += AR.links(svg, m, H.Tq, H.T, G.tokens, G.tokens, {threshold: +$("threshold").value, focus: S.token,
+      cuts: S.cuts.filter(c => c.kind === "route" && c.layer === l && c.head === h),
       onRoute: (q, k) => addCut({kind: "route", layer: l, head: h, query: q, key: k})});
     AR.heat(html("canvas", {class: "heat"}, html("div", {class: "scroll"}, r)), m, H.Tq, H.T, G.tokens, G.tokens);
     if ($("norm-weighted").checked) { const nw = html("div", {}, r);  // beside the raw map
@@ -98,7 +102,7 @@ for (const id of ["hide-sink", "norm-weighted", "threshold"]) $(id).addEventList
 // ------------------------------------------------------------------ cuts: the answer before and after
 function describe(c) { return c.kind === "head" ? `cut head L${c.layer}.H${c.head}` :
   `cut route ${c.query} “${G.tokens[c.query]}” → ${c.key} “${G.tokens[c.key]}” in L${c.layer}.H${c.head}`; }
-async function addCut(c) { S.cuts.push(c); saveState(); drawGrid(); await drawCut(); }
+async function addCut(c) { S.cuts.push(c); saveState(); drawGrid(); await Promise.all([drawCut(), drawDetail()]); }
 function topTable(t, rows, target) { t.innerHTML = "";
   for (const r of rows) { const tr = html("tr", {}, t); html("td", {}, tr, JSON.stringify(r.token));
     html("td", {class: "num"}, tr, r.p.toFixed(6)); if (r.id === target) tr.style.fontWeight = "bold"; } }
@@ -118,8 +122,8 @@ async function drawCut(upTo) {
   topTable($("top-before"), r.before.top, r.target.id); topTable($("top-after"), r.after.top, r.target.id);
   return r;
 }
-$("undo").addEventListener("click", async () => { S.cuts.pop(); saveState(); drawGrid(); await drawCut(); });
-$("clear").addEventListener("click", async () => { S.cuts = []; saveState(); drawGrid(); await drawCut(); });
+$("undo").addEventListener("click", async () => { S.cuts.pop(); saveState(); drawGrid(); await Promise.all([drawCut(), drawDetail()]); });
+$("clear").addEventListener("click", async () => { S.cuts = []; saveState(); drawGrid(); await Promise.all([drawCut(), drawDetail()]); });
 $("replay").addEventListener("click", async () => {  // the cuts one at a time: the metric after each step
   for (let i = 1; i <= S.cuts.length; i++) { const r = await drawCut(i);
     const step = document.querySelector(`span.step[data-step="${i - 1}"]`);
@@ -130,30 +134,41 @@ $("cut-head").addEventListener("click", () => { const [l, h] = S.heads[S.heads.l
 // ------------------------------------------------------------------ a token's routes in every head
 async function drawTokenView() {
   if (!G) return; const i = S.token, T = G.tokens.length, out = S.dir === "out";
-  AR.tokenText($("token-text"), G.tokens, G.tokens.map(() => 0), {focus: i, onToken: j => { S.token = j; saveState(); drawTokenView(); drawDetail(); }});
+  const key = out && S.key !== null && S.key !== undefined && S.key < T ? S.key : null;
+  AR.tokenText($("token-text"), G.tokens, G.tokens.map(() => 0), {focus: i, key: key, onToken: (j, ev) => {
+    if (ev && ev.shiftKey && out) S.key = j === S.key ? null : j; else { S.token = j; S.key = null; }
+    saveState(); drawTokenView(); drawDetail(); }});
   const P = await api("token", {text: S.text, index: i}), rows = AR.payloadMatrix(out ? P.out : P.into);
   const vec = (l, h) => rows.subarray((l * INFO.heads + h) * T, (l * INFO.heads + h + 1) * T);
   const sinks = new Set(G.sinkKeys);
-  const value = (l, h) => { const v = vec(l, h); let best = 0, s = 0, n = 0;
+  const value = (l, h) => { const v = vec(l, h); if (key !== null) return v[key]; let best = 0, s = 0, n = 0;
     for (let j = 0; j < T; j++) { if (j === i) continue;
       if (out) { if (!sinks.has(j) && v[j] > best) best = v[j]; } else if (j > i || INFO.kind !== "causal") { s += v[j]; n++; } }
     return out ? best : (n ? s / n : 0); };
-  const name = out ? "largest weight to another non-sink key" : "mean weight from the queries that see it";
-  $("token-title").textContent = `Token ${i} “${G.tokens[i]}”: its routes ${out ? "out" : "in"} in every head`;
+  const name = key !== null ? `weight of the route ${i} “${G.tokens[i]}” → ${key} “${G.tokens[key]}”` :
+    out ? "largest weight to another non-sink key" : "mean weight from the queries that see it";
+  $("token-title").textContent = key !== null ? `The route ${i} “${G.tokens[i]}” → ${key} “${G.tokens[key]}” in every head` :
+    `Token ${i} “${G.tokens[i]}”: its routes ${out ? "out" : "in"} in every head`;
   const [a, b] = layerRange();
   if (!S.tokenHead) S.tokenHead = S.heads[0];
   const range = AR.grid($("token-grid"), G, {metric: "entropy", cellValue: value, valueName: name, from: a, to: b,
     selected: [S.tokenHead], onClick: (l, h) => { S.tokenHead = [l, h]; saveState(); drawTokenView(); }});
   AR.gridLegend($("token-legend"), G, "entropy", range, name);
+  if (key !== null) { let best = [0, 0], bv = -1;  // the head that routes it most, said in words
+    for (let l = a; l <= b; l++) for (let h = 0; h < INFO.heads; h++) if (value(l, h) > bv) { bv = value(l, h); best = [l, h]; }
+    $("token-best").textContent = `most: L${best[0]}.H${best[1]} (${bv.toFixed(3)})`; $("token-best").dataset.head = `${best[0]}.${best[1]}`; }
+  else { $("token-best").textContent = ""; delete $("token-best").dataset.head; }
   const [l, h] = S.tokenHead;
-  AR.tokenText($("token-shade"), G.tokens, Array.from(vec(l, h)), {focus: i, onToken: j => { S.token = j; saveState(); drawTokenView(); }});
-  $("token-card").dataset.token = String(i);
+  $("token-shade-label").textContent = `the text shaded by L${l}.H${h}'s routes ${out ? "out of" : "into"} token ${i}`;
+  AR.tokenText($("token-shade"), G.tokens, Array.from(vec(l, h)), {focus: i, key: key, onToken: j => { S.token = j; S.key = null; saveState(); drawTokenView(); }});
+  $("token-card").dataset.token = String(i); $("token-card").dataset.key = key === null ? "" : String(key);
 }
 $("token-dir").addEventListener("change", () => { S.dir = $("token-dir").value; saveState(); drawTokenView(); });
 
 // ------------------------------------------------------------------ save as report (the offline page)
 $("save").addEventListener("click", async () => {
-  const blob = await api("report", {text: S.text, cuts: S.cuts, heads: S.heads, token: S.token}), a = document.createElement("a");
+  const blob = await api("report", {text: S.text, cuts: S.cuts, heads: S.heads, token: S.token, target: S.target || null});
+  const a = document.createElement("a");
   a.href = URL.createObjectURL(blob); a.download = "attnroute-report.html"; document.body.appendChild(a); a.click();
   setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000); });
 
@@ -174,12 +189,14 @@ async function runPair() {
     cellValue: (l, h) => grid.head[l][h] === null ? NaN : grid.head[l][h]});
   AR.gridLegend($("patch-legend"), G || PG(INFO.heads), "entropy", range, name + " (grey: estimate only)");
   const qkv = $("patch-qkv"); qkv.innerHTML = "";
-  for (const site of ["q", "k", "v"]) { if (!grid[site]) continue; const box = html("div", {}, qkv); html("h3", {}, box, site);
+  const TITLES = {q: "q — query heads", k: "k — kv heads (each read by its group of query heads)", v: "v — kv heads"};
+  for (const site of ["q", "k", "v"]) { if (!grid[site]) continue; const box = html("div", {}, qkv); html("h3", {}, box, TITLES[site]);
     const units = grid[site][0].length, svg = AR.el("svg", {}, box);
     AR.grid(svg, PG(units, site === "q" ? "H" : "KV"), {metric: "entropy", valueName: `${site}: ${name}`,
       cellValue: (l, u) => grid[site][l][u] === null ? NaN : grid[site][l][u]}); }
   const t = $("routes"); t.innerHTML = ""; const hd = html("tr", {}, t);
-  for (const s of ["route", "weight", "estimate", "exact", ""]) html("th", {}, hd, s);
+  const unit = `Δ ${r.patch.meta.metric}`;  // both columns: the change of the metric when the route is cut
+  for (const s of ["route", "weight", `estimate (${unit})`, `exact (${unit})`, ""]) html("th", {}, hd, s);
   r.routes.routes.forEach((rt, n) => { const tr = html("tr", {"data-route": n}, t);
     html("td", {}, tr, `L${rt.layer}.H${rt.head} ${rt.query} “${rt.query_token}” → ${rt.key} “${rt.key_token}”`);
     html("td", {class: "num"}, tr, rt.weight.toFixed(3)); html("td", {class: "num"}, tr, rt.estimate.toFixed(4));

@@ -42,6 +42,8 @@ def saved_page(view, opened: dict, cuts: list, answer: dict | None, tokens: list
     """The offline report of the text's view, opening on the heads and token shown, with the cuts made and
     their answer before and after as a card."""
     data = {**report_data(view, {"unavailable": "the explorer's saved page has no KV-cache card"}), "open": opened}
+    # the explorer's words, not a flag its user never gave: it reads without ablation and measures cuts instead
+    data["no_effects"] = "the explorer reads without ablation effects: its cuts (below) measure what a route does"
     return insert(render(data), [cuts_section(cuts, answer, tokens)] if cuts else [])
 
 

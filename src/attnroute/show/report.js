@@ -155,7 +155,7 @@ function drawScatter() {
   const svg = document.getElementById("scatter"), w = 340, h = 240, pad = {l: 52, r: 10, t: 10, b: 34};
   svg.setAttribute("width", w); svg.setAttribute("height", h);
   const note = document.getElementById("scatter-note");
-  if (!D.has_effects) { txt(svg, 20, 40, "ablation skipped (--no-ablation)"); note.textContent = ""; return; }
+  if (!D.has_effects) { txt(svg, 20, 40, D.no_effects); note.textContent = ""; return; }
   const ys = D.columns.ablation_delta.flat();
   const ylo = Math.min(0, ...ys), yhi = Math.max(...ys) || 1;
   const P = axes(svg, w, h, pad, "attention mass on sink positions", "ablation Δ loss (nats)", [0, 1], [ylo, yhi]);

@@ -81,6 +81,7 @@ def report_data(view: RoutingView, kv: dict | None = None) -> dict:
         "roles": table.roles,
         "meta": strict(table.meta.to_dict()),  # numpy scalars as numbers, NaN as null: as in the JSON
         "has_effects": getattr(table.meta, "grad_vs_ablation", None) is not None,
+        "no_effects": "ablation skipped (--no-ablation)",  # what the page says without them (the explorer: its words)
         "weights": pack_weights(view.weights),
         "value_norms": _norms(view.value_norms),
         "sink_keys": view.sink_keys if view.sink_keys is not None else [0],
