@@ -244,6 +244,46 @@ def routes_command(T: int, fwdbwd_s: float) -> dict:
     }
 
 
+def why_rows(T: int = 1000) -> dict:
+    """`ar.why` on SmolLM2 at T tokens (random nouns, the second half repeating the first): one route, and
+    the head's score averaged over its induction routes (about T/2), beside one forward of the model."""
+    import random
+
+    import attnroute as ar
+    from attnroute.models import load
+
+    sys.path.insert(0, str(ROOT / "data"))
+    from make_induction import words
+
+    lm = load("smollm2")
+    nouns = words(lm.tokenizer)
+    rng = random.Random(0)
+    half = [rng.choice(nouns) for _ in range(T // 2)]
+    text = " " + " ".join(half + half)
+    ids = lm.tokenizer(text, return_tensors="pt").input_ids
+    lm.model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        lm.model(input_ids=ids)  # warm
+        t0 = time.perf_counter()
+        lm.model(input_ids=ids)
+        forward_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    one = ar.why(lm, text, head="L18.H6", query=str(T - 10), key=str(T // 2 - 9)).to_dict()
+    one_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    many = ar.why(lm, text, head="L18.H6", routes="induction").to_dict()
+    many_s = time.perf_counter() - t0
+    return {
+        "T": int(ids.shape[1]),
+        "forward_s": forward_s,
+        "one_route_s": one_s,
+        "one_route_relative_difference": one["meta"]["relative_difference"],
+        "routes": many["meta"]["routes"],
+        "routes_s": many_s,
+        "routes_relative_difference": many["meta"]["relative_difference"],
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "circuits.json"))
@@ -251,6 +291,7 @@ def main() -> None:
     p.add_argument("--skip-long", action="store_true")
     p.add_argument("--skip-routes", action="store_true")
     p.add_argument("--skip-hooks", action="store_true", help="keep the hooks loop's figure from the last run")
+    p.add_argument("--only-why", action="store_true", help="only why's timing (written into the same file)")
     p.add_argument("--T", type=int, default=4096)
     p.add_argument("--child", nargs=2, metavar=("KIND", "T"))
     a = p.parse_args()
@@ -259,6 +300,11 @@ def main() -> None:
         return
     out = Path(a.out)
     result = json.loads(out.read_text()) if out.exists() else {}
+    if a.only_why:
+        result["why"] = why_rows()
+        print(json.dumps(result["why"], indent=1), file=sys.stderr)
+        out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        return
     if not a.skip_ioi:
         result["ioi"] = ioi(result.get("ioi", {}), hooks=not a.skip_hooks)
         print(json.dumps(result["ioi"], indent=1, default=str), file=sys.stderr)

@@ -131,14 +131,18 @@ def test_flags_are_refused_in_one_line_before_the_model_loads(argv, field, capsy
     assert err.count("\n") == 0 and field in err
 
 
-def test_the_command_writes_json(tmp_path, capsys):
+def test_the_command_writes_json_a_graph_and_the_report_draws_it(tmp_path, capsys):
     model = build("llama", tmp_path / "m")
-    out = tmp_path / "why.json"
+    out, png = tmp_path / "why.json", tmp_path / "why.png"
     argv = ["why", TEXT, "--model", str(model), "--head", "L1.H3", "--query", "11", "--key", "4", "--json", str(out)]
-    assert main(argv) == 0
+    assert main([*argv, "--plot", str(png)]) == 0
     d = json.loads(out.read_text())
     _adds_up(d)
-    assert "L1.H3" in capsys.readouterr().out
+    assert "L1.H3" in capsys.readouterr().out and png.read_bytes()[:4] == b"\x89PNG"
+    page = tmp_path / "page.html"
+    assert main(["report", TEXT, "--model", str(model), "--no-ablation", "--out", str(page), "--add", str(out)]) == 0
+    html = page.read_text()
+    assert 'data-experiment="why"' in html and "Why a head attends where it does" in html
 
 
 @pytest.mark.slow

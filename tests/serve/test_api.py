@@ -194,3 +194,14 @@ def test_the_saved_report_keeps_the_chosen_target_and_speaks_the_explorers_words
     assert "--no-ablation" not in r.text  # the explorer's words, not a flag its user never gave
     cut = post(client, "/api/cut", {"text": TEXT, "cuts": cuts, "target": " She"}).json()
     assert f"{cut['metric']['before']:.6f} before, {cut['metric']['after']:.6f} after" in said
+
+
+def test_why_a_route_exists_is_the_library_s_split(client, smollm2):
+    r = post(client, "/api/why", {"text": TEXT, "layer": 6, "head": 2, "query": 9, "key": 2})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    want = ar.why(smollm2, TEXT, head="L6.H2", query="9", key="2", top=12).to_dict()
+    assert abs(d["score"] - want["score"]) <= 1e-5 and abs(d["difference"]) <= 1e-4 * max(1.0, abs(d["score"]))
+    assert [p["term"] for p in d["pairs"]] == pytest.approx([p["term"] for p in want["pairs"]], rel=1e-5, abs=1e-7)
+    masked = post(client, "/api/why", {"text": TEXT, "layer": 6, "head": 2, "query": 2, "key": 9})
+    assert masked.status_code == 422 and "mask forbids" in masked.json()["error"]

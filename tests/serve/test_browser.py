@@ -236,4 +236,9 @@ def test_a_route_in_every_head_a_cut_drawn_as_cut_and_lines_hit_by_their_nearest
         assert f"{q} " in page.text_content("#cuts li") and f"L{layer}.H{head}" in page.text_content("#cuts li")
         page.wait_for_selector(f"{sel} line.route.cut[data-query='{q}'][data-key='{k}']", state="attached")
         assert float(page.get_attribute("#server-time", "data-ms")) > 0  # the server's time for the request, shown
+        page.keyboard.down("Alt")  # alt-click the same route: why it exists
+        page.mouse.click(x, y)
+        page.keyboard.up("Alt")
+        wait_until(page, f"document.getElementById('why-card').dataset.route === '{layer}.{head}.{q}.{k}'", 60)
+        assert page.locator("#why-pairs tr").count() == 13 and "difference" in page.text_content("#why-sum")
     assert events["errors"] == []

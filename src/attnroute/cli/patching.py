@@ -97,6 +97,7 @@ def add(sub) -> None:
     option(wh, "--top", W, type=int)
     model_flag(wh)
     json_flag(wh, "the result")
+    wh.add_argument("--plot", help="write the top pairs drawn as a graph (PNG)")
     wh.set_defaults(fn=why)
 
     co = sub.add_parser("composition", help="Q-, K-, V-composition between every pair of heads, from the weights")
@@ -160,7 +161,8 @@ def why(args) -> int:
     from .common import read_text_arg
 
     routes_file = args.routes if args.routes not in (None, "induction") else None
-    outputs({"model": args.model, "file": args.file, "routes": routes_file}, {"json": args.json}, {})
+    files = {"json": args.json, "plot": args.plot}
+    outputs({"model": args.model, "file": args.file, "routes": routes_file}, files, {"plot": (".png",)})
     settings = settings_from(WhySettings, args, text=read_text_arg(args.text, args.file, required=True))
     from ..read.circuits.why import why as run
 
@@ -176,6 +178,10 @@ def why(args) -> int:
     for t in why_tables(result):
         out.print(t)
     emit_json(result, args.json)
+    if args.plot:
+        from ..show.sections import figure as png_bytes
+
+        deliver(args.plot, "plot", png_bytes(result))
     return 0
 
 

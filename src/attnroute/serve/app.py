@@ -89,6 +89,7 @@ CALLS = {
     "pair": ("pair", ("clean", "corrupt", "answer", "wrong")),
     "verify": ("verify", ("clean", "corrupt", "answer", "wrong", "route")),
     "report": ("report", ("text", "cuts", "heads", "token", "target")),
+    "why": ("why", ("text", "layer", "head", "query", "key")),
 }
 OPTIONAL = {"target", "cuts", "heads", "token"}
 

@@ -134,6 +134,21 @@ class Explorer:
         kept = capture_weights(self.loaded, st.ids, norms, select=lambda l, w: w[head].numpy() if l == layer else None)
         return {"layer": layer, "head": head, **head_payload(kept[layer]), "norms": _round(norms[layer][head])}
 
+    def why(self, text: str, layer, head, query, key, job) -> dict:
+        """Why head L.H attends from ``query`` to ``key``: the route's score split into (query side, key side)
+        pairs (ar.why), on the text as the explorer reads it."""
+        from ..read.circuits import why
+
+        layer, head = self._layer_head(layer, head)
+        st = self.state(text, job)
+        T = st.ids.shape[1]
+        query, key = in_range(query, "query", T, POSITION), in_range(key, "key", T, POSITION)
+        job.say(f"why L{layer}.H{head} attends {query} → {key}: one forward, its q and k split", 0, 1)
+        try:
+            return why(self.loaded, text, head=f"L{layer}.H{head}", query=str(query), key=str(key), top=12).to_dict()
+        except InputError as e:  # a masked route, a post-LN model: said to the page in one line
+            raise RequestError(422, str(e)) from None
+
     def token(self, text: str, index, job) -> dict:
         """Every head's routes out of token ``index`` (its row) and into it (its column): [L][H] payloads."""
         st = self.state(text, job)

@@ -85,7 +85,7 @@ async function drawDetail() {
     const p = html("div", {class: "panel", "data-head": `${l}.${h}`}, panels); html("h3", {}, p, `L${l}.H${h} — ${G.roles[l][h]}`);
     const r = html("div", {class: "row"}, p), lw = html("div", {class: "scroll"}, r), svg = AR.el("svg", {class: "links"}, lw);
     hidden += AR.links(svg, m, H.Tq, H.T, G.tokens, G.tokens, {threshold: +$("threshold").value, focus: S.token,
-      cuts: S.cuts.filter(c => c.kind === "route" && c.layer === l && c.head === h),
+      cuts: S.cuts.filter(c => c.kind === "route" && c.layer === l && c.head === h), onWhy: (q, k) => showWhy(l, h, q, k),
       onRoute: (q, k) => addCut({kind: "route", layer: l, head: h, query: q, key: k})});
     AR.heat(html("canvas", {class: "heat"}, html("div", {class: "scroll"}, r)), m, H.Tq, H.T, G.tokens, G.tokens);
     if ($("norm-weighted").checked) { const nw = html("div", {}, r);  // beside the raw map
@@ -98,6 +98,19 @@ async function drawDetail() {
     ($("norm-weighted").checked ? "Value-norm-weighted maps beside the raw ones (Kobayashi et al. 2020). " : "");
 }
 for (const id of ["hide-sink", "norm-weighted", "threshold"]) $(id).addEventListener("change", drawDetail);
+
+// ------------------------------------------------------------------ why a route exists (alt-click a link)
+async function showWhy(l, h, q, k) {
+  const r = await api("why", {text: S.text, layer: l, head: h, query: q, key: k}), card = $("why-card");
+  card.hidden = false; card.dataset.route = `${l}.${h}.${q}.${k}`;
+  $("why-title").textContent = `Why L${l}.H${h} attends ${q} “${G.tokens[q]}” → ${k} “${G.tokens[k]}”`;
+  $("why-sum").textContent = `score ${r.score.toFixed(4)} = Σ of every (query side, key side) pair ${r.sum.toFixed(4)} ` +
+    `(difference ${r.difference.toExponential(1)}); the largest ${r.pairs.length}:`;
+  const t = $("why-pairs"); t.innerHTML = ""; const hd = html("tr", {}, t);
+  for (const c of ["query side (at " + q + ")", "key side (at " + k + ")", "term (score units)"]) html("th", {}, hd, c);
+  for (const p of r.pairs) { const tr = html("tr", {}, t); html("td", {}, tr, p.query_side.label);
+    html("td", {}, tr, p.key_side.label); html("td", {class: "num"}, tr, (p.term >= 0 ? "+" : "") + p.term.toFixed(4)); }
+}
 
 // ------------------------------------------------------------------ cuts: the answer before and after
 function describe(c) { return c.kind === "head" ? `cut head L${c.layer}.H${c.head}` :

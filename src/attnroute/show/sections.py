@@ -9,10 +9,10 @@ Each verb's module (show/knockout.py, …) holds its title and figure; the card 
 from __future__ import annotations
 
 from ..errors import InputError
-from ..read.circuits import CircuitResult
+from ..read.circuits import CircuitResult, WhyResult
 from ..read.experiments import KnockoutResult, NeedleResult, SwapResult
 from ..read.patching import PatchResult, RoutesResult
-from . import circuit, knockout, learn, needle, patch, routes, swap
+from . import circuit, knockout, learn, needle, patch, routes, swap, why
 from .card import card, row
 from .jsonout import read_json
 from .plotting import png
@@ -26,10 +26,11 @@ VERBS = {
     "patch": (PatchResult, patch.TITLE, patch.patch_png),
     "routes": (RoutesResult, routes.TITLE, routes.routes_png),
     "circuit": (CircuitResult, circuit.TITLE, circuit.circuit_png),
+    "why": (WhyResult, why.TITLE, why.why_png),
 }
 KINDS = {
     "learn": (tuple(learn.TITLES), "attnroute learn … --out DIR"),
-    "add": (tuple(VERBS), "attnroute knockout|swap|needle|patch|routes|circuit --json"),
+    "add": (tuple(VERBS), "attnroute knockout|swap|needle|patch|routes|circuit|why --json"),
 }
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from .plotting import pyplot
 from .text import signed
+
+TITLE = "Why a head attends where it does: its score split into query-side × key-side components"
+DRAWN = 20  # pairs drawn at most
 
 SIDE_ROWS = 8  # components listed per side
 
@@ -36,6 +40,38 @@ def why_tables(result: dict) -> list[Table]:
     return [t, sides]
 
 
+def why_png(result: dict, path) -> None:
+    """The top pairs as a graph: query-side components on the left, key-side on the right (each side's
+    largest totals, top first), a line per pair coloured by sign (red +, blue −), its width |term|."""
+    plt = pyplot()
+    pairs = result["pairs"][:DRAWN]
+    left = list(dict.fromkeys(p["query_side"]["label"] for p in pairs))
+    right = list(dict.fromkeys(p["key_side"]["label"] for p in pairs))
+    n = max(len(left), len(right), 1)
+    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.32 * n))
+    big = max([abs(p["term"]) for p in pairs] + [1e-12])
+    for p in pairs:
+        y0, y1 = left.index(p["query_side"]["label"]), right.index(p["key_side"]["label"])
+        colour = "#d62728" if p["term"] > 0 else "#1f77b4"
+        ax.plot([0, 1], [-y0, -y1], color=colour, lw=0.5 + 5 * abs(p["term"]) / big, alpha=0.75)
+    for y, label in enumerate(left):
+        ax.text(-0.03, -y, label, ha="right", va="center", fontsize=8)
+    for y, label in enumerate(right):
+        ax.text(1.03, -y, label, ha="left", va="center", fontsize=8)
+    m = result["meta"]
+    ax.set_title(
+        f"{m['head']}: score {result['score']:+.3f} = Σ pairs {result['sum']:+.3f} over {m['routes']} route(s)\n"
+        "query side (left) × key side (right); red adds to the score, blue takes away",
+        fontsize=9,
+    )
+    ax.set_xlim(-0.6, 1.6)
+    ax.set_ylim(-n + 0.5, 0.8)
+    ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)
+
+
 def composition_table(result: dict, rows: int = 12) -> Table:
     """The strongest Q-, K- and V-composition pairs side by side."""
     t = Table(title=f"composition from the weights ({result['meta']['definition']})")
@@ -51,4 +87,4 @@ def composition_table(result: dict, rows: int = 12) -> Table:
     return t
 
 
-__all__ = ["composition_table", "why_tables"]
+__all__ = ["TITLE", "composition_table", "why_png", "why_tables"]
