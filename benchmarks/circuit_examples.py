@@ -139,10 +139,6 @@ def main() -> None:
             print(name, "done", flush=True)
 
 
-if __name__ == "__main__":
-    main()
-
-
 def why_example() -> dict:
     """Why L18.H6 attends where it does: its score over the induction routes of 60 random nouns repeated
     (the nouns of the bundled induction set), split into query-side × key-side pairs."""
@@ -170,3 +166,7 @@ def why_example() -> dict:
         "key_side": [(t["component"]["label"], t["total"]) for t in d["totals"]["key_side"][:10]],
         "query_side": [(t["component"]["label"], t["total"]) for t in d["totals"]["query_side"][:10]],
     }
+
+
+if __name__ == "__main__":
+    main()

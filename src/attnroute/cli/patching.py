@@ -85,7 +85,10 @@ def add(sub) -> None:
     ci.add_argument("--csv", help="write one row per edge as CSV")
     ci.add_argument("--plot", help="write the circuit drawn as a graph (PNG)")
     ci.set_defaults(fn=circuit)
+    _add_why(sub)
 
+
+def _add_why(sub) -> None:
     W = WhySettings
     wh = sub.add_parser("why", help="why a head attends from i to j: the score split into query × key components")
     wh.add_argument("text", nargs="?", help="the text (or --file)")
