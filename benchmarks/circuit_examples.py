@@ -151,7 +151,7 @@ def why_example() -> dict:
     lm = load("smollm2")
     rng = random.Random(0)
     nouns = rng.sample(words(lm.tokenizer), 60)
-    text = " " + " ".join(nouns + nouns)
+    text = "".join(nouns + nouns)  # each noun is one token with its leading space
     t0 = time.perf_counter()
     d = ar.why(lm, text, head="L18.H6", routes="induction", top=15).to_dict()
     keep = ("score", "sum", "difference")

@@ -259,7 +259,7 @@ def why_rows(T: int = 1000) -> dict:
     nouns = words(lm.tokenizer)
     rng = random.Random(0)
     half = [rng.choice(nouns) for _ in range(T // 2)]
-    text = " " + " ".join(half + half)
+    text = "".join(half + half)  # each noun is one token with its leading space
     ids = lm.tokenizer(text, return_tensors="pt").input_ids
     lm.model.set_attn_implementation("sdpa")
     with torch.no_grad():
