@@ -5,6 +5,7 @@ in every head; save as report, a page that opens offline. No console error, no r
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 
@@ -229,7 +230,7 @@ def test_a_route_in_every_head_a_cut_drawn_as_cut_and_lines_hit_by_their_nearest
         page.wait_for_selector(f"{sel} line.route", state="attached", timeout=30_000)
         # a point on the strongest line at least 3 px from every other line: the nearest-point hit must pick it
         q, k, x, y = page.evaluate(CLEAR_POINT.replace("SEL", sel))
-        hit = page.evaluate(f"() => document.querySelector('{sel}').nearestRoute({x}, {y})")
+        hit = page.evaluate(f"() => document.querySelector({json.dumps(sel)}).nearestRoute({x}, {y})")
         assert (hit["q"], hit["k"]) == (q, k)
         page.mouse.click(x, y)
         wait_until(page, "document.querySelectorAll('#cuts li').length === 1")
