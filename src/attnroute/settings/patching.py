@@ -35,8 +35,8 @@ def positions_spec(value) -> str:
 
 
 @dataclass(frozen=True)
-class PatchSettings(Settings):
-    """Activation patching between clean and corrupted prompts, measured with ``metric``."""
+class PairSettings(Settings):
+    """What every verb on prompt pairs takes first: the model, the pairs, the metric, the direction."""
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     prompts: PromptsArg | None = opt(None, PROMPTS_DOC)
@@ -46,6 +46,21 @@ class PatchSettings(Settings):
     wrong: str | None = opt(None, "the metric's wrong token, likewise")
     metric: MetricArg = opt("logit-diff", "a built-in name, or metric(logits, batch) -> Tensor [B] from Python")
     direction: str = opt("denoising", "denoising: run corrupt, patch in clean; noising: the reverse")
+
+    def check_metric_direction(self) -> None:
+        metric_setting(self.metric)
+        if self.direction not in DIRECTIONS:
+            raise InputError(f"direction {self.direction!r} is not one of {', '.join(DIRECTIONS)}", field="direction")
+
+    def read_pairs(self) -> tuple:
+        """The prompt pairs, read and checked (a file is read here): the verb calls it once."""
+        return pairs_of(self.prompts, self.clean, self.corrupt, self.answer, self.wrong, metric_setting(self.metric))
+
+
+@dataclass(frozen=True)
+class PatchSettings(PairSettings):
+    """Activation patching between clean and corrupted prompts, measured with ``metric``."""
+
     sites: tuple[str, ...] = opt(("head",), f"what is patched: some of {', '.join(PATCH_SITES)}")
     positions: str = opt("all", "all, each (every position: [L, H, T]), token indices or a word of the prompt")
     exact: int | str = opt("settle", "settle (the estimate's top until the exact top holds), all, or a number")
@@ -53,18 +68,12 @@ class PatchSettings(Settings):
     checkpoint: str | None = opt(None, "the per-prompt arrays, saved after every round; rerun to resume")
 
     def __post_init__(self):
-        metric_setting(self.metric)
-        if self.direction not in DIRECTIONS:
-            raise InputError(f"direction {self.direction!r} is not one of {', '.join(DIRECTIONS)}", field="direction")
+        self.check_metric_direction()
         set_field(self, "sites", names(self.sites, "sites", PATCH_SITES, "site"))
         set_field(self, "positions", positions_spec(self.positions))
         set_field(self, "exact", "settle" if self.exact == "settle" else exact_count(self.exact))
         integer(self.top, "top", 1)
         pair_fields(self)
-
-    def read_pairs(self) -> tuple:
-        """The prompt pairs, read and checked (a file is read here): the verb calls it once."""
-        return pairs_of(self.prompts, self.clean, self.corrupt, self.answer, self.wrong, metric_setting(self.metric))
 
 
 def pair_fields(s) -> None:
@@ -147,18 +156,10 @@ def edge_labels(values) -> tuple[tuple[str, str], ...]:
 
 
 @dataclass(frozen=True)
-class CircuitSettings(Settings):
+class CircuitSettings(PairSettings):
     """Circuits: every edge between heads, MLPs and the embeddings estimated (EAP, EAP-IG), the top settled by
     exact path patching, and the smallest set of edges that carries the behaviour."""
 
-    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
-    prompts: PromptsArg | None = opt(None, PROMPTS_DOC)
-    clean: str | None = opt(None, "one clean prompt (with corrupt), instead of prompts")
-    corrupt: str | None = opt(None, "its corrupted twin: the same number of tokens")
-    answer: str | None = opt(None, "the metric's answer token, for every row that names none")
-    wrong: str | None = opt(None, "the metric's wrong token, likewise")
-    metric: MetricArg = opt("logit-diff", "a built-in name, or metric(logits, batch) -> Tensor [B] from Python")
-    direction: str = opt("denoising", "denoising: run corrupt, patch in clean; noising: the reverse")
     ig_steps: int = opt(1, "the estimate: 1 is EAP; m > 1 is EAP-IG with m interpolation steps")
     exact: int | str = opt("settle", "settle (the estimate's top until the exact top holds), all, or a number")
     top: int = opt(SETTLE_TOP, "the exact top that must stop changing")
@@ -169,9 +170,7 @@ class CircuitSettings(Settings):
     checkpoint: str | None = opt(None, "the per-prompt arrays, saved after every round; rerun to resume")
 
     def __post_init__(self):
-        metric_setting(self.metric)
-        if self.direction not in DIRECTIONS:
-            raise InputError(f"direction {self.direction!r} is not one of {', '.join(DIRECTIONS)}", field="direction")
+        self.check_metric_direction()
         if self.ablation not in ABLATIONS:
             raise InputError(f"ablation {self.ablation!r} is not one of {', '.join(ABLATIONS)}", field="ablation")
         if self.direction == "noising" and self.metric in FLAT_AT_CLEAN:
@@ -189,32 +188,18 @@ class CircuitSettings(Settings):
             set_field(self, "edges", tuple(f"{a}>{b}" for a, b in edge_labels(self.edges)))
         pair_fields(self)
 
-    def read_pairs(self) -> tuple:
-        """The prompt pairs, read and checked (a file is read here): the verb calls it once."""
-        return pairs_of(self.prompts, self.clean, self.corrupt, self.answer, self.wrong, metric_setting(self.metric))
-
 
 @dataclass(frozen=True)
-class PathPatchSettings(Settings):
+class PathPatchSettings(PairSettings):
     """One edge path-patched exactly, beside its estimate: the sender's change reaches the receiver directly."""
 
-    model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
-    prompts: PromptsArg | None = opt(None, PROMPTS_DOC)
-    clean: str | None = opt(None, "one clean prompt (with corrupt), instead of prompts")
-    corrupt: str | None = opt(None, "its corrupted twin: the same number of tokens")
-    answer: str | None = opt(None, "the metric's answer token, for every row that names none")
-    wrong: str | None = opt(None, "the metric's wrong token, likewise")
-    metric: MetricArg = opt("logit-diff", "a built-in name, or metric(logits, batch) -> Tensor [B] from Python")
-    direction: str = opt("denoising", "denoising: run corrupt, patch in clean; noising: the reverse")
     sender: str = opt("embed", "embed, L5.H1 (a head), L5.MLP; an encoder's enc.embed, E2.H0")
     receiver: str = opt("logits", "L18.H6 (a query head), L18.KV2 (a kv head), L18.MLP, logits")
     channel: str | None = opt(None, "q, k or v for a head receiver (k, v of L18.H6: the kv head it reads)")
     ig_steps: int = opt(1, "the estimate beside it: 1 is EAP; m > 1 is EAP-IG")
 
     def __post_init__(self):
-        metric_setting(self.metric)
-        if self.direction not in DIRECTIONS:
-            raise InputError(f"direction {self.direction!r} is not one of {', '.join(DIRECTIONS)}", field="direction")
+        self.check_metric_direction()
         if self.channel is not None and self.channel not in ("q", "k", "v"):
             raise InputError(f"channel must be q, k or v, got {self.channel!r}", field="channel")
         integer(self.ig_steps, "ig_steps", 1, 64)
@@ -236,9 +221,6 @@ class PathPatchSettings(Settings):
         if self.channel is not None:
             r = f"{r}.{self.channel}"
         return f"{self.sender}>{r}"
-
-    def read_pairs(self) -> tuple:
-        return pairs_of(self.prompts, self.clean, self.corrupt, self.answer, self.wrong, metric_setting(self.metric))
 
 
 @dataclass(frozen=True)
@@ -291,6 +273,7 @@ __all__ = [
     "DIRECTIONS",
     "PATCH_SITES",
     "CircuitSettings",
+    "PairSettings",
     "CompositionSettings",
     "PatchSettings",
     "PathPatchSettings",
