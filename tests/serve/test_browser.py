@@ -159,6 +159,13 @@ def test_prompt_pair_mode_patches_and_verifies_a_route(smollm2_server):
         rows.nth(0).locator("button").click()
         wait_until(page, "document.querySelector('#routes tr[data-route=\"0\"] td.exact').dataset.exact !== undefined")
         clicked = float(page.get_attribute("#routes tr[data-route='0'] td.exact", "data-exact"))
+        page.click("#run-circuit")  # the pair's circuit drawn; an edge clicked is path-patched exactly
+        wait_until(page, "document.getElementById('circuit-graph').dataset.edges !== undefined", 240)
+        drawn = int(page.get_attribute("#circuit-graph", "data-edges"))
+        assert page.locator("#circuit-graph line.edge").count() == drawn > 0
+        page.dispatch_event("#circuit-graph line.edge >> nth=0", "click")
+        wait_until(page, "document.querySelector('#circuit-graph line.edge').dataset.exact !== undefined", 120)
+        assert "exact Δ logit-diff" in page.text_content("#circuit-note")
     assert abs(clicked - verified) <= 1e-3 * max(1.0, abs(verified))  # a whole eager rerun vs a restart
     assert events["errors"] == []
 

@@ -90,6 +90,8 @@ CALLS = {
     "verify": ("verify", ("clean", "corrupt", "answer", "wrong", "route")),
     "report": ("report", ("text", "cuts", "heads", "token", "target")),
     "why": ("why", ("text", "layer", "head", "query", "key")),
+    "circuit": ("circuit", ("clean", "corrupt", "answer", "wrong")),
+    "path": ("path", ("clean", "corrupt", "answer", "wrong", "edge")),
 }
 OPTIONAL = {"target", "cuts", "heads", "token"}
 

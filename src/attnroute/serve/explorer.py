@@ -19,6 +19,7 @@ layer, so the two give the same numbers (tested to 1e-6). A cut of a head is Zer
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -35,6 +36,9 @@ from ..settings import SERVE_TOKENS, SETTLE_FIRST, HeadsSettings, integer
 from ..show.explorer import saved_page, text_grid
 from ..show.weights import head_payload
 from .errors import RequestError
+
+CIRCUIT_SHOWN = 40  # edges the page's circuit graph draws (the strongest by exact, else estimate)
+EDGE = re.compile(r"(embed|L\d+\.(?:MLP|H\d+))>(logits|L\d+\.(?:MLP|H\d+|KV\d+))(?:\.([qkv]))?")
 
 TOP = 5  # next tokens shown before and after a cut
 MAX_CUTS = 64
@@ -271,6 +275,43 @@ class Explorer:
             "grid": {k: np.asarray(v).tolist() for k, v in p.grid.items()},
             "routes": r.to_dict(),
         }
+
+    def circuit(self, clean, corrupt, answer, wrong, job) -> dict:
+        """The pair's circuit (ar.circuit: every edge estimated, the first round of the estimate's top measured
+        exactly, the faithfulness curve): the SHOWN strongest edges for the page's graph, and the summary."""
+        from ..read.circuits import circuit
+
+        f = self._pair_fields(clean, corrupt, answer, wrong)
+        if not self.loaded.causal:
+            raise RequestError(400, "circuits of a prompt pair need a causal LM here")
+        job.say("circuit: every edge estimated, the top measured exactly, circuits run whole", 0, 1)
+        try:
+            d = circuit(self.loaded, exact=SETTLE_FIRST, progress=job.progress, **f).to_dict()
+        except InputError as e:  # a post-LN model, a stream that does not add up
+            raise RequestError(422, str(e)) from None
+        return {
+            "edges": d["edges"][:CIRCUIT_SHOWN],
+            "circuit": {k: d["circuit"][k] for k in ("cpr", "cmd", "target", "checks")},
+            "chosen": {k: d["circuit"]["chosen"].get(k) for k in ("k", "faithfulness")},
+            "meta": {k: d["meta"][k] for k in ("metric", "estimate", "layers", "heads", "kv_heads", "edges")},
+            "verdict": d["verdict"],
+        }
+
+    def path(self, clean, corrupt, answer, wrong, edge, job) -> dict:
+        """One edge of the pair path-patched exactly (ar.path_patch), ``edge`` as the circuit names it."""
+        from ..read.circuits import path_patch
+
+        f = self._pair_fields(clean, corrupt, answer, wrong)
+        m = EDGE.fullmatch(edge) if isinstance(edge, str) else None
+        if m is None:
+            raise RequestError(400, f"edge: expected SENDER>RECEIVER as the circuit names it, got {edge!r}")
+        sender, receiver, channel = m.group(1), m.group(2), m.group(3)
+        job.say(f"path patching {edge}", 0, 1)
+        try:
+            r = path_patch(self.loaded, sender=sender, receiver=receiver, channel=channel, **f).to_dict()
+        except InputError as e:
+            raise RequestError(422, str(e)) from None
+        return {"edge": edge, "exact": r["edge"]["exact"], "estimate": r["edge"]["estimate"], "metric": "logit-diff"}
 
     def verify(self, clean, corrupt, answer, wrong, route, job) -> dict:
         """One route of the clean prompt knocked out exactly (every layer after it rerun): Δ logit-diff."""

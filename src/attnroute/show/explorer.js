@@ -223,6 +223,39 @@ async function runPair() {
 }
 $("run-pair").addEventListener("click", runPair);
 
+// the pair's circuit as a graph: a node per (layer, head) or MLP, the embedding left, the logits right
+const CHANNEL = {q: "#2e6fb7", k: "#e08a1e", v: "#2e9d57", mlp: "#7f7f7f", logits: "#8e44ad"};
+function nodeXY(n, L, H, G) { const dx = 46, dy = 16, x0 = 70, y0 = 20;
+  if (n.kind === "embed") return [20, y0 + (H + 1) * dy / 2];
+  if (n.kind === "logits") return [x0 + L * dx + 20, y0 + (H + 1) * dy / 2];
+  if (n.kind === "mlp") return [x0 + n.layer * dx + dx / 2, y0 + (H + 1) * dy];
+  const h = n.channel === "k" || n.channel === "v" ? n.head * G : n.head;  // a kv head at its first query head
+  return [x0 + n.layer * dx + (n.channel ? dx / 2 : 0), y0 + h * dy]; }
+async function runCircuit() {
+  const r = await api("circuit", pairFields()), svg = $("circuit-graph"), m = r.meta;
+  const L = m.layers, H = m.heads, G = m.heads / Math.max(1, m.kv_heads);
+  svg.innerHTML = ""; svg.setAttribute("width", 70 + L * 46 + 60); svg.setAttribute("height", 40 + (H + 2) * 16);
+  const value = e => e.exact === null ? e.estimate : e.exact, big = Math.max(1e-9, ...r.edges.map(e => Math.abs(value(e))));
+  for (let l = 0; l < L; l += 5) AR.txt(svg, 70 + l * 46, 12, `L${l}`);
+  for (const e of r.edges) { const [x1, y1] = nodeXY(e.sender, L, H, G), [x2, y2] = nodeXY(e.receiver, L, H, G);
+    const line = AR.el("line", {x1: x1, y1: y1, x2: x2, y2: y2, class: "edge", "data-label": e.label,
+      stroke: CHANNEL[e.receiver.channel || e.receiver.kind], "stroke-width": 1 + 5 * Math.abs(value(e)) / big,
+      "stroke-opacity": 0.75, "stroke-dasharray": e.exact === null ? "4 3" : ""}, svg);
+    line.style.cursor = "pointer";
+    line.addEventListener("mousemove", ev => AR.showTip(ev, `${e.label}\nexact ${e.exact === null ? "not measured" :
+      e.exact.toFixed(4)}, estimate ${e.estimate.toFixed(4)} (Δ ${m.metric})\nclick: path-patch it exactly`));
+    line.addEventListener("mouseleave", AR.hideTip);
+    line.addEventListener("click", async () => { const p = await api("path", Object.assign(pairFields(), {edge: e.label}));
+      line.dataset.exact = p.exact; line.setAttribute("stroke-dasharray", "");
+      $("circuit-note").textContent = `${p.edge}: exact Δ ${p.metric} ${p.exact.toFixed(4)} (estimate ${p.estimate.toFixed(4)})`; }); }
+  const legend = $("circuit-legend"); legend.innerHTML = "";
+  for (const c in CHANNEL) { const sp = html("span", {}, legend), i = html("i", {}, sp); i.style.background = CHANNEL[c];
+    sp.appendChild(document.createTextNode(c)); }
+  $("circuit-note").textContent = r.verdict.lines.join(" · ") + " · dashed: estimated only";
+  svg.dataset.edges = String(r.edges.length);
+}
+$("run-circuit").addEventListener("click", runCircuit);
+
 // ------------------------------------------------------------------ start
 $("model").textContent = INFO.model;
 $("subtitle").textContent = `${INFO.layers} layers × ${INFO.heads} heads (${INFO.kv_heads} kv heads), ${INFO.kind}; ` +
