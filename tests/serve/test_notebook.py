@@ -53,3 +53,35 @@ def test_the_notebook_runs_and_every_display_is_inline_short_and_scriptless(tmp_
     bars = [o for o in code[1].outputs if o.output_type == "display_data" and "· " in o["data"].get("text/html", "")]
     assert bars, "read_heads shows its progress in the cell"
     assert nbformat.read(NOTEBOOK, as_version=4).cells[1].outputs == []  # the input stayed as it was
+    rendered_in_chromium(code, tmp_path)
+
+
+def rendered_in_chromium(code, tmp_path) -> None:
+    """Every HTML output of the executed notebook (the explorer's frame aside: its server is closed) in
+    Chromium, each in a 980 px output box as Jupyter's: no card wider than its box (wide tables scroll
+    inside), no script error, no request anywhere."""
+    from tests.serve.test_browser import browser_page
+
+    shown = [
+        o["data"]["text/html"]
+        for c in code
+        for o in c.outputs
+        if "text/html" in o.get("data", {}) and "<iframe" not in o["data"]["text/html"]
+    ]
+    boxes = "".join(f'<div class="output" style="width:980px;margin:8px">{h}</div>' for h in shown)
+    page_file = tmp_path / "outputs.html"
+    page_file.write_text(f"<!doctype html><meta charset='utf-8'><body>{boxes}<i id='end'></i></body>")
+    with browser_page(page_file.as_uri()) as (page, events):
+        page.wait_for_selector("#end", state="attached")
+        wide = page.evaluate(
+            """() => [...document.querySelectorAll('.output')].filter(o => o.scrollWidth > o.clientWidth + 1)
+                 .map(o => o.innerText.slice(0, 80))"""
+        )
+        cards = page.evaluate("() => document.querySelectorAll('.output .attnroute').length")
+        # a card clips what overflows it: nothing may (a wide table scrolls inside its own box)
+        clipped = page.evaluate(
+            """() => [...document.querySelectorAll('.attnroute')].filter(c => c.scrollWidth > c.clientWidth + 1)
+                 .map(c => c.innerText.slice(0, 80))"""
+        )
+    assert wide == [] and clipped == [] and cards >= 5
+    assert events["errors"] == [] and all(u.startswith("file:") for u in events["requests"])
