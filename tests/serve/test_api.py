@@ -226,3 +226,16 @@ def test_the_pairs_circuit_and_one_edge_path_patched_are_the_librarys(client, sm
     assert abs(p["exact"] - want["exact"]) <= 1e-5 * max(1.0, abs(want["exact"]))
     bad = post(client, "/api/path", {**pair, "edge": "L1.H0>nowhere"})
     assert bad.status_code == 400 and "SENDER>RECEIVER" in bad.json()["error"]
+
+
+def test_a_routes_estimated_effect_in_every_head_is_route_attributions(client, smollm2):
+    """The token card's on-demand effect of one route in every head equals route attribution's estimate
+    of that route (metric p(target) at the last position), and its weight the head's own."""
+    top = ar.route_attribution(smollm2, TEXT, metric="prob", answer=" Maya", top=12, verify=0).to_dict()["routes"]
+    r = top[0]
+    got = post(client, "/api/effect", {"text": TEXT, "query": r["query"], "key": r["key"], "target": " Maya"}).json()
+    assert got["metric"] == "p(' Maya')"
+    est, w = got["estimate"][r["layer"]][r["head"]], got["weights"][r["layer"]][r["head"]]
+    assert est == pytest.approx(r["estimate"], rel=2e-3, abs=1e-6) and w == pytest.approx(r["weight"], rel=2e-3)
+    later = post(client, "/api/effect", {"text": TEXT, "query": 2, "key": 5, "target": " Maya"})
+    assert later.status_code == 400 and "no such route" in later.json()["error"]

@@ -231,6 +231,9 @@ def test_a_route_in_every_head_a_cut_drawn_as_cut_and_lines_hit_by_their_nearest
         # the named head is the one whose weight on she → Maya is largest: read every head's row from the API
         weights = page.evaluate(WEIGHTS.replace("SHE", str(she)).replace("MAYA", str(maya)))
         assert max(range(len(weights)), key=weights.__getitem__) == layer * 9 + head
+        page.click("#token-effect")  # on demand: each head's estimated effect of cutting she → Maya
+        wait_until(page, "document.getElementById('token-best').dataset.kind === 'effect'", 60)
+        assert "estimated Δ p(" in page.text_content("#token-legend") + page.text_content("#token-best")
 
         page.click(f"#grid rect.cell[data-layer='{layer}'][data-head='{head}']")
         sel = f".panel[data-head='{layer}.{head}'] svg.links"

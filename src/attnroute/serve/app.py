@@ -91,6 +91,7 @@ CALLS = {
     "report": ("report", ("text", "cuts", "heads", "token", "target")),
     "why": ("why", ("text", "layer", "head", "query", "key")),
     "circuit": ("circuit", ("clean", "corrupt", "answer", "wrong")),
+    "effect": ("effect", ("text", "query", "key", "target")),
     "path": ("path", ("clean", "corrupt", "answer", "wrong", "edge")),
 }
 OPTIONAL = {"target", "cuts", "heads", "token"}

@@ -29,6 +29,7 @@ import torch
 from ..engine import KnockoutEdges, ZeroHead
 from ..errors import InputError
 from ..models import LoadedModel
+from ..read.adapter import routed
 from ..read.capture import capture_weights, sink_positions
 from ..read.heads import DEFAULT_TEXT, Reuse, read_heads, reusable
 from ..read.stimuli import encode_text, tokens_of
@@ -165,6 +166,48 @@ class Explorer:
         out = np.stack([k[:, 0] for k in kept])  # (L, H, T)
         into = np.stack([k[:, 1] for k in kept])
         return {"index": index, "out": head_payload(out.reshape(-1, T)), "into": head_payload(into.reshape(-1, T))}
+
+    def effect(self, text: str, query, key, target, job) -> dict:
+        """The route query → key in every head: its weight A_ij, and the estimated change of p(target) at the
+        last position were it cut (the row renormalized: o_i moves by A_ij (o_i − v_j) / (1 − A_ij), read by
+        the gradient at the head's output — route attribution's estimate, for this one route): [L][H] each."""
+        st = self.state(text, job)
+        T = st.ids.shape[1]
+        i, j = in_range(query, "query", T, POSITION), in_range(key, "key", T, POSITION)
+        if self.loaded.causal and j > i:
+            raise RequestError(400, f"key {j} comes after query {i}: a causal model has no such route")
+        tid = self.target_id(target, st.clean)
+        job.say(f"route {i} → {j}: its weight and estimated effect in every head", 0, 1)
+        weights = np.stack(capture_weights(self.loaded, st.ids, select=lambda l, w: w[:, i, j].numpy()))  # (L, H)
+        dO, o, v = self._row_gradients(st.ids, i, j, tid)
+        G = self.loaded.n_heads // self.loaded.n_kv_heads
+        kv = torch.arange(self.loaded.n_heads) // G
+        A = torch.from_numpy(weights).double()
+        shift = (dO * (o - v[:, kv])).sum(-1)  # (L, H): dO_i · (o_i − v_j)
+        est = torch.where(A < 1, A / (1 - A).clamp_min(1e-12), torch.zeros_like(A)) * shift
+        name = f"p({self.loaded.tokenizer.decode([tid])!r})"
+        rows = lambda a: [_round(r) for r in a]  # noqa: E731  ([L][H], 4 significant digits)
+        return {"query": i, "key": j, "metric": name, "weights": rows(weights), "estimate": rows(est.numpy())}
+
+    def _row_gradients(self, ids, i: int, j: int, tid: int):
+        """Per layer: ∂p(target)/∂o_i at every head's output row i, o_i, and v_j per kv head (float64)."""
+        kept: dict = {}
+
+        def before(layer, module, q, k, v):
+            kept[(layer, "v")] = v[0, :, j].detach().double()
+
+        def after(layer, out):
+            out.retain_grad()
+            kept[(layer, "o")] = out
+            return out
+
+        with torch.enable_grad(), routed(self.loaded, before_attend=[before], after_attend=[after]):
+            logits = self.loaded.model(input_ids=ids).logits[0, -1]
+            torch.softmax(logits.float(), -1)[tid].backward()
+        L = self.loaded.n_layers
+        dO = torch.stack([kept[(l, "o")].grad[0, :, i].double() for l in range(L)])
+        o = torch.stack([kept[(l, "o")][0, :, i].detach().double() for l in range(L)])
+        return dO, o, torch.stack([kept[(l, "v")] for l in range(L)])
 
     # ---------------------------------------------------------------- cuts
     def interventions(self, cuts, T: int) -> list:

@@ -154,11 +154,14 @@ async function drawTokenView() {
   const P = await api("token", {text: S.text, index: i}), rows = AR.payloadMatrix(out ? P.out : P.into);
   const vec = (l, h) => rows.subarray((l * INFO.heads + h) * T, (l * INFO.heads + h + 1) * T);
   const sinks = new Set(G.sinkKeys);
-  const value = (l, h) => { const v = vec(l, h); if (key !== null) return v[key]; let best = 0, s = 0, n = 0;
+  const fx = key !== null && S.effect && S.effect.query === i && S.effect.key === key && S.effect.text === S.text ? S.effect : null;
+  const value = (l, h) => { const v = vec(l, h); if (fx) return fx.estimate[l][h]; if (key !== null) return v[key];
+    let best = 0, s = 0, n = 0;
     for (let j = 0; j < T; j++) { if (j === i) continue;
       if (out) { if (!sinks.has(j) && v[j] > best) best = v[j]; } else if (j > i || INFO.kind !== "causal") { s += v[j]; n++; } }
     return out ? best : (n ? s / n : 0); };
-  const name = key !== null ? `weight of the route ${i} “${G.tokens[i]}” → ${key} “${G.tokens[key]}”` :
+  const name = fx ? `estimated Δ ${fx.metric} if ${i} → ${key} is cut (first order, the row renormalized)` :
+    key !== null ? `weight of the route ${i} “${G.tokens[i]}” → ${key} “${G.tokens[key]}”` :
     out ? "largest weight to another non-sink key" : "mean weight from the queries that see it";
   $("token-title").textContent = key !== null ? `The route ${i} “${G.tokens[i]}” → ${key} “${G.tokens[key]}” in every head` :
     `Token ${i} “${G.tokens[i]}”: its routes ${out ? "out" : "in"} in every head`;
@@ -167,15 +170,21 @@ async function drawTokenView() {
   const range = AR.grid($("token-grid"), G, {metric: "entropy", cellValue: value, valueName: name, from: a, to: b,
     selected: [S.tokenHead], onClick: (l, h) => { S.tokenHead = [l, h]; saveState(); drawTokenView(); }});
   AR.gridLegend($("token-legend"), G, "entropy", range, name);
-  if (key !== null) { let best = [0, 0], bv = -1;  // the head that routes it most, said in words
-    for (let l = a; l <= b; l++) for (let h = 0; h < INFO.heads; h++) if (value(l, h) > bv) { bv = value(l, h); best = [l, h]; }
-    $("token-best").textContent = `most: L${best[0]}.H${best[1]} (${bv.toFixed(3)})`; $("token-best").dataset.head = `${best[0]}.${best[1]}`; }
+  $("token-effect").hidden = key === null || !!fx;
+  if (key !== null) { let best = [0, 0], bv = -1;  // the head that routes it most (or moves the target most), in words
+    const size = (l, h) => fx ? Math.abs(value(l, h)) : value(l, h);
+    for (let l = a; l <= b; l++) for (let h = 0; h < INFO.heads; h++) if (size(l, h) > bv) { bv = size(l, h); best = [l, h]; }
+    $("token-best").textContent = `most: L${best[0]}.H${best[1]} (${value(best[0], best[1]).toFixed(4)}${fx ? ", estimated Δ " + fx.metric : ""})`;
+    $("token-best").dataset.head = `${best[0]}.${best[1]}`; $("token-best").dataset.kind = fx ? "effect" : "weight"; }
   else { $("token-best").textContent = ""; delete $("token-best").dataset.head; }
   const [l, h] = S.tokenHead;
   $("token-shade-label").textContent = `the text shaded by L${l}.H${h}'s routes ${out ? "out of" : "into"} token ${i}`;
   AR.tokenText($("token-shade"), G.tokens, Array.from(vec(l, h)), {focus: i, key: key, onToken: j => { S.token = j; S.key = null; saveState(); drawTokenView(); }});
   $("token-card").dataset.token = String(i); $("token-card").dataset.key = key === null ? "" : String(key);
 }
+$("token-effect").addEventListener("click", async () => {
+  const r = await api("effect", {text: S.text, query: S.token, key: S.key, target: S.target || null});
+  S.effect = Object.assign(r, {text: S.text}); drawTokenView(); });
 $("token-dir").addEventListener("change", () => { S.dir = $("token-dir").value; saveState(); drawTokenView(); });
 
 // ------------------------------------------------------------------ save as report (the offline page)
