@@ -39,6 +39,9 @@ def _adds_up(r: dict) -> None:
         ("gpt_oss", "L1.H3", "11", "9"),  # sinks, output-projection biases
         ("t5", "E1.H2", "7", "2"),  # an encoder's relative position bias
         ("t5", "L1.xH1", "0", "4"),  # cross-attention: query side in the decoder, key side in the encoder
+        ("bert", "E1.H2", "7", "2"),  # post-LN, absolute positions: components carried through frozen LNs
+        ("bart", "L1.xH1", "0", "4"),  # post-LN cross-attention: the key side is the encoder's output, split
+        ("bart", "E1.H0", "5", "3"),
     ],
 )
 def test_the_pairs_add_up_to_the_score(arch, head, query, key, tmp_path):
@@ -49,10 +52,13 @@ def test_the_pairs_add_up_to_the_score(arch, head, query, key, tmp_path):
     assert r["pairs"][0]["query_side"]["position"] == int(query) and r["pairs"][0]["key_side"]["position"] == int(key)
     if arch == "gemma2":
         assert r["meta"]["softcap"] and r["meta"]["softcap"] > 0
-    if head == "E1.H2":
+    if arch == "t5" and head == "E1.H2":
         assert r["meta"]["position_bias"] and r["totals"]["position_bias"] != 0
+    if arch == "bert":  # absolute positions live in the embeddings: no position bias in the score
+        assert not r["meta"]["position_bias"] and "position_bias" not in r["totals"]
     if "xH" in head:  # the key side is the encoder's
         assert {t["component"].get("stream") for t in r["totals"]["key_side"]} <= {"encoder", None}
+        assert any(t["component"]["label"].startswith("E") for t in r["totals"]["key_side"])
 
 
 def test_one_pair_against_the_definition(tmp_path):
@@ -111,8 +117,8 @@ def test_masked_routes_and_bad_heads_are_refused(tmp_path):
         ar.why(loaded, TEXT, head="L1.H0", query="3", key="5")  # a key after its query
     with pytest.raises(InputError, match="2 layers × 4 heads"):
         ar.why(loaded, TEXT, head="L5.H0", query="3", key="2")
-    with pytest.raises(InputError, match="post-LN"):
-        ar.why(load(str(build("bert", tmp_path / "b"))), TEXT, head="E1.H0", query="3", key="2")
+    with pytest.raises(InputError, match="2 layers × 4 heads"):
+        ar.why(load(str(build("bert", tmp_path / "b"))), TEXT, head="E2.H0", query="3", key="2")
 
 
 @pytest.mark.parametrize(

@@ -37,8 +37,9 @@ class Side:
     ``parts`` [C + 1, P, D]: each sender's contribution, then the biases' (the norm's β, projection biases);
     ``senders``: the graph's sender indices of the first C rows; ``positions``: the P positions."""
 
-    def __init__(self, parts: torch.Tensor, senders: list[int], positions: list[int], sliced: bool):
+    def __init__(self, parts, senders: list[int], positions: list[int], sliced: bool, components=None):
         self.parts, self.senders, self.positions, self.sliced = parts, senders, positions, sliced
+        self.components = components  # dicts (kind, layer, head, stream[, attention]) where there is no graph
 
 
 def split_side(run, receiver: int, positions: list[int], actual: torch.Tensor) -> Side:

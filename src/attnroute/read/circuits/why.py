@@ -15,6 +15,7 @@ Over routes: every route's terms averaged (the table), the largest per-route dif
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -33,8 +34,9 @@ from ..ground.batches import batch_of, no_cache
 from ..ground.positions import resolve_positions
 from ..stimuli import encode_text, tokens_of
 from .graph import Graph
-from .layout import discover
-from .qk import TOL, record_qk_norms, split_side
+from .layout import CircuitUnsupported, discover, stacks
+from .postln import PostLNStream, side_parts
+from .qk import TOL, Side, record_qk_norms, split_side
 from .stream import Forward
 
 ROUTES_MAX = 4096  # routes averaged in one call
@@ -112,7 +114,12 @@ def why(model=None, text: str | None = None, *, settings: WhySettings | None = N
     ids, _ = encode_text(loaded.tokenizer, s.text, None, add_bos=loaded.causal)
     loaded.fit(ids.shape[1], "text", "the text")
     say("stage", f"why {s.head} attends where it does: one forward, then its query and key split")
-    layout = discover(loaded, ids[:, :DISCOVER])
+    try:
+        layout = discover(loaded, ids[:, :DISCOVER])
+    except CircuitUnsupported as e:
+        if "post-LN" not in str(e):
+            raise
+        return _why_post_ln(loaded, s, ids, listed)
     graph = Graph(layout)
     rq, rk, a = _receivers(graph, layout, s.head)
     run = Recorded(loaded, layout, graph, ids, a.layer)
@@ -124,6 +131,44 @@ def why(model=None, text: str | None = None, *, settings: WhySettings | None = N
     return _result(loaded, s, run, routes, said, qs, ks, (h, kvh))
 
 
+def _why_post_ln(loaded, s: WhySettings, ids, listed) -> WhyResult:
+    """A post-LN model (BERT, BART): the components carried through every LayerNorm frozen (postln.py)."""
+    side, layer, cross, h = HEAD.fullmatch(s.head).groups()
+    layer, h = int(layer), int(h)
+    stream = "encoder" if side == "E" else "decoder"
+    found = dict(stacks(loaded))
+    if stream not in found or layer >= len(found[stream]) or h >= loaded.n_heads:
+        n = len(found.get(stream, []))
+        raise InputError(f"head {s.head}: this model's {stream} has {n} layers × {loaded.n_heads} heads", field="head")
+    index = {id(m): i for i, m in enumerate(loaded.attention_modules)}
+    attns = [m for m in found[stream][layer].modules() if id(m) in index]
+    kinds = [loaded.attention_kinds[index[id(m)]] for m in attns]
+    module = next((m for m, k in zip(attns, kinds, strict=True) if (k == "cross") == bool(cross)), None)
+    if module is None:
+        raise InputError(f"head {s.head}: layer {layer} has no {'cross-' if cross else ''}attention", field="head")
+    g = index[id(module)]
+    run = Recorded(loaded, None, None, ids, g)
+    kvh = h // (loaded.n_heads // loaded.n_kv_heads)
+    routes, said = _routes(s, loaded, ids, run, h, listed)
+    split = PostLNStream(loaded, ids)
+    sides = []
+    for channel, unit, positions, actual in (
+        ("q", h, sorted({i for i, _ in routes}), run.q[0, h]),
+        ("k", kvh, sorted({j for _, j in routes}), run.k[0, kvh]),
+    ):
+        read = "kv" if cross and channel == "k" else "x"
+        parts, comps = side_parts(split, module, g, read, unit, channel, positions)
+        _check_side(parts, actual[positions], f"{s.head}'s {channel}")
+        sides.append(Side(parts, [], positions, False, components=comps))
+    return _result(loaded, s, run, routes, said, sides[0], sides[1], (h, kvh))
+
+
+def _check_side(parts: torch.Tensor, actual: torch.Tensor, what: str) -> None:
+    gap = float((parts.sum(0) - actual.double()).abs().max())
+    if gap > TOL * max(1.0, float(actual.abs().max())):
+        raise CircuitUnsupported(f"{what} split into components misses the model's own by {gap:.3g}")
+
+
 class _Enough(Exception):
     """Ends the recorded forward at the head's attention call."""
 
@@ -133,7 +178,7 @@ class Recorded:
     outputs, and at the head's layer the q and k the model attended with, its mask and engine arguments."""
 
     def __init__(self, loaded, layout, graph, ids: torch.Tensor, layer: int):
-        self.layout, self.graph, self.ids = layout, graph, ids
+        self.loaded, self.layout, self.graph, self.ids = loaded, layout, graph, ids
         got: dict = {}
 
         def before(lyr, module, q, k, v):
@@ -146,8 +191,9 @@ class Recorded:
                 raise _Enough  # nothing after the head's attention call is read
 
         self.qk_norms, hooks = record_qk_norms(loaded.attention_modules)
+        fw = Forward(layout, graph) if layout is not None else contextlib.nullcontext()
         try:
-            with torch.no_grad(), Forward(layout, graph) as fw:
+            with torch.no_grad(), fw:
                 with routed(loaded, before_attend=[before], on_attend=[on]):  # any kernel: nothing is edited
                     loaded.model(**batch_of(loaded, ids), **no_cache(loaded))
         except _Enough:
@@ -155,7 +201,7 @@ class Recorded:
         finally:
             for hook in hooks:
                 hook.remove()
-        self.rec = fw.rec
+        self.rec = fw.rec if layout is not None else {}
         self.q, self.k, self.mask, self.args = got["q"], got["k"], got["mask"], got["args"]
         self.scale = self.args.get("scale") or self.q.shape[-1] ** -0.5
 
@@ -285,13 +331,13 @@ def _result(loaded, s: WhySettings, run: Recorded, routes, said: str, qs, ks, he
         raise InputError(msg, field="head")
     bias_term = float((bias * factor).mean())
     single = len(routes) == 1
-    qc = _components(run, qs.senders, routes[0][0] if single else None)
-    kc = _components(run, ks.senders, routes[0][1] if single else None)
+    qc = _components(run, qs, routes[0][0] if single else None)
+    kc = _components(run, ks, routes[0][1] if single else None)
     pairs = _pairs(terms, qc, kc, s.top, bias_term)
     totals = {"query_side": _totals(terms.sum(1), qc), "key_side": _totals(terms.sum(0), kc)}
     if bias_term:
         totals["position_bias"] = bias_term
-    seq2seq = len(run.layout.streams) > 1
+    seq2seq = run.loaded.seq2seq
     meta = WhyMeta(
         head=s.head,
         layer=int(HEAD.fullmatch(s.head).group(2)),
@@ -309,16 +355,30 @@ def _result(loaded, s: WhySettings, run: Recorded, routes, said: str, qs, ks, he
     return WhyResult(loaded.name, meta, float(actual.mean()), float(terms.sum()) + bias_term, pairs, totals)
 
 
-def _components(run: Recorded, senders: list[int], position: int | None) -> list[dict]:
+def _components(run: Recorded, side: Side, position: int | None) -> list[dict]:
     """The side's components as the JSON names them: each sender, then the biases."""
-    seq2seq = len(run.layout.streams) > 1
+    seq2seq = run.loaded.seq2seq
     out = []
-    for x in senders:
-        c = run.graph.senders[x]
-        d = {"kind": c.kind, "layer": c.layer, "head": c.head, "position": position, "label": c.label()}
-        out.append({**d, "stream": c.stream} if seq2seq else d)
+    for c in side.components or [_as_dict(run.graph.senders[x]) for x in side.senders]:
+        d = {"kind": c["kind"], "layer": c["layer"], "head": c["head"], "position": position, "label": _label(c)}
+        out.append({**d, "stream": c["stream"]} if seq2seq else d)
     out.append({"kind": "bias", "layer": None, "head": None, "position": position, "label": "bias"})
     return out
+
+
+def _as_dict(c) -> dict:
+    return {"kind": c.kind, "layer": c.layer, "head": c.head, "stream": c.stream, "attention": c.attention}
+
+
+def _label(c: dict) -> str:
+    """As the circuits name senders: embed (enc.embed), L5.H1 / E2.H0 / L3.xH2, L5.MLP / E2.MLP."""
+    enc = c.get("stream") == "encoder"
+    if c["kind"] == "embed":
+        return "enc.embed" if enc else "embed"
+    where = f"{'E' if enc else 'L'}{c['layer']}"
+    if c["kind"] == "mlp":
+        return f"{where}.MLP"
+    return f"{where}.{'x' if c.get('attention') == 'cross' else ''}H{c['head']}"
 
 
 def _pairs(terms: torch.Tensor, qc: list[dict], kc: list[dict], top: int, bias_term: float) -> list[dict]:
