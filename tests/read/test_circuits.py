@@ -298,7 +298,7 @@ def test_the_qk_fix_goes_to_the_layers_whose_whole_input_matters_most(tmp_path, 
     (layer,) = run.qk_fixed
     grad = GradPass(run, {})
     size = {}
-    with qkfix.routed(run.loaded, impl="eager"):
+    with qkfix.routed(run.loaded, impl="eager"), torch.no_grad():
         for b in run.layout.blocks:
             size[b.attn.layer] = max(float(e.mean(1).abs().max()) for e in qkfix._effects(run, grad, b, None).values())
     assert layer == max(size, key=size.get)

@@ -252,4 +252,5 @@ def test_a_route_in_every_head_a_cut_drawn_as_cut_and_lines_hit_by_their_nearest
         page.keyboard.up("Alt")
         wait_until(page, f"document.getElementById('why-card').dataset.route === '{layer}.{head}.{q}.{k}'", 60)
         assert page.locator("#why-pairs tr").count() == 13 and "difference" in page.text_content("#why-sum")
+        assert page.locator("#why-graph line.why-pair").count() == 12  # the pairs drawn as a graph too
     assert events["errors"] == []

@@ -110,6 +110,19 @@ async function showWhy(l, h, q, k) {
   for (const c of ["query side (at " + q + ")", "key side (at " + k + ")", "term (score units)"]) html("th", {}, hd, c);
   for (const p of r.pairs) { const tr = html("tr", {}, t); html("td", {}, tr, p.query_side.label);
     html("td", {}, tr, p.key_side.label); html("td", {class: "num"}, tr, (p.term >= 0 ? "+" : "") + p.term.toFixed(4)); }
+  whyGraph($("why-graph"), r.pairs);
+}
+// the pairs as a graph: query-side components left, key-side right, a line per pair (red adds, blue takes away)
+function whyGraph(svg, pairs) {
+  const left = [...new Set(pairs.map(p => p.query_side.label))], right = [...new Set(pairs.map(p => p.key_side.label))];
+  const rowH = 18, n = Math.max(left.length, right.length), w = 360, big = Math.max(1e-12, ...pairs.map(p => Math.abs(p.term)));
+  svg.innerHTML = ""; svg.setAttribute("width", w); svg.setAttribute("height", n * rowH + 30);
+  AR.txt(svg, 70, 12, "query side", {"text-anchor": "middle"}); AR.txt(svg, w - 70, 12, "key side", {"text-anchor": "middle"});
+  for (const p of pairs) { const y1 = 28 + left.indexOf(p.query_side.label) * rowH, y2 = 28 + right.indexOf(p.key_side.label) * rowH;
+    AR.el("line", {x1: 110, y1: y1 - 4, x2: w - 110, y2: y2 - 4, stroke: p.term > 0 ? "#d62728" : "#1f77b4",
+      "stroke-width": 0.5 + 5 * Math.abs(p.term) / big, "stroke-opacity": 0.75, class: "why-pair"}, svg); }
+  left.forEach((s, i) => AR.txt(svg, 106, 28 + i * rowH, s, {"text-anchor": "end"}));
+  right.forEach((s, i) => AR.txt(svg, w - 106, 28 + i * rowH, s));
 }
 
 // ------------------------------------------------------------------ cuts: the answer before and after
