@@ -153,6 +153,8 @@ def test_prompt_pair_mode_patches_and_verifies_a_route(smollm2_server):
         page.wait_for_selector("body[data-pair='1']", state="attached", timeout=240_000)
         assert page.locator("#patch-head rect.cell").count() == 30 * 9
         assert page.locator("#patch-qkv svg").count() == 3
+        titles = page.eval_on_selector_all("#patch-qkv svg", "els => els.map(e => e.querySelector('text').textContent)")
+        assert titles == ["query head", "kv head", "kv head"]  # k and v grids are over kv heads
         rows = page.locator("#routes tr[data-route]")
         assert rows.count() == 20
         verified = float(rows.nth(0).locator("td.exact").text_content())  # the route table's own exact knockout

@@ -68,7 +68,7 @@ const AR = (() => {
     const from = opts.from || 0, to = Math.min(G.layers - 1, opts.to === undefined ? G.layers - 1 : opts.to);
     const n = to - from + 1, c = Math.max(10, Math.min(22, Math.floor(420 / Math.max(n, G.heads))));
     const left = 52, top = 26; svg.setAttribute("width", left + G.heads * c + 10); svg.setAttribute("height", top + n * c + 30);
-    txt(svg, left + G.heads * c / 2, 12, "query head", {"text-anchor": "middle"});
+    txt(svg, left + G.heads * c / 2, 12, G.unit === "KV" ? "kv head" : "query head", {"text-anchor": "middle"});
     txt(svg, 12, top + n * c / 2, "layer", {"transform": `rotate(-90 12 ${top + n * c / 2})`, "text-anchor": "middle"});
     const m = opts.metric || "role", value = opts.cellValue || ((l, h) => G.columns[m][l][h]);
     let lo = 0, hi = 1;
