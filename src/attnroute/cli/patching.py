@@ -177,6 +177,7 @@ def why(args) -> int:
     if later_rank():
         return 0
     say(f"tokens: {tokens_line(result['meta']['tokens'])}")
+    say(f"routes: {result['meta']['said']}")
     out = tables(args.json)
     for t in why_tables(result):
         out.print(t)

@@ -21,7 +21,7 @@ def _name(c: dict) -> str:
 
 def why_tables(result: dict) -> list[Table]:
     m = result["meta"]
-    t = Table(title=f"why {m['head']} attends where it does: {m['said']}")
+    t = Table(title=f"why {m['head']} attends where it does")
     for col in ("query side", "key side", "term"):
         t.add_column(col, justify="right" if col == "term" else "left")
     for p in result["pairs"]:
@@ -31,7 +31,7 @@ def why_tables(result: dict) -> list[Table]:
         f"score {result['score']:+.4f} (scale {m['scale']:.4g}{cap}) = Σ of every pair {result['sum']:+.4f}; "
         f"difference {result['difference']:+.2e}"
     )
-    sides = Table(title="totals per component (a side's component summed over the other side)")
+    sides = Table(title="each component summed over the other side")
     for col in ("query side", "total", "key side", "total "):
         sides.add_column(col, justify="right" if col.startswith("total") else "left")
     q, k = result["totals"]["query_side"], result["totals"]["key_side"]
