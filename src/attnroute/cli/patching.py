@@ -171,11 +171,15 @@ def why(args) -> int:
 
     with read_progress() as progress:
         result = run(settings=settings, progress=progress).to_dict()
+    return 0 if later_rank() else show_why(result, args)
+
+
+def show_why(result: dict, args) -> int:
+    """The tokens and routes said, the tables; the JSON, then the figure."""
+    from ..show.sections import figure as png_bytes
     from ..show.text import tokens_line
     from ..show.why import why_tables
 
-    if later_rank():
-        return 0
     say(f"tokens: {tokens_line(result['meta']['tokens'])}")
     say(f"routes: {result['meta']['said']}")
     out = tables(args.json)
@@ -183,8 +187,6 @@ def why(args) -> int:
         out.print(t)
     emit_json(result, args.json)
     if args.plot:
-        from ..show.sections import figure as png_bytes
-
         deliver(args.plot, "plot", png_bytes(result))
     return 0
 
