@@ -19,7 +19,6 @@ layer, so the two give the same numbers (tested to 1e-6). A cut of a head is Zer
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
@@ -34,12 +33,12 @@ from ..read.capture import capture_weights, sink_positions
 from ..read.heads import DEFAULT_TEXT, Reuse, read_heads, reusable
 from ..read.stimuli import encode_text, tokens_of
 from ..settings import SERVE_TOKENS, SETTLE_FIRST, HeadsSettings, integer
+from ..settings.patching import edge_labels
 from ..show.explorer import saved_page, text_grid
 from ..show.weights import head_payload
 from .errors import RequestError
 
 CIRCUIT_SHOWN = 40  # edges the page's circuit graph draws (the strongest by exact, else estimate)
-EDGE = re.compile(r"(embed|L\d+\.(?:MLP|H\d+))>(logits|L\d+\.(?:MLP|H\d+|KV\d+))(?:\.([qkv]))?")
 
 TOP = 5  # next tokens shown before and after a cut
 MAX_CUTS = 64
@@ -345,10 +344,13 @@ class Explorer:
         from ..read.circuits import path_patch
 
         f = self._pair_fields(clean, corrupt, answer, wrong)
-        m = EDGE.fullmatch(edge) if isinstance(edge, str) else None
-        if m is None:
-            raise RequestError(400, f"edge: expected SENDER>RECEIVER as the circuit names it, got {edge!r}")
-        sender, receiver, channel = m.group(1), m.group(2), m.group(3)
+        try:
+            ((sender, receiver),) = edge_labels(edge if isinstance(edge, str) else [edge])  # circuit's own parser
+        except InputError as e:
+            raise RequestError(400, str(e)) from None
+        channel = None
+        if receiver.endswith((".q", ".k", ".v")):
+            receiver, channel = receiver[:-2], receiver[-1]
         job.say(f"path patching {edge}", 0, 1)
         try:
             r = path_patch(self.loaded, sender=sender, receiver=receiver, channel=channel, **f).to_dict()

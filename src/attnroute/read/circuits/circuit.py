@@ -520,7 +520,7 @@ def with_composition(loaded, layout, rows: list[dict]) -> None:
     """Each head → head edge of one stream's self-attention gets ``composition``: the weight-only Q-, K- or
     V-composition score of its channel (composition.py); for a kv head's k or v, the largest over the query
     heads that read it. Every other edge gets None."""
-    mats = head_matrices(loaded)
+    mats = head_matrices(loaded, layout)
     scores, stream = scores_of(mats), mats["stream"]
     G = layout.heads // max(1, layout.kv_heads)
     for row in rows:

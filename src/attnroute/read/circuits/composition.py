@@ -118,10 +118,11 @@ def composition(model=None, *, settings: CompositionSettings | None = None, prog
 
 
 @torch.no_grad()
-def head_matrices(loaded) -> dict:
-    """Per layer of the last stream: q [H, D, d], k [Hkv, D, d], v [Hkv, Dv, d], o [H, d, Dv] (float64)."""
+def head_matrices(loaded, layout=None) -> dict:
+    """Per layer of the last stream: q [H, D, d], k [Hkv, D, d], v [Hkv, Dv, d], o [H, d, Dv] (float64).
+    ``layout``: the model's, when the caller has found it already."""
     ids, _ = encode_text(loaded.tokenizer, PROBE, None, add_bos=loaded.causal)
-    layout = discover(loaded, ids)
+    layout = layout or discover(loaded, ids)
     graph = Graph(layout)
     norms, hooks = record_qk_norms(loaded.attention_modules)
     try:
