@@ -68,6 +68,18 @@ class LoadedModel:
     def seq2seq(self) -> bool:
         return self.kind == "seq2seq"
 
+    @property
+    def audio(self) -> bool:
+        """The encoder reads log-mel features (Whisper), not tokens: the text is the decoder's."""
+        return getattr(self.model, "main_input_name", "input_ids") == "input_features"
+
+    def mode(self, layer: int) -> str:
+        """The attention mode of ``layer``: encoder (bidirectional self), decoder (causal self) or cross."""
+        kind = self.attention_kinds[layer] if self.attention_kinds else "self"
+        if kind == "self":
+            return "decoder" if self.causal else "encoder"
+        return {"decoder-self": "decoder", "cross": "cross"}[kind]
+
     def stream_layer(self, layer: int) -> int:
         """The index of ``layer`` among the layers of its own attention kind (encoder layer 0, cross layer 0 …)."""
         return self.attention_kinds[:layer].count(self.attention_kinds[layer])
@@ -103,7 +115,8 @@ class LoadedModel:
     def max_positions(self) -> int:
         """Tokens the model can take: its position table's size less any offset the table reserves
         (RoBERTa-style learned positions start at padding_idx + 1, so 514 entries hold 512 tokens)."""
-        n = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        cfg = self.model.config  # Whisper: the decoder's table (the encoder always takes 1,500 frames)
+        n = int(getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "max_target_positions", 0) or 0)
         for name, module in self.model.named_modules():
             if name.endswith("position_embeddings") and isinstance(module, torch.nn.Embedding):
                 if module.padding_idx is not None:
@@ -134,9 +147,11 @@ def load(name_or_path: str, progress=None) -> LoadedModel:
     say = progress or (lambda msg: None)
     quiet_transformers()
     if name_or_path in MODELS:
-        path = package_dir(MODELS[name_or_path].package) / MODELS[name_or_path].path
-        loaded = _load_gguf_cached(path, say) if path.suffix == ".gguf" else _load_dir(path, say)
-        return _finish(loaded, name_or_path)
+        try:
+            path = model_path(name_or_path)
+        except InputError as e:
+            raise ModelLoadError(str(e)) from None
+        return _finish(_load_path(path, say), name_or_path)
     path = Path(name_or_path)
     if not path.exists() and HUB_ID.match(name_or_path) and not name_or_path.endswith(".gguf"):
         return _finish(_load_dir(hub_snapshot(name_or_path, say), say), name_or_path)
@@ -147,12 +162,10 @@ def load(name_or_path: str, progress=None) -> LoadedModel:
                 "a model directory, a .gguf file or a hub id org/name"
             )
         raise ModelLoadError(f"no such file or directory: {name_or_path}")
-    if path.suffix.lower() in PICKLE_SUFFIXES:
+    if path.suffix.lower() in PICKLE_SUFFIXES and not is_ct2(path):
         raise ModelLoadError(_pickle_refusal(path))
-    if path.suffix.lower() == ".gguf":
-        return _finish(_load_gguf_cached(path, say), path.name)
-    if path.is_dir():
-        return _finish(_load_dir(path, say), path.name)
+    if path.suffix.lower() == ".gguf" or path.is_dir() or is_ct2(path):
+        return _finish(_load_path(path, say), path.name)
     raise ModelLoadError(
         f"{path} is not a model: expected a directory with config.json and safetensors, or a .gguf file"
     )
@@ -285,6 +298,8 @@ def model_kind(config) -> str:
     from transformers.models.auto import modeling_auto as auto
 
     mt = config.model_type
+    if mt == "whisper":  # speech in, text out: read with audio input (attnroute.audio)
+        return "seq2seq"
     for registry, takes in NON_TEXT.items():
         if mt in getattr(auto, registry, {}):
             raise ModelLoadError(
@@ -335,6 +350,8 @@ def _load_dir(path: Path, say):
     check_size(path, config, tensors)  # before anything is built: a config can ask for 100,000 layers
     kind = model_kind(config)
     cls = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "encoder": AutoModel}[kind]
+    if config.model_type == "whisper":
+        from transformers import AutoModelForSpeechSeq2Seq as cls
     try:
         model, info = cls.from_pretrained(
             path, use_safetensors=True, trust_remote_code=False, dtype=torch.float32, output_loading_info=True
@@ -500,9 +517,12 @@ def write_cache(target: Path, model, tokenizer, say) -> None:
         if target.exists() and not (target / "attnroute-complete").exists():
             shutil.rmtree(target, ignore_errors=True)  # a partial entry an older attnroute left in place
         staging.mkdir(parents=True, exist_ok=True)
-        tied = bool(getattr(model.config, "tie_word_embeddings", False))
-        state = {k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
-        save_file(state, str(staging / "model.safetensors"))  # the tied lm_head is re-tied on load
+        state, seen = {}, set()
+        for k, v in model.state_dict().items():  # a tied output head (lm_head, proj_out) shares its storage
+            if v.data_ptr() not in seen:
+                seen.add(v.data_ptr())
+                state[k] = v.contiguous()
+        save_file(state, str(staging / "model.safetensors"))  # the tied head is re-tied on load
         cfg = model.config.to_dict()
         cfg.pop("quantization_config", None)
         cfg["architectures"] = [type(model).__name__]
@@ -517,6 +537,48 @@ def write_cache(target: Path, model, tokenizer, say) -> None:
         say(f"could not write the cache {target}: {e}")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _load_path(path: Path, say):
+    """(model, tokenizer, kind) from a .gguf file, a CTranslate2 folder (or its model.bin) or a model directory."""
+    if path.suffix.lower() == ".gguf":
+        return _load_gguf_cached(path, say)
+    if is_ct2(path):
+        return _load_ct2_cached(path.parent if path.is_file() else path, say)
+    return _load_dir(path, say)
+
+
+def is_ct2(path: Path) -> bool:
+    """A CTranslate2 model (a folder holding model.bin, or the file): its first bytes are binary version 6
+    and a spec name. Not a pickle, so not refused as one; read by ct2.py, never unpickled."""
+    f = path / "model.bin" if path.is_dir() else path
+    try:
+        with open(f, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return False
+    return f.name == "model.bin" and head[:4] == b"\x06\x00\x00\x00"
+
+
+def _load_ct2_cached(folder: Path, say):
+    """Whisper from a CTranslate2 folder: converted once (whisper.py, a few seconds) and cached as safetensors."""
+    from .whisper import build, check_folder
+
+    check_folder(folder)
+    regular_file(folder / "model.bin")
+    target = cache_dir() / f"whisper-{content_key(folder / 'model.bin')}"
+    if (target / "attnroute-complete").exists():
+        say(f"loading {folder.name} from the safetensors cache {target}")
+        try:
+            return _load_dir(target, lambda m: None)
+        except ModelLoadError as e:
+            not_an_interrupt()
+            say(f"the cache {target} could not be read ({e}); rebuilding it")
+            shutil.rmtree(target, ignore_errors=True)
+    say(f"converting the CTranslate2 Whisper in {folder} (once; a few seconds)")
+    model, tokenizer = build(folder)
+    write_cache(target, model, tokenizer, say)
+    return model, tokenizer, "seq2seq"
 
 
 def _finish(loaded, name: str) -> LoadedModel:

@@ -1,0 +1,93 @@
+"""What a speech model (Whisper) runs: log-mel features into the encoder, the transcript into the decoder.
+
+    ids = decoder_ids(loaded, "The capital of France is Paris.")   # [1, T]: prompt, the text's tokens, <|endoftext|>
+    ids, text = transcribe(loaded, feats)                            # greedy decoding, when no text is given
+    batch = speech_batch(feats, ids)                                 # input_features, decoder_input_ids, mask
+    P = prompt_length(loaded, ids)                                   # the first text position
+
+The decoder prompt is Whisper's own: ``<|startoftranscript|><|notimestamps|>`` for an English-only model,
+``<|startoftranscript|><|en|><|transcribe|><|notimestamps|>`` for a multilingual one (its vocabulary holds
+the language tokens: 51,865 entries and more). A transcript is scored as the model's loss scores it: row
+t predicts token t + 1, over the text and the closing <|endoftext|>.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MULTILINGUAL_VOCAB = 51_865  # an English-only Whisper has 51,864 tokens
+
+
+def prompt_ids(loaded) -> list[int]:
+    tok, cfg = loaded.tokenizer, loaded.model.config
+    ids = [int(cfg.decoder_start_token_id)]
+    if int(cfg.vocab_size) >= MULTILINGUAL_VOCAB:
+        ids += tok.convert_tokens_to_ids(["<|en|>", "<|transcribe|>"])
+    return ids + [int(cfg.no_timestamps_token_id)]
+
+
+def text_ids(loaded, text: str) -> list[int]:
+    """The transcript's tokens as Whisper writes them (a leading space before the first word)."""
+    return loaded.tokenizer(" " + text.strip(), add_special_tokens=False).input_ids
+
+
+def decoder_ids(loaded, text: str) -> torch.Tensor:
+    """[1, T] teacher-forced decoder input: the prompt, the text, <|endoftext|>; refused beyond 448 positions."""
+    ids = prompt_ids(loaded) + text_ids(loaded, text) + [int(loaded.model.config.eos_token_id)]
+    loaded.fit(len(ids), "text", "the transcript with Whisper's prompt")
+    return torch.tensor([ids])
+
+
+def prompt_length(loaded, ids: torch.Tensor) -> int:
+    """Where the text starts: after <|notimestamps|> (the same in every row of a batch)."""
+    nots = int(loaded.model.config.no_timestamps_token_id)
+    hits = (ids[0] == nots).nonzero()
+    return int(hits[0, 0]) + 1 if len(hits) else 1
+
+
+def speech_batch(features: torch.Tensor, ids: torch.Tensor) -> dict:
+    """The model's inputs: features [1 or B, n_mels, 3000] repeated to the decoder ids' rows [B, T]."""
+    feats = features.expand(ids.shape[0], -1, -1) if features.shape[0] == 1 else features
+    return {"input_features": feats, "decoder_input_ids": ids, "decoder_attention_mask": torch.ones_like(ids)}
+
+
+def text_loss(loaded, batch: dict, logits: torch.Tensor) -> torch.Tensor:
+    """Per example, the mean next-token loss over the transcript and its <|endoftext|> (the prompt excluded)."""
+    ids = batch["decoder_input_ids"]
+    P = prompt_length(loaded, ids)
+    pred = logits[:, P - 1 : -1].float()  # rows P−1 … T−2 predict tokens P … T−1
+    target = ids[:, P:]
+    ce = torch.nn.functional.cross_entropy(pred.transpose(1, 2), target, reduction="none")
+    m = batch["decoder_attention_mask"][:, P:].float()
+    return (ce * m).sum(1) / m.sum(1).clamp_min(1)
+
+
+@torch.no_grad()
+def transcribe(loaded, features: torch.Tensor, max_new: int = 120) -> tuple[torch.Tensor, str]:
+    """Greedy decoding as OpenAI's does it without timestamps: the suppressed tokens never, the
+    begin-suppressed ones not first, timestamp tokens never; stops at <|endoftext|>. Returns the
+    decoder ids [1, T] (prompt, text, <|endoftext|>) and the text."""
+    model, cfg = loaded.model, loaded.model.config
+    eot = int(cfg.eos_token_id)
+    ids = torch.tensor([prompt_ids(loaded)])
+    enc = model.model.encoder(input_features=features[:1])
+    banned = torch.zeros(int(cfg.vocab_size), dtype=torch.bool)
+    banned[list(cfg.suppress_tokens or [])] = True
+    banned[int(cfg.no_timestamps_token_id) :] = True  # timestamp tokens (and <|notimestamps|> itself)
+    first = torch.zeros_like(banned)
+    first[list(cfg.begin_suppress_tokens or [])] = True
+    limit = min(max_new, (loaded.max_positions or 448) - ids.shape[1] - 1)
+    for step in range(limit):
+        logits = model(encoder_outputs=enc, decoder_input_ids=ids, use_cache=False).logits[0, -1]
+        logits = logits.masked_fill(banned | (first if step == 0 else torch.zeros_like(first)), float("-inf"))
+        nxt = int(logits.argmax())
+        ids = torch.cat([ids, torch.tensor([[nxt]])], 1)
+        if nxt == eot:
+            break
+    else:
+        ids = torch.cat([ids, torch.tensor([[eot]])], 1)
+    P = prompt_length(loaded, ids)
+    return ids, loaded.tokenizer.decode(ids[0, P:-1]).strip()
+
+
+__all__ = ["decoder_ids", "prompt_ids", "prompt_length", "speech_batch", "text_ids", "text_loss", "transcribe"]
