@@ -39,6 +39,13 @@ def add(sub) -> None:
     h.add_argument("--text", help="the text to read (default: a built-in paragraph)")
     h.add_argument("--file", help="read the text from this UTF-8 file ('-': standard input)")
     option(h, "--max-tokens", H, type=int)
+    option(
+        h,
+        "--audio",
+        H,
+        help="a speech model's input (whisper-tiny): a .wav file or a bundled clip (paris, fox …); "
+        "--text is then its transcript (default: transcribed by greedy decoding)",
+    )
     h.add_argument("--seed", type=int, help="first probe seed (three are used; default 0)")
     json_flag(h, "the HeadTable")
     h.add_argument("--csv", help="write the HeadTable as CSV")
@@ -93,7 +100,10 @@ def corpus_flags(p) -> None:
 def run(args) -> int:
     if args.corpus:
         return run_corpus(args)
-    outputs({"file": args.file, "model": args.model, "prompts": args.prompts}, {"json": args.json, "csv": args.csv})
+    outputs(
+        {"file": args.file, "model": args.model, "prompts": args.prompts, "audio": args.audio},
+        {"json": args.json, "csv": args.csv},
+    )
     settings = settings_from(
         H,
         args,

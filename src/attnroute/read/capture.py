@@ -20,11 +20,14 @@ from .verify import model_inputs
 
 
 @torch.no_grad()
-def capture_weights(loaded: LoadedModel, ids: torch.Tensor, norms: dict | None = None, select=None) -> list:
+def capture_weights(
+    loaded: LoadedModel, ids: torch.Tensor, norms: dict | None = None, select=None, batch: dict | None = None
+) -> list:
     """Every layer's weights for one text: L × [H, T, T] float32 (eager backend). ``norms``: a dict to
     fill with each layer's value norms ‖v_j W_O^h‖ [H, T] (NaN without an output projection).
     ``select(layer, weights [H, Tq, Tk]) -> array`` keeps only what it returns per layer (the explorer's
-    rows and columns of one token: a long text's L × H × T² weights are never held at once)."""
+    rows and columns of one token: a long text's L × H × T² weights are never held at once). ``batch``: the
+    model's inputs when they are not the text's alone (a speech model's features and decoder ids)."""
     per_layer: dict[int, np.ndarray] = {}
     keep = select or (lambda layer, w: w)
     probe = CallbackProbe(lambda block: per_layer.__setitem__(block.layer, keep(block.layer, block.weights[0].float())))
@@ -37,7 +40,7 @@ def capture_weights(loaded: LoadedModel, ids: torch.Tensor, norms: dict | None =
             norms[layer] = value_norms(v[:1], proj.weight, loaded.n_heads)[0].float().numpy()
 
     with routed(loaded, probes=[probe], impl="eager", before_attend=[value_norm] if norms is not None else []):
-        body(loaded)(**model_inputs(loaded, ids, torch.ones_like(ids)))
+        body(loaded)(**(batch if batch is not None else model_inputs(loaded, ids, torch.ones_like(ids))))
     return [_numpy(per_layer[layer]) for layer in range(loaded.n_layers)]
 
 

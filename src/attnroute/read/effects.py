@@ -31,6 +31,7 @@ from ..engine import HeadGate, Intervention
 from ..engine.interventions import uniform_over_visible
 from .adapter import routed
 from .ground.settle import SettleRule, settle
+from .ground.speech import text_loss
 
 MODES = ("zero", "mean", "uniform")
 SIGNED = SettleRule(signed=True)  # heads: the exact top is the largest Δ effect, signed
@@ -93,6 +94,8 @@ def effect_loss(loaded, batch: dict, outputs, clean_embedding=None) -> torch.Ten
         ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # (B, T−1)
         m = batch["attention_mask"][:, 1:].float()
         return (ce * m).sum(1) / m.sum(1)
+    if loaded.audio:  # a speech model: the transcript behind Whisper's prompt, row t predicting token t + 1
+        return text_loss(loaded, batch, outputs.logits)
     if loaded.seq2seq:
         logits = outputs.logits.float()  # (B, T, V): row t predicts token t of the text
         ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch["input_ids"], reduction="none")
@@ -117,6 +120,11 @@ class MetricEffect:
         n = x.shape[0]  # a multiple of the prompts: copy c of a repeated batch holds rows c·B … (c+1)·B − 1
         fields = {k: v.repeat(n // v.shape[0], *([1] * (v.dim() - 1))) for k, v in self.fields.items()}
         return self.metric(x, {**batch, **fields})
+
+
+def rows_of(batch: dict) -> torch.Tensor:
+    """The token ids [B, T] whose rows a batch holds: the text's, or a speech model's decoder's."""
+    return batch["input_ids"] if "input_ids" in batch else batch["decoder_input_ids"]
 
 
 def pooled(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -250,7 +258,7 @@ def copies_per_forward(loaded, batch: dict, budget_bytes: int = 512 << 20) -> in
     (copies × B × T × vocab fp32) stay under ``budget_bytes`` (1.1 GB for 9 SmolLM2 copies otherwise)."""
     if loaded.kind == "encoder":
         return loaded.n_heads
-    B, T = batch["input_ids"].shape
+    B, T = rows_of(batch).shape
     vocab = int(getattr(loaded.model.config, "vocab_size", 50_000) or 50_000)
     return int(max(1, min(loaded.n_heads, budget_bytes // max(1, B * T * vocab * 4))))
 
@@ -266,7 +274,7 @@ class Sweep:
         self, loaded, batch: dict, modes=("zero",), reuse_residual: bool = True, progress=None, effect=effect_loss
     ):
         self.loaded, self.batch, self.modes, self.progress, self.effect = loaded, batch, tuple(modes), progress, effect
-        self.B = batch["input_ids"].shape[0]
+        self.B = rows_of(batch).shape[0]
         self.base, self.means, self.stored, self.clean_emb = clean_pass(loaded, batch, effect)
         self.check = (
             shortcut_check(loaded, batch, self.base, self.stored, self.clean_emb, effect)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..audio import Audio, audio
 from ..engine import InputError, UnsupportedRequest
 from ..engine.fused_probes import FusedKeyMass, FusedRowStats
 from ..engine.probes import KeyVectors, PerLayer, Probe, row_stats_probe, value_norms
@@ -34,7 +35,9 @@ from ..progress import eta, reporter
 from ..settings import HeadsSettings, verb
 from . import effects, roles
 from .adapter import routed
+from .alignment import alignment, cross_columns
 from .ground.ablation import exact_rule, metric_effect_columns
+from .ground.speech import decoder_ids, prompt_length, speech_batch, transcribe
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable, TextMeta
 from .stimuli import encode_text, tokens_of
 from .verify import model_inputs, routing_check
@@ -81,9 +84,9 @@ def read_heads(
     s = HeadsSettings.of(settings, model, fields, text=inputs)
     say = reporter(progress)
     pairs = s.read_pairs() if s.ablation and s.own_metric else ()  # your prompts, read before the weights load
+    clip = audio(s.audio) if s.audio is not None else None  # likewise the audio
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-    limit = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else loaded.max_positions or None
-    ids, cut = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, limit)
+    ids, cut, limit, speech = _inputs(loaded, s, clip, say)
     meta = {
         "kind": loaded.kind,
         "text_tokens": int(ids.shape[1]),
@@ -92,14 +95,24 @@ def read_heads(
         "max_tokens": limit,
         "timings_s": {},
     }
+    if speech is not None:
+        meta["audio"] = speech.describe()
     meta["routing_check"] = _verified(loaded, s, reuse, meta, say)
     if cut:
         say("warn", f"the text has {ids.shape[1] + cut} tokens; kept the first {ids.shape[1]} (cut {cut})")
+    features = speech.features if speech is not None else None
     with _timed(meta, "text"):
         say("stage", "text statistics")
-        cols, offsets, meta["column_paths"] = text_statistics(loaded, ids, progress, max_weight=s.max_weight)
+        cols, offsets, meta["column_paths"] = text_statistics(
+            loaded, ids, progress, max_weight=s.max_weight, features=features
+        )
+    if speech is not None:
+        with _timed(meta, "alignment"):
+            say("stage", "cross-attention alignment with the audio")
+            meta["alignment"] = alignment(loaded, speech_batch(features, ids), speech.clip)
+            cols.update(cross_columns(loaded, meta["alignment"]))
     with _timed(meta, "repeated"):
-        per_seed = _stimulus(loaded, s, reuse, cols, meta, say)
+        per_seed = _stimulus(loaded, s, reuse, cols, meta, say, features)
     L, H = loaded.n_layers, loaded.n_heads
     for c in COLUMNS:
         cols.setdefault(c, np.full((L, H), np.nan))
@@ -110,12 +123,57 @@ def read_heads(
                 meta.update(metric_effect_columns(loaded, cols, s, pairs, say))
             else:
                 meta.update(
-                    effect_columns(loaded, cols, ids, s.effect_batch, s.effect_len, s.seeds[0], s.modes, s.exact, say)
+                    effect_columns(
+                        loaded, cols, ids, s.effect_batch, s.effect_len, s.seeds[0], s.modes, s.exact, say, features
+                    )
                 )
     meta["role_thresholds"] = roles.THRESHOLDS
     return HeadTable(
         loaded.name, L, H, cols, head_roles, offsets, TextMeta.from_dict(meta), attention=list(loaded.attention_kinds)
     )
+
+
+@dataclass
+class Speech:
+    """A speech model's read: the clip, its features and how the decoder's text was had."""
+
+    clip: Audio
+    features: torch.Tensor  # [1, n_mels, 3000]
+    transcript: str
+    how: str  # "given (teacher-forced)" or "transcribed (greedy decoding)"
+
+    def describe(self) -> dict:
+        return {
+            "clip": self.clip.describe(),
+            "seconds": round(self.clip.seconds, 3),
+            "transcript": self.transcript,
+            "transcript_source": self.how,
+        }
+
+
+def _inputs(loaded, s: HeadsSettings, clip: Audio | None, say):
+    """(decoder or text ids [1, T], tokens cut, the token limit, Speech or None): a speech model's transcript
+    (given, or transcribed) behind Whisper's prompt; a text model's text, cut to its positions."""
+    if loaded.audio != (clip is not None):
+        raise ReadError(
+            f"{loaded.name} reads audio: give `audio` (a .wav file or a bundled clip such as paris)"
+            if loaded.audio
+            else f"{loaded.name} reads text; `audio` is for a speech model (whisper-tiny)",
+            field="audio",
+        )
+    if clip is None:
+        limit = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else loaded.max_positions or None
+        ids, cut = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, limit)
+        return ids, cut, limit, None
+    features = clip.features(int(loaded.model.config.num_mel_bins))
+    if s.text is not None:
+        ids, how = decoder_ids(loaded, s.text), "given (teacher-forced)"
+    else:
+        say("stage", "transcribing the audio (greedy decoding)")
+        ids, how = transcribe(loaded, features)[0], "transcribed (greedy decoding)"
+    P = prompt_length(loaded, ids)
+    text = loaded.tokenizer.decode(ids[0, P:-1]).strip()
+    return ids, 0, loaded.max_positions, Speech(clip, features, text, how)
 
 
 @contextlib.contextmanager
@@ -136,13 +194,14 @@ def _verified(loaded, s: HeadsSettings, reuse: Reuse | None, meta: dict, say) ->
         return routing_check(loaded)
 
 
-def _stimulus(loaded, s: HeadsSettings, reuse: Reuse | None, cols: dict, meta: dict, say) -> list[dict]:
-    """The repeated-random-token scores into ``cols`` (reused when the seeds match); per seed, for roles."""
+def _stimulus(loaded, s: HeadsSettings, reuse: Reuse | None, cols: dict, meta: dict, say, features=None) -> list[dict]:
+    """The repeated-random-token scores into ``cols`` (reused when the seeds match); per seed, for roles.
+    A speech model's decoder reads the tokens while its encoder hears ``features``."""
     say("stage", f"repeated random tokens ({len(s.seeds)} seeds)")
     if reuse is not None and reuse.seeds == tuple(s.seeds):
         per_seed, stim, induction = reuse.stimulus
     else:
-        per_seed, stim = stimulus_scores(loaded, s.seeds, s.stimulus_batch)
+        per_seed, stim = stimulus_scores(loaded, s.seeds, s.stimulus_batch, features)
         induction = induction_loss(loaded, stim) if loaded.causal else None
     if stim.S < DEFAULT_LEN:
         say(
@@ -172,15 +231,20 @@ def reusable(loaded: LoadedModel, settings: HeadsSettings, progress=None) -> Reu
 STIMULUS_SCORES = ("prev_token", "duplicate", "induction")
 
 
-def stimulus_scores(loaded: LoadedModel, seeds, batch: int) -> tuple[list[dict], Repeated]:
+def stimulus_scores(loaded: LoadedModel, seeds, batch: int, features=None) -> tuple[list[dict], Repeated]:
     """The repeated-token scores per probe seed, and the first seed's stimulus (its loss and description):
-    the one repeated-stimulus block of a text read and a corpus read."""
+    the one repeated-stimulus block of a text read and a corpus read. A speech model's decoder reads
+    <|startoftranscript|> r r (its encoder hears ``features``)."""
     S = stimulus_length(loaded)
 
     def stimulus(seed):
-        return repeated_random_tokens(loaded.tokenizer, S=S, batch=batch, seed=seed, causal=loaded.causal)
+        causal = loaded.causal or loaded.audio
+        stim = repeated_random_tokens(loaded.tokenizer, S=S, batch=batch, seed=seed, causal=causal)
+        if loaded.audio:
+            stim.input_ids[:, 0] = int(loaded.model.config.decoder_start_token_id)
+        return stim
 
-    return [repeated_scores(loaded, stimulus(s)) for s in seeds], stimulus(seeds[0])
+    return [repeated_scores(loaded, stimulus(s), features=features) for s in seeds], stimulus(seeds[0])
 
 
 def stimulus_length(loaded: LoadedModel, S: int = DEFAULT_LEN) -> int:
@@ -218,6 +282,14 @@ def key_sets(tokenizer, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ids.shape
     )
     return sink, is_punct & ~sink
+
+
+def frame_sets(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A speech encoder's keys are frames: the first is the sink position; no frame is punctuation."""
+    n = features.shape[-1] // 2  # the stride-2 convolution halves the mel frames (3,000 → 1,500)
+    sink = torch.zeros(1, n, dtype=torch.bool)
+    sink[:, 0] = True
+    return sink, torch.zeros_like(sink)
 
 
 FUSED_COLUMNS = ("entropy", "entropy_norm", "sink_mass", "punct_mass", "local", "norm_mass")
@@ -314,7 +386,12 @@ class TextPass:
 
 @torch.no_grad()
 def text_statistics(
-    loaded: LoadedModel, ids: torch.Tensor, progress=None, max_weight: bool = False, entropy: bool = True
+    loaded: LoadedModel,
+    ids: torch.Tensor,
+    progress=None,
+    max_weight: bool = False,
+    entropy: bool = True,
+    features: torch.Tensor | None = None,
 ):
     """One forward of the text; no LM head (no logits are needed).
 
@@ -324,11 +401,16 @@ def text_statistics(
     ``max_weight`` adds the row maximum and argmax offsets, which need the weights themselves: then the
     blocked backend reads every column.
     ``progress`` receives progress.Event objects (a warning when the fused path cannot read the model, a
-    counter per layer). Returns (columns, offsets, path per column)."""
+    counter per layer). ``features``: a speech model's log-mel input (``ids`` are then its decoder's).
+    Returns (columns, offsets, path per column)."""
     say = reporter(progress)
-    batch = model_inputs(loaded, ids, torch.ones_like(ids))
-    sets = {"self": key_sets(loaded.tokenizer, ids)}  # (sink keys, punctuation keys), (B, T) each
-    if loaded.seq2seq:  # the decoder's keys are its own (shifted) tokens; cross-attention keys are the encoder's
+    if features is not None:  # a speech model: frames in the encoder, the transcript in the decoder
+        batch = speech_batch(features, ids)
+        sets = {"self": frame_sets(features), "decoder-self": key_sets(loaded.tokenizer, ids)}
+    else:
+        batch = model_inputs(loaded, ids, torch.ones_like(ids))
+        sets = {"self": key_sets(loaded.tokenizer, ids)}  # (sink keys, punctuation keys), (B, T) each
+    if loaded.seq2seq and features is None:  # the decoder's keys are its own (shifted) tokens; cross: the encoder's
         sets["decoder-self"] = key_sets(loaded.tokenizer, batch["decoder_input_ids"])
     impl = "blocked" if max_weight else "fused"
     if impl == "fused" and (reason := _fused_refusal(loaded)):
@@ -393,7 +475,7 @@ def offset_histogram(argmax: torch.Tensor, T: int, valid: torch.Tensor) -> np.nd
 
 
 @torch.no_grad()
-def repeated_scores(loaded: LoadedModel, stim: Repeated, impl: str | None = None) -> dict:
+def repeated_scores(loaded: LoadedModel, stim: Repeated, impl: str | None = None, features=None) -> dict:
     """prev_token, duplicate, induction [L, H] on one repeated-random-token batch. Fused backend (three
     named weights per row) unless the model needs the weights (``impl="eager"`` asks for them: the
     benchmark compares both paths)."""
@@ -404,17 +486,28 @@ def repeated_scores(loaded: LoadedModel, stim: Repeated, impl: str | None = None
         raise InputError(f"impl: the fused path cannot read this model: {_fused_refusal(loaded)}", field="impl")
     S = stim.S
     diag = PerLayer(lambda: FusedRowStats(diagonals=(1, S, S - 1), entropy=False)) if fused else repeat_probe(S)
-    batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
-    if loaded.seq2seq:  # the decoder reads the stimulus itself, so its diagonals mean what the encoder's do
+    if loaded.audio:  # the decoder reads the tokens; the encoder's frames are not tokens
+        batch = speech_batch(_audio_features(loaded, features), stim.input_ids)
+    else:
+        batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
+    if loaded.seq2seq and not loaded.audio:  # the decoder reads the stimulus too: its diagonals mean the encoder's
         batch.update(decoder_input_ids=stim.input_ids, decoder_attention_mask=stim.attention_mask)
     with routed(loaded, probes=[diag], impl="fused" if fused else "eager"):  # three named weights per row
         body(loaded)(**batch)
     scores = diagonal_scores(diag, stim, loaded.n_layers, loaded.n_heads)
     for layer, kind in enumerate(loaded.attention_kinds):
-        if kind == "cross":  # a query and a key of two streams: "previous token" is not defined
+        # a query and a key of two streams (cross), or audio frames (a speech encoder): no "previous token"
+        if kind == "cross" or (loaded.audio and kind == "self"):
             for name in scores:
                 scores[name][layer] = np.nan
     return scores
+
+
+def _audio_features(loaded: LoadedModel, features):
+    """The features a speech model's encoder hears during a token stimulus: the clip's, or silence."""
+    if features is not None:
+        return features
+    return torch.full((1, int(loaded.model.config.num_mel_bins), 3000), -1.5)  # WhisperFeatureExtractor's silence
 
 
 @torch.no_grad()
@@ -444,10 +537,13 @@ def label_heads(cols: dict, per_seed: list[dict]):
 # ------------------------------------------------------------------------------------ pass 3: effects
 
 
-def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, exact, say) -> dict:
+def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, exact, say, features=None) -> dict:
     """grad_attr for every head (one backward), then exact ablation for the ``exact`` heads the estimate
     ranks highest by magnitude (or all): the columns of the modes not run stay NaN."""
-    if loaded.causal:
+    if loaded.audio:
+        batch = speech_batch(features, ids)
+        described = "the clip; effect = Δ the decoder's loss on the transcript (teacher-forced, prompt excluded)"
+    elif loaded.causal:
         S = stimulus_length(loaded, S)
         stim = repeated_random_tokens(loaded.tokenizer, S=S, batch=batch_size, seed=seed, causal=True)
         batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}

@@ -62,7 +62,20 @@ class TextMeta(ReadMeta):
     metric: str | None = None  # the user's metric the effects are Δ of (None: the built-in effect)
     effect_prompts: list | None = None  # the prompts it was measured on, with their tokens
 
-    OPTIONAL = ("induction_loss", "effect_batch", "grad_vs_ablation", "ablation", "tokens", "metric", "effect_prompts")
+    audio: dict | None = None  # a speech model's clip and transcript (how it was had)
+    alignment: dict | None = None  # its cross-attention heads against the audio (read/alignment.py)
+
+    OPTIONAL = (
+        "induction_loss",
+        "effect_batch",
+        "grad_vs_ablation",
+        "ablation",
+        "tokens",
+        "metric",
+        "effect_prompts",
+        "audio",
+        "alignment",
+    )
 
 
 @dataclass(kw_only=True)
@@ -110,6 +123,13 @@ class HeadTable(Result):
     def attention_kind(self, layer: int) -> str:
         return self.attention[layer] if self.attention else "self"
 
+    def mode(self, layer: int) -> str:
+        """encoder (bidirectional self-attention), decoder (causal self-attention) or cross."""
+        kind = self.attention_kind(layer)
+        if kind == "self":
+            return "decoder" if getattr(self.meta, "kind", "causal") == "causal" else "encoder"
+        return "cross" if kind == "cross" else "decoder"
+
     def stream_layer(self, layer: int) -> int:
         """The layer's index among the layers of its own attention kind."""
         kind = self.attention_kind(layer)
@@ -126,6 +146,7 @@ class HeadTable(Result):
                     "layer": layer,
                     "head": head,
                     "attention": self.attention_kind(layer),
+                    "mode": self.mode(layer),
                     "stream_layer": self.stream_layer(layer),
                 }
                 for c in COLUMNS:
@@ -163,7 +184,7 @@ class HeadTable(Result):
     def csv_text(self) -> str:
         """One CSV row per head: the JSON rows' columns, the argmax offsets spread into columns."""
         f = io.StringIO(newline="")
-        fields = ["layer", "head", "attention", "stream_layer", *COLUMNS, *self.extra_columns(), "role"] + [
+        fields = ["layer", "head", "attention", "mode", "stream_layer", *COLUMNS, *self.extra_columns(), "role"] + [
             f"argmax_{b}" for b in OFFSET_BUCKETS
         ]
         w = csv.DictWriter(f, fieldnames=fields)

@@ -20,8 +20,10 @@ import contextlib
 
 import torch
 
+from ..audio import audio
 from ..engine import InputError
 from .adapter import routed
+from .ground.speech import decoder_ids
 from .stimuli import encode_text
 
 REL = {torch.float32: 1e-4, torch.float64: 1e-9, torch.float16: 2e-2, torch.bfloat16: 5e-2}
@@ -35,8 +37,16 @@ class RoutingMismatch(InputError):
     """attnroute's routed attention does not reproduce the model's own attention."""
 
 
+CLIPS = ("paris", "stella")  # a speech model's check: two bundled clips, transcripts of 8 and 16 tokens
+
+
 def check_batch(loaded, texts=TEXTS) -> dict:
-    """The model's inputs for ``texts``, right-padded: input_ids, attention_mask (+ decoder ids for seq2seq)."""
+    """The model's inputs for ``texts``, right-padded: input_ids, attention_mask (+ decoder ids for seq2seq).
+    A speech model hears two bundled clips, their transcripts right-padded in the decoder."""
+    if loaded.audio:
+        return speech_check_batch(loaded)
+    if window(loaded):  # a text longer than the window, so that local layers must drop keys the global ones keep
+        texts = (*texts, longer_than(loaded, window(loaded)))
     encoded = [encode_text(loaded.tokenizer, t, loaded.max_positions or None)[0][0] for t in texts]
     T = max(len(e) for e in encoded)
     ids = torch.zeros(len(encoded), T, dtype=torch.long)
@@ -44,6 +54,47 @@ def check_batch(loaded, texts=TEXTS) -> dict:
     for i, e in enumerate(encoded):
         ids[i, : len(e)], mask[i, : len(e)] = e, 1
     return model_inputs(loaded, ids, mask)
+
+
+def window(loaded) -> int | None:
+    """The sliding window of a model that has one on some layers (Gemma 3: 512), when its positions exceed it."""
+    w = getattr(loaded.model.config, "sliding_window", None)
+    return int(w) if w and (not loaded.max_positions or loaded.max_positions > w) else None
+
+
+def longer_than(loaded, n: int) -> str:
+    """TEXTS[0] repeated until it is 32 tokens past ``n``: every local layer's window is then full and moving."""
+    text = TEXTS[0]
+    while len(loaded.tokenizer(text).input_ids) < n + 32:
+        text += " " + TEXTS[0]
+    return text
+
+
+def windowed(loaded, per_layer: list) -> dict | None:
+    """The check's worst difference on the local (windowed) and the global layers, apart."""
+    types = getattr(loaded.model.config, "layer_types", None)
+    if not window(loaded) or not types or len(types) != len(per_layer):
+        return None
+    local = [d for d, t in zip(per_layer, types) if d is not None and t == "sliding_attention"]
+    full = [d for d, t in zip(per_layer, types) if d is not None and t != "sliding_attention"]
+    return {
+        "sliding_window": window(loaded),
+        "local_layers": sum(t == "sliding_attention" for t in types),
+        "local_max_abs_diff": max(local, default=None),
+        "global_max_abs_diff": max(full, default=None),
+    }
+
+
+def speech_check_batch(loaded) -> dict:
+    clips = [audio(name) for name in CLIPS]
+    feats = torch.cat([c.features(int(loaded.model.config.num_mel_bins)) for c in clips])
+    encoded = [decoder_ids(loaded, c.text)[0] for c in clips]
+    T = max(len(e) for e in encoded)
+    ids = torch.zeros(len(encoded), T, dtype=torch.long)
+    mask = torch.zeros(len(encoded), T, dtype=torch.long)
+    for i, e in enumerate(encoded):
+        ids[i, : len(e)], mask[i, : len(e)] = e, 1
+    return {"input_features": feats, "decoder_input_ids": ids, "decoder_attention_mask": mask}
 
 
 def model_inputs(loaded, ids: torch.Tensor, mask: torch.Tensor) -> dict:
@@ -88,7 +139,18 @@ def _rows(loaded, batch: dict, layer_kind: str | None = None) -> torch.Tensor:
     """Which (example, position) rows are real for an output of this kind, bool [B, T]."""
     if loaded.seq2seq and layer_kind != "self":
         return batch["decoder_attention_mask"].bool()
+    if "attention_mask" not in batch:  # a speech encoder: every frame is real (Whisper pads with silence)
+        return slice(None)
     return batch["attention_mask"].bool()
+
+
+def _described(batch: dict) -> str:
+    if "attention_mask" not in batch:
+        m = batch["decoder_attention_mask"].sum(1)
+        lengths = " and ".join(str(int(x)) for x in m)
+        return f"{len(CLIPS)} clips ({', '.join(CLIPS)}), transcripts of {lengths} tokens, right-padded"
+    lengths = ", ".join(str(int(x)) for x in batch["attention_mask"].sum(1))
+    return f"{batch['attention_mask'].shape[0]} texts of {lengths} tokens, right-padded"
 
 
 def routing_check(loaded, impl: str = "blocked") -> dict:
@@ -111,14 +173,15 @@ def routing_check(loaded, impl: str = "blocked") -> dict:
     out = {
         "compared": "logits" if loaded.kind != "encoder" else "last hidden state",
         "against": "the model's own eager attention",
-        "batch": f"{len(TEXTS)} texts of {int(batch['attention_mask'].sum(1).max())} and "
-        f"{int(batch['attention_mask'].sum(1).min())} tokens, right-padded",
+        "batch": _described(batch),
         "impl": impl,
         "max_abs_diff": diff,
         "scale": scale,
         "tolerance": tol,
         "per_layer_max_abs_diff": per_layer,
     }
+    if (split := windowed(loaded, per_layer)) is not None:
+        out["window"] = split
     if not diff <= tol:
         layer_tol = [REL.get(dtype, 1e-4) * max(1.0, float(b.float().abs().max())) for b in ref_layers if b is not None]
         bad = next((i for i, (d, t) in enumerate(zip(per_layer, layer_tol)) if d is not None and d > t), None)

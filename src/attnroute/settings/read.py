@@ -21,7 +21,10 @@ from .base import (
 )
 
 DEFAULT_MODEL = "smollm2"
-MODEL_DOC = "a name (smollm2, minilm), a model directory, a .gguf file, a hub id org/name, or a LoadedModel"
+MODEL_DOC = (
+    "a name (smollm2, minilm, gemma3-270m, whisper-tiny), a model directory, a .gguf file, a hub id org/name, "
+    "or a LoadedModel"
+)
 DEFAULT_EXACT = 20  # heads ablated exactly by default: the top of the one-backward estimate
 # the settle rule (read/ground/settle.py): exact measurement of the estimate's first SETTLE_FIRST components,
 # then SETTLE_STEP more at a time until the exact top SETTLE_TOP stops changing
@@ -45,6 +48,11 @@ class HeadsSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     text: str | None = opt(None, "the text to read (unset: the built-in paragraph)")
     max_tokens: int | None = opt(None, "cut the text to this many tokens (unset: the model's context)")
+    audio: str | None = opt(
+        None,
+        "a speech model's input: a .wav file or a bundled clip (paris, fox …); `text` is its transcript "
+        "(unset: transcribed by greedy decoding)",
+    )
     seeds: tuple[int, ...] = opt(DEFAULT_SEEDS, "probe seeds of the repeated-random-token stimulus")
     ablation: bool = opt(True, "measure each head's effect: the one-backward estimate, then exact ablation")
     effect_batch: int = opt(8, "sequences of repeated tokens the built-in effect is measured on")
@@ -80,7 +88,14 @@ class HeadsSettings(Settings):
         integer(self.stimulus_batch, "stimulus_batch", 1)
         set_field(self, "modes", names(self.modes, "modes", ABLATION_MODES, "ablation mode"))
         set_field(self, "exact", exact_count(self.exact))
+        nonempty_text(self.audio, "audio")
         name = metric_setting(self.metric)
+        if self.audio is not None and self.own_metric:
+            raise InputError(
+                "with `audio` the effect is Δ the decoder's loss on the transcript; a metric on prompts reads "
+                "text models",
+                field="metric",
+            )
         if self.own_metric:
             if self.prompts is None and self.text is None:
                 raise InputError(

@@ -73,7 +73,33 @@ def headtable_tables(table) -> list[Table]:
             f"top-{k} overlap {a[f'top{k}_overlap']}/{k}"
         )
         out.append(e)
+    if getattr(table.meta, "alignment", None):
+        out.append(alignment_table(table.meta.alignment))
     return out
+
+
+def alignment_table(found: dict) -> Table:
+    """A speech model's cross-attention heads ranked by how well they follow the audio, beside the
+    reference list (OpenAI's alignment heads), with the overlap in the caption."""
+    ref = {tuple(r) for r in found.get("reference", [])}
+    t = Table(title="cross-attention heads against the audio (best first)")
+    for col in ("rank", "cross layer.head", "agreement", "monotonicity", "in the reference"):
+        t.add_column(col, justify="right")
+    for i, (l, h) in enumerate(found["ranking"][: max(8, len(ref))]):
+        t.add_row(
+            str(i + 1),
+            f"C{l}.H{h}",
+            f"{found['agreement'][l][h]:.2f}",
+            f"{found['monotonicity'][l][h]:.2f}",
+            "yes" if (l, h) in ref else "",
+        )
+    if "overlap" in found:
+        o = found["overlap"]
+        t.caption = (
+            f"top {o['k']} vs the reference: {o['shared']}/{o['k']} shared; word starts from the reference "
+            f"heads differ by {found['word_start_gap_s']} s on average"
+        )
+    return t
 
 
 def read_notes(meta) -> list[str]:
@@ -87,6 +113,9 @@ def read_notes(meta) -> list[str]:
             f"routing check: max |Δ {check['compared']}| = {check['max_abs_diff']:.2g} against the model's own eager "
             f"attention (tolerance {check['tolerance']:.2g})"
         ]
+    if getattr(meta, "audio", None):
+        a = meta.audio
+        lines.append(f"audio: {a['clip']}; transcript {a['transcript_source']}: {a['transcript']!r}")
     if getattr(meta, "ablation", None):
         lines.append(f"ablation: {meta.ablation['statement']}")
     if getattr(meta, "metric", None):
