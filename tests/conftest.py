@@ -37,7 +37,21 @@ def minilm():
     return load("minilm")
 
 
-MODEL_FIXTURES = {"smollm2", "minilm"}
+@pytest.fixture(scope="session")
+def whisper():
+    from attnroute.models import load
+
+    return load("whisper-tiny")  # converted from CTranslate2 once (~4 s), then cached as safetensors
+
+
+@pytest.fixture(scope="session")
+def gemma():
+    from attnroute.models import load
+
+    return load("gemma3-270m")  # assembled and dequantized once (~80 s on 2 cores), then cached
+
+
+MODEL_FIXTURES = {"smollm2", "minilm", "whisper", "gemma"}
 
 
 def pytest_collection_modifyitems(items):

@@ -581,8 +581,25 @@ def _load_ct2_cached(folder: Path, say):
     return model, tokenizer, "seq2seq"
 
 
+WHISPER_TOKENS = ("<|startoftranscript|>", "<|notimestamps|>", "<|endoftext|>")
+
+
+def _speech_tokenizer(model, tokenizer) -> None:
+    """A Whisper is read with Whisper's decoder prompt: a tokenizer without its special tokens is refused."""
+    if model.config.model_type != "whisper":
+        return
+    vocab = tokenizer.get_vocab()  # (not the unknown-token id: Whisper's <|endoftext|> is its unk token too)
+    missing = [t for t in WHISPER_TOKENS if t not in vocab]
+    if missing:
+        raise ModelLoadError(
+            f"this Whisper's tokenizer has no {', '.join(missing)}: attnroute builds Whisper's decoder prompt "
+            "from them; give the model's own tokenizer files"
+        )
+
+
 def _finish(loaded, name: str) -> LoadedModel:
     model, tokenizer, kind = loaded
+    _speech_tokenizer(model, tokenizer)
     found = attention_modules(model, kind)
     if not found:
         alibi = "alibi" in model.config.to_dict() or model.config.model_type in ("bloom", "mpt")

@@ -27,7 +27,7 @@ REFUSED = {
     "bloom": "ALiBi",
     "mpt": "ALiBi",
     "vit": "vit takes images",
-    "whisper": "whisper takes audio",
+    "whisper": "tokenizer has no <|startoftranscript|>",
 }
 README = Path(__file__).resolve().parents[2] / "docs" / "reading-any-model.md"  # the support matrix lives there
 

@@ -106,7 +106,7 @@ ARCHS: dict[str, dict] = {
     "bloom": {"num_key_value_heads": None},
     "mpt": {"num_key_value_heads": None},
 }
-# not text models: refused
+# not text models: refused (ViT takes images; a Whisper is read with its own tokenizer, which the zoo has not)
 OTHER = {
     "vit": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32),
     "whisper": dict(
@@ -156,6 +156,10 @@ def model_class(cfg):
         kind = model_kind(cfg)
     except ModelLoadError:
         return AutoModel
+    if cfg.model_type == "whisper":
+        from transformers import AutoModelForSpeechSeq2Seq
+
+        return AutoModelForSpeechSeq2Seq
     return {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "encoder": AutoModel}[kind]
 
 

@@ -260,7 +260,11 @@ def copies_per_forward(loaded, batch: dict, budget_bytes: int = 512 << 20) -> in
         return loaded.n_heads
     B, T = rows_of(batch).shape
     vocab = int(getattr(loaded.model.config, "vocab_size", 50_000) or 50_000)
-    return int(max(1, min(loaded.n_heads, budget_bytes // max(1, B * T * vocab * 4))))
+    per_copy = B * T * vocab * 4
+    if "input_features" in batch:  # a speech encoder's eager scores and weights: H × 1,500² per example, twice
+        frames = batch["input_features"].shape[-1] // 2
+        per_copy = max(per_copy, B * loaded.n_heads * frames * frames * 4 * 2)
+    return int(max(1, min(loaded.n_heads, budget_bytes // max(1, per_copy))))
 
 
 # ------------------------------------------------------------------------------------ the sweeps

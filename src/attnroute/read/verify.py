@@ -181,7 +181,7 @@ def routing_check(loaded, impl: str = "blocked") -> dict:
         "per_layer_max_abs_diff": per_layer,
     }
     if (split := windowed(loaded, per_layer)) is not None:
-        out["window"] = split
+        out["window"] = {**split, "longest_text_tokens": int(batch["attention_mask"].sum(1).max())}
     if not diff <= tol:
         layer_tol = [REL.get(dtype, 1e-4) * max(1.0, float(b.float().abs().max())) for b in ref_layers if b is not None]
         bad = next((i for i, (d, t) in enumerate(zip(per_layer, layer_tol)) if d is not None and d > t), None)

@@ -19,11 +19,17 @@ MULTILINGUAL_VOCAB = 51_865  # an English-only Whisper has 51,864 tokens
 
 
 def prompt_ids(loaded) -> list[int]:
+    """Whisper's decoder prompt, from its tokenizer's own special tokens (models.py refuses a Whisper whose
+    tokenizer lacks them)."""
     tok, cfg = loaded.tokenizer, loaded.model.config
     ids = [int(cfg.decoder_start_token_id)]
     if int(cfg.vocab_size) >= MULTILINGUAL_VOCAB:
         ids += tok.convert_tokens_to_ids(["<|en|>", "<|transcribe|>"])
-    return ids + [int(cfg.no_timestamps_token_id)]
+    return ids + [no_timestamps(loaded)]
+
+
+def no_timestamps(loaded) -> int:
+    return int(loaded.tokenizer.convert_tokens_to_ids("<|notimestamps|>"))
 
 
 def text_ids(loaded, text: str) -> list[int]:
@@ -40,7 +46,7 @@ def decoder_ids(loaded, text: str) -> torch.Tensor:
 
 def prompt_length(loaded, ids: torch.Tensor) -> int:
     """Where the text starts: after <|notimestamps|> (the same in every row of a batch)."""
-    nots = int(loaded.model.config.no_timestamps_token_id)
+    nots = no_timestamps(loaded)
     hits = (ids[0] == nots).nonzero()
     return int(hits[0, 0]) + 1 if len(hits) else 1
 
@@ -64,30 +70,58 @@ def text_loss(loaded, batch: dict, logits: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def transcribe(loaded, features: torch.Tensor, max_new: int = 120) -> tuple[torch.Tensor, str]:
-    """Greedy decoding as OpenAI's does it without timestamps: the suppressed tokens never, the
-    begin-suppressed ones not first, timestamp tokens never; stops at <|endoftext|>. Returns the
-    decoder ids [1, T] (prompt, text, <|endoftext|>) and the text."""
+    """Greedy decoding of one clip: the decoder ids [1, T] (prompt, text, <|endoftext|>) and the text."""
+    ((ids, text),) = transcribe_batch(loaded, features[:1], max_new)
+    return ids[None], text
+
+
+@torch.no_grad()
+def transcribe_batch(loaded, features: torch.Tensor, max_new: int = 120) -> list[tuple[torch.Tensor, str]]:
+    """Greedy decoding of clips [B, n_mels, 3000] at once, as OpenAI's does it without timestamps: the
+    suppressed tokens never, the begin-suppressed ones not first, timestamp tokens never; a row stops at
+    <|endoftext|> (then fed <|endoftext|> until every row has stopped). Run inside ``routed(...)`` it
+    decodes under that intervention: the encoder runs once, under it too. Per clip: ids [T] and text."""
+    from transformers import DynamicCache, EncoderDecoderCache
+
     model, cfg = loaded.model, loaded.model.config
-    eot = int(cfg.eos_token_id)
-    ids = torch.tensor([prompt_ids(loaded)])
-    enc = model.model.encoder(input_features=features[:1])
+    eot, B = int(cfg.eos_token_id), features.shape[0]
+    ids = torch.tensor([prompt_ids(loaded)] * B)
+    enc = model.model.encoder(input_features=features)
     banned = torch.zeros(int(cfg.vocab_size), dtype=torch.bool)
     banned[list(cfg.suppress_tokens or [])] = True
-    banned[int(cfg.no_timestamps_token_id) :] = True  # timestamp tokens (and <|notimestamps|> itself)
-    first = torch.zeros_like(banned)
+    banned[no_timestamps(loaded) :] = True  # timestamp tokens (and <|notimestamps|> itself)
+    first = banned.clone()
     first[list(cfg.begin_suppress_tokens or [])] = True
-    limit = min(max_new, (loaded.max_positions or 448) - ids.shape[1] - 1)
-    for step in range(limit):
-        logits = model(encoder_outputs=enc, decoder_input_ids=ids, use_cache=False).logits[0, -1]
-        logits = logits.masked_fill(banned | (first if step == 0 else torch.zeros_like(first)), float("-inf"))
-        nxt = int(logits.argmax())
-        ids = torch.cat([ids, torch.tensor([[nxt]])], 1)
-        if nxt == eot:
+    done = torch.zeros(B, dtype=torch.bool)
+    # A KV cache: the cross-attention keys and values of the 1,500 frames are projected once, not per token.
+    cache = EncoderDecoderCache(DynamicCache(config=cfg), DynamicCache(config=cfg))
+    step_ids = ids
+    for step in range(min(max_new, (loaded.max_positions or 448) - ids.shape[1] - 1)):
+        out = model(encoder_outputs=enc, decoder_input_ids=step_ids, cache=cache, use_cache=True)
+        logits = out.logits[:, -1]
+        nxt = logits.masked_fill(first if step == 0 else banned, float("-inf")).argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, eot), nxt)
+        ids = torch.cat([ids, nxt[:, None]], 1)
+        step_ids = nxt[:, None]
+        done |= nxt == eot
+        if bool(done.all()):
             break
-    else:
-        ids = torch.cat([ids, torch.tensor([[eot]])], 1)
-    P = prompt_length(loaded, ids)
-    return ids, loaded.tokenizer.decode(ids[0, P:-1]).strip()
+    P = len(prompt_ids(loaded))
+    out = []
+    for row in ids:
+        stop = (row[P:] == eot).nonzero()
+        end = P + int(stop[0, 0]) if len(stop) else len(row)
+        out.append((torch.cat([row[:end], torch.tensor([eot])]), loaded.tokenizer.decode(row[P:end]).strip()))
+    return out
 
 
-__all__ = ["decoder_ids", "prompt_ids", "prompt_length", "speech_batch", "text_ids", "text_loss", "transcribe"]
+__all__ = [
+    "decoder_ids",
+    "prompt_ids",
+    "prompt_length",
+    "speech_batch",
+    "text_ids",
+    "text_loss",
+    "transcribe",
+    "transcribe_batch",
+]

@@ -1,0 +1,84 @@
+"""Audio input: WAV files of every integer width and channel count read to 16 kHz mono; every other
+input refused in one line before a model loads."""
+
+import math
+import wave
+
+import numpy as np
+import pytest
+
+from attnroute.audio import RATE, AudioError, audio, bundled_clips
+from attnroute.cli import main
+
+
+def _wav(path, rate=16_000, seconds=0.5, width=2, channels=1, freq=440.0, amp=0.5):
+    t = np.arange(int(rate * seconds)) / rate
+    x = amp * np.sin(2 * math.pi * freq * t)
+    x = np.repeat(x[:, None], channels, 1)
+    if width == 1:
+        raw = np.round(x * 127 + 128).astype(np.uint8).tobytes()
+    elif width == 3:
+        v = np.round(x * (2**23 - 1)).astype(np.int32).ravel()
+        raw = np.stack([v & 255, (v >> 8) & 255, (v >> 16) & 255], 1).astype(np.uint8).tobytes()
+    else:
+        raw = np.round(x * (2 ** (8 * width - 1) - 1)).astype(f"<i{width}").tobytes()
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(width)
+        w.setframerate(rate)
+        w.writeframes(raw)
+    return path
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+def test_every_integer_width_reads_to_the_same_signal(tmp_path, width):
+    clip = audio(str(_wav(tmp_path / f"w{width}.wav", width=width)))
+    assert clip.samples.dtype == np.float32 and len(clip.samples) == 8000
+    tol = 1 / 100 if width == 1 else 1e-4  # 8-bit holds 256 levels
+    assert abs(float(np.abs(clip.samples).max()) - 0.5) < tol
+
+
+def test_stereo_is_mixed_and_other_rates_resampled(tmp_path):
+    clip = audio(str(_wav(tmp_path / "s.wav", rate=44_100, channels=2, seconds=1.0)))
+    assert clip.channels == 2 and clip.source_rate == 44_100
+    assert len(clip.samples) == RATE and clip.notes[0] == "2 channels mixed to mono"
+    # the tone survives the polyphase filter: its peak frequency is still 440 Hz
+    spectrum = np.abs(np.fft.rfft(clip.samples))
+    assert abs(np.argmax(spectrum) * RATE / len(clip.samples) - 440) < 2
+    low = audio(str(_wav(tmp_path / "low.wav", rate=8_000)))
+    assert any("nothing above 4000 Hz" in n for n in low.notes)
+
+
+def test_bundled_clips_carry_their_text_and_features_are_whispers():
+    clips = bundled_clips()
+    assert sum(len(c["text"].split()) for c in clips.values()) >= 30
+    clip = audio("paris")
+    assert clip.text == "The capital of France is Paris." and clip.source_rate == 22_050
+    assert 2.2 < clip.seconds < 2.4 and clip.frames == math.ceil(clip.seconds / 0.02)
+    f = clip.features()
+    assert tuple(f.shape) == (1, 80, 3000)
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda p: p.write_text("not audio"), "not a PCM WAV file"),
+        (lambda p: _wav(p, seconds=0), "holds no samples"),
+        (lambda p: _wav(p, rate=8_000, seconds=31), "at most 30 s"),
+        (lambda p: _wav(p, rate=4_000), "expected 8000–192000 Hz"),
+    ],
+    ids=["text", "empty", "too-long", "low-rate"],
+)
+def test_bad_audio_is_refused_in_one_line(tmp_path, make, words, capsys):
+    path = tmp_path / "bad.wav"
+    make(path)
+    with pytest.raises(AudioError, match=words):
+        audio(str(path))
+    assert main(["heads", "--model", "whisper-tiny", "--audio", str(path)]) == 2  # before the model loads
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_missing_file_names_the_bundled_clips():
+    with pytest.raises(AudioError, match="paris, rome, fox"):
+        audio("nowhere.wav")

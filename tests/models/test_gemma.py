@@ -1,0 +1,53 @@
+"""Gemma 3 270M from its five packages (assembled by the package's own sha256 check): read through
+attnroute's engine within tolerance on its local (512-token window) and global layers, on a text past
+the window, and its IOI answer as the model gives it."""
+
+import json
+
+import pytest
+import torch
+
+from attnroute.cli import main
+from attnroute.read.verify import routing_check
+
+pytestmark = pytest.mark.slow
+
+
+def test_it_loads_as_its_facts_say(gemma):
+    cfg = gemma.model.config
+    assert (gemma.n_layers, gemma.n_heads, gemma.n_kv_heads) == (18, 4, 1)
+    assert cfg.sliding_window == 512 and [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"] == [
+        5,
+        11,
+        17,
+    ]
+    assert cfg.vocab_size == 262_144
+
+
+@pytest.mark.parametrize("impl", ["blocked", "fused"])
+def test_routing_holds_on_local_and_global_layers_past_the_window(gemma, impl):
+    check = routing_check(gemma, impl=impl)
+    assert check["max_abs_diff"] <= check["tolerance"]
+    w = check["window"]
+    assert w["sliding_window"] == 512 and w["local_layers"] == 15
+    assert w["longest_text_tokens"] > 512  # the longest text passes the window: local layers drop keys
+    assert w["local_max_abs_diff"] <= check["tolerance"] and w["global_max_abs_diff"] <= check["tolerance"]
+
+
+def test_ioi_answer_as_measured(gemma):
+    ids = gemma.tokenizer("When Mary and John went to the store, John gave a drink to", return_tensors="pt").input_ids
+    with torch.no_grad():
+        p = torch.softmax(gemma.model(input_ids=ids).logits[0, -1].float(), -1)
+    mary = gemma.tokenizer(" Mary", add_special_tokens=False).input_ids[0]
+    assert 0.8 < float(p[mary]) < 0.9  # measured 0.85
+
+
+def test_heads_reads_a_text_longer_than_the_window(gemma, tmp_path):
+    text = " ".join(["The quick brown fox jumps over the lazy dog, and the dog sleeps on."] * 45)
+    out = tmp_path / "g.json"
+    argv = ["heads", "--model", "gemma3-270m", "--text", text, "--no-ablation", "--seed", "0", "--json", str(out)]
+    assert main(argv) == 0
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["text_tokens"] > 600 and meta["routing_check"]["window"]["local_layers"] == 15
+    rows = json.loads(out.read_text())["rows"]
+    assert all(r["mode"] == "decoder" and r["entropy"] is not None for r in rows)

