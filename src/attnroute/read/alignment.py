@@ -35,8 +35,10 @@ MEDIAN = 7  # OpenAI's medfilt_width
 
 
 def cross_weights(loaded, batch: dict, clip) -> tuple[np.ndarray, list[int]]:
-    """[cross layers, H, text tokens, clip frames] weights (the transcript's rows, the clip's columns), and
-    the cross layers' indices among all layers."""
+    """[cross layers, H, text tokens + 1, clip frames] weights, and the cross layers' indices among all layers.
+    Row i is the row that *predicts* text token i (the row before it: <|notimestamps|>'s predicts the
+    first); the last row predicts <|endoftext|> and closes the last word (OpenAI's timing.py slices the
+    same rows: ``matrix[len(sot_sequence) : -1]`` of a sequence holding <|notimestamps|>)."""
     from .capture import capture_weights  # here: capture imports heads, which reads the alignment
 
     layers = [i for i, k in enumerate(loaded.attention_kinds) if k == "cross"]
@@ -47,7 +49,7 @@ def cross_weights(loaded, batch: dict, clip) -> tuple[np.ndarray, list[int]]:
         loaded,
         ids,
         batch={k: v[:1] for k, v in batch.items()},
-        select=lambda layer, x: x[:, P : T - 1, : clip.frames].numpy() if layer in keep else None,
+        select=lambda layer, x: x[:, P - 1 : T - 1, : clip.frames].numpy() if layer in keep else None,
     )
     return np.stack([w[i] for i in layers]), layers
 
@@ -83,12 +85,10 @@ def dtw(cost: np.ndarray) -> np.ndarray:
 
 
 def token_spans(path: np.ndarray, n: int) -> np.ndarray:
-    """[n, 2] first and last frame of each token on the path."""
-    spans = np.zeros((n, 2), int)
-    for t in range(n):
-        frames = path[path[:, 0] == t, 1]
-        spans[t] = (frames.min(), frames.max()) if len(frames) else (0, 0)
-    return spans
+    """[n, 2] first and last frame of each of the n text tokens: token i runs from the frame where the path
+    reaches row i to the frame before it reaches row i + 1 (row n: the <|endoftext|> predictor)."""
+    first = np.array([path[path[:, 0] == t, 1].min() if (path[:, 0] == t).any() else 0 for t in range(n + 1)])
+    return np.stack([first[:-1], np.maximum(first[:-1], first[1:] - 1)], 1)
 
 
 def words(tokens: list[str], spans: np.ndarray) -> list[dict]:
@@ -118,8 +118,9 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 def head_scores(weights: np.ndarray, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(monotonicity, agreement), each [cross layers, H]."""
-    Lc, H, N, _ = weights.shape
-    arg = weights.argmax(-1)  # (Lc, H, N)
+    Lc, H, _, _ = weights.shape
+    N = len(spans)
+    arg = weights[:, :, :N].argmax(-1)  # (Lc, H, N): the rows that predict the text tokens
     order = np.arange(N)
     mono = np.array([[spearman(order, arg[l, h]) for h in range(H)] for l in range(Lc)])
     inside = (arg >= spans[:, 0] - TOLERANCE) & (arg <= spans[:, 1] + TOLERANCE)

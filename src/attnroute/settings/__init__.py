@@ -23,7 +23,7 @@ Like errors.py, this package imports no torch, so a bad flag is refused before t
 """
 
 from .base import SEED_MAX, Settings, exact_count, integer, integers, opt, verb
-from .experiments import KnockoutSettings, NeedleSettings, SwapSettings
+from .experiments import CrossKnockoutSettings, CrossSwapSettings, KnockoutSettings, NeedleSettings, SwapSettings
 from .patching import (
     ABLATIONS,
     DIRECTIONS,
@@ -86,6 +86,8 @@ __all__ = [
     "HeadsSettings",
     "KVSettings",
     "KnockoutSettings",
+    "CrossKnockoutSettings",
+    "CrossSwapSettings",
     "NeedleSettings",
     "PatchSettings",
     "PathPatchSettings",

@@ -74,6 +74,49 @@ class SwapSettings(Settings):
         last_position_metric(self.metric)
 
 
+SPEECH_MODEL = "whisper-tiny"
+
+
+@dataclass(frozen=True)
+class CrossKnockoutSettings(Settings):
+    """Cut a decoder word's routes to a span of audio frames in every window of cross-attention layers."""
+
+    model: ModelArg = opt(SPEECH_MODEL, "a speech model: whisper-tiny, or a Whisper directory / CTranslate2 folder")
+    audio: str = opt("", "the clip: a .wav file or a bundled clip (paris, fox …)")
+    text: str | None = opt(None, "its transcript, teacher-forced (unset: transcribed by greedy decoding)")
+    source: str = opt("", "the decoder word whose routes are cut (a word of the transcript)")
+    target: str = opt("word", "the frames: 'word' (the source's own), another word, or seconds 'a-b'")
+    window: int = opt(1, "cross-attention layers per window, slid over the depth")
+    heads: tuple[int, ...] | None = opt(None, "only these heads (unset: every head)")
+    seed: int = opt(0, "the control span's draw")
+
+    def __post_init__(self):
+        nonempty_text(self.audio, "audio", optional=False)
+        nonempty_text(self.text, "text")
+        nonempty_text(self.source, "source", optional=False)
+        nonempty_text(self.target, "target", optional=False)
+        integer(self.window, "window", 1)
+        integer(self.seed, "seed", 0, SEED_MAX)
+        set_field(self, "heads", heads_list(self.heads))
+
+
+@dataclass(frozen=True)
+class CrossSwapSettings(Settings):
+    """Transcribe clip B with clip A's cross-attention maps, window by window of cross layers."""
+
+    model: ModelArg = opt(SPEECH_MODEL, "a speech model: whisper-tiny, or a Whisper directory / CTranslate2 folder")
+    audio_a: str = opt("", "the clip whose maps are used")
+    audio_b: str = opt("", "the clip that is transcribed")
+    window: int = opt(1, "cross-attention layers swapped together")
+    heads: tuple[int, ...] | None = opt(None, "only these heads (unset: every head)")
+
+    def __post_init__(self):
+        nonempty_text(self.audio_a, "audio_a", optional=False)
+        nonempty_text(self.audio_b, "audio_b", optional=False)
+        integer(self.window, "window", 1)
+        set_field(self, "heads", heads_list(self.heads))
+
+
 @dataclass(frozen=True)
 class NeedleSettings(Settings):
     """A needle at a seeded depth in growing distractor context; the retrieval heads followed."""
@@ -92,4 +135,4 @@ class NeedleSettings(Settings):
             raise InputError("code is empty: give the secret the needle states", field="code")
 
 
-__all__ = ["KnockoutSettings", "NeedleSettings", "SwapSettings"]
+__all__ = ["CrossKnockoutSettings", "CrossSwapSettings", "KnockoutSettings", "NeedleSettings", "SwapSettings"]

@@ -9,7 +9,7 @@ from ..ground.text_metric import check_text_metric
 
 def load_checked(s, say) -> LoadedModel:
     """The settings' model; a metric's answer tokens are checked on the tokenizer before the weights load."""
-    if s.metric is not None and not isinstance(s.model, LoadedModel):
+    if getattr(s, "metric", None) is not None and not isinstance(s.model, LoadedModel):
         found = load_tokenizer(s.model)
         if found is not None:
             check_text_metric(found[0], s.metric, s.answer, s.wrong)

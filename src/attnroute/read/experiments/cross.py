@@ -1,0 +1,308 @@
+"""Interventions across streams on a speech model: routes from the decoder's tokens to the encoder's frames.
+
+    r = cross_knockout("whisper-tiny", "paris", source="Paris")          # cut " Paris" → its own frames
+    r = cross_knockout("whisper-tiny", "paris", source="Paris", target="0.2-0.6")   # → a span in seconds
+    s = cross_swap("whisper-tiny", "paris", "rome")                      # rome decoded with paris's maps
+
+**Knockout** (Geva et al. 2023, across streams): the rows that predict the ``source`` word's tokens (row
+t − 1 predicts token t) lose their edges to the ``target`` frames — the word's own frames by the
+alignment's word times (read/alignment.py), another word's, or a span in seconds — in every window of
+``window`` cross-attention layers (KnockoutEdges: −inf before the softmax, the row renormalizes over the
+frames it keeps). Measured teacher-forced: the word's log-probability (the sum over its tokens) and p of
+its first token. Beside it a control span of as many frames, drawn (``seed``) from the clip's other
+frames at least ``GAP`` frames from the route's. Then the clip is transcribed again with the span cut
+from *every* decoder row in every cross layer (and again for the control): does the word go?
+
+**Swap** (prompt-to-prompt, Hertz et al. 2022, on audio): clip B is transcribed by greedy decoding with
+clip A's cross-attention maps substituted in a window of cross layers (A's maps recomputed at every step
+on the tokens decoded so far; B's values, B's residual stream). Does the transcript follow A's routes?
+Reported: the swapped transcript and its word error rate against A's and against B's own transcripts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ...audio import FRAME_SECONDS, audio
+from ...engine import InputError, Intervention, SubstituteWeights
+from ...engine.jsonable import Result
+from ...progress import reporter
+from ...settings import CrossKnockoutSettings, CrossSwapSettings, verb
+from ..adapter import routed
+from ..alignment import alignment
+from ..ground.speech import decoder_ids, prompt_length, speech_batch, transcribe_batch
+from ..mode_ablation import wer
+from .common import load_checked
+
+GAP = 5  # frames (100 ms) between the route's span and its control: a word's edge is not sharper
+SECONDS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*s?\s*$")
+
+
+class CrossError(InputError):
+    """A cross-stream intervention that cannot be placed: the message names the word or span."""
+
+
+def _speech_model(s, say):
+    loaded = load_checked(s, say)
+    if not loaded.audio:
+        raise CrossError(f"{loaded.name} has no audio encoder; cross-stream routes need a speech model", field="model")
+    return loaded
+
+
+def cross_layers(loaded) -> list[int]:
+    return [i for i in range(loaded.n_layers) if loaded.mode(i) == "cross"]
+
+
+def windows(loaded, window: int) -> list[list[int]]:
+    layers = cross_layers(loaded)
+    if not 1 <= window <= len(layers):
+        raise CrossError(f"window must be between 1 and the {len(layers)} cross-attention layers", field="window")
+    return [layers[i : i + window] for i in range(len(layers) - window + 1)]
+
+
+def word_positions(loaded, text: str, word: str, P: int) -> list[int]:
+    """Decoder positions of the tokens of ``word`` (every occurrence, whole words) in prompt + text."""
+    spans = [m.span() for m in re.finditer(rf"(?<!\w){re.escape(word.strip())}(?!\w)", " " + text.strip())]
+    if not spans:
+        raise CrossError(f"{word!r} is not a word of the transcript {text.strip()!r}", field="source")
+    enc = loaded.tokenizer(" " + text.strip(), return_offsets_mapping=True, add_special_tokens=False)
+    return [P + i for i, (a, b) in enumerate(enc["offset_mapping"]) if b > a and any(a < e and s < b for s, e in spans)]
+
+
+def frame_span(spec: str, words: list[dict], source: str, frames: int) -> tuple[int, int, str]:
+    """[first, last) frames of the target: 'word' (the source's own), another word, or seconds 'a-b'."""
+    if (m := SECONDS.match(spec)) is not None:
+        a, b = int(float(m.group(1)) / FRAME_SECONDS), int(np.ceil(float(m.group(2)) / FRAME_SECONDS))
+        how = f"{m.group(1)}–{m.group(2)} s"
+    else:
+        name = source if spec == "word" else spec
+        hits = [w for w in words if w["word"].strip(".,!?;:").lower() == name.strip().lower()]
+        if not hits:
+            raise CrossError(f"{name!r} is not a word of the alignment ({[w['word'] for w in words]})", field="target")
+        a, b = int(hits[0]["start"] / FRAME_SECONDS), int(np.ceil(hits[0]["end"] / FRAME_SECONDS))
+        how = f"the frames of {name!r} by the alignment's word times ({hits[0]['start']}–{hits[0]['end']} s)"
+    if not 0 <= a < b <= frames:
+        raise CrossError(f"the span {spec!r} ({a}–{b} frames) is not inside the clip's {frames} frames", field="target")
+    return a, b, how
+
+
+def control_span(a: int, b: int, frames: int, seed: int) -> tuple[int, int]:
+    """As many frames, elsewhere in the clip, at least GAP frames from [a, b)."""
+    n = b - a
+    starts = [s for s in range(0, frames - n + 1) if s + n <= a - GAP or s >= b + GAP]
+    if not starts:
+        raise CrossError("the clip is too short for a control span as long as the route's", field="target")
+    s = int(np.random.default_rng(seed).choice(starts))
+    return s, s + n
+
+
+@dataclass(repr=False)
+class CrossKnockoutResult(Result):
+    """A decoder word's routes to a span of frames cut, window by window of cross layers, and a control."""
+
+    model: str
+    clip: str
+    transcript: str
+    source: str
+    queries: list[int]
+    span: list[int]  # [first, last) frames
+    control: list[int]
+    target: str  # how the span was found
+    clean: dict  # the word's log-probability and p of its first token, teacher-forced
+    rows: list[dict] = field(default_factory=list)
+    transcripts: dict = field(default_factory=dict)  # cut from every row of every cross layer: route, control
+
+    def to_dict(self) -> dict:
+        most = min(self.rows, key=lambda r: r["delta_logprob_route"]) if self.rows else None
+        lines = [f"{self.source!r} in {self.transcript!r}: log p = {self.clean['logprob']:.3f} (clean)"]
+        if most:
+            lines.append(
+                f"cutting it from {self.target} moves it most in cross layers {most['cross_layers']}: "
+                f"{most['delta_logprob_route']:+.3f} (control span: {most['delta_logprob_control']:+.3f})"
+            )
+        t = self.transcripts
+        lines.append(f"transcribed with the span cut everywhere: {t['route']!r} (control: {t['control']!r})")
+        return {
+            "experiment": "cross-knockout",
+            "verdict": {"lines": lines},
+            "summary": {"windows": len(self.rows), "clean logprob": self.clean["logprob"]},
+            "model": self.model,
+            "clip": self.clip,
+            "transcript": self.transcript,
+            "source": {"word": self.source, "queries": self.queries},
+            "span": {"frames": self.span, "seconds": [x * FRAME_SECONDS for x in self.span], "found": self.target},
+            "control": {"frames": self.control, "seconds": [x * FRAME_SECONDS for x in self.control]},
+            "clean": self.clean,
+            "windows": self.rows,
+            "transcripts": self.transcripts,
+        }
+
+
+def _word_score(loaded, batch: dict, positions: list[int], interventions=()) -> dict:
+    """Teacher-forced: Σ log p of the word's tokens, and p of its first token."""
+    with torch.no_grad(), routed(loaded, interventions=list(interventions), impl="eager"):
+        logp = torch.log_softmax(loaded.model(**batch).logits[0].float(), -1)
+    ids = batch["decoder_input_ids"][0]
+    lp = [float(logp[p - 1, ids[p]]) for p in positions]
+    return {"logprob": sum(lp), "p_first": float(np.exp(lp[0]))}
+
+
+class CutFrames(Intervention):
+    """Cross-attention knockout: decoder rows ``rows`` (all rows when None) lose their edges to the frames
+    [a, b) — −inf before the softmax, each row renormalized over the frames it keeps. Rows are the decoder's
+    own positions: KnockoutEdges places a query at Tk − Tq + row (bottom-right, the self-attention
+    convention), which in a cross layer (Tk = 1,500 frames) is not a decoder position."""
+
+    def __init__(self, rows, frames: tuple[int, int], heads=None, layer: int | None = None):
+        super().__init__([] if heads is None else heads, layer)
+        self.all_heads, self.rows, self.frames = heads is None, None if rows is None else sorted(rows), frames
+
+    def edit_scores(self, masked_scores, block):
+        B, H, bq, kspan = masked_scores.shape
+        dev = masked_scores.device
+        kpos = torch.arange(block.kv0, block.kv1, device=dev)
+        cols = (kpos >= self.frames[0]) & (kpos < self.frames[1])
+        rows = torch.ones(bq, dtype=torch.bool, device=dev)
+        if self.rows is not None:
+            rows = torch.isin(torch.arange(block.q0, block.q1, device=dev), torch.tensor(self.rows, device=dev))
+        cut = (rows[:, None] & cols[None, :]).view(1, 1, bq, kspan)
+        heads = torch.ones(1, H, 1, 1, dtype=torch.bool, device=dev) if self.all_heads else self.head_mask(H, dev)
+        return masked_scores.masked_fill(cut & heads, float("-inf"))
+
+
+def _cut(layers, rows, frames, heads) -> list:
+    return [CutFrames(rows, frames, heads, layer=layer) for layer in layers]
+
+
+@verb(CrossKnockoutSettings)
+def cross_knockout(model=None, clip=None, *, settings=None, progress=None, **fields) -> CrossKnockoutResult:
+    """Cut a decoder word's routes to a span of frames; see the module docstring."""
+    s = CrossKnockoutSettings.of(settings, model, fields, audio=clip)
+    say = reporter(progress)
+    heard = audio(s.audio)  # before the weights load
+    loaded = _speech_model(s, say)
+    feats = heard.features(int(loaded.model.config.num_mel_bins))
+    text = s.text or transcribe_batch(loaded, feats)[0][1]
+    batch = speech_batch(feats, decoder_ids(loaded, text))
+    P = prompt_length(loaded, batch["decoder_input_ids"])
+    queries = word_positions(loaded, text, s.source, P)
+    words = alignment(loaded, batch, heard)["words"]
+    a, b, how = frame_span(s.target, words, s.source, heard.frames)
+    ca, cb = control_span(a, b, heard.frames, s.seed)
+    heads = list(s.heads) if s.heads is not None else None
+    result = CrossKnockoutResult(
+        loaded.name, heard.describe(), text, s.source, queries, [a, b], [ca, cb], how,
+        _word_score(loaded, batch, queries),
+    )  # fmt: skip
+    rows = [q - 1 for q in queries]  # the rows that predict the word
+    for layers in windows(loaded, s.window):
+        say("stage", f"cross layers {[loaded.stream_layer(x) for x in layers]}")
+        r = _word_score(loaded, batch, queries, _cut(layers, rows, (a, b), heads))
+        c = _word_score(loaded, batch, queries, _cut(layers, rows, (ca, cb), heads))
+        result.rows.append(
+            {
+                "cross_layers": [loaded.stream_layer(x) for x in layers],
+                "delta_logprob_route": r["logprob"] - result.clean["logprob"],
+                "delta_logprob_control": c["logprob"] - result.clean["logprob"],
+                "p_first_route": r["p_first"],
+                "p_first_control": c["p_first"],
+            }
+        )
+    for name, span in (("route", (a, b)), ("control", (ca, cb))):  # every row: no decoder position is special
+        with torch.no_grad(), routed(loaded, interventions=_cut(cross_layers(loaded), None, span, heads)):
+            result.transcripts[name] = transcribe_batch(loaded, feats)[0][1]
+    return result
+
+
+@dataclass(repr=False)
+class CrossSwapResult(Result):
+    """Clip B transcribed with clip A's cross-attention maps, window by window of cross layers."""
+
+    model: str
+    clips: list[str]
+    transcript_a: str
+    transcript_b: str
+    rows: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        follows = [r for r in self.rows if r["wer_to_a"] < r["wer_to_b"]]
+        lines = [f"A: {self.transcript_a!r}; B: {self.transcript_b!r}"]
+        lines += [
+            f"cross layers {r['cross_layers']}: {r['transcript']!r} (WER to A {r['wer_to_a']:.2f}, to B {r['wer_to_b']:.2f})"
+            for r in self.rows
+        ]
+        lines.append(f"the transcript follows A's routes in {len(follows)} of {len(self.rows)} windows")
+        return {
+            "experiment": "cross-swap",
+            "verdict": {"lines": lines},
+            "summary": {"windows": len(self.rows), "follow A": len(follows)},
+            "model": self.model,
+            "clips": self.clips,
+            "transcript_a": self.transcript_a,
+            "transcript_b": self.transcript_b,
+            "windows": self.rows,
+        }
+
+
+def _cross_maps(loaded, batch: dict, layers: list[int]) -> dict[int, torch.Tensor]:
+    """Each layer's weights [1, H, Tq, Tk] on ``batch`` (the eager backend's, one block per call)."""
+    from ..capture import capture_weights  # capture imports heads, which imports this package's neighbours
+
+    keep = set(layers)
+    w = capture_weights(loaded, None, batch=batch, select=lambda layer, x: x if layer in keep else None)
+    return {layer: torch.as_tensor(w[layer])[None] for layer in layers}
+
+
+@torch.no_grad()
+def swapped_transcript(loaded, feats_a, feats_b, layers: list[int], heads: list[int], max_new: int = 100) -> str:
+    """Greedy decoding of B, each step with A's maps (on the same tokens) in ``layers``."""
+    from ..ground.speech import prompt_ids
+
+    eot = int(loaded.model.config.eos_token_id)
+    ids = torch.tensor([prompt_ids(loaded)])
+    banned = torch.zeros(int(loaded.model.config.vocab_size), dtype=torch.bool)
+    banned[list(loaded.model.config.suppress_tokens or [])] = True
+    banned[ids[0, -1] :] = True  # timestamps
+    for _ in range(max_new):
+        maps = _cross_maps(loaded, speech_batch(feats_a, ids), layers)
+        ivs = [SubstituteWeights(heads, maps[layer][:, heads], layer=layer) for layer in layers]
+        with routed(loaded, interventions=ivs, impl="eager"):
+            logits = loaded.model(**speech_batch(feats_b, ids)).logits[0, -1]
+        nxt = int(logits.masked_fill(banned, float("-inf")).argmax())
+        if nxt == eot:
+            break
+        ids = torch.cat([ids, torch.tensor([[nxt]])], 1)
+    return loaded.tokenizer.decode(ids[0, len(prompt_ids(loaded)) :]).strip()
+
+
+@verb(CrossSwapSettings)
+def cross_swap(model=None, clip_a=None, clip_b=None, *, settings=None, progress=None, **fields) -> CrossSwapResult:
+    """B transcribed with A's cross-attention maps; see the module docstring."""
+    s = CrossSwapSettings.of(settings, model, fields, audio_a=clip_a, audio_b=clip_b)
+    say = reporter(progress)
+    a, b = audio(s.audio_a), audio(s.audio_b)
+    loaded = _speech_model(s, say)
+    n_mels = int(loaded.model.config.num_mel_bins)
+    fa, fb = a.features(n_mels), b.features(n_mels)
+    ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb])))
+    heads = list(s.heads) if s.heads is not None else list(range(loaded.n_heads))
+    result = CrossSwapResult(loaded.name, [a.describe(), b.describe()], ta, tb)
+    for layers in [*windows(loaded, s.window), cross_layers(loaded)]:
+        say("stage", f"B with A's maps in cross layers {[loaded.stream_layer(x) for x in layers]}")
+        text = swapped_transcript(loaded, fa, fb, layers, heads)
+        result.rows.append(
+            {
+                "cross_layers": [loaded.stream_layer(x) for x in layers],
+                "transcript": text,
+                "wer_to_a": round(wer([ta], [text]), 4),
+                "wer_to_b": round(wer([tb], [text]), 4),
+            }
+        )
+    return result
+
+
+__all__ = ["CrossError", "CrossKnockoutResult", "CrossSwapResult", "cross_knockout", "cross_swap"]
