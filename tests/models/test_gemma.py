@@ -2,12 +2,9 @@
 attnroute's engine within tolerance on its local (512-token window) and global layers, on a text past
 the window, and its IOI answer as the model gives it."""
 
-import json
-
 import pytest
 import torch
 
-from attnroute.cli import main
 from attnroute.read.verify import routing_check
 
 pytestmark = pytest.mark.slow
@@ -42,12 +39,22 @@ def test_ioi_answer_as_measured(gemma):
     assert 0.8 < float(p[mary]) < 0.9  # measured 0.85
 
 
-def test_heads_reads_a_text_longer_than_the_window(gemma, tmp_path):
+def test_heads_reads_a_text_longer_than_the_window(gemma):
+    from attnroute.read.heads import read_heads
+
     text = " ".join(["The quick brown fox jumps over the lazy dog, and the dog sleeps on."] * 45)
-    out = tmp_path / "g.json"
-    argv = ["heads", "--model", "gemma3-270m", "--text", text, "--no-ablation", "--seed", "0", "--json", str(out)]
-    assert main(argv) == 0
-    meta = json.loads(out.read_text())["meta"]
+    table = read_heads(gemma, text, seeds=(0,), stimulus_batch=2, ablation=False)
+    meta = table.to_dict()["meta"]
     assert meta["text_tokens"] > 600 and meta["routing_check"]["window"]["local_layers"] == 15
-    rows = json.loads(out.read_text())["rows"]
+    rows = table.rows()
     assert all(r["mode"] == "decoder" and r["entropy"] is not None for r in rows)
+    # the fused statistics (the default) agree with the blocked backend's, which reads the weights themselves,
+    # on the local layers (512 keys per row at most) and the global ones alike
+    from attnroute.read.heads import text_statistics
+    from attnroute.read.stimuli import encode_text
+
+    ids, _ = encode_text(gemma.tokenizer, text, None)
+    blocked, _, paths = text_statistics(gemma, ids, max_weight=True)
+    assert paths["entropy"] == "blocked" and meta["column_paths"]["entropy"] == "fused"
+    assert abs(blocked["entropy"] - table["entropy"]).max() < 1e-3
+    assert abs(blocked["sink_mass"] - table["sink_mass"]).max() < 1e-4

@@ -124,3 +124,67 @@ def test_audio_and_text_models_refuse_the_wrong_input(capsys):
     assert "reads audio: give --audio" in capsys.readouterr().err
     assert main(["heads", "--model", "smollm2", "--audio", "paris", "--no-ablation"]) == 2
     assert "--audio is for a speech model" in capsys.readouterr().err
+
+
+def test_word_error_rate_counts_edits_after_normalizing():
+    from attnroute.read.mode_ablation import edit_distance, normalize, wer
+
+    assert normalize("We meet at 9 o'clock, tomorrow!") == ["we", "meet", "at", "nine", "o'clock", "tomorrow"]
+    assert edit_distance("a b c d".split(), "a x c".split()) == 2  # one substitution, one deletion
+    assert wer(["The quick brown fox."], ["the quick brown fox"]) == 0.0
+    assert wer(["one two three four"], ["one three four five"]) == 0.5
+
+
+def test_pruning_every_cross_head_breaks_transcription(whisper):
+    """The claim's smallest case: with no cross-attention the decoder cannot hear the audio."""
+    from attnroute.audio import audio
+    from attnroute.read.mode_ablation import clip_batch, score
+
+    clips = [audio("paris"), audio("dog")]
+    feats = clip_batch(whisper, clips)["input_features"]
+    assert score(whisper, clips, feats, [])["wer"] == 0.0
+    cross = [(l, h) for l in range(whisper.n_layers) if whisper.mode(l) == "cross" for h in range(whisper.n_heads)]
+    assert score(whisper, clips, feats, cross)["wer"] >= 0.8
+
+
+def test_cutting_a_words_routes_to_its_frames_moves_it_in_the_last_cross_layer(tmp_path):
+    out = tmp_path / "ko.json"
+    argv = ["knockout", "--model", "whisper-tiny", "--audio", "rome", "--from", "Rome", "--to", "word"]
+    assert main([*argv, "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["transcript"] == "The capital of France is Rome." and r["source"]["queries"] == [7]
+    rows = r["windows"]
+    assert [w["cross_layers"] for w in rows] == [[0], [1], [2], [3]]
+    assert rows[3]["delta_logprob_route"] < -0.3  # measured −0.56: the last cross layer hears the word
+    assert all(abs(w["delta_logprob_route"]) < 0.05 for w in rows[:3])
+    assert all(abs(w["delta_logprob_control"]) < 0.05 for w in rows)  # as many frames elsewhere: nothing
+    a, b = r["span"]["frames"]
+    ca, cb = r["control"]["frames"]
+    assert cb - ca == b - a and (cb <= a - 5 or ca >= b + 5)
+    assert set(r["transcripts"]) == {"route", "control"}
+
+
+def test_swapping_maps_between_clips_of_one_timing_leaves_the_words_to_the_values():
+    from attnroute.read.experiments import cross_swap
+
+    r = cross_swap("whisper-tiny", "paris", "rome", window=4).to_dict()
+    assert r["transcript_a"] == "The capital of France is Paris."
+    assert [w["transcript"] for w in r["windows"]] == ["The capital of France is Rome."]
+    assert r["windows"][0]["wer_to_b"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["knockout", "--audio", "rome", "--from", "Rome", "--to", "word", "--token", " x"], "applies to a text"),
+        (["knockout", "--audio", "rome", "--from", "Londres", "--to", "word"], "not a word of the transcript"),
+        (["knockout", "--audio", "rome", "--from", "Rome", "--to", "2.1-9"], "not inside the clip"),
+        (["swap", "--audio-a", "paris"], "--audio-b is empty"),
+        (["knockout", "--model", "smollm2", "--audio", "rome", "--from", "Rome", "--to", "word"], "no audio encoder"),
+    ],
+)
+def test_cross_stream_refusals(argv, words, capsys):
+    model = [] if "--model" in argv else ["--model", "whisper-tiny"]
+    assert main([*argv, *model]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..settings import KnockoutSettings, NeedleSettings, SwapSettings
+from ..errors import InputError
+from ..settings import CrossKnockoutSettings, CrossSwapSettings, KnockoutSettings, NeedleSettings, SwapSettings
 from .common import (
     deliver,
     emit_json,
@@ -19,6 +20,7 @@ from .common import (
 )
 
 K, S, N = KnockoutSettings, SwapSettings, NeedleSettings
+CK, CS = CrossKnockoutSettings, CrossSwapSettings
 HEADS = {"heads": ("heads", lambda v: int_list(v, "heads"))}
 
 
@@ -33,6 +35,13 @@ def add(sub) -> None:
     option(ko, "--token", K, "target_token")
     metric_flags(ko, K)
     model_flag(ko)
+    ko.add_argument(
+        "--audio",
+        help="a speech model's clip (.wav or a bundled clip): cut --from (a word of the transcript, which the "
+        "positional text gives, else greedy decoding) → --to (word: its own frames; another word; or seconds a-b) "
+        "in cross-attention",
+    )
+    option(ko, "--seed", K, type=int)
     ko.add_argument("--plot", help="write the figure (PNG) here")
     json_flag(ko, "the result")
     ko.set_defaults(fn=knockout)
@@ -46,6 +55,8 @@ def add(sub) -> None:
     option(sw, "--heads", S, help="only these heads, comma-separated (default all)")
     metric_flags(sw, S)
     model_flag(sw)
+    option(sw, "--audio-a", CS, help="a speech model: the clip whose cross-attention maps are used")
+    option(sw, "--audio-b", CS, help="the clip transcribed with them")
     json_flag(sw, "the result")
     sw.set_defaults(fn=swap)
 
@@ -65,6 +76,8 @@ def metric_flags(p, cls) -> None:
 
 
 def knockout(args) -> int:
+    if args.audio is not None:
+        return cross_knockout(args)
     outputs({"model": args.model, "file": args.file}, {"json": args.json, "plot": args.plot}, {"plot": (".png",)})
     settings = settings_from(K, args, convert=HEADS, text=read_text_arg(args.text, args.file, required=True))
     from ..read.experiments import knockout as run
@@ -76,7 +89,24 @@ def knockout(args) -> int:
     return show(result, knockout_table(result), args)
 
 
+def cross_knockout(args) -> int:
+    outputs({"model": args.model, "file": args.file, "audio": args.audio}, {"json": args.json})
+    if args.plot:
+        raise InputError("`plot` draws a text knockout; a cross-stream knockout writes --json", field="plot")
+    text = read_text_arg(args.text, args.file)
+    settings = settings_from(CK, args, convert=HEADS, skip=("plot",), elsewhere="applies to a text knockout", text=text)
+    from ..read.experiments import cross_knockout as run
+
+    with read_progress() as progress:
+        result = run(settings=settings, progress=progress).to_dict()
+    from ..show.cross import cross_table
+
+    return show(result, cross_table(result), args)
+
+
 def swap(args) -> int:
+    if args.audio_a is not None or args.audio_b is not None:
+        return cross_swap(args)
     outputs([("model", args.model), ("file_a", args.file_a), ("file_b", args.file_b)], {"json": args.json})
     a = read_text_arg(args.prompt_a, args.file_a, required=True, field="file_a")
     b = read_text_arg(args.prompt_b, args.file_b, required=True, field="file_b")
@@ -88,6 +118,18 @@ def swap(args) -> int:
     from ..show.swap import swap_table
 
     return show(result, swap_table(result), args)
+
+
+def cross_swap(args) -> int:
+    outputs({"model": args.model, "audio_a": args.audio_a, "audio_b": args.audio_b}, {"json": args.json})
+    settings = settings_from(CS, args, convert=HEADS, elsewhere="applies to a swap of text prompts")
+    from ..read.experiments import cross_swap as run
+
+    with read_progress() as progress:
+        result = run(settings=settings, progress=progress).to_dict()
+    from ..show.cross import cross_table
+
+    return show(result, cross_table(result), args)
 
 
 def needle(args) -> int:

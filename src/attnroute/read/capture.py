@@ -41,7 +41,7 @@ def capture_weights(
 
     with routed(loaded, probes=[probe], impl="eager", before_attend=[value_norm] if norms is not None else []):
         body(loaded)(**(batch if batch is not None else model_inputs(loaded, ids, torch.ones_like(ids))))
-    return [_numpy(per_layer[layer]) for layer in range(loaded.n_layers)]
+    return [_numpy(per_layer.get(layer)) for layer in range(loaded.n_layers)]  # None: a layer that did not run
 
 
 def _numpy(x):

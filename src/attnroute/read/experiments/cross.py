@@ -232,7 +232,8 @@ class CrossSwapResult(Result):
         follows = [r for r in self.rows if r["wer_to_a"] < r["wer_to_b"]]
         lines = [f"A: {self.transcript_a!r}; B: {self.transcript_b!r}"]
         lines += [
-            f"cross layers {r['cross_layers']}: {r['transcript']!r} (WER to A {r['wer_to_a']:.2f}, to B {r['wer_to_b']:.2f})"
+            f"cross layers {r['cross_layers']}: {r['transcript']!r} "
+            f"(WER to A {r['wer_to_a']:.2f}, to B {r['wer_to_b']:.2f})"
             for r in self.rows
         ]
         lines.append(f"the transcript follows A's routes in {len(follows)} of {len(self.rows)} windows")
@@ -257,9 +258,20 @@ def _cross_maps(loaded, batch: dict, layers: list[int]) -> dict[int, torch.Tenso
     return {layer: torch.as_tensor(w[layer])[None] for layer in layers}
 
 
+def encoded(loaded, feats: torch.Tensor):
+    """The encoder's output for a clip, computed once: each decoding step then runs the decoder only."""
+    with torch.no_grad(), routed(loaded, impl="eager"):
+        return loaded.model.model.encoder(input_features=feats)
+
+
+def _decoder_batch(enc, ids: torch.Tensor) -> dict:
+    return {"encoder_outputs": enc, "decoder_input_ids": ids, "decoder_attention_mask": torch.ones_like(ids)}
+
+
 @torch.no_grad()
-def swapped_transcript(loaded, feats_a, feats_b, layers: list[int], heads: list[int], max_new: int = 100) -> str:
-    """Greedy decoding of B, each step with A's maps (on the same tokens) in ``layers``."""
+def swapped_transcript(loaded, enc_a, enc_b, layers: list[int], heads: list[int], max_new: int = 100) -> str:
+    """Greedy decoding of B, each step with A's maps (on the same tokens) in ``layers``; ``enc_a``/``enc_b``:
+    the clips' encoder outputs (``encoded``)."""
     from ..ground.speech import prompt_ids
 
     eot = int(loaded.model.config.eos_token_id)
@@ -268,10 +280,10 @@ def swapped_transcript(loaded, feats_a, feats_b, layers: list[int], heads: list[
     banned[list(loaded.model.config.suppress_tokens or [])] = True
     banned[ids[0, -1] :] = True  # timestamps
     for _ in range(max_new):
-        maps = _cross_maps(loaded, speech_batch(feats_a, ids), layers)
+        maps = _cross_maps(loaded, _decoder_batch(enc_a, ids), layers)
         ivs = [SubstituteWeights(heads, maps[layer][:, heads], layer=layer) for layer in layers]
         with routed(loaded, interventions=ivs, impl="eager"):
-            logits = loaded.model(**speech_batch(feats_b, ids)).logits[0, -1]
+            logits = loaded.model(**_decoder_batch(enc_b, ids)).logits[0, -1]
         nxt = int(logits.masked_fill(banned, float("-inf")).argmax())
         if nxt == eot:
             break
@@ -291,9 +303,11 @@ def cross_swap(model=None, clip_a=None, clip_b=None, *, settings=None, progress=
     ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb])))
     heads = list(s.heads) if s.heads is not None else list(range(loaded.n_heads))
     result = CrossSwapResult(loaded.name, [a.describe(), b.describe()], ta, tb)
-    for layers in [*windows(loaded, s.window), cross_layers(loaded)]:
+    enc_a, enc_b = encoded(loaded, fa), encoded(loaded, fb)
+    spans = windows(loaded, s.window)
+    for layers in spans + ([cross_layers(loaded)] if len(spans) > 1 else []):  # each window, then all at once
         say("stage", f"B with A's maps in cross layers {[loaded.stream_layer(x) for x in layers]}")
-        text = swapped_transcript(loaded, fa, fb, layers, heads)
+        text = swapped_transcript(loaded, enc_a, enc_b, layers, heads)
         result.rows.append(
             {
                 "cross_layers": [loaded.stream_layer(x) for x in layers],

@@ -1,0 +1,38 @@
+"""The terminal table of a cross-stream experiment on a speech model (knockout of a word's routes to its
+frames, or a swap of cross-attention maps between two clips): one row per window of cross layers."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+
+def cross_table(result: dict) -> Table:
+    if result["experiment"] == "cross-knockout":
+        return _knockout(result)
+    t = Table(title=f"{result['model']}: B transcribed with A's cross-attention maps")
+    for col in ("cross layers", "transcript", "WER to A", "WER to B"):
+        t.add_column(col)
+    for r in result["windows"]:
+        t.add_row(str(r["cross_layers"]), r["transcript"], f"{r['wer_to_a']:.2f}", f"{r['wer_to_b']:.2f}")
+    t.caption = "\n".join(result["verdict"]["lines"][:1] + result["verdict"]["lines"][-1:])
+    return t
+
+
+def _knockout(result: dict) -> Table:
+    span = result["span"]["seconds"]
+    t = Table(title=f"{result['source']['word']!r} → frames {span[0]:.2f}–{span[1]:.2f} s cut, per cross layer window")
+    for col in ("cross layers", "Δ log p (route)", "Δ log p (control)", "p first token (route)", "(control)"):
+        t.add_column(col, justify="right")
+    for r in result["windows"]:
+        t.add_row(
+            str(r["cross_layers"]),
+            f"{r['delta_logprob_route']:+.3f}",
+            f"{r['delta_logprob_control']:+.3f}",
+            f"{r['p_first_route']:.3f}",
+            f"{r['p_first_control']:.3f}",
+        )
+    t.caption = "\n".join(result["verdict"]["lines"])
+    return t
+
+
+__all__ = ["cross_table"]
