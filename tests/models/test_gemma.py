@@ -58,3 +58,16 @@ def test_heads_reads_a_text_longer_than_the_window(gemma):
     assert paths["entropy"] == "blocked" and meta["column_paths"]["entropy"] == "fused"
     assert abs(blocked["entropy"] - table["entropy"]).max() < 1e-3
     assert abs(blocked["sink_mass"] - table["sink_mass"]).max() < 1e-4
+
+
+def test_direct_effects_go_through_gemmas_post_attention_norm(gemma):
+    """Gemma adds post_attention_layernorm(o_proj(·)), not o_proj(·): a head's direct effect is its write
+    through that norm (frozen at the run's scale). Taken before it, the effects were ~500× too small and the
+    `rest` absorbed the difference, so the sum still added up — the writes check now catches that."""
+    from attnroute.read.patching import patch
+
+    r = patch(gemma, prompts="ioi", sites=("head",), exact=0).to_dict()
+    d = r["direct"]
+    assert d["post_norms"] == 18 and d["writes_check_max_abs_diff"] < 1e-4 and d["adds_up_max_abs_diff"] < 1e-3
+    top = max(d["rows"], key=lambda row: abs(row["clean"]))
+    assert (top["layer"], top["head"]) == (11, 3) and top["clean"] > 2  # measured +5.2 over the 48 pairs

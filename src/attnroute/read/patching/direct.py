@@ -11,7 +11,11 @@ and the logit difference is u · y + (b_U[answer] − b_U[wrong]) with u = W_U[a
     logit-diff = Σ_{l,h} u · N(c_lh) + rest
 
 where rest is what everything else writes (embeddings, MLPs, output-projection biases, the norm's
-bias, the output head's bias). The parts are measured, not assumed: the frozen norm must reproduce
+bias, the output head's bias). A model that normalizes a sublayer's output before adding it (Gemma 2
+and 3: ``post_attention_layernorm`` after o_proj) adds P_l(Σ_h c_lh), not Σ_h c_lh: that post-norm is
+frozen at the run's scale too (found as the norm whose input is o_proj's output tensor), so head h
+writes P_l(c_lh) — exact, as the frozen norm is linear. A post-norm that no frozen form reproduces is a
+refusal, never a head write taken before it. The parts are measured, not assumed: the frozen norm must reproduce
 the model's own normed residual, and u · y + Δb the model's own logit difference, or no direct
 effects are given (with the reason) — a final soft-cap or logit scaling is not linear and is refused.
 """
@@ -42,11 +46,15 @@ class FinalRecorder:
     def __init__(self, loaded):
         self.head = loaded.model.get_output_embeddings() if loaded.causal else None
         self.norms = final_norm_candidates(loaded) if self.head is not None else []
+        inside = [m for b in (layer_stack(loaded) or []) for m in b.modules() if _is_norm(m)]
+        self.inner = inside if self.head is not None else []  # where a sublayer's post-norm would be
+        self.projections = [p for p in loaded.out_projections if p is not None] if self.head is not None else []
         self.inputs, self.outputs, self.y = {}, {}, None
+        self.input_ptr, self.output_ptr = {}, {}  # which tensor each module read / wrote (the post-norm's match)
         self._hooks = []
 
     def __enter__(self):
-        for m in self.norms:
+        for m in [*self.norms, *self.inner, *self.projections]:
             self._hooks.append(m.register_forward_hook(self._norm_hook))
         if self.head is not None:
             self._hooks.append(self.head.register_forward_pre_hook(self._head_hook))
@@ -56,6 +64,12 @@ class FinalRecorder:
         if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor):
             self.inputs[id(module)] = args[0][:, -1].detach()
             self.outputs[id(module)] = out[:, -1].detach()
+            self.input_ptr[id(module)], self.output_ptr[id(module)] = args[0].data_ptr(), out.data_ptr()
+
+    def post_norm(self, proj):
+        """The norm that reads ``proj``'s output tensor itself (Gemma's post_attention_layernorm), or None."""
+        ptr = self.output_ptr.get(id(proj))
+        return next((m for m in self.inner if ptr is not None and self.input_ptr.get(id(m)) == ptr), None)
 
     def _head_hook(self, module, args):
         self.y = args[0][:, -1].detach()
@@ -92,7 +106,13 @@ def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff
             "reason": f"the model changes its logits after the output head (soft-cap or scaling): u·y + Δb differs "
             f"from its logit difference by {gap:.3g}, so direct effects would not add up"
         }
-    per_head, written = _heads(loaded, recs, N, u)  # (n, L, H), (n, d)
+    posts = _post_norms(loaded, final)
+    if isinstance(posts, str):
+        return {"reason": posts}
+    per_head, written = _heads(loaded, recs, N, u, posts)  # (n, L, H), (n, d)
+    gap_w = _writes_check(loaded, recs, final, posts)
+    if gap_w > TOL * 10:
+        return {"reason": f"the heads' writes do not sum to what the layers added (max |Δ| {gap_w:.3g})"}
     x = final.inputs[id(found)].float()
     rest = (u * N(x - written)).sum(-1) + (u * b).sum(-1) + db  # everything the heads did not write
     return {
@@ -100,11 +120,55 @@ def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff
         "rest": rest,
         "adds_up_max_abs_diff": float((per_head.sum(dim=(1, 2)) + rest - logit_diff).abs().max()),
         "norm": type(found).__name__,
+        "post_norms": sum(p is not None for p in posts),
+        "writes_check_max_abs_diff": gap_w,
         "output_head_check_max_abs_diff": gap,
     }
 
 
-def _heads(loaded, recs, N, u) -> tuple[torch.Tensor, torch.Tensor]:
+def _is_norm(m) -> bool:
+    return "norm" in type(m).__name__.lower() or isinstance(m, torch.nn.LayerNorm)
+
+
+def _post_norms(loaded, final: FinalRecorder):
+    """Per layer: the frozen post-norm's linear map (None: the write is added as it is), or a refusal."""
+    out = []
+    for l, proj in enumerate(loaded.out_projections):
+        post = final.post_norm(proj)
+        if post is None:
+            out.append(None)
+            continue
+        frozen = frozen_norm(post, final.inputs[id(post)], final.outputs[id(post)])
+        if frozen is None:
+            return f"layer {l}'s {type(post).__name__} after the output projection is not linear at the run's scale"
+        out.append(frozen[0])  # its bias (if any) is part of the rest
+    return out
+
+
+def _writes_check(loaded, recs, final: FinalRecorder, posts) -> float:
+    """Σ_h of the heads' writes must equal what each layer added at the last position: its post-norm's
+    output (less its bias), or its output projection's (less the projection's bias). Relative to scale."""
+    worst = 0.0
+    for l, proj in enumerate(loaded.out_projections):
+        o = recs[l].out[:, :, -1].float()
+        H = o.shape[1]
+        c = torch.einsum("nhv,dhv->nd", o, proj.weight.detach().float().view(proj.weight.shape[0], H, -1))
+        post = final.post_norm(proj)
+        if post is not None:
+            c = posts[l](c)
+            added = final.outputs[id(post)].float() - _bias(post)
+        else:
+            added = final.outputs[id(proj)].float() - _bias(proj)
+        worst = max(worst, float((c - added).abs().max()) / max(1.0, float(added.abs().max())))
+    return worst
+
+
+def _bias(m) -> torch.Tensor:
+    b = getattr(m, "bias", None)
+    return torch.zeros(()) if b is None else b.detach().float()
+
+
+def _heads(loaded, recs, N, u, posts) -> tuple[torch.Tensor, torch.Tensor]:
     """Each head's direct effect [n, L, H] and the sum of what all heads wrote at the last position [n, d]."""
     n, L, H = u.shape[0], loaded.n_layers, loaded.n_heads
     out = torch.zeros(n, L, H)
@@ -114,6 +178,8 @@ def _heads(loaded, recs, N, u) -> tuple[torch.Tensor, torch.Tensor]:
         W = proj.weight.detach().float()  # (d, H·Dv)
         Wh = W.view(W.shape[0], H, -1)  # (d, H, Dv)
         c = torch.einsum("nhv,dhv->nhd", o, Wh)  # (n, H, d): what each head writes
+        if posts[l] is not None:  # normalized before the add, at the run's scale (per prompt)
+            c = posts[l](c.transpose(0, 1)).transpose(0, 1)
         out[:, l] = (N(c.transpose(0, 1)).transpose(0, 1) * u[:, None]).sum(-1)
         written = written + c.sum(1)
     return out, written

@@ -373,6 +373,9 @@ def _direct(parts: list[dict], chunks: list, N: int, loaded, shard: Shard) -> di
             row["clean_values"] = [finite(v) for v in per["clean"][:, l, h]]
             out["rows"].append(row)
     out["norm"] = parts[0]["clean"]["norm"] if parts else None
+    out["post_norms"] = parts[0]["clean"]["post_norms"] if parts else None  # layers whose write is normed first
+    writes = [p[side]["writes_check_max_abs_diff"] for p in parts for side in ("clean", "corrupt")]
+    out["writes_check_max_abs_diff"] = float(np.nanmax(shard.merge_max(writes))) if writes else None
     return out
 
 
