@@ -3,8 +3,10 @@ JSON, its main charts as PNG), with sections from learn and experiment results a
 
 from __future__ import annotations
 
+from ..errors import InputError
 from ..settings import CorpusSettings, ReportSettings
 from .common import (
+    NOT_SETTINGS,
     deliver,
     emit_json,
     json_flag,
@@ -47,10 +49,40 @@ def add(sub) -> None:
         help="skip the run-time check of routed attention against the model's own eager attention",
     )
     r.add_argument("--learn", nargs="+", metavar="JSON", help="add sections from `attnroute learn` result files")
+    r.add_argument(
+        "--audio",
+        help="a speech model's clip (.wav or a bundled clip; --model defaults to whisper-tiny): the audio page — "
+        "spectrogram, every cross-attention head's map over time, alignment heads marked",
+    )
     r.set_defaults(fn=run)
 
 
+SPEECH_ONLY = ("text", "file", "model", "out", "json", "no_ablation", "no_verify", "audio")
+
+
+def run_audio(args) -> int:
+    """The audio page: a speech model's read of one clip (show/speech.py)."""
+    given = [k for k, v in vars(args).items() if v is not None and k not in SPEECH_ONLY and k not in NOT_SETTINGS]
+    if given:
+        raise InputError(f"`{given[0]}` applies to a text report; the audio page takes text, model, out, json")
+    outputs([("model", args.model), ("audio", args.audio), ("file", args.file)], {"out": args.out, "json": args.json})
+    from ..read.report import speech_view
+    from ..show.speech import build
+
+    with read_progress() as progress:
+        view = speech_view(args.model or "whisper-tiny", args.audio, read_text_arg(args.text, args.file),
+                           ablation=not args.no_ablation, verify=not args.no_verify, progress=progress)  # fmt: skip
+    notes(view.table.meta)
+    emit_json(view.table.to_dict(), args.json)
+    page = build(view).encode("utf-8")
+    deliver(args.out, "out", page)
+    say(f"the page is {len(page) / 1e6:.2f} MB, built in {view.elapsed:.1f} s")
+    return 0
+
+
 def run(args) -> int:
+    if args.audio is not None:
+        return run_audio(args)
     inputs = [("file", args.file), ("corpus", args.corpus), ("model", args.model)]
     inputs += [("learn", p) for p in args.learn or []] + [("add", p) for p in args.add or []]
     outputs(inputs, {"out": args.out, "json": args.json}, dirs={"png_dir": args.png_dir})

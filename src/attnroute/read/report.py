@@ -19,7 +19,7 @@ import torch
 from ..engine import InputError
 from ..models import LoadedModel, load
 from ..progress import reporter
-from ..settings import PAGE_TOKENS, ReportSettings, verb
+from ..settings import PAGE_TOKENS, HeadsSettings, ReportSettings, verb
 from .capture import capture_weights, generate_with_weights, sink_positions
 from .corpus.documents import Corpus
 from .corpus.read import SEQ2SEQ_CORPUS, read_corpus
@@ -108,4 +108,43 @@ def routing_view(
     )
 
 
-__all__ = ["RoutingView", "page_tokens", "routing_view"]
+@dataclass
+class SpeechView:
+    """A speech model's read of one clip: what the audio page shows. ``cross``: [cross layers, H, N + 1,
+    frames] weights of the rows that predict each transcript token (and <|endoftext|>) over the clip's
+    frames; ``mel``: the log-mel features of the clip's span [n_mels, 2·frames]."""
+
+    table: HeadTable
+    tokens: list[str]  # the transcript's tokens (the rows of ``cross`` predict them; the last row: the end)
+    cross: np.ndarray
+    mel: np.ndarray
+    seconds: float  # the clip's duration
+    clip: str
+    elapsed: float
+
+
+def speech_view(model, clip, text: str | None = None, ablation: bool = True, verify: bool = True, progress=None):
+    """Read a speech model on a clip (read_heads with audio: the report's preset) and keep its cross-attention
+    maps and spectrogram for the page."""
+    from ..audio import audio
+    from .alignment import cross_weights
+    from .ground.speech import decoder_ids, prompt_length, speech_batch
+    from .stimuli import tokens_of
+
+    t0, say = time.perf_counter(), reporter(progress)
+    heard = audio(clip)  # before the weights load
+    loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
+    hs = HeadsSettings.from_name("report", model=loaded, audio=clip, text=text, ablation=ablation, verify=verify)
+    table = read_heads(settings=hs, progress=progress)
+    ids = decoder_ids(loaded, table.meta.audio["transcript"])
+    if tokens_of(loaded.tokenizer, ids[0]) != table.meta.tokens:  # the transcript re-encoded must be what ran
+        raise InputError("the transcript does not re-encode to the tokens that were read; give it with `text`")
+    feats = heard.features(int(loaded.model.config.num_mel_bins))
+    cross, _ = cross_weights(loaded, speech_batch(feats, ids), heard)
+    P = prompt_length(loaded, ids)
+    tokens = [loaded.tokenizer.decode([int(t)]) for t in ids[0, P:-1]]
+    mel = feats[0, :, : 2 * heard.frames].numpy()
+    return SpeechView(table, tokens, cross, mel, heard.seconds, heard.describe(), time.perf_counter() - t0)
+
+
+__all__ = ["RoutingView", "SpeechView", "page_tokens", "routing_view", "speech_view"]
