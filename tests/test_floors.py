@@ -18,15 +18,18 @@ GROUND = {"errors", "settings", "progress", "promptset", "bundled", "files"}
 ALLOWED = {
     **{g: GROUND for g in GROUND},
     "engine": GROUND | {"engine"},
-    "models": GROUND | {"engine", "models"},
-    "read": GROUND | {"engine", "models", "read"},
+    "ct2": GROUND,  # CTranslate2's file format, read
+    "whisper": GROUND | {"ct2"},  # Whisper built from it
+    "audio": GROUND,  # WAV in, Whisper's features out
+    "models": GROUND | {"engine", "models", "whisper"},
+    "read": GROUND | {"engine", "models", "read", "audio"},
     "check": GROUND | {"engine", "models", "check"},
     "cost": GROUND | {"engine", "models", "cost"},
     "learn": GROUND | {"engine", "learn"},
-    "show": GROUND | {"engine", "read", "check", "cost", "learn", "show"},
+    "show": GROUND | {"engine", "read", "check", "cost", "learn", "show", "audio"},
     "bench": GROUND | {"engine", "models", "read", "check", "cost", "learn", "bench"},
     "serve": GROUND | {"engine", "models", "read", "show", "serve"},  # the explorer: reads and shows, live
-    "cli": GROUND | {"engine", "models", "read", "check", "cost", "learn", "show", "bench", "serve", "cli"},
+    "cli": GROUND | {"engine", "models", "read", "check", "cost", "learn", "show", "bench", "serve", "cli", "audio"},
     "__init__": set(),  # names load lazily (PEP 562): the root imports no floor
 }
 ANALYSIS = ("errors", "settings", "progress", "promptset", "engine", "models", "read", "check", "cost", "learn")

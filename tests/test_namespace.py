@@ -14,8 +14,8 @@ SRC = Path(attnroute.__file__).parent
 
 # Pinned: adding or removing a public name is a decision, made in __init__.py's one list and here, by its digest
 # (the names are not written twice: the failure prints them).
-PUBLIC_COUNT = 105
-PUBLIC_DIGEST = "355cf9d1680f271c"
+PUBLIC_COUNT = 111
+PUBLIC_DIGEST = "75e504d6ee598104"
 
 
 def _digest(names) -> str:

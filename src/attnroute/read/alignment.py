@@ -26,8 +26,11 @@ is spoken.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from ..audio import FRAME_SECONDS
+from ..engine import CallbackProbe
+from .adapter import routed
 from .ground.speech import prompt_length
 
 TOLERANCE = 5  # frames (100 ms): a word's edge is not sharper than a syllable
@@ -38,20 +41,21 @@ def cross_weights(loaded, batch: dict, clip) -> tuple[np.ndarray, list[int]]:
     """[cross layers, H, text tokens + 1, clip frames] weights, and the cross layers' indices among all layers.
     Row i is the row that *predicts* text token i (the row before it: <|notimestamps|>'s predicts the
     first); the last row predicts <|endoftext|> and closes the last word (OpenAI's timing.py slices the
-    same rows: ``matrix[len(sot_sequence) : -1]`` of a sequence holding <|notimestamps|>)."""
-    from .capture import capture_weights  # here: capture imports heads, which reads the alignment
-
+    same rows: ``matrix[len(sot_sequence) : -1]`` of a sequence holding <|notimestamps|>). The eager
+    backend's weights, kept for the cross layers only (an encoder layer's are 6 × 1,500² floats)."""
     layers = [i for i, k in enumerate(loaded.attention_kinds) if k == "cross"]
-    ids = batch["decoder_input_ids"][:1]
+    one = {k: v[:1] for k, v in batch.items()}
+    ids = one["decoder_input_ids"]
     P, T = prompt_length(loaded, ids), ids.shape[1]
-    keep = set(layers)
-    w = capture_weights(
-        loaded,
-        ids,
-        batch={k: v[:1] for k, v in batch.items()},
-        select=lambda layer, x: x[:, P - 1 : T - 1, : clip.frames].numpy() if layer in keep else None,
-    )
-    return np.stack([w[i] for i in layers]), layers
+    kept: dict[int, np.ndarray] = {}
+
+    def keep(block):
+        if block.layer in layers:
+            kept[block.layer] = block.weights[0, :, P - 1 : T - 1, : clip.frames].float().numpy()
+
+    with torch.no_grad(), routed(loaded, probes=[CallbackProbe(keep)], impl="eager"):
+        loaded.model(**one)
+    return np.stack([kept[i] for i in layers]), layers
 
 
 def consensus(weights: np.ndarray) -> np.ndarray:
