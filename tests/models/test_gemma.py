@@ -71,3 +71,30 @@ def test_direct_effects_go_through_gemmas_post_attention_norm(gemma):
     assert d["post_norms"] == 18 and d["writes_check_max_abs_diff"] < 1e-4 and d["adds_up_max_abs_diff"] < 1e-3
     top = max(d["rows"], key=lambda row: abs(row["clean"]))
     assert (top["layer"], top["head"]) == (11, 3) and top["clean"] > 2  # measured +5.2 over the 48 pairs
+
+
+def test_gemma_reads_and_cuts_in_the_explorer(gemma):
+    """The explorer in-process (Starlette's TestClient): the grid, one head, a cut route measured."""
+    from starlette.testclient import TestClient
+
+    from attnroute.serve.app import build
+    from attnroute.serve.explorer import Explorer
+    from attnroute.settings import ServeSettings
+    from attnroute.show.explorer import page_html
+
+    ioi = "When Mary and John went to the store, John gave a drink to"
+    explorer = Explorer(gemma)
+    app = build(explorer, ServeSettings(model=gemma), "t0ken", page_html(explorer.info()), hosts=["testserver"])
+    with TestClient(app, headers={"X-Attnroute-Token": "t0ken"}) as client:
+        info = client.get("/api/info").json()
+        assert info["kind"] == "causal" and info["routing_check"]
+        grid = client.post("/api/text", json={"text": ioi}).json()
+        assert len(grid["roles"]) == 18 and len(grid["roles"][0]) == 4 and grid["tokens"][0] == "<bos>"
+        assert grid["top"][0]["token"] == " Mary"
+        head = client.post("/api/head", json={"text": ioi, "layer": 13, "head": 3}).json()
+        assert head["Tq"] == head["T"] == len(grid["tokens"])
+        # L13.H3's route " to" → " Mary" writes against the answer (routes: cutting it, +3.05 logit difference):
+        # cut in the explorer, p(" Mary") rises (measured +0.10)
+        route = {"kind": "route", "layer": 13, "head": 3, "query": 14, "key": 2}
+        m = client.post("/api/cut", json={"text": ioi, "cuts": [route]}).json()["metric"]
+        assert m["name"] == "p(' Mary')" and 0.05 < m["delta"] < 0.15

@@ -97,26 +97,29 @@ def test_it_transcribes_the_committed_clips(whisper):
     assert P == 2 and torch.softmax(logits[at - 1], -1)[paris] > 0.99  # p(" Paris" | … is) as measured: 0.999
 
 
-def test_heads_reads_three_modes_and_ranks_alignment_heads(tmp_path, capsys):
-    out = tmp_path / "wh.json"
-    argv = ["heads", "--model", "whisper-tiny", "--audio", "paris", "--seed", "0", "--exact", "4"]
-    assert main([*argv, "--json", str(out)]) == 0
-    err = capsys.readouterr().err
-    assert "transcribed (greedy decoding): 'The capital of France is Paris.'" in err
-    d = json.loads(out.read_text())
+def test_heads_reads_three_modes_and_ranks_alignment_heads(whisper):
+    from attnroute.read.heads import read_heads
+
+    table = read_heads(whisper, audio="paris", seeds=(0,), stimulus_batch=2, exact=2)
+    d = table.to_dict()
+    assert d["meta"]["audio"]["transcript"] == "The capital of France is Paris."
+    assert d["meta"]["audio"]["transcript_source"] == "transcribed (greedy decoding)"
     modes = [r["mode"] for r in d["rows"]]
     assert modes.count("encoder") == modes.count("decoder") == modes.count("cross") == 24
     a = d["meta"]["alignment"]
     assert a["reference"] == [[1, 0], [2, 0], [2, 5], [3, 0], [3, 1], [3, 2], [3, 3], [3, 4]]
     assert sorted(map(tuple, a["ranking"])) == [(l, h) for l in range(4) for h in range(6)]
-    assert a["overlap"]["k"] == 8 and a["overlap"]["shared"] >= 3  # chance: 8·8/24 ≈ 2.7; measured 4
-    assert a["reference_words_increasing"] and a["word_start_gap_s"] < 0.3
+    assert a["overlap"]["k"] == 8 and a["overlap"]["shared"] >= 5  # chance: 8·8/24 ≈ 2.7; measured 6
+    assert a["reference_words_increasing"] and a["word_start_gap_s"] < 0.15  # measured 0.07 s
     assert [w["word"] for w in a["words"]] == ["The", "capital", "of", "France", "is", "Paris."]
     cross = [r for r in d["rows"] if r["mode"] == "cross"]
     assert all(r["alignment"] is not None and r["prev_token"] is None for r in cross)
     enc = [r for r in d["rows"] if r["mode"] == "encoder"]
     assert all(r["induction"] is None and r["entropy"] > 0 for r in enc)  # frames are not tokens
+    dec = [r for r in d["rows"] if r["mode"] == "decoder"]
+    assert max(r["prev_token"] for r in dec) > 0.5  # the decoder has a previous-token head (measured 0.93)
     assert d["meta"]["routing_check"]["max_abs_diff"] <= d["meta"]["routing_check"]["tolerance"]
+    assert d["meta"]["ablation"]["exact_heads"] and "decoder's loss on the transcript" in d["meta"]["effect_batch"]
 
 
 def test_audio_and_text_models_refuse_the_wrong_input(capsys):
@@ -188,3 +191,28 @@ def test_cross_stream_refusals(argv, words, capsys):
     assert main([*argv, *model]) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_patching_two_clips_finds_where_the_word_is_heard(tmp_path):
+    """paris vs rome: the transcripts share "The capital of France is"; each head's clean output patched alone
+    into the rome run, the logit difference " Paris" − " Rome" read at the last position."""
+    out = tmp_path / "sp.json"
+    argv = ["patch", "--model", "whisper-tiny", "--audio-clean", "paris", "--audio-corrupt", "rome"]
+    assert main([*argv, "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["prefix"] == "The capital of France is" and (r["answer"], r["wrong"]) == (" Paris", " Rome")
+    assert r["metric"]["clean"] > 5 > -5 > r["metric"]["corrupt"]
+    assert len(r["rows"]) == 72 and {row["mode"] for row in r["rows"]} == {"encoder", "decoder", "cross"}
+    for row in r["rows"]:  # every head measured exactly, normalized against the two ends
+        assert row["normalized"] == pytest.approx(row["delta"] / (r["metric"]["clean"] - r["metric"]["corrupt"]))
+    # the decoder's self-attention never hears the audio: no decoder head alone restores the answer
+    assert r["by_mode"]["decoder"]["best"]["normalized"] < r["by_mode"]["encoder"]["best"]["normalized"]
+
+
+def test_patch_of_two_clips_refuses_text_prompt_flags(capsys):
+    argv = ["patch", "--model", "whisper-tiny", "--audio-clean", "paris", "--audio-corrupt", "rome", "--sites", "q"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "sites" in err and "applies to text prompts" in err
+    assert main(["patch", "--audio-clean", "paris", "--audio-corrupt", "paris"]) == 2
+    assert "transcribe alike" in capsys.readouterr().err

@@ -39,7 +39,7 @@ def test_heads_json_for_minilm_with_a_cut_text(capsys, tmp_path):
     assert "cut to its first 16 tokens" in err
     assert {r["layer"] for r in data["rows"]} == set(range(6)) and {r["head"] for r in data["rows"]} == set(range(12))
     assert data["rows"][0]["ablation_delta"] is None  # --no-ablation
-    assert (tmp_path / "h.csv").read_text().startswith("layer,head,attention,stream_layer,entropy")
+    assert (tmp_path / "h.csv").read_text().startswith("layer,head,attention,mode,stream_layer,entropy")
     assert "previous-token" in out
 
 

@@ -5,9 +5,11 @@ attends where it does (its score split into query-side × key-side pairs)."""
 from __future__ import annotations
 
 from ..bundled import prompts_path
+from ..errors import InputError
 from ..promptset import METRIC_FIELDS
-from ..settings import CircuitSettings, PatchSettings, RoutesSettings, WhySettings
+from ..settings import CircuitSettings, PatchSettings, RoutesSettings, SpeechPatchSettings, WhySettings
 from .common import (
+    NOT_SETTINGS,
     deliver,
     emit_json,
     int_list,
@@ -24,7 +26,7 @@ from .common import (
     tables,
 )
 
-P, R, C = PatchSettings, RoutesSettings, CircuitSettings
+P, R, C, SP = PatchSettings, RoutesSettings, CircuitSettings, SpeechPatchSettings
 METRICS_HELP = (
     f"the metric, one value per prompt: {', '.join(METRIC_FIELDS)} (logit-diff: logit(answer) − logit(wrong) at the "
     "last position; cosine is the encoders')"
@@ -54,6 +56,11 @@ def add(sub) -> None:
     json_flag(pa, "the result")
     pa.add_argument("--csv", help="write one row per component as CSV")
     pa.add_argument("--plot", help="write the layers × heads heatmaps (PNG)")
+    pa.add_argument("--audio-clean", help="a speech model: the clean clip (.wav or bundled, e.g. paris)")
+    pa.add_argument("--audio-corrupt", help="the corrupted clip: one word spoken differently (e.g. rome)")
+    option(
+        pa, "--text", SP, help="with audio: the decoder text both runs read (default: the words the transcripts share)"
+    )
     pa.set_defaults(fn=patch)
 
     ro = sub.add_parser("routes", help="route attribution: each query→key route's effect on your metric")
@@ -113,7 +120,34 @@ def _files(args) -> dict:
     return {"json": args.json, "csv": args.csv, "plot": args.plot}
 
 
+def speech(args) -> int:
+    """patch --audio-clean A --audio-corrupt B: every head of a speech model, exactly (read/patching/speech.py)."""
+    outputs({"model": args.model, "audio_clean": args.audio_clean, "audio_corrupt": args.audio_corrupt}, _files(args))
+    keep = {"audio_clean", "audio_corrupt", "model", "text", "answer", "wrong", "json", "csv"}
+    extra = [k for k, v in vars(args).items() if v is not None and k not in keep and k not in NOT_SETTINGS]
+    if extra:
+        raise InputError(f"`{extra[0]}` applies to text prompts; two clips take answer, wrong, text, json, csv")
+    settings = SP(model=args.model or SP.model, clean=args.audio_clean or "", corrupt=args.audio_corrupt or "",
+                  text=args.text, answer=args.answer, wrong=args.wrong)  # fmt: skip
+    from ..read.patching import speech_patch
+
+    with read_progress() as progress:
+        result = speech_patch(settings=settings, progress=progress).to_dict()
+    from ..show.cross import SPEECH_COLUMNS, speech_patch_table
+    from ..show.text import csv_text
+
+    tables(args.json).print(speech_patch_table(result))
+    emit_json(result, args.json)
+    if args.csv:
+        deliver(args.csv, "csv", csv_text(result["rows"], SPEECH_COLUMNS).encode("utf-8"))
+    return 0
+
+
 def patch(args) -> int:
+    if args.audio_clean is not None or args.audio_corrupt is not None:
+        return speech(args)
+    if args.text is not None:
+        raise InputError("`text` is the decoder text of a patch between two clips; give --audio-clean too")
     files = {**_files(args), "checkpoint": args.checkpoint}
     outputs({"model": args.model, "prompts": args.prompts}, files, {"plot": (".png",), "csv": (".csv",)})
     convert = {**PAIR_FLAGS, "sites": ("sites", lambda v: names(v) or ())}

@@ -61,7 +61,8 @@ def refuse_kind(kind: str) -> None:
     said before the weights load when the model's config can be read alone (server.prepare)."""
     if kind == "seq2seq":
         raise InputError(
-            "the explorer reads causal LMs and encoders; for an encoder-decoder use `attnroute report`",
+            "the explorer reads causal LMs and encoders; for an encoder-decoder use `attnroute report` "
+            "(a speech model: `attnroute report --audio CLIP`)",
             field="model",
         )
 

@@ -23,7 +23,14 @@ Like errors.py, this package imports no torch, so a bad flag is refused before t
 """
 
 from .base import SEED_MAX, Settings, exact_count, integer, integers, opt, verb
-from .experiments import CrossKnockoutSettings, CrossSwapSettings, KnockoutSettings, NeedleSettings, SwapSettings
+from .experiments import (
+    CrossKnockoutSettings,
+    CrossSwapSettings,
+    KnockoutSettings,
+    NeedleSettings,
+    SpeechPatchSettings,
+    SwapSettings,
+)
 from .patching import (
     ABLATIONS,
     DIRECTIONS,
@@ -88,6 +95,7 @@ __all__ = [
     "KnockoutSettings",
     "CrossKnockoutSettings",
     "CrossSwapSettings",
+    "SpeechPatchSettings",
     "NeedleSettings",
     "PatchSettings",
     "PathPatchSettings",

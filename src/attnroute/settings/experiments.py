@@ -118,6 +118,25 @@ class CrossSwapSettings(Settings):
 
 
 @dataclass(frozen=True)
+class SpeechPatchSettings(Settings):
+    """Patch every head's output from a clean clip into a corrupted one (one word spoken differently)."""
+
+    model: ModelArg = opt(SPEECH_MODEL, "a speech model: whisper-tiny, or a Whisper directory / CTranslate2 folder")
+    clean: str = opt("", "the clean clip: a .wav file or a bundled clip (paris …)")
+    corrupt: str = opt("", "the corrupted clip: the same words, one spoken differently (rome …)")
+    text: str | None = opt(None, "the decoder text both runs read (unset: the words the transcripts share)")
+    answer: str | None = opt(None, "the clean word (unset: where the transcripts first differ)")
+    wrong: str | None = opt(None, "the corrupted word, likewise")
+
+    def __post_init__(self):
+        nonempty_text(self.clean, "clean", optional=False)
+        nonempty_text(self.corrupt, "corrupt", optional=False)
+        nonempty_text(self.text, "text")
+        if self.text is not None and (self.answer is None or self.wrong is None):
+            raise InputError("with `text`, give `answer` and `wrong` too (the words to compare after it)", field="text")
+
+
+@dataclass(frozen=True)
 class NeedleSettings(Settings):
     """A needle at a seeded depth in growing distractor context; the retrieval heads followed."""
 
@@ -135,4 +154,11 @@ class NeedleSettings(Settings):
             raise InputError("code is empty: give the secret the needle states", field="code")
 
 
-__all__ = ["CrossKnockoutSettings", "CrossSwapSettings", "KnockoutSettings", "NeedleSettings", "SwapSettings"]
+__all__ = [
+    "CrossKnockoutSettings",
+    "CrossSwapSettings",
+    "SpeechPatchSettings",
+    "KnockoutSettings",
+    "NeedleSettings",
+    "SwapSettings",
+]

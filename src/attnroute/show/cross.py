@@ -35,4 +35,18 @@ def _knockout(result: dict) -> Table:
     return t
 
 
-__all__ = ["cross_table"]
+SPEECH_COLUMNS = ("layer", "mode", "stream_layer", "head", "delta", "normalized")
+
+
+def speech_patch_table(result: dict) -> Table:
+    """The heads that restore the clean clip's answer most, per the patch between two clips."""
+    t = Table(title=f"{result['model']}: each head's clean output patched into the corrupted clip (top 12)")
+    for col in ("mode", "layer.head", "normalized", "Δ logit-diff"):
+        t.add_column(col, justify="right")
+    for r in result["rows"][:12]:
+        t.add_row(r["mode"], f"{r['stream_layer']}.{r['head']}", f"{r['normalized']:+.3f}", f"{r['delta']:+.3f}")
+    t.caption = "\n".join(result["verdict"]["lines"])
+    return t
+
+
+__all__ = ["SPEECH_COLUMNS", "cross_table", "speech_patch_table"]

@@ -7,6 +7,7 @@ qkfix              AtP*'s QK fix: the estimate of a patched query or key, the so
 patch              patch(): estimate, then exact settling, with per-prompt statistics
 routes             the streaming probe of route attribution
 route_attribution  route_attribution(): every query→key route's estimated effect, the top verified
+speech             speech_patch(): every head of a speech model patched from a clean clip into a corrupted one
 
 What the rooms of read/ share — metrics, prompt pairs as tokens, positions, the settle rule, the
 process group, checkpoints, statistics — is the ground floor, read/ground/.
@@ -14,5 +15,6 @@ process group, checkpoints, statistics — is the ground floor, read/ground/.
 
 from .patch import PatchResult, patch
 from .route_attribution import RoutesResult, route_attribution
+from .speech import SpeechPatchResult, speech_patch
 
-__all__ = ["PatchResult", "RoutesResult", "patch", "route_attribution"]
+__all__ = ["PatchResult", "RoutesResult", "SpeechPatchResult", "patch", "route_attribution", "speech_patch"]

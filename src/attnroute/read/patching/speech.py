@@ -1,0 +1,174 @@
+"""Activation patching between two clips on a speech model: a clean clip and a corrupted one (one word
+spoken differently), the decoder's logits read where the word is predicted.
+
+    r = speech_patch("whisper-tiny", "paris", "rome")     # denoising: each head's clean output into the corrupt run
+
+Both runs decode the same tokens — the transcript up to the first word the two clips' transcripts
+disagree on (or ``text``) — so every position means the same in both; the metric is the logit
+difference answer − wrong at the last position (by default the first token of the clean clip's word
+and of the corrupted clip's). Every head of every mode (encoder self, decoder self, cross) is patched
+exactly, alone: its output in the corrupted run replaced by its output in the clean run, at every
+position (an encoder head: every frame). Normalized as patch's denoising: (M_patched − M_corrupt) /
+(M_clean − M_corrupt), 1 when a head alone restores the clean answer. Exact for every head — 72 on
+Whisper tiny.en, so there is no estimate to settle; decoder and cross heads run on the corrupted
+clip's cached encoder output (their patch cannot change the encoder).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from ...audio import audio
+from ...engine import InputError
+from ...engine.jsonable import Result
+from ...models import LoadedModel, load
+from ...progress import reporter
+from ...settings import SpeechPatchSettings, verb
+from ..adapter import routed
+from ..ground.speech import prompt_ids, text_ids, transcribe_batch
+from .sites import Component, PatchCopies, Recorder
+
+COPIES = 3  # patched copies per forward: an encoder head's copy holds 6 × 1,500² eager scores
+
+
+class SpeechPatchError(InputError):
+    """Two clips that cannot be patched into each other as asked."""
+
+
+@dataclass(repr=False)
+class SpeechPatchResult(Result):
+    """Each head's clean output patched into the corrupted clip's run.
+
+    rows       per head: layer, mode, stream layer, head, delta (metric units), normalized (0 corrupt, 1 clean)
+    by_mode    per mode: the largest normalized effect of one head and the sum over its heads
+    """
+
+    model: str
+    clips: dict  # clean, corrupt: described
+    transcripts: dict  # clean, corrupt
+    prefix: str  # the decoder text both runs read
+    answer: str
+    wrong: str
+    clean: float  # the metric on the clean run
+    corrupt: float
+    rows: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        rows = sorted(self.rows, key=lambda r: -abs(r["normalized"]))
+        modes = {}
+        for r in self.rows:
+            m = modes.setdefault(r["mode"], {"best": None, "sum_normalized": 0.0})
+            m["sum_normalized"] += r["normalized"]
+            if m["best"] is None or abs(r["normalized"]) > abs(m["best"]["normalized"]):
+                m["best"] = {k: r[k] for k in ("layer", "stream_layer", "head", "normalized")}
+        lines = [
+            f"logit({self.answer!r}) − logit({self.wrong!r}) after {self.prefix!r}: clean {self.clean:.3f}, "
+            f"corrupt {self.corrupt:.3f}"
+        ]
+        lines += [
+            f"{m}: strongest head {v['best']['stream_layer']}.{v['best']['head']} ({v['best']['normalized']:+.3f}); "
+            f"its heads sum to {v['sum_normalized']:+.3f}"
+            for m, v in modes.items()
+        ]
+        return {
+            "experiment": "speech-patch",
+            "verdict": {"lines": lines},
+            "summary": {"clean": self.clean, "corrupt": self.corrupt, "heads": len(self.rows)},
+            "model": self.model,
+            "clips": self.clips,
+            "transcripts": self.transcripts,
+            "prefix": self.prefix,
+            "answer": self.answer,
+            "wrong": self.wrong,
+            "metric": {"name": "logit-diff", "clean": self.clean, "corrupt": self.corrupt, "direction": "denoising"},
+            "by_mode": modes,
+            "rows": rows,
+        }
+
+
+def split_at_difference(clean: str, corrupt: str) -> tuple[str, str, str]:
+    """(the words both transcripts share before they differ, the clean word, the corrupted word)."""
+    a, b = re.findall(r"[\w']+", clean), re.findall(r"[\w']+", corrupt)
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return " ".join(a[:i]), x, y
+    raise SpeechPatchError(
+        f"the clips transcribe alike ({clean!r} / {corrupt!r}): give `text`, `answer` and `wrong`", field="corrupt"
+    )
+
+
+def _token(loaded, word: str, name: str) -> int:
+    ids = loaded.tokenizer(" " + word.strip(), add_special_tokens=False).input_ids
+    if not ids:
+        raise SpeechPatchError(f"`{name}` {word!r} is no token", field=name)
+    return int(ids[0])
+
+
+def _metric(logits: torch.Tensor, answer: int, wrong: int) -> torch.Tensor:
+    last = logits[:, -1].float()
+    return last[:, answer] - last[:, wrong]
+
+
+def _record(loaded, batch: dict) -> tuple[list[Recorder], object, torch.Tensor]:
+    recs = [Recorder(layer) for layer in range(loaded.n_layers)]
+    with torch.no_grad(), routed(loaded, interventions=recs, impl="eager"):
+        out = loaded.model(**batch)
+    return recs, out.encoder_last_hidden_state, out.logits
+
+
+@verb(SpeechPatchSettings)
+def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progress=None, **fields) -> SpeechPatchResult:
+    """Patch every head's clean output into the corrupted clip's run; see the module docstring."""
+    s = SpeechPatchSettings.of(settings, model, fields, clean=clean, corrupt=corrupt)
+    say = reporter(progress)
+    a, b = audio(s.clean), audio(s.corrupt)  # before the weights load
+    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    if not loaded.audio:
+        raise SpeechPatchError(f"{loaded.name} has no audio encoder: patch two clips on a speech model", field="model")
+    n_mels = int(loaded.model.config.num_mel_bins)
+    fa, fb = a.features(n_mels), b.features(n_mels)
+    ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb])))
+    prefix, word_a, word_b = (s.text, s.answer, s.wrong) if s.text is not None else split_at_difference(ta, tb)
+    answer, wrong = _token(loaded, s.answer or word_a, "answer"), _token(loaded, s.wrong or word_b, "wrong")
+    ids = torch.tensor([prompt_ids(loaded) + (text_ids(loaded, prefix) if prefix.strip() else [])])
+    clean_recs, _, clean_logits = _record(loaded, {"input_features": fa, "decoder_input_ids": ids})
+    _, enc_b, corrupt_logits = _record(loaded, {"input_features": fb, "decoder_input_ids": ids})
+    m_clean, m_corrupt = float(_metric(clean_logits, answer, wrong)), float(_metric(corrupt_logits, answer, wrong))
+    if abs(m_clean - m_corrupt) < 1e-6:
+        raise SpeechPatchError("the metric is the same on both clips: nothing to restore", field="corrupt")
+    result = SpeechPatchResult(
+        loaded.name, {"clean": a.describe(), "corrupt": b.describe()}, {"clean": ta, "corrupt": tb}, prefix,
+        loaded.tokenizer.decode([answer]), loaded.tokenizer.decode([wrong]), m_clean, m_corrupt,
+    )  # fmt: skip
+    for layer in range(loaded.n_layers):
+        say("layer", f"{loaded.mode(layer)} layer {loaded.stream_layer(layer)}", done=layer + 1, total=loaded.n_layers)
+        base = {"input_features": fb} if loaded.mode(layer) == "encoder" else {"encoder_outputs": (enc_b,)}
+        for h0 in range(0, loaded.n_heads, COPIES):
+            heads = list(range(h0, min(loaded.n_heads, h0 + COPIES)))
+            comps = [Component(layer, "head", h, None) for h in heads]
+            k = len(heads)
+            batch = {key: v.repeat(k, *([1] * (v.dim() - 1))) for key, v in base.items() if key != "encoder_outputs"}
+            if "encoder_outputs" in base:
+                batch["encoder_outputs"] = (enc_b.repeat(k, 1, 1),)
+            batch["decoder_input_ids"] = ids.repeat(k, 1)
+            patch = PatchCopies(layer, comps, 1, clean_recs[layer])
+            with torch.no_grad(), routed(loaded, interventions=[patch], impl="eager"):
+                patched = _metric(loaded.model(**batch).logits, answer, wrong)
+            for h, m in zip(heads, patched.tolist()):
+                result.rows.append(
+                    {
+                        "layer": layer,
+                        "mode": loaded.mode(layer),
+                        "stream_layer": loaded.stream_layer(layer),
+                        "head": h,
+                        "delta": m - m_corrupt,
+                        "normalized": (m - m_corrupt) / (m_clean - m_corrupt),
+                    }
+                )
+    return result
+
+
+__all__ = ["SpeechPatchError", "SpeechPatchResult", "speech_patch"]
