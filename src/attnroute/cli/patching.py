@@ -127,8 +127,14 @@ def speech(args) -> int:
     extra = [k for k, v in vars(args).items() if v is not None and k not in keep and k not in NOT_SETTINGS]
     if extra:
         raise InputError(f"`{extra[0]}` applies to text prompts; two clips take answer, wrong, text, json, csv")
-    settings = SP(model=args.model or SP.model, clean=args.audio_clean or "", corrupt=args.audio_corrupt or "",
-                  text=args.text, answer=args.answer, wrong=args.wrong)  # fmt: skip
+    settings = SP(
+        model=args.model or SP.model,
+        clean=args.audio_clean or "",
+        corrupt=args.audio_corrupt or "",
+        text=args.text,
+        answer=args.answer,
+        wrong=args.wrong,
+    )
     from ..read.patching import speech_patch
 
     with read_progress() as progress:

@@ -70,8 +70,14 @@ def run_audio(args) -> int:
     from ..show.speech import build
 
     with read_progress() as progress:
-        view = speech_view(args.model or "whisper-tiny", args.audio, read_text_arg(args.text, args.file),
-                           ablation=not args.no_ablation, verify=not args.no_verify, progress=progress)  # fmt: skip
+        view = speech_view(
+            args.model or "whisper-tiny",
+            args.audio,
+            read_text_arg(args.text, args.file),
+            ablation=not args.no_ablation,
+            verify=not args.no_verify,
+            progress=progress,
+        )
     notes(view.table.meta)
     emit_json(view.table.to_dict(), args.json)
     page = build(view).encode("utf-8")

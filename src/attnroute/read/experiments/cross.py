@@ -195,9 +195,16 @@ def cross_knockout(model=None, clip=None, *, settings=None, progress=None, **fie
     ca, cb = control_span(a, b, heard.frames, s.seed)
     heads = list(s.heads) if s.heads is not None else None
     result = CrossKnockoutResult(
-        loaded.name, heard.describe(), text, s.source, queries, [a, b], [ca, cb], how,
+        loaded.name,
+        heard.describe(),
+        text,
+        s.source,
+        queries,
+        [a, b],
+        [ca, cb],
+        how,
         _word_score(loaded, batch, queries),
-    )  # fmt: skip
+    )
     rows = [q - 1 for q in queries]  # the rows that predict the word
     for layers in windows(loaded, s.window):
         say("stage", f"cross layers {[loaded.stream_layer(x) for x in layers]}")

@@ -140,9 +140,15 @@ def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progres
     if abs(m_clean - m_corrupt) < 1e-6:
         raise SpeechPatchError("the metric is the same on both clips: nothing to restore", field="corrupt")
     result = SpeechPatchResult(
-        loaded.name, {"clean": a.describe(), "corrupt": b.describe()}, {"clean": ta, "corrupt": tb}, prefix,
-        loaded.tokenizer.decode([answer]), loaded.tokenizer.decode([wrong]), m_clean, m_corrupt,
-    )  # fmt: skip
+        loaded.name,
+        {"clean": a.describe(), "corrupt": b.describe()},
+        {"clean": ta, "corrupt": tb},
+        prefix,
+        loaded.tokenizer.decode([answer]),
+        loaded.tokenizer.decode([wrong]),
+        m_clean,
+        m_corrupt,
+    )
     for layer in range(loaded.n_layers):
         say("layer", f"{loaded.mode(layer)} layer {loaded.stream_layer(layer)}", done=layer + 1, total=loaded.n_layers)
         base = {"input_features": fb} if loaded.mode(layer) == "encoder" else {"encoder_outputs": (enc_b,)}
