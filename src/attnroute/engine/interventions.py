@@ -114,17 +114,25 @@ class KnockoutEdges(Intervention):
         queries = {4}, keys = {1}        row 4:  ■ ⬚ ■ ■ ■   (key 1 knocked out, the rest renormalized)
 
     A row that loses every key returns zeros, like any row that may see nothing.
+
+    ``by_row``: queries are the rows' own indices (0 … Tq − 1), not bottom-right positions — what a
+    cross-attention layer needs, whose queries (a decoder's tokens) are no suffix of its keys (an
+    encoder's positions): there Tk − Tq + row names no decoder position at all.
     """
 
-    def __init__(self, queries, keys, heads=None, layer: int | None = None):
+    def __init__(self, queries, keys, heads=None, layer: int | None = None, by_row: bool = False):
         super().__init__([] if heads is None else heads, layer)
         self.all_heads = heads is None
         self.queries = sorted({int(q) for q in queries})
         self.keys = sorted({int(k) for k in keys})
+        self.by_row = by_row
 
     def edit_scores(self, masked_scores, block):
         B, H, bq, kspan = masked_scores.shape
-        qpos = block.q_positions(masked_scores.device)  # (bq,)
+        if self.by_row:
+            qpos = torch.arange(block.q0, block.q1, device=masked_scores.device)  # (bq,)
+        else:
+            qpos = block.q_positions(masked_scores.device)  # (bq,)
         kpos = torch.arange(block.kv0, block.kv1, device=masked_scores.device)  # (kspan,)
         rows = torch.isin(qpos, torch.tensor(self.queries, dtype=torch.long, device=qpos.device))
         cols = torch.isin(kpos, torch.tensor(self.keys, dtype=torch.long, device=kpos.device))

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ...audio import FRAME_SECONDS, audio
-from ...engine import InputError, Intervention, SubstituteWeights
+from ...engine import InputError, KnockoutEdges, SubstituteWeights
 from ...engine.jsonable import Result
 from ...progress import reporter
 from ...settings import CrossKnockoutSettings, CrossSwapSettings, verb
@@ -151,31 +151,15 @@ def _word_score(loaded, batch: dict, positions: list[int], interventions=()) -> 
     return {"logprob": sum(lp), "p_first": float(np.exp(lp[0]))}
 
 
-class CutFrames(Intervention):
-    """Cross-attention knockout: decoder rows ``rows`` (all rows when None) lose their edges to the frames
-    [a, b) — −inf before the softmax, each row renormalized over the frames it keeps. Rows are the decoder's
-    own positions: KnockoutEdges places a query at Tk − Tq + row (bottom-right, the self-attention
-    convention), which in a cross layer (Tk = 1,500 frames) is not a decoder position."""
-
-    def __init__(self, rows, frames: tuple[int, int], heads=None, layer: int | None = None):
-        super().__init__([] if heads is None else heads, layer)
-        self.all_heads, self.rows, self.frames = heads is None, None if rows is None else sorted(rows), frames
-
-    def edit_scores(self, masked_scores, block):
-        B, H, bq, kspan = masked_scores.shape
-        dev = masked_scores.device
-        kpos = torch.arange(block.kv0, block.kv1, device=dev)
-        cols = (kpos >= self.frames[0]) & (kpos < self.frames[1])
-        rows = torch.ones(bq, dtype=torch.bool, device=dev)
-        if self.rows is not None:
-            rows = torch.isin(torch.arange(block.q0, block.q1, device=dev), torch.tensor(self.rows, device=dev))
-        cut = (rows[:, None] & cols[None, :]).view(1, 1, bq, kspan)
-        heads = torch.ones(1, H, 1, 1, dtype=torch.bool, device=dev) if self.all_heads else self.head_mask(H, dev)
-        return masked_scores.masked_fill(cut & heads, float("-inf"))
+EVERY_ROW = range(4096)  # every decoder row (Whisper's decoder takes 448); with a KV cache each step is row 0
 
 
 def _cut(layers, rows, frames, heads) -> list:
-    return [CutFrames(rows, frames, heads, layer=layer) for layer in layers]
+    """Decoder rows ``rows`` (None: all) lose their edges to frames [a, b) in ``layers``. The rows are the
+    decoder's own indices (``by_row``): KnockoutEdges' bottom-right placement, Tk − Tq + row, names no decoder
+    position in a cross layer, whose keys are the encoder's 1,500 frames."""
+    rows = EVERY_ROW if rows is None else rows
+    return [KnockoutEdges(rows, range(*frames), heads, layer=layer, by_row=True) for layer in layers]
 
 
 @verb(CrossKnockoutSettings)

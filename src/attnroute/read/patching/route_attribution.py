@@ -233,7 +233,17 @@ def _verify(loaded, batch, routes, verify, stored, fn, fields_, kwargs, m_base, 
         for i in idx:
             r = routes[i]
             start = r["layer"] if restart else 0
-            out = run_from(loaded, start, stored, batch, [knockout_one(r)], 1, blocks, impl="auto", **kwargs)
+            out = run_from(
+                loaded,
+                start,
+                stored,
+                batch,
+                [knockout_one(r, loaded.attention_kinds)],
+                1,
+                blocks,
+                impl="auto",
+                **kwargs,
+            )
             m = fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()
             exact[i] = float((m - m_base).mean())
             done = sum(e is not None for e in exact)

@@ -215,8 +215,11 @@ def stream_routes(loaded, batch: dict, grads: dict, top: int, kwargs: dict, reco
     return probe.routes(), stored
 
 
-def knockout_one(route: dict) -> KnockoutEdges:
-    return KnockoutEdges([route["query"]], [route["key"]], heads=[route["head"]], layer=route["layer"])
+def knockout_one(route: dict, kinds: list[str]) -> KnockoutEdges:
+    """The route cut exactly; a cross-attention route's query is its decoder row (``by_row``), as the probe
+    that found it counted it (RouteProbe keys a route by q0 + row)."""
+    cross = kinds[route["layer"]] == "cross" if kinds else False
+    return KnockoutEdges([route["query"]], [route["key"]], heads=[route["head"]], layer=route["layer"], by_row=cross)
 
 
 __all__ = [
