@@ -14,8 +14,8 @@ SRC = Path(attnroute.__file__).parent
 
 # Pinned: adding or removing a public name is a decision, made in __init__.py's one list and here, by its digest
 # (the names are not written twice: the failure prints them).
-PUBLIC_COUNT = 111
-PUBLIC_DIGEST = "75e504d6ee598104"
+PUBLIC_COUNT = 113
+PUBLIC_DIGEST = "dbce0f4743fc5bf4"
 
 
 def _digest(names) -> str:

@@ -120,6 +120,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "cross_knockout": ("read.experiments.cross", "cross_knockout"),
     "cross_swap": ("read.experiments.cross", "cross_swap"),
     "ablate_modes": ("read.mode_ablation", "ablate_modes"),
+    "speech_patch": ("read.patching.speech", "speech_patch"),
+    "speech_routes": ("read.patching.speech_routes", "speech_routes"),
     "audio": ("audio", "audio"),
     "Audio": ("audio", "Audio"),
     "transcribe": ("read.ground.speech", "transcribe"),

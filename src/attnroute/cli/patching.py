@@ -7,7 +7,14 @@ from __future__ import annotations
 from ..bundled import prompts_path
 from ..errors import InputError
 from ..promptset import METRIC_FIELDS
-from ..settings import CircuitSettings, PatchSettings, RoutesSettings, SpeechPatchSettings, WhySettings
+from ..settings import (
+    CircuitSettings,
+    PatchSettings,
+    RoutesSettings,
+    SpeechPatchSettings,
+    SpeechRoutesSettings,
+    WhySettings,
+)
 from .common import (
     NOT_SETTINGS,
     deliver,
@@ -26,7 +33,7 @@ from .common import (
     tables,
 )
 
-P, R, C, SP = PatchSettings, RoutesSettings, CircuitSettings, SpeechPatchSettings
+P, R, C, SP, SR = PatchSettings, RoutesSettings, CircuitSettings, SpeechPatchSettings, SpeechRoutesSettings
 METRICS_HELP = (
     f"the metric, one value per prompt: {', '.join(METRIC_FIELDS)} (logit-diff: logit(answer) − logit(wrong) at the "
     "last position; cosine is the encoders')"
@@ -73,6 +80,11 @@ def add(sub) -> None:
     json_flag(ro, "the result")
     ro.add_argument("--csv", help="write one row per kept route as CSV")
     ro.add_argument("--plot", help="write the top routes drawn on the tokens (PNG)")
+    ro.add_argument(
+        "--audio",
+        help="a speech model's clip (.wav or bundled): its routes (default: cross-attention, decoder row → frame) "
+        "on logit(--answer) − logit(--wrong), the decoder reading the transcript up to the answer (or the text)",
+    )
     ro.set_defaults(fn=routes)
 
     ci = sub.add_parser(
@@ -167,9 +179,50 @@ def patch(args) -> int:
     return show(result, patch_tables(result), args, result["rows"], PATCH_COLUMNS)
 
 
+def speech_routes(args) -> int:
+    """routes --audio CLIP: route attribution across streams (read/patching/speech_routes.py)."""
+    from .common import read_text_arg
+
+    outputs({"model": args.model, "audio": args.audio, "file": args.file}, _files(args), {"csv": (".csv",)})
+    if args.prompts or args.clean or args.corrupt or args.plot or args.metric:
+        raise InputError("with --audio, routes takes the clip, --answer, --wrong, a text, --top, --verify, --layers")
+    text = read_text_arg(args.text, args.file)
+    layers = int_list(args.layers, "layers")
+    settings = SR(
+        **{
+            k: v
+            for k, v in dict(
+                model=args.model,
+                audio=args.audio,
+                answer=args.answer or "",
+                wrong=args.wrong,
+                text=text,
+                top=args.top,
+                verify=args.verify,
+                layers=layers,
+            ).items()
+            if v is not None
+        }
+    )
+    from ..read.patching import speech_routes as run
+
+    with read_progress() as progress:
+        result = run(settings=settings, progress=progress).to_dict()
+    from ..show.cross import SPEECH_ROUTE_COLUMNS, speech_routes_table
+    from ..show.text import csv_text
+
+    tables(args.json).print(speech_routes_table(result))
+    emit_json(result, args.json)
+    if args.csv:
+        deliver(args.csv, "csv", csv_text(result["routes"], SPEECH_ROUTE_COLUMNS).encode("utf-8"))
+    return 0
+
+
 def routes(args) -> int:
     from .common import read_text_arg
 
+    if args.audio is not None:
+        return speech_routes(args)
     outputs(
         {"model": args.model, "prompts": args.prompts, "file": args.file},
         _files(args),

@@ -29,6 +29,7 @@ from .experiments import (
     KnockoutSettings,
     NeedleSettings,
     SpeechPatchSettings,
+    SpeechRoutesSettings,
     SwapSettings,
 )
 from .patching import (
@@ -96,6 +97,7 @@ __all__ = [
     "CrossKnockoutSettings",
     "CrossSwapSettings",
     "SpeechPatchSettings",
+    "SpeechRoutesSettings",
     "NeedleSettings",
     "PatchSettings",
     "PathPatchSettings",

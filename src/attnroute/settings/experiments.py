@@ -137,6 +137,32 @@ class SpeechPatchSettings(Settings):
 
 
 @dataclass(frozen=True)
+class SpeechRoutesSettings(Settings):
+    """Route attribution on a clip: every route of the chosen layers (default: cross-attention) estimated."""
+
+    model: ModelArg = opt(SPEECH_MODEL, "a speech model: whisper-tiny, or a Whisper directory / CTranslate2 folder")
+    audio: str = opt("", "the clip: a .wav file or a bundled clip (paris, rome …)")
+    answer: str = opt("", "the word whose logit is read (the decoder reads the transcript up to it)")
+    wrong: str | None = opt(None, "the word it is compared with (unset: log p(answer))")
+    text: str | None = opt(None, "the decoder text before the answer (unset: the transcript up to the answer)")
+    top: int = opt(20, "routes kept")
+    verify: int = opt(10, "of those, knocked out exactly")
+    layers: tuple[int, ...] | None = opt(None, "only these layers (unset: the cross-attention layers)")
+
+    def __post_init__(self):
+        nonempty_text(self.audio, "audio", optional=False)
+        nonempty_text(self.answer, "answer", optional=False)
+        nonempty_text(self.wrong, "wrong")
+        nonempty_text(self.text, "text")
+        integer(self.top, "top", 1, 100_000)
+        integer(self.verify, "verify", 0)
+        if self.verify > self.top:
+            raise InputError(f"verify ({self.verify}) cannot exceed top ({self.top})", field="verify")
+        if self.layers is not None:
+            set_field(self, "layers", integers(self.layers, "layers", 0))
+
+
+@dataclass(frozen=True)
 class NeedleSettings(Settings):
     """A needle at a seeded depth in growing distractor context; the retrieval heads followed."""
 

@@ -49,4 +49,42 @@ def speech_patch_table(result: dict) -> Table:
     return t
 
 
-__all__ = ["SPEECH_COLUMNS", "cross_table", "speech_patch_table"]
+SPEECH_ROUTE_COLUMNS = (
+    "stream",
+    "stream_layer",
+    "head",
+    "query",
+    "query_token",
+    "key",
+    "key_seconds",
+    "weight",
+    "norm_weight",
+    "estimate",
+    "exact",
+)
+
+
+def speech_routes_table(result: dict) -> Table:
+    """The top routes across streams: a decoder token → an audio frame (or within one stream)."""
+    t = Table(title=f"{result['model']}: top routes by |estimate| of {result['metric']['name']}")
+    for col in ("stream", "layer", "head", "query → key", "weight", "estimate", "exact"):
+        t.add_column(col, justify="right")
+    for r in result["routes"]:
+        exact = "—" if r["exact"] is None else f"{r['exact']:+.3f}"
+        t.add_row(
+            r["stream"],
+            str(r["stream_layer"]),
+            str(r["head"]),
+            f"{r['query_token']!r} → {r['key_said']}",
+            f"{r['weight']:.3f}",
+            f"{r['estimate']:+.3f}",
+            exact,
+        )
+    a = result["agreement"]["estimate_vs_exact"]
+    t.caption = "\n".join(result["verdict"]["lines"]) + (
+        f"\nestimate vs exact over {a['n']}: Spearman {a['spearman']:.2f}, R² {a['r2']:.2f}" if a.get("n") else ""
+    )
+    return t
+
+
+__all__ = ["SPEECH_COLUMNS", "SPEECH_ROUTE_COLUMNS", "cross_table", "speech_patch_table", "speech_routes_table"]

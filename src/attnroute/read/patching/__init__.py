@@ -8,6 +8,7 @@ patch              patch(): estimate, then exact settling, with per-prompt stati
 routes             the streaming probe of route attribution
 route_attribution  route_attribution(): every query→key route's estimated effect, the top verified
 speech             speech_patch(): every head of a speech model patched from a clean clip into a corrupted one
+speech_routes      speech_routes(): route attribution on a clip, cross-attention routes (decoder row → frame)
 
 What the rooms of read/ share — metrics, prompt pairs as tokens, positions, the settle rule, the
 process group, checkpoints, statistics — is the ground floor, read/ground/.
@@ -16,5 +17,15 @@ process group, checkpoints, statistics — is the ground floor, read/ground/.
 from .patch import PatchResult, patch
 from .route_attribution import RoutesResult, route_attribution
 from .speech import SpeechPatchResult, speech_patch
+from .speech_routes import SpeechRoutesResult, speech_routes
 
-__all__ = ["PatchResult", "RoutesResult", "SpeechPatchResult", "patch", "route_attribution", "speech_patch"]
+__all__ = [
+    "PatchResult",
+    "RoutesResult",
+    "SpeechPatchResult",
+    "SpeechRoutesResult",
+    "patch",
+    "route_attribution",
+    "speech_patch",
+    "speech_routes",
+]

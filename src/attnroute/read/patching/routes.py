@@ -31,7 +31,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ...engine import KnockoutEdges, Probe
 from ..adapter import routed
-from ..effects import layer_stack
+from ..effects import layer_stack, rows_of
 from ..ground.batches import metric_input, no_cache
 
 SATURATED = 1e-6  # 1 − A_ij below this: the row's weight is all on one key
@@ -191,7 +191,7 @@ def output_gradients(loaded, batch: dict, metric, fields: dict, kwargs: dict, la
         y.register_hook(keep(layer))
         return y
 
-    tokens = batch["input_ids"].numel()  # the backward holds activations for every prompt's every token
+    tokens = rows_of(batch).numel()  # the backward holds activations for every prompt's every token
     with torch.enable_grad(), checkpointed(loaded, tokens > CHECKPOINT_FROM), routed(loaded, after_attend=[tap]):
         outputs = loaded.model(**batch, **{**no_cache(loaded), **kwargs})
         M = metric(metric_input(loaded, outputs, batch), {**batch, **fields})

@@ -1,0 +1,163 @@
+"""Route attribution across streams on a speech model: every cross-attention route (a decoder row → one
+audio frame) estimated, the top kept, the top of those knocked out exactly.
+
+    r = speech_routes("whisper-tiny", "rome", answer="Rome", wrong="Paris")
+
+The decoder reads the clip's transcript up to the ``answer`` word (or ``text``); the metric is
+logit(answer) − logit(wrong) at the last position (log p(answer) without ``wrong``). The estimate and
+the exact knockout are routes.py's — −A_ij (dP_ij − D_i) / (1 − A_ij) streamed block by block with the
+metric's gradient at every head's output, and KnockoutEdges with the row renormalized — on the speech
+batch; a cross route's query is its decoder row (``by_row``). Default layers: the cross-attention layers
+(an encoder route, frame → frame, is one too: give ``layers``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import torch
+
+from ...audio import FRAME_SECONDS, audio
+from ...engine import InputError
+from ...engine.jsonable import Result
+from ...models import LoadedModel, load
+from ...progress import reporter
+from ...settings import SpeechRoutesSettings, verb
+from ..ground.speech import prompt_ids, speech_batch, text_ids, transcribe_batch
+from ..stimuli import tokens_of
+from .route_attribution import _agreements, _verify
+from .routes import output_gradients, stream_routes
+
+
+class SpeechRoutesError(InputError):
+    """A route attribution on a clip that cannot be placed: the message names the word."""
+
+
+@dataclass(repr=False)
+class SpeechRoutesResult(Result):
+    """The top routes by |estimate| (Δ metric when the route is removed, its row renormalized), the top
+    ``verify`` knocked out exactly; each with its stream, decoder token and frame time."""
+
+    model: str
+    clip: str
+    transcript: str
+    prefix: str
+    metric: str
+    m: float
+    tokens: list[str]
+    layers: list[int]
+    routes: list[dict] = field(default_factory=list)
+    settle: dict | None = None
+
+    def to_dict(self) -> dict:
+        top = self.routes[0] if self.routes else None
+        lines = [f"{self.metric} after {self.prefix!r}: {self.m:.3f}"]
+        if top:
+            lines.append(
+                f"the strongest route: {top['stream']} layer {top['stream_layer']} head {top['head']}, "
+                f"{top['query_token']!r} → {top['key_said']}: estimate {top['estimate']:+.3f}"
+                + ("" if top["exact"] is None else f", exact {top['exact']:+.3f}")
+            )
+        return {
+            "experiment": "speech-routes",
+            "verdict": {"lines": lines},
+            "summary": {"routes": len(self.routes), "metric": self.m},
+            "model": self.model,
+            "clip": self.clip,
+            "transcript": self.transcript,
+            "prefix": self.prefix,
+            "metric": {"name": self.metric, "value": self.m},
+            "tokens": self.tokens,
+            "layers": self.layers,
+            "routes": self.routes,
+            "agreement": _agreements(self.routes),
+            "settle": self.settle,
+        }
+
+
+def _word_token(loaded, word: str, name: str) -> int:
+    ids = loaded.tokenizer(" " + word.strip(), add_special_tokens=False).input_ids
+    if not ids:
+        raise SpeechRoutesError(f"`{name}` {word!r} is no token", field=name)
+    return int(ids[0])
+
+
+def _prefix(transcript: str, answer: str) -> str:
+    """The transcript's words before the first occurrence of ``answer`` (whole words)."""
+    m = re.search(rf"(?<!\w){re.escape(answer.strip())}(?!\w)", transcript)
+    if m is None:
+        raise SpeechRoutesError(
+            f"{answer!r} is not a word of the transcript {transcript!r}; give `text`", field="answer"
+        )
+    return transcript[: m.start()].strip()
+
+
+def _metric(answer: int, wrong: int | None):
+    def fn(logits, batch):
+        last = logits[:, -1].float()
+        if wrong is None:
+            return torch.log_softmax(last, -1)[:, answer]
+        return last[:, answer] - last[:, wrong]
+
+    fn.last_only = True
+    return fn
+
+
+def _label(loaded, routes: list[dict], tokens: list[str]) -> None:
+    for r in routes:
+        mode = loaded.mode(r["layer"])
+        r["stream"], r["stream_layer"] = mode, loaded.stream_layer(r["layer"])
+        r["query_token"] = tokens[r["query"]] if mode != "encoder" else f"frame {r['query']}"
+        if mode == "decoder":
+            r["key_said"] = repr(tokens[r["key"]])
+        else:
+            r["key_seconds"] = round(r["key"] * FRAME_SECONDS, 3)
+            r["key_said"] = f"frame {r['key']} ({r['key_seconds']:.2f} s)"
+
+
+@verb(SpeechRoutesSettings)
+def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fields) -> SpeechRoutesResult:
+    """Every route of the chosen layers estimated on a clip; see the module docstring."""
+    s = SpeechRoutesSettings.of(settings, model, fields, audio=clip)
+    say = reporter(progress)
+    heard = audio(s.audio)  # before the weights load
+    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    if not loaded.audio:
+        raise SpeechRoutesError(f"{loaded.name} has no audio encoder: routes across streams need a speech model")
+    feats = heard.features(int(loaded.model.config.num_mel_bins))
+    transcript = transcribe_batch(loaded, feats)[0][1]
+    prefix = s.text if s.text is not None else _prefix(transcript, s.answer)
+    answer = _word_token(loaded, s.answer, "answer")
+    wrong = None if s.wrong is None else _word_token(loaded, s.wrong, "wrong")
+    ids = torch.tensor([prompt_ids(loaded) + (text_ids(loaded, prefix) if prefix else [])])
+    batch = speech_batch(feats, ids)
+    layers = (
+        list(s.layers) if s.layers is not None else [i for i in range(loaded.n_layers) if loaded.mode(i) == "cross"]
+    )
+    bad = [x for x in layers if not 0 <= x < loaded.n_layers]
+    if bad:
+        raise SpeechRoutesError(f"layer {bad[0]} does not exist: the model has {loaded.n_layers}", field="layers")
+    fn = _metric(answer, wrong)
+    say("stage", "the metric's gradient at every head's output (one forward, one backward)")
+    grads, m = output_gradients(loaded, batch, fn, {}, {}, set(layers))
+    say("stage", f"streaming every route of layers {layers}")
+    routes, _ = stream_routes(loaded, batch, grads, s.top, {}, record_blocks=False)
+    meta = SimpleNamespace(top=s.top, settle=None, restart=None)
+    exact = _verify(loaded, batch, routes, s.verify, {}, fn, {}, {}, m, meta, say)
+    for r, e in zip(routes, exact):
+        r["exact"] = e
+    tokens = tokens_of(loaded.tokenizer, ids[0])
+    _label(loaded, routes, tokens)
+    name = f"logit({loaded.tokenizer.decode([answer])!r})" + (
+        f" − logit({loaded.tokenizer.decode([wrong])!r})" if wrong is not None else ""
+    )
+    if wrong is None:
+        name = f"log p({loaded.tokenizer.decode([answer])!r})"
+    return SpeechRoutesResult(
+        loaded.name, heard.describe(), transcript, prefix, name, float(m.mean()), tokens, layers, routes, meta.settle
+    )
+
+
+__all__ = ["SpeechRoutesError", "SpeechRoutesResult", "speech_routes"]
