@@ -181,29 +181,8 @@ def patch(args) -> int:
 
 def speech_routes(args) -> int:
     """routes --audio CLIP: route attribution across streams (read/patching/speech_routes.py)."""
-    from .common import read_text_arg
-
     outputs({"model": args.model, "audio": args.audio, "file": args.file}, _files(args), {"csv": (".csv",)})
-    if args.prompts or args.clean or args.corrupt or args.plot or args.metric:
-        raise InputError("with --audio, routes takes the clip, --answer, --wrong, a text, --top, --verify, --layers")
-    text = read_text_arg(args.text, args.file)
-    layers = int_list(args.layers, "layers")
-    settings = SR(
-        **{
-            k: v
-            for k, v in dict(
-                model=args.model,
-                audio=args.audio,
-                answer=args.answer or "",
-                wrong=args.wrong,
-                text=text,
-                top=args.top,
-                verify=args.verify,
-                layers=layers,
-            ).items()
-            if v is not None
-        }
-    )
+    settings = speech_routes_settings(args)
     from ..read.patching import speech_routes as run
 
     with read_progress() as progress:
@@ -216,6 +195,29 @@ def speech_routes(args) -> int:
     if args.csv:
         deliver(args.csv, "csv", csv_text(result["routes"], SPEECH_ROUTE_COLUMNS).encode("utf-8"))
     return 0
+
+
+def speech_routes_settings(args) -> SpeechRoutesSettings:
+    """The flags of routes --audio; the text-only ones refused by name."""
+    from .common import read_text_arg
+
+    for flag in ("prompts", "clean", "corrupt", "plot", "metric"):
+        if getattr(args, flag) is not None:
+            raise InputError(
+                f"`{flag}` applies to text; with --audio, routes takes --answer, --wrong, a text, "
+                "--top, --verify, --layers"
+            )
+    given = dict(
+        model=args.model,
+        audio=args.audio,
+        answer=args.answer or "",
+        wrong=args.wrong,
+        text=read_text_arg(args.text, args.file),
+        top=args.top,
+        verify=args.verify,
+        layers=int_list(args.layers, "layers"),
+    )
+    return SR(**{k: v for k, v in given.items() if v is not None})
 
 
 def routes(args) -> int:
