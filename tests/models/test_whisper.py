@@ -236,3 +236,14 @@ def test_routes_on_a_clip_refuse_a_word_it_does_not_say(capsys):
     argv = ["routes", "--model", "whisper-tiny", "--audio", "rome", "--answer", "Londres"]
     assert main(argv) == 2
     assert "not a word of the transcript" in capsys.readouterr().err
+
+
+def test_a_given_transcript_is_teacher_forced_and_said_so(whisper):
+    from attnroute.read.heads import read_heads
+
+    text = "The quick brown fox jumps over the lazy dog."  # Whisper itself hears "… quick roundfire jump …"
+    table = read_heads(whisper, text, audio="fox", seeds=(0,), stimulus_batch=1, ablation=False)
+    said = table.meta.audio
+    assert said["transcript_source"] == "given (teacher-forced)" and said["transcript"] == text
+    assert table.meta.tokens[:3] == ["<|startoftranscript|>", "<|notimestamps|>", " The"]
+    assert [w["word"] for w in table.meta.alignment["words"]][-2:] == ["lazy", "dog."]
