@@ -98,3 +98,20 @@ def test_gemma_reads_and_cuts_in_the_explorer(gemma):
         route = {"kind": "route", "layer": 13, "head": 3, "query": 14, "key": 2}
         m = client.post("/api/cut", json={"text": ioi, "cuts": [route]}).json()["metric"]
         assert m["name"] == "p(' Mary')" and 0.05 < m["delta"] < 0.15
+
+
+def test_check_finds_gemmas_eager_fp16_key_overflow(tmp_path):
+    """`check hf:gemma3-270m`: sdpa passes; eager fails masked_keys_fp16 — with head dim 256 the fp16 product
+    q·k of a padded key holding 1000 overflows to inf before the scaling and the additive finfo.min mask
+    (SmolLM2, head dim 64, passes the same check)."""
+    import json
+
+    from attnroute.cli import main
+
+    out = tmp_path / "c.json"
+    assert main(["check", "hf:gemma3-270m", "--json", str(out)]) == 1
+    report = json.loads(out.read_text())
+    by_name = {t["target"]: t for t in report["targets"]}
+    eager, sdpa = by_name["hf:gemma3-270m[eager]"], by_name["hf:gemma3-270m[sdpa]"]
+    failed = [c["name"] for c in eager["checks"] if c["outcome"] == "fail"]
+    assert failed == ["masked_keys_fp16"] and sdpa["passed"]
