@@ -141,7 +141,8 @@ def test_word_error_rate_counts_edits_after_normalizing():
 def test_pruning_every_cross_head_breaks_transcription(whisper):
     """The claim's smallest case: with no cross-attention the decoder cannot hear the audio."""
     from attnroute.audio import audio
-    from attnroute.read.mode_ablation import clip_batch, score
+    from attnroute.read.ground.speech import clip_batch
+    from attnroute.read.mode_ablation import score
 
     clips = [audio("paris"), audio("dog")]
     feats = clip_batch(whisper, clips)["input_features"]

@@ -28,7 +28,7 @@ from ..engine import ZeroHead
 from ..progress import reporter
 from .adapter import routed
 from .effects import exact_sweep, gradient_estimate, rank_agreement
-from .ground.speech import decoder_ids, transcribe_batch
+from .ground.speech import clip_batch, transcribe_batch
 
 NUMBERS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
 NUMBERS = dict(enumerate((NUMBERS + "seventeen eighteen nineteen twenty").split()))
@@ -54,19 +54,6 @@ def wer(references: list[str], hypotheses: list[str]) -> float:
     refs = [normalize(r) for r in references]
     errors = sum(edit_distance(r, normalize(h)) for r, h in zip(refs, hypotheses))
     return errors / max(1, sum(len(r) for r in refs))
-
-
-def clip_batch(loaded, clips) -> dict:
-    """Every clip's features [N, n_mels, 3000] and its teacher-forced transcript, right-padded [N, T]."""
-    n_mels = int(loaded.model.config.num_mel_bins)
-    feats = torch.cat([c.features(n_mels) for c in clips])
-    rows = [decoder_ids(loaded, c.text)[0] for c in clips]
-    T = max(len(r) for r in rows)
-    ids = torch.zeros(len(rows), T, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)], mask[i, : len(r)] = r, 1
-    return {"input_features": feats, "decoder_input_ids": ids, "decoder_attention_mask": mask}
 
 
 def pruned(loaded, heads: list[tuple[int, int]]) -> list:

@@ -23,7 +23,7 @@ import torch
 from ..audio import audio
 from ..engine import InputError
 from .adapter import routed
-from .ground.speech import decoder_ids
+from .ground.speech import clip_batch
 from .stimuli import encode_text
 
 REL = {torch.float32: 1e-4, torch.float64: 1e-9, torch.float16: 2e-2, torch.bfloat16: 5e-2}
@@ -84,15 +84,7 @@ def windowed(loaded, per_layer: list) -> dict | None:
 
 
 def speech_check_batch(loaded) -> dict:
-    clips = [audio(name) for name in CLIPS]
-    feats = torch.cat([c.features(int(loaded.model.config.num_mel_bins)) for c in clips])
-    encoded = [decoder_ids(loaded, c.text)[0] for c in clips]
-    T = max(len(e) for e in encoded)
-    ids = torch.zeros(len(encoded), T, dtype=torch.long)
-    mask = torch.zeros(len(encoded), T, dtype=torch.long)
-    for i, e in enumerate(encoded):
-        ids[i, : len(e)], mask[i, : len(e)] = e, 1
-    return {"input_features": feats, "decoder_input_ids": ids, "decoder_attention_mask": mask}
+    return clip_batch(loaded, [audio(name) for name in CLIPS])
 
 
 def model_inputs(loaded, ids: torch.Tensor, mask: torch.Tensor) -> dict:

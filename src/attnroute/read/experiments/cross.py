@@ -34,7 +34,7 @@ from ...progress import reporter
 from ...settings import CrossKnockoutSettings, CrossSwapSettings, verb
 from ..adapter import routed
 from ..alignment import alignment
-from ..ground.speech import decoder_ids, prompt_length, speech_batch, transcribe_batch
+from ..ground.speech import decoder_ids, prompt_ids, prompt_length, speech_batch, suppressed, transcribe_batch
 from ..mode_ablation import wer
 from .common import load_checked
 
@@ -263,19 +263,15 @@ def _decoder_batch(enc, ids: torch.Tensor) -> dict:
 def swapped_transcript(loaded, enc_a, enc_b, layers: list[int], heads: list[int], max_new: int = 100) -> str:
     """Greedy decoding of B, each step with A's maps (on the same tokens) in ``layers``; ``enc_a``/``enc_b``:
     the clips' encoder outputs (``encoded``)."""
-    from ..ground.speech import prompt_ids
-
     eot = int(loaded.model.config.eos_token_id)
     ids = torch.tensor([prompt_ids(loaded)])
-    banned = torch.zeros(int(loaded.model.config.vocab_size), dtype=torch.bool)
-    banned[list(loaded.model.config.suppress_tokens or [])] = True
-    banned[ids[0, -1] :] = True  # timestamps
-    for _ in range(max_new):
+    banned, first = suppressed(loaded)  # transcribe_batch's rules, the first token's included
+    for step in range(max_new):
         maps = _cross_maps(loaded, _decoder_batch(enc_a, ids), layers)
         ivs = [SubstituteWeights(heads, maps[layer][:, heads], layer=layer) for layer in layers]
         with routed(loaded, interventions=ivs, impl="eager"):
             logits = loaded.model(**_decoder_batch(enc_b, ids)).logits[0, -1]
-        nxt = int(logits.masked_fill(banned, float("-inf")).argmax())
+        nxt = int(logits.masked_fill(first if step == 0 else banned, float("-inf")).argmax())
         if nxt == eot:
             break
         ids = torch.cat([ids, torch.tensor([[nxt]])], 1)

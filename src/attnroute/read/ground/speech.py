@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from ...errors import InputError
+
 MULTILINGUAL_VOCAB = 51_865  # an English-only Whisper has 51,864 tokens
 
 
@@ -57,6 +59,50 @@ def speech_batch(features: torch.Tensor, ids: torch.Tensor) -> dict:
     return {"input_features": feats, "decoder_input_ids": ids, "decoder_attention_mask": torch.ones_like(ids)}
 
 
+def clip_batch(loaded, clips) -> dict:
+    """Clips (audio.Audio with a text) as one batch: features [N, n_mels, 3000] and each transcript
+    teacher-forced, right-padded [N, T] with its decoder mask."""
+    feats = torch.cat([c.features(int(loaded.model.config.num_mel_bins)) for c in clips])
+    rows = [decoder_ids(loaded, c.text)[0] for c in clips]
+    ids = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)], mask[i, : len(r)] = r, 1
+    return {"input_features": feats, "decoder_input_ids": ids, "decoder_attention_mask": mask}
+
+
+def word_token(loaded, word: str, field: str) -> int:
+    """The first token of ``word`` as Whisper writes it mid-sentence (after a space)."""
+    ids = loaded.tokenizer(" " + word.strip(), add_special_tokens=False).input_ids
+    if not ids:
+        raise InputError(f"`{field}` {word!r} is no token", field=field)
+    return int(ids[0])
+
+
+def last_logit_diff(answer: int, wrong: int | None):
+    """metric(logits, batch) -> [B]: logit(answer) − logit(wrong) at the last position; log p(answer)
+    without ``wrong``."""
+
+    def fn(logits, batch=None):
+        last = logits[:, -1].float()
+        return torch.log_softmax(last, -1)[:, answer] if wrong is None else last[:, answer] - last[:, wrong]
+
+    fn.last_only = True
+    return fn
+
+
+def suppressed(loaded) -> tuple[torch.Tensor, torch.Tensor]:
+    """(never, not first), bool [vocab]: the tokens greedy decoding never emits (the config's suppressed
+    tokens, <|notimestamps|> and every timestamp after it), and those it also never emits first."""
+    cfg = loaded.model.config
+    never = torch.zeros(int(cfg.vocab_size), dtype=torch.bool)
+    never[list(cfg.suppress_tokens or [])] = True
+    never[no_timestamps(loaded) :] = True
+    first = never.clone()
+    first[list(cfg.begin_suppress_tokens or [])] = True
+    return never, first
+
+
 def text_loss(loaded, batch: dict, logits: torch.Tensor) -> torch.Tensor:
     """Per example, the mean next-token loss over the transcript and its <|endoftext|> (the prompt excluded)."""
     ids = batch["decoder_input_ids"]
@@ -87,11 +133,7 @@ def transcribe_batch(loaded, features: torch.Tensor, max_new: int = 120) -> list
     eot, B = int(cfg.eos_token_id), features.shape[0]
     ids = torch.tensor([prompt_ids(loaded)] * B)
     enc = model.model.encoder(input_features=features)
-    banned = torch.zeros(int(cfg.vocab_size), dtype=torch.bool)
-    banned[list(cfg.suppress_tokens or [])] = True
-    banned[no_timestamps(loaded) :] = True  # timestamp tokens (and <|notimestamps|> itself)
-    first = banned.clone()
-    first[list(cfg.begin_suppress_tokens or [])] = True
+    banned, first = suppressed(loaded)
     done = torch.zeros(B, dtype=torch.bool)
     # A KV cache: the cross-attention keys and values of the 1,500 frames are projected once, not per token.
     cache = EncoderDecoderCache(DynamicCache(config=cfg), DynamicCache(config=cfg))
@@ -116,12 +158,16 @@ def transcribe_batch(loaded, features: torch.Tensor, max_new: int = 120) -> list
 
 
 __all__ = [
+    "clip_batch",
     "decoder_ids",
+    "last_logit_diff",
     "prompt_ids",
     "prompt_length",
     "speech_batch",
+    "suppressed",
     "text_ids",
     "text_loss",
     "transcribe",
     "transcribe_batch",
+    "word_token",
 ]

@@ -28,7 +28,7 @@ from ...models import LoadedModel, load
 from ...progress import reporter
 from ...settings import SpeechPatchSettings, verb
 from ..adapter import routed
-from ..ground.speech import prompt_ids, text_ids, transcribe_batch
+from ..ground.speech import last_logit_diff, prompt_ids, text_ids, transcribe_batch, word_token
 from .sites import Component, PatchCopies, Recorder
 
 COPIES = 3  # patched copies per forward: an encoder head's copy holds 6 × 1,500² eager scores
@@ -100,18 +100,6 @@ def split_at_difference(clean: str, corrupt: str) -> tuple[str, str, str]:
     )
 
 
-def _token(loaded, word: str, name: str) -> int:
-    ids = loaded.tokenizer(" " + word.strip(), add_special_tokens=False).input_ids
-    if not ids:
-        raise SpeechPatchError(f"`{name}` {word!r} is no token", field=name)
-    return int(ids[0])
-
-
-def _metric(logits: torch.Tensor, answer: int, wrong: int) -> torch.Tensor:
-    last = logits[:, -1].float()
-    return last[:, answer] - last[:, wrong]
-
-
 def _record(loaded, batch: dict) -> tuple[list[Recorder], object, torch.Tensor]:
     recs = [Recorder(layer) for layer in range(loaded.n_layers)]
     with torch.no_grad(), routed(loaded, interventions=recs, impl="eager"):
@@ -132,11 +120,12 @@ def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progres
     fa, fb = a.features(n_mels), b.features(n_mels)
     ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb])))
     prefix, word_a, word_b = (s.text, s.answer, s.wrong) if s.text is not None else split_at_difference(ta, tb)
-    answer, wrong = _token(loaded, s.answer or word_a, "answer"), _token(loaded, s.wrong or word_b, "wrong")
+    answer, wrong = word_token(loaded, s.answer or word_a, "answer"), word_token(loaded, s.wrong or word_b, "wrong")
+    metric = last_logit_diff(answer, wrong)
     ids = torch.tensor([prompt_ids(loaded) + (text_ids(loaded, prefix) if prefix.strip() else [])])
     clean_recs, _, clean_logits = _record(loaded, {"input_features": fa, "decoder_input_ids": ids})
     _, enc_b, corrupt_logits = _record(loaded, {"input_features": fb, "decoder_input_ids": ids})
-    m_clean, m_corrupt = float(_metric(clean_logits, answer, wrong)), float(_metric(corrupt_logits, answer, wrong))
+    m_clean, m_corrupt = float(metric(clean_logits)), float(metric(corrupt_logits))
     if abs(m_clean - m_corrupt) < 1e-6:
         raise SpeechPatchError("the metric is the same on both clips: nothing to restore", field="corrupt")
     result = SpeechPatchResult(
@@ -162,7 +151,7 @@ def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progres
             batch["decoder_input_ids"] = ids.repeat(k, 1)
             patch = PatchCopies(layer, comps, 1, clean_recs[layer])
             with torch.no_grad(), routed(loaded, interventions=[patch], impl="eager"):
-                patched = _metric(loaded.model(**batch).logits, answer, wrong)
+                patched = metric(loaded.model(**batch).logits)
             for h, m in zip(heads, patched.tolist()):
                 result.rows.append(
                     {

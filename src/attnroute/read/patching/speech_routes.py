@@ -25,7 +25,7 @@ from ...engine.jsonable import Result
 from ...models import LoadedModel, load
 from ...progress import reporter
 from ...settings import SpeechRoutesSettings, verb
-from ..ground.speech import prompt_ids, speech_batch, text_ids, transcribe_batch
+from ..ground.speech import last_logit_diff, prompt_ids, speech_batch, text_ids, transcribe_batch, word_token
 from ..stimuli import tokens_of
 from .route_attribution import _agreements, _verify
 from .routes import output_gradients, stream_routes
@@ -77,13 +77,6 @@ class SpeechRoutesResult(Result):
         }
 
 
-def _word_token(loaded, word: str, name: str) -> int:
-    ids = loaded.tokenizer(" " + word.strip(), add_special_tokens=False).input_ids
-    if not ids:
-        raise SpeechRoutesError(f"`{name}` {word!r} is no token", field=name)
-    return int(ids[0])
-
-
 def _prefix(transcript: str, answer: str) -> str:
     """The transcript's words before the first occurrence of ``answer`` (whole words)."""
     m = re.search(rf"(?<!\w){re.escape(answer.strip())}(?!\w)", transcript)
@@ -92,17 +85,6 @@ def _prefix(transcript: str, answer: str) -> str:
             f"{answer!r} is not a word of the transcript {transcript!r}; give `text`", field="answer"
         )
     return transcript[: m.start()].strip()
-
-
-def _metric(answer: int, wrong: int | None):
-    def fn(logits, batch):
-        last = logits[:, -1].float()
-        if wrong is None:
-            return torch.log_softmax(last, -1)[:, answer]
-        return last[:, answer] - last[:, wrong]
-
-    fn.last_only = True
-    return fn
 
 
 def _label(loaded, routes: list[dict], tokens: list[str]) -> None:
@@ -129,8 +111,8 @@ def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fiel
     feats = heard.features(int(loaded.model.config.num_mel_bins))
     transcript = transcribe_batch(loaded, feats)[0][1]
     prefix = s.text if s.text is not None else _prefix(transcript, s.answer)
-    answer = _word_token(loaded, s.answer, "answer")
-    wrong = None if s.wrong is None else _word_token(loaded, s.wrong, "wrong")
+    answer = word_token(loaded, s.answer, "answer")
+    wrong = None if s.wrong is None else word_token(loaded, s.wrong, "wrong")
     ids = torch.tensor([prompt_ids(loaded) + (text_ids(loaded, prefix) if prefix else [])])
     batch = speech_batch(feats, ids)
     layers = (
@@ -139,7 +121,7 @@ def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fiel
     bad = [x for x in layers if not 0 <= x < loaded.n_layers]
     if bad:
         raise SpeechRoutesError(f"layer {bad[0]} does not exist: the model has {loaded.n_layers}", field="layers")
-    fn = _metric(answer, wrong)
+    fn = last_logit_diff(answer, wrong)
     say("stage", "the metric's gradient at every head's output (one forward, one backward)")
     grads, m = output_gradients(loaded, batch, fn, {}, {}, set(layers))
     say("stage", f"streaming every route of layers {layers}")
@@ -150,11 +132,8 @@ def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fiel
         r["exact"] = e
     tokens = tokens_of(loaded.tokenizer, ids[0])
     _label(loaded, routes, tokens)
-    name = f"logit({loaded.tokenizer.decode([answer])!r})" + (
-        f" − logit({loaded.tokenizer.decode([wrong])!r})" if wrong is not None else ""
-    )
-    if wrong is None:
-        name = f"log p({loaded.tokenizer.decode([answer])!r})"
+    said = loaded.tokenizer.decode
+    name = f"log p({said([answer])!r})" if wrong is None else f"logit({said([answer])!r}) − logit({said([wrong])!r})"
     return SpeechRoutesResult(
         loaded.name, heard.describe(), transcript, prefix, name, float(m.mean()), tokens, layers, routes, meta.settle
     )
