@@ -114,10 +114,12 @@ def words(tokens: list[str], spans: np.ndarray) -> list[dict]:
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """scipy's Spearman ρ (tied argmax frames share their rank); 0 for a head whose argmax never moves."""
+    from scipy.stats import spearmanr
+
     if len(x) < 3 or np.all(y == y[0]):
         return 0.0
-    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
-    return float(np.corrcoef(rx, ry)[0, 1])
+    return float(spearmanr(x, y).statistic)
 
 
 def head_scores(weights: np.ndarray, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
