@@ -103,6 +103,9 @@ def add(sub) -> None:
     json_flag(ci, "the result")
     ci.add_argument("--csv", help="write one row per edge as CSV")
     ci.add_argument("--plot", help="write the circuit drawn as a graph (PNG)")
+    option(ci, "--audio-clean", C, help="a speech model (default whisper-tiny): the clean clip (.wav or bundled)")
+    option(ci, "--audio-corrupt", C, help="the corrupted clip: the same words, one spoken differently (e.g. rome)")
+    option(ci, "--text", C)
     ci.set_defaults(fn=circuit)
     _add_why(sub)
 
@@ -243,9 +246,11 @@ def routes(args) -> int:
 
 def circuit(args) -> int:
     files = {**_files(args), "checkpoint": args.checkpoint}
-    outputs({"model": args.model, "prompts": args.prompts}, files, {"plot": (".png",), "csv": (".csv",)})
+    clips = {"audio_clean": args.audio_clean, "audio_corrupt": args.audio_corrupt}
+    outputs({"model": args.model, "prompts": args.prompts, **clips}, files, {"plot": (".png",), "csv": (".csv",)})
     convert = {**PAIR_FLAGS, "edges": ("edges", lambda v: some_names(v, "edges", "edges (L5.H1>L18.KV2.k)"))}
-    settings = settings_from(C, args, convert=convert)
+    speech = args.model is None and any(v is not None for v in clips.values())
+    settings = settings_from(C, args, convert=convert, model=SP.model if speech else None)
     from ..read.circuits import circuit as run
 
     with read_progress() as progress:

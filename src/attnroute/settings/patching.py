@@ -76,8 +76,60 @@ class PatchSettings(PairSettings):
         pair_fields(self)
 
 
+@dataclass(frozen=True)
+class ClipPairSettings(PairSettings):
+    """Prompt pairs, or — on a speech model — one pair of clips: the same words, one spoken differently."""
+
+    audio_clean: str | None = opt(None, "a speech model's clean clip (.wav or bundled, e.g. paris), instead of prompts")
+    audio_corrupt: str | None = opt(None, "the corrupted clip: the same words, one spoken differently (e.g. rome)")
+    text: str | None = opt(None, "with clips: the decoder text both runs read (unset: the words the transcripts share)")
+
+    @property
+    def clips(self) -> bool:
+        return self.audio_clean is not None or self.audio_corrupt is not None
+
+
+def clip_fields(s: ClipPairSettings) -> None:
+    """Clips instead of prompts: both clips, no prompt fields, ``text`` with its answer and wrong."""
+    if not s.clips:
+        if s.text is not None:
+            msg = "`text` is the decoder text of two clips: give audio_clean and audio_corrupt"
+            raise InputError(msg, field="text")
+        return
+    for name in ("prompts", "clean", "corrupt"):
+        if getattr(s, name) is not None:
+            raise InputError(f"give two clips or prompts, not both: `{name}` with audio clips", field=name)
+    for name, other in (("audio_clean", "audio_corrupt"), ("audio_corrupt", "audio_clean")):
+        if getattr(s, name) is None:
+            raise InputError(f"`{other}` needs `{name}` too: a circuit compares two clips", field=name)
+        nonempty_text(getattr(s, name), name, optional=False)
+    nonempty_text(s.text, "text")
+    if s.text is not None and (s.answer is None or s.wrong is None):
+        raise InputError("with `text`, give `answer` and `wrong` too (the words to compare after it)", field="text")
+    if isinstance(s.metric, str) and s.metric in ("loss", "cosine"):
+        raise InputError(
+            f"metric {s.metric} reads a text's tokens or an encoder's embedding; two clips are compared where the "
+            "word is predicted: use logit-diff, prob, logprob or kl",
+            field="metric",
+        )
+    if getattr(s, "checkpoint", None) is not None:
+        raise InputError(
+            "checkpoint resumes a prompt set's run; a pair of clips runs in minutes: leave it out", field="checkpoint"
+        )
+    if getattr(s, "ablation", "corrupt") == "mean":
+        raise InputError(
+            "mean ablation averages writes over prompts, and two clips are one pair: use ablation corrupt",
+            field="ablation",
+        )
+
+
 def pair_fields(s) -> None:
-    """The pair fields that can be checked without reading a file: prompts or one clean/corrupt pair."""
+    """The pair fields that can be checked without reading a file: prompts or one clean/corrupt pair (or, for
+    settings that take them, two clips)."""
+    if isinstance(s, ClipPairSettings):
+        clip_fields(s)
+        if s.clips:
+            return
     if s.prompts is not None and s.clean is not None:
         raise InputError("give prompts (a file) or one clean/corrupt pair, not both", field="prompts")
     if s.prompts is None and (s.clean is None or s.corrupt is None):
@@ -156,7 +208,7 @@ def edge_labels(values) -> tuple[tuple[str, str], ...]:
 
 
 @dataclass(frozen=True)
-class CircuitSettings(PairSettings):
+class CircuitSettings(ClipPairSettings):
     """Circuits: every edge between heads, MLPs and the embeddings estimated (EAP, EAP-IG), the top settled by
     exact path patching, and the smallest set of edges that carries the behaviour."""
 
@@ -190,7 +242,7 @@ class CircuitSettings(PairSettings):
 
 
 @dataclass(frozen=True)
-class PathPatchSettings(PairSettings):
+class PathPatchSettings(ClipPairSettings):
     """One edge path-patched exactly, beside its estimate: the sender's change reaches the receiver directly."""
 
     sender: str = opt("embed", "embed, L5.H1 (a head), L5.MLP; an encoder's enc.embed, E2.H0")

@@ -88,31 +88,30 @@ def _checks_said(c: dict) -> str:
 
 
 def circuit_png(result: dict, path):
-    """The chosen circuit (its DRAWN strongest edges) as a graph over layers × heads."""
+    """The chosen circuit (its DRAWN strongest edges) as a graph over layers × heads; an encoder–decoder's
+    encoder blocks first, then its decoder's, each decoder block's cross-attention beside its self-attention."""
     plt = pyplot()
     m, c = result["meta"], result["circuit"]
     rows = result["edges"]
     idx = c["chosen"].get("edges") or list(range(min(DRAWN, len(rows))))
     shown = sorted((rows[i] for i in idx), key=lambda r: -abs(_value(r)))[:DRAWN]
-    L, H, G = m["layers"], m["heads"], m["heads"] // max(1, m["kv_heads"])
-    fig, ax = plt.subplots(figsize=(min(16.0, 4 + 0.35 * L), 5.2))
+    place = Places(m)
+    fig, ax = plt.subplots(figsize=(min(16.0, 4 + 0.35 * place.L), 5.2))
     big = max([abs(_value(r)) for r in shown] + [1e-9])
     for r in shown:
-        (x0, y0), (x1, y1) = _where(r["sender"], L, H), _where(r["receiver"], L, H, G)
+        (x0, y0), (x1, y1) = place.of(r["sender"]), place.of(r["receiver"])
         colour = CHANNEL_COLOURS[r["receiver"]["channel"] or r["receiver"]["kind"]]
         ax.plot([x0, x1], [y0, y1], color=colour, lw=0.4 + 4 * abs(_value(r)) / big, alpha=0.7)
-    ax.scatter(
-        *zip(*[_where({"kind": "head", "layer": l, "head": h}, L, H) for l in range(L) for h in range(H)]),
-        s=6,
-        color="#bbbbbb",
-        zorder=0,
-    )
+    ax.scatter(*zip(*place.grid()), s=6, color="#bbbbbb", zorder=0)
+    if place.n_enc:
+        ax.axvline(place.n_enc - 0.75, color="#999999", lw=0.6, ls="--")
+        ax.text(place.n_enc - 0.75, -1.4, "encoder | decoder", ha="center", fontsize=7, color="#666666")
     for name, colour in CHANNEL_COLOURS.items():
         ax.plot([], [], color=colour, label=name)
     ax.legend(fontsize=7, loc="upper left", ncol=5, frameon=False)
-    ax.set_xlim(-1.6, L + 0.6)
-    ax.set_ylim(-1.5, H + 0.5)
-    ax.set_xlabel("layer (embedding at the left, logits at the right)", fontsize=8)
+    ax.set_xlim(-1.6, place.L + 0.6)
+    ax.set_ylim(-1.5, place.H + 0.5)
+    ax.set_xlabel(place.xlabel, fontsize=8)
     ax.set_ylabel("head (MLPs below)", fontsize=8)
     k = c["chosen"].get("k")
     what = f"the smallest circuit reaching {c['target']:.2f}: {k:,} edges" if k is not None else "the top edges"
@@ -126,19 +125,52 @@ def _value(r: dict) -> float:
     return r["exact"] if r["exact"] is not None else r["estimate"]
 
 
-def _where(node: dict, L: int, H: int, G: int = 1) -> tuple[float, float]:
-    """(x, y) of a node: x its layer (a receiver reads at the layer's start, a sender writes at its end)."""
-    kind = node["kind"]
-    if kind == "embed":
-        return -1.0, H / 2
-    if kind == "logits":
-        return float(L), H / 2
-    if kind == "mlp":
-        return node["layer"] + 0.3, -1.0
-    head = (
-        node["head"] if node.get("channel") in (None, "q") else node["head"] * G + (G - 1) / 2
-    )  # a kv head: its group
-    return node["layer"] + (0.3 if "channel" not in node else -0.1), float(np.clip(head, 0, H - 1))
+class Places:
+    """(x, y) of every node: x its block (a receiver reads at the block's start, a sender writes later in it),
+    y its head (a kv head at the middle of its group; MLPs below). One stream: block i at x = i. Two: the
+    encoder's blocks at 0 … E − 1, the decoder's at E …, its cross-attention read and written right of its
+    self-attention (a cross key/value receiver sits in the decoder block that reads it)."""
+
+    def __init__(self, meta: dict):
+        self.L, self.H = meta["layers"], meta["heads"]
+        self.G = self.H // max(1, meta["kv_heads"])
+        self.n_enc = int((meta.get("stream_layers") or {}).get("encoder", 0)) if len(meta["streams"]) > 1 else 0
+        self.xlabel = (
+            "block: encoder, then decoder (embeddings at each stack's left, logits at the right)"
+            if self.n_enc
+            else "layer (embedding at the left, logits at the right)"
+        )
+
+    def _x0(self, node: dict) -> float:
+        decoder = node.get("stream") == "decoder" or node.get("attention") == "cross"
+        return float(node["layer"]) + (self.n_enc if decoder else 0)
+
+    def of(self, node: dict) -> tuple[float, float]:
+        kind = node["kind"]
+        if kind == "embed":
+            return (self.n_enc - 0.55 if node.get("stream") == "decoder" and self.n_enc else -1.0), self.H / 2
+        if kind == "logits":
+            return float(self.L), self.H / 2
+        x0 = self._x0(node)
+        if kind == "mlp":
+            return x0 + (0.75 if self.n_enc else 0.3), -1.0
+        cross = node.get("attention") == "cross"
+        head = node["head"] if node.get("channel") in (None, "q") else node["head"] * self.G + (self.G - 1) / 2
+        step = (0.35, 0.55) if cross else (-0.1, 0.3)  # (read, write) within the block
+        return x0 + step["channel" not in node], float(np.clip(head, 0, self.H - 1))
+
+    def grid(self) -> list[tuple[float, float]]:
+        """Every head's writing place (self-attention; a decoder block's cross-attention too)."""
+        nodes = [{"kind": "head", "layer": i, "head": h} for i in range(self.L) for h in range(self.H)]
+        if self.n_enc:
+            dec = self.L - self.n_enc
+            nodes = [{**n, "stream": "encoder"} for n in nodes if n["layer"] < self.n_enc] + [
+                {"kind": "head", "layer": i, "head": h, "stream": "decoder", "attention": a}
+                for i in range(dec)
+                for h in range(self.H)
+                for a in ("self", "cross")
+            ]
+        return [self.of(n) for n in nodes]
 
 
 __all__ = ["EDGE_COLUMNS", "TITLE", "circuit_png", "circuit_tables", "edge_rows"]

@@ -38,6 +38,7 @@ from ..ground.pool import RunPool, chunk_groups
 from ..ground.prompts import tokenize_pairs
 from ..ground.settle import SettleRule, measure_first, settle
 from ..ground.stats import agreement, mean_ci, mean_ci_rows
+from .clips import clip_run_inputs
 from .composition import head_matrices, scores_of
 from .estimate import eap
 from .graph import Graph
@@ -75,11 +76,12 @@ class CircuitMeta(Meta):
     heads: int
     kv_heads: int
     streams: list[str]
-    lengths: list[int]
+    lengths: list[int]  # positions per run (of the longest stream: a speech model's encoder frames)
     prompts: list[dict]
     checks: dict  # the stream's decomposition and the restart
     ranks: int = 1
     resumed: dict | None = None
+    stream_layers: dict | None = None  # blocks per stream ({"encoder": 4, "decoder": 4})
 
 
 @dataclass(repr=False)
@@ -152,6 +154,8 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
     s = CircuitSettings.of(settings, model, fields, prompts=prompts)
     say = reporter(progress)
     metric_name, fn = resolve(s.metric)
+    if s.clips:
+        return _clip_circuit(s, fn, metric_name, say)
     pairs = s.read_pairs()  # the prompts are read and checked before the weights load
     if not isinstance(s.model, LoadedModel) and (facts := model_facts(s.model)) is not None:
         tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)
@@ -168,8 +172,10 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
         graph = Graph(layout)
         asked = resolve_edges(graph, s.edges or ())
         shard = Shard(len(pairs), rank, world)
+        mine = _shard_groups(loaded, pairs, shard, s.metric)
+        key = _key(s, pairs, loaded, metric_name)
         try:
-            return _run(loaded, layout, graph, s, pairs, fn, metric_name, shard, asked, record, say)
+            return _run(loaded, layout, graph, s, mine, shard, (fn, metric_name), asked, record, say, key)
         except KeyboardInterrupt:
             if s.checkpoint is None:
                 raise
@@ -202,17 +208,32 @@ def check_sizes(labels, facts) -> None:
                 )
 
 
-def _run(loaded, layout, graph, s: CircuitSettings, pairs, fn, metric_name, shard, asked, record, say):
-    N, E = len(pairs), len(graph)
+def _clip_circuit(s: CircuitSettings, fn, metric_name: str, say) -> CircuitResult:
+    """A circuit between two clips on a speech model (clips.py): one pair, one rank, no checkpoint."""
+    loaded, group, record = clip_run_inputs(s, say)
+    say("stage", "finding the residual stream's writers and readers (one short forward)")
+    layout = discover(loaded, group.clean)
+    graph = Graph(layout)
+    asked = resolve_edges(graph, s.edges or ())
+    return _run(loaded, layout, graph, s, [group], Shard(1, 0, 1), (fn, metric_name), asked, record, say, None)
+
+
+def _shard_groups(loaded, pairs, shard: Shard, metric) -> list:
+    """This rank's prompts as groups of one length, their rows indexing the whole prompt set."""
     mine = tuple(pairs[i] for i in shard.rows)
-    groups = tokenize_pairs(loaded.tokenizer, loaded.kind, mine, s.metric)[0] if mine else []
+    groups = tokenize_pairs(loaded.tokenizer, loaded.kind, mine, metric)[0] if mine else []
     for g in groups:
-        g.rows = [shard.rows[i] for i in g.rows]  # indices of the whole prompt set
+        g.rows = [shard.rows[i] for i in g.rows]
+    return groups
+
+
+def _run(loaded, layout, graph, s: CircuitSettings, groups, shard, metric, asked, record, say, key):
+    (fn, metric_name), N, E = metric, shard.n, len(graph)
     chunks = chunk_groups(groups, RUN_TOKENS)
     make = lambda g: EdgeRun(loaded, layout, graph, g, fn, s.direction, s.ablation)  # noqa: E731
     pool = RunPool(make, chunks, lambda g: _run_bytes(graph, layout, len(g.rows) * g.length))
     shapes = {"m_clean": (N,), "m_corrupt": (N,), "est": (E, N), "values.edges": (E, N)}
-    store = Store("circuit", _key(s, pairs, loaded, metric_name), s.checkpoint, shapes, shard)
+    store = Store("circuit", key, s.checkpoint, shapes, shard)
     say("stage", f"{E:,} edges: recording clean and corrupt runs and estimating every edge ({_estimate_name(s)})")
     checks = _first_pass(pool, s, store, say)
     st = store.state
@@ -233,14 +254,22 @@ def _run(loaded, layout, graph, s: CircuitSettings, pairs, fn, metric_name, shar
     return result
 
 
-def _estimate_name(s: CircuitSettings, checks: dict | None = None) -> str:
+def _estimate_name(s: CircuitSettings, checks: dict | None = None, layout=None) -> str:
     name = "EAP" if s.ig_steps == 1 else f"EAP-IG, {s.ig_steps} steps"
     if checks and checks.get("qk_fix"):
-        layers = ", ".join(f"L{x}" for x in checks["qk_fix"])
+        layers = ", ".join(_block_label(layout, x) for x in checks["qk_fix"])
         name += f"; q/k edges into {layers} with AtP*'s QK fix (the layers whose q, k matter most), others linear"
     elif checks and checks.get("qk_fix") == []:
         name += f"; q/k edges linear (no QK fix: prompts × tokens² over {QK_BUDGET:,})"
     return name
+
+
+def _block_label(layout, layer: int) -> str:
+    """A flat attention layer named as the edges name its block: E1 (an encoder's), L2 (a decoder's)."""
+    b = next((b for b in layout.blocks if b.attn.layer == layer), None) if layout is not None else None
+    if b is None:
+        return f"L{layer}"
+    return f"{'E' if b.stream == 'encoder' else 'L'}{b.index}"
 
 
 def _key(s: CircuitSettings, pairs, loaded, metric_name: str) -> str | None:
@@ -454,7 +483,7 @@ def _meta(loaded, layout, graph, s, metric_name, record, st, settled, checks, ch
         metric=metric_name,
         direction=s.direction,
         n_prompts=len(st["m_clean"]),
-        estimate=_estimate_name(s, checks),
+        estimate=_estimate_name(s, checks, layout),
         ig_steps=s.ig_steps,
         ablation=s.ablation,
         m_clean=c_mean,
@@ -472,6 +501,7 @@ def _meta(loaded, layout, graph, s, metric_name, record, st, settled, checks, ch
         heads=layout.heads,
         kv_heads=layout.kv_heads,
         streams=layout.streams,
+        stream_layers={st: len(layout.stack(st)) for st in layout.streams},
         lengths=sorted({g.length for g in chunks}),
         prompts=record,
         checks=checks,

@@ -33,6 +33,7 @@ from ...settings import CompositionSettings, verb
 from ..adapter import replay, routed
 from ..ground.batches import batch_of, no_cache
 from ..ground.norms import frozen_norm
+from ..ground.speech import Clips, prompt_ids, text_ids
 from ..stimuli import encode_text
 from .graph import Graph
 from .layout import discover
@@ -121,7 +122,7 @@ def composition(model=None, *, settings: CompositionSettings | None = None, prog
 def head_matrices(loaded, layout=None) -> dict:
     """Per layer of the last stream: q [H, D, d], k [Hkv, D, d], v [Hkv, Dv, d], o [H, d, Dv] (float64).
     ``layout``: the model's, when the caller has found it already."""
-    ids, _ = encode_text(loaded.tokenizer, PROBE, None, add_bos=loaded.causal)
+    ids = _probe(loaded)
     layout = layout or discover(loaded, ids)
     graph = Graph(layout)
     norms, hooks = record_qk_norms(loaded.attention_modules)
@@ -141,6 +142,15 @@ def head_matrices(loaded, layout=None) -> dict:
                 out[key].append(m)
             out["o"].append(_output(layout, b, r))
     return out
+
+
+def _probe(loaded):
+    """The probe forward's input: PROBE's tokens (a speech model's decoder reads them after its prompt, its
+    encoder a silent clip's features — any input serves: the matrices come from replays on unit vectors)."""
+    if loaded.audio:
+        feats = torch.zeros(1, int(loaded.model.config.num_mel_bins), 2 * loaded.model.config.max_source_positions)
+        return Clips(feats, torch.tensor([prompt_ids(loaded) + text_ids(loaded, PROBE)]))
+    return encode_text(loaded.tokenizer, PROBE, None, add_bos=loaded.causal)[0]
 
 
 def _projections(a, r: dict, qk_norms: dict) -> tuple[torch.Tensor, ...]:

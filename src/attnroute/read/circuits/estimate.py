@@ -25,8 +25,8 @@ from .stream import Forward, _first, _replace_first, _tensor
 
 def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None) -> np.ndarray:
     """Every edge's estimate per prompt, [E, n] (metric units: M_patched − M_base). ``qk_fix``: the q, k and v
-    edges of self-attention through the head's softmax exactly (qkfix.py): True for every layer, None for the
-    layers that matter most (QK_LAYERS) where affordable, False for none.
+    edges of self-attention through the head's softmax exactly (qkfix.py): True for every layer within the
+    budget, None for the layers that matter most (QK_LAYERS) of those, False for none.
     Value edges stay linear either way: the head's output is linear in its values given the pattern."""
     scores = torch.zeros(len(run.graph), run.n, dtype=torch.float64)
     starts = {s: _start_delta(run, s) for s in run.layout.streams}

@@ -24,6 +24,7 @@ from ..ground.metrics import resolve
 from ..ground.pool import RunPool, chunk_groups
 from ..ground.prompts import tokenize_pairs
 from ..ground.stats import mean_ci
+from .clips import clip_run_inputs
 from .estimate import eap
 from .graph import Graph
 from .layout import discover
@@ -77,17 +78,11 @@ def path_patch(model=None, prompts=None, *, settings: PathPatchSettings | None =
     s = PathPatchSettings.of(settings, model, fields, prompts=prompts)
     say = reporter(progress)
     metric_name, fn = resolve(s.metric)
-    pairs = s.read_pairs()
-    if not isinstance(s.model, LoadedModel) and (facts := model_facts(s.model)) is not None:
-        tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)
-    for g in groups:
-        loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
+    loaded, groups, record = _inputs(s, say)
     layout = discover(loaded, groups[0].clean[:1])
     graph = Graph(layout)
     (e,) = resolve_edges(graph, [_kv_named(s.edge, layout.heads // max(1, layout.kv_heads))])
-    N = len(pairs)
+    N = len(record)
     m = {k: np.full(N, np.nan) for k in ("clean", "corrupt", "exact", "estimate")}
     chunks = chunk_groups(groups)
     pool = RunPool(lambda g: EdgeRun(loaded, layout, graph, g, fn, s.direction, "corrupt"), chunks, lambda g: 0)
@@ -100,6 +95,22 @@ def path_patch(model=None, prompts=None, *, settings: PathPatchSettings | None =
             pool.done(i)
             say("patch", f"run {i + 1} of {len(pool)}", done=i + 1, total=len(pool))
     return _result(loaded, layout, graph, e, s, metric_name, m, record)
+
+
+def _inputs(s: PathPatchSettings, say) -> tuple:
+    """(the model, the prompts as groups of one length, each prompt's record): prompt pairs, or two clips
+    (clips.py). What can be checked is checked before the weights load."""
+    if s.clips:
+        loaded, group, record = clip_run_inputs(s, say)
+        return loaded, [group], record
+    pairs = s.read_pairs()
+    if not isinstance(s.model, LoadedModel) and (facts := model_facts(s.model)) is not None:
+        tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)
+    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)
+    for g in groups:
+        loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
+    return loaded, groups, record
 
 
 def _kv_named(label: str, G: int) -> str:

@@ -16,7 +16,8 @@ the layer's projections per sender and layer (on SmolLM2's IOI set, 12× the pla
 layers), so it is spent where it matters: each layer's q and k are first recomputed from the whole source
 input (one replay per layer), and the QK_LAYERS layers whose queries or keys move the metric most that way
 get the fix for every edge into them; the other layers keep the linear estimate (the layers fixed are said
-in the result). Where prompts × tokens² is over QK_BUDGET the plain estimate is kept everywhere. Value
+in the result). A block whose prompts × positions² is over QK_BUDGET keeps the plain estimate (each stream
+by its own length: Whisper's decoder blocks read a few tokens, its encoder blocks 1,500 frames). Value
 edges keep the plain estimate (given the pattern, a head's output is linear in its values: the softmax is
 not on their path), as does cross-attention.
 """
@@ -34,15 +35,24 @@ QK_LAYERS = 6  # layers whose q and k edges get the fix: those whose whole-input
 STACK_BYTES = 256 << 20  # senders stacked per recomputation: their score matrices within this
 
 
+def block_length(run, b) -> int:
+    """The positions block ``b`` reads (its stream's: an encoder's frames are not its decoder's tokens)."""
+    return int(run.base[(b.stream, b.index)]["x_in"].shape[1])
+
+
+def within(run, b) -> bool:
+    return run.n * block_length(run, b) ** 2 <= QK_BUDGET
+
+
 def affordable(run) -> bool:
-    return run.n * run.group.length**2 <= QK_BUDGET
+    return any(within(run, b) for b in run.layout.blocks)
 
 
 @torch.no_grad()
 def chosen_blocks(run, grad, count: int = QK_LAYERS) -> list:
     """The ``count`` self-attention blocks whose queries or keys, recomputed from the whole source input,
     move the metric most (the largest |mean over prompts| of Σ ∂M/∂z · (z' − z) over their heads)."""
-    blocks = [b for b in run.layout.blocks if b.attn is not None]
+    blocks = [b for b in run.layout.blocks if b.attn is not None and within(run, b)]
     if len(blocks) <= count:
         return blocks
     size = {}
@@ -65,7 +75,7 @@ def qk_block(run, grad, b, scores: torch.Tensor) -> None:
     senders = [s for s in range(len(graph.senders)) if (graph.matrix[s, mine] >= 0).any()]
     if not senders:
         return
-    n, T = run.n, run.group.length
+    n, T = run.n, block_length(run, b)
     H = run.layout.heads
     per = n * H * T * T * 4 * 2  # one sender's score matrices (q and k recomputations)
     step = max(1, STACK_BYTES // per)

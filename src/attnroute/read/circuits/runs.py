@@ -94,7 +94,7 @@ class EdgeRun:
         return out, fw.rec, blocks
 
     def _metric_value(self, outputs, ids, copies: int = 1) -> torch.Tensor:
-        batch = batch_of(self.loaded, ids.repeat(copies, 1))
+        batch = _repeat(batch_of(self.loaded, ids), copies)
         for name, value in self.fields.items():
             if value is not None:
                 batch[name] = value.repeat(copies, *([1] * (value.dim() - 1)))

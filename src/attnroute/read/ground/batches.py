@@ -14,11 +14,15 @@ import inspect
 import torch
 
 from ..effects import pooled
+from .speech import Clips
 
 
-def batch_of(loaded, ids: torch.Tensor) -> dict:
+def batch_of(loaded, ids: torch.Tensor | Clips) -> dict:
     """The model's inputs for prompts [n, T] of one length: no padding; an encoder-decoder's decoder reads
-    its start token only (the metric reads the first decoder position)."""
+    its start token only (the metric reads the first decoder position). Clips (a speech model's runs) give
+    their features and decoder ids."""
+    if isinstance(ids, Clips):
+        return ids.batch()
     b = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     if loaded.seq2seq:
         start = int(loaded.model.config.decoder_start_token_id or 0)

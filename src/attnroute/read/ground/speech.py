@@ -13,9 +13,13 @@ t predicts token t + 1, over the text and the closing <|endoftext|>.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import torch
 
 from ...errors import InputError
+from .prompts import Group
 
 MULTILINGUAL_VOCAB = 51_865  # an English-only Whisper has 51,864 tokens
 
@@ -57,6 +61,109 @@ def speech_batch(features: torch.Tensor, ids: torch.Tensor) -> dict:
     """The model's inputs: features [1 or B, n_mels, 3000] repeated to the decoder ids' rows [B, T]."""
     feats = features.expand(ids.shape[0], -1, -1) if features.shape[0] == 1 else features
     return {"input_features": feats, "decoder_input_ids": ids, "decoder_attention_mask": torch.ones_like(ids)}
+
+
+@dataclass(frozen=True)
+class Clips:
+    """Runs of a speech model as prompts are runs of a text model: features [n, n_mels, 3000] and the decoder
+    ids [n, T] they are read with, row by row. ``batch_of`` turns them into the model's inputs, so every
+    experiment built on prompt groups (circuits, path patching) runs on clips unchanged."""
+
+    features: torch.Tensor
+    ids: torch.Tensor
+
+    def __getitem__(self, rows) -> Clips:
+        return Clips(self.features[rows], self.ids[rows])
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.ids.shape
+
+    def batch(self) -> dict:
+        return speech_batch(self.features, self.ids)
+
+
+@dataclass
+class ClipGroup(Group):
+    """One clean/corrupt pair of clips, as a group of prompts: ``length`` is the longest stream's — the
+    encoder's frames, not the decoder's few tokens — because it sizes every run's batch."""
+
+    frames: int = 0
+
+    @property
+    def length(self) -> int:
+        return max(int(self.clean.shape[1]), self.frames)
+
+
+class ClipPairError(InputError):
+    """Two clips that cannot be compared as asked."""
+
+
+@dataclass(frozen=True)
+class ClipPair:
+    """A clean and a corrupted clip read with the same decoder text, and the two words compared after it.
+
+    ids          [1, T] the decoder's input: Whisper's prompt and ``prefix`` (the same in both runs, so every
+                 position means the same); the metric reads the last position, where the word is predicted
+    answer/wrong the first token of the clean clip's word and of the corrupted clip's
+    """
+
+    clean: object  # audio.Audio
+    corrupt: object
+    features: tuple[torch.Tensor, torch.Tensor]  # [1, n_mels, 3000] each
+    transcripts: dict  # clean, corrupt: the greedy transcripts
+    prefix: str
+    ids: torch.Tensor
+    answer: int
+    wrong: int
+
+    def group(self, loaded) -> ClipGroup:
+        """The pair as a group of one prompt pair (circuits' runs take groups)."""
+        frames = int(getattr(loaded.model.config, "max_source_positions", 0) or 0)
+        a, w = torch.tensor([self.answer]), torch.tensor([self.wrong])
+        return ClipGroup([0], Clips(self.features[0], self.ids), Clips(self.features[1], self.ids), a, w, frames)
+
+    def record(self, loaded) -> list[dict]:
+        """What the result says of its one 'prompt': the clips, their transcripts, the text both runs read."""
+        word = loaded.tokenizer.decode
+        return [
+            {
+                "row": 1,
+                "clean": self.clean.describe(),
+                "corrupt": self.corrupt.describe(),
+                "transcripts": self.transcripts,
+                "prefix": self.prefix,
+                "answer": word([self.answer]),
+                "wrong": word([self.wrong]),
+            }
+        ]
+
+
+def split_at_difference(clean: str, corrupt: str) -> tuple[str, str, str]:
+    """(the words both transcripts share before they differ, the clean word, the corrupted word)."""
+    a, b = re.findall(r"[\w']+", clean), re.findall(r"[\w']+", corrupt)
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return " ".join(a[:i]), x, y
+    raise ClipPairError(
+        f"the clips transcribe alike ({clean!r} / {corrupt!r}): give `text`, `answer` and `wrong`", field="corrupt"
+    )
+
+
+def clip_pair(loaded, clean, corrupt, text: str | None = None, answer=None, wrong=None) -> ClipPair:
+    """Two clips (audio.Audio) on a speech model, read with one decoder text: ``text`` with ``answer`` and
+    ``wrong`` as given, or — unset — the words the greedy transcripts share before they first differ, and the
+    two words there."""
+    if not loaded.audio:
+        raise ClipPairError(f"{loaded.name} has no audio encoder: compare two clips on a speech model", field="model")
+    n_mels = int(loaded.model.config.num_mel_bins)
+    fa, fb = clean.features(n_mels), corrupt.features(n_mels)
+    ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb])))
+    prefix, word_a, word_b = (text, answer, wrong) if text is not None else split_at_difference(ta, tb)
+    a, w = word_token(loaded, answer or word_a, "answer"), word_token(loaded, wrong or word_b, "wrong")
+    ids = torch.tensor([prompt_ids(loaded) + (text_ids(loaded, prefix) if prefix.strip() else [])])
+    loaded.fit(ids.shape[1], "text", "the decoder text with Whisper's prompt")
+    return ClipPair(clean, corrupt, (fa, fb), {"clean": ta, "corrupt": tb}, prefix, ids, a, w)
 
 
 def clip_batch(loaded, clips) -> dict:
@@ -158,12 +265,18 @@ def transcribe_batch(loaded, features: torch.Tensor, max_new: int = 120) -> list
 
 
 __all__ = [
+    "ClipGroup",
+    "ClipPair",
+    "ClipPairError",
+    "Clips",
+    "clip_pair",
     "clip_batch",
     "decoder_ids",
     "last_logit_diff",
     "prompt_ids",
     "prompt_length",
     "speech_batch",
+    "split_at_difference",
     "suppressed",
     "text_ids",
     "text_loss",

@@ -16,26 +16,23 @@ clip's cached encoder output (their patch cannot change the encoder).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import torch
 
 from ...audio import audio
-from ...engine import InputError
 from ...engine.jsonable import Result
 from ...models import LoadedModel, load
 from ...progress import reporter
 from ...settings import SpeechPatchSettings, verb
 from ..adapter import routed
-from ..ground.speech import last_logit_diff, prompt_ids, text_ids, transcribe_batch, word_token
+from ..ground.speech import ClipPairError, clip_pair, last_logit_diff
 from .sites import Component, PatchCopies, Recorder
 
 COPIES = 3  # patched copies per forward: an encoder head's copy holds 6 × 1,500² eager scores
 
 
-class SpeechPatchError(InputError):
-    """Two clips that cannot be patched into each other as asked."""
+SpeechPatchError = ClipPairError  # two clips that cannot be patched into each other as asked
 
 
 @dataclass(repr=False)
@@ -89,17 +86,6 @@ class SpeechPatchResult(Result):
         }
 
 
-def split_at_difference(clean: str, corrupt: str) -> tuple[str, str, str]:
-    """(the words both transcripts share before they differ, the clean word, the corrupted word)."""
-    a, b = re.findall(r"[\w']+", clean), re.findall(r"[\w']+", corrupt)
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return " ".join(a[:i]), x, y
-    raise SpeechPatchError(
-        f"the clips transcribe alike ({clean!r} / {corrupt!r}): give `text`, `answer` and `wrong`", field="corrupt"
-    )
-
-
 def _record(loaded, batch: dict) -> tuple[list[Recorder], object, torch.Tensor]:
     recs = [Recorder(layer) for layer in range(loaded.n_layers)]
     with torch.no_grad(), routed(loaded, interventions=recs, impl="eager"):
@@ -114,15 +100,8 @@ def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progres
     say = reporter(progress)
     a, b = audio(s.clean), audio(s.corrupt)  # before the weights load
     loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-    if not loaded.audio:
-        raise SpeechPatchError(f"{loaded.name} has no audio encoder: patch two clips on a speech model", field="model")
-    n_mels = int(loaded.model.config.num_mel_bins)
-    fa, fb = a.features(n_mels), b.features(n_mels)
-    ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb])))
-    prefix, word_a, word_b = (s.text, s.answer, s.wrong) if s.text is not None else split_at_difference(ta, tb)
-    answer, wrong = word_token(loaded, s.answer or word_a, "answer"), word_token(loaded, s.wrong or word_b, "wrong")
-    metric = last_logit_diff(answer, wrong)
-    ids = torch.tensor([prompt_ids(loaded) + (text_ids(loaded, prefix) if prefix.strip() else [])])
+    pair = clip_pair(loaded, a, b, s.text, s.answer, s.wrong)
+    (fa, fb), ids, metric = pair.features, pair.ids, last_logit_diff(pair.answer, pair.wrong)
     clean_recs, _, clean_logits = _record(loaded, {"input_features": fa, "decoder_input_ids": ids})
     _, enc_b, corrupt_logits = _record(loaded, {"input_features": fb, "decoder_input_ids": ids})
     m_clean, m_corrupt = float(metric(clean_logits)), float(metric(corrupt_logits))
@@ -131,10 +110,10 @@ def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progres
     result = SpeechPatchResult(
         loaded.name,
         {"clean": a.describe(), "corrupt": b.describe()},
-        {"clean": ta, "corrupt": tb},
-        prefix,
-        loaded.tokenizer.decode([answer]),
-        loaded.tokenizer.decode([wrong]),
+        pair.transcripts,
+        pair.prefix,
+        loaded.tokenizer.decode([pair.answer]),
+        loaded.tokenizer.decode([pair.wrong]),
         m_clean,
         m_corrupt,
     )
