@@ -28,7 +28,7 @@ ALLOWED = {
     "learn": GROUND | {"engine", "learn"},
     "show": GROUND | {"engine", "read", "check", "cost", "learn", "show", "audio"},
     "bench": GROUND | {"engine", "models", "read", "check", "cost", "learn", "bench"},
-    "serve": GROUND | {"engine", "models", "read", "show", "serve"},  # the explorer: reads and shows, live
+    "serve": GROUND | {"engine", "models", "read", "show", "serve", "audio"},  # the explorer: reads and shows, live
     "cli": GROUND | {"engine", "models", "read", "check", "cost", "learn", "show", "bench", "serve", "cli", "audio"},
     "__init__": set(),  # names load lazily (PEP 562): the root imports no floor
 }

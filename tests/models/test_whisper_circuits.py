@@ -82,7 +82,8 @@ def _hand_patched(whisper, kv_head: int) -> float:
 
 
 def test_path_patching_an_encoder_edge_into_cross_values_is_the_hand_computed_one(whisper):
-    r = ar.path_patch(whisper, audio_clean="paris", audio_corrupt="rome", sender="E3.MLP", receiver="L3.xKV4", channel="v")
+    clips = {"audio_clean": "paris", "audio_corrupt": "rome"}
+    r = ar.path_patch(whisper, **clips, sender="E3.MLP", receiver="L3.xKV4", channel="v")
     e = r.to_dict()["edge"]
     assert e["label"] == "E3.MLP>L3.xKV4.v"
     hand = _hand_patched(whisper, 4)

@@ -28,11 +28,12 @@ def add(sub) -> None:
     option(p, "--queue", S, type=int)
     option(p, "--cache-mb", S, type=int)
     option(p, "--grace", S, type=float)
+    option(p, "--audio", S, help="a speech model (e.g. --model whisper-tiny): your .wav clips, comma-separated")
     p.set_defaults(fn=run)
 
 
 def run(args) -> int:
-    s = settings_from(S, args)
+    s = settings_from(S, args, convert={"audio": ("audio", lambda v: tuple(x.strip() for x in v.split(",")))})
     from ..serve import server
 
     server.warn_if_open(s.host)

@@ -5,6 +5,7 @@
     GET  /api/info            the model: layers, heads, kind, the token limit
     GET  /api/progress?id=J   a pending request's progress (the page's progress bar polls it)
     POST /api/text | head | token | cut | pair | verify | report     JSON in, JSON out (report: the page)
+    POST /api/clip | clipcut  a speech model's server (serve/speech.py): a clip's maps, and cuts of its routes
 
 Security (docs/serve.md): the token (random, 32 bytes) in ``?token=`` or the ``X-Attnroute-Token``
 header, compared in constant time — without it a request gets 401 and nothing else, /health included;
@@ -93,8 +94,11 @@ CALLS = {
     "circuit": ("circuit", ("clean", "corrupt", "answer", "wrong")),
     "effect": ("effect", ("text", "query", "key", "target")),
     "path": ("path", ("clean", "corrupt", "answer", "wrong", "edge")),
+    "clip": ("clip", ("clip", "text")),
+    "clipcut": ("clip_cut", ("clip", "text", "cuts")),
 }
 OPTIONAL = {"target", "cuts", "heads", "token"}
+OPTIONAL_FOR = {"clip": {"text"}, "clipcut": {"text"}}  # a clip's transcript: given, or decoded when left out
 
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]  # the Host headers a loopback server accepts
@@ -143,6 +147,9 @@ class ExplorerApp:
         method, names = CALLS[kind]
 
         async def handler(request: Request):
+            if not hasattr(self.explorer, method):  # a text model's server has no clips, a speech model's no texts
+                what = "a speech model's clips" if self.explorer.info()["kind"] == "speech" else "a text model"
+                raise RequestError(400, f"/api/{kind} is not served here: this server reads {what}")
             args = arguments(kind, await body_of(request))
             key = kind + json.dumps(args, sort_keys=True, ensure_ascii=False)
             if (hit := self.cache.get(key)) is not None:
@@ -194,7 +201,7 @@ def arguments(kind: str, data: dict) -> dict:
     unknown = sorted(set(data) - set(names) - {"job"})
     if unknown:
         raise RequestError(400, f"unknown field(s) {unknown} for /api/{kind}: expected {list(names)}")
-    missing = [n for n in names if n not in data and n not in OPTIONAL]
+    missing = [n for n in names if n not in data and n not in OPTIONAL | OPTIONAL_FOR.get(kind, set())]
     if missing:
         raise RequestError(400, f"/api/{kind} needs {missing}")
     job = data.get("job")

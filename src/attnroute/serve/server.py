@@ -18,12 +18,14 @@ import time
 
 import uvicorn
 
+from ..errors import InputError
 from ..models import LoadedModel, load, model_facts
 from ..settings import ServeSettings, verb
 from ..show.explorer import page_html
 from .app import LOOPBACK_HOSTS, build
 from .explorer import Explorer, refuse_kind
 from .guard import GuardedH11, accept_backlog
+from .speech import SpeechExplorer, clips_of
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 WIDE_OPEN = (
@@ -98,9 +100,9 @@ def prepare(s, progress=None):
         facts = None if isinstance(s.model, LoadedModel) else model_facts(s.model)
         if facts is not None:
             refuse_kind(facts.kind)  # before the weights load
+        clips = clips_of(s.audio)  # read and checked before the weights load
         loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
-        say("stage", "the explorer's startup read: routing check and repeated-token scores")
-        explorer = Explorer(loaded, s.max_tokens, progress=progress)
+        explorer = _explorer(loaded, s, clips, progress, say)
     except BaseException:
         sock.close()
         raise
@@ -120,6 +122,16 @@ def prepare(s, progress=None):
         backlog=accept_backlog(),
     )
     return _Server(config), sock, url, token
+
+
+def _explorer(loaded, s, clips: dict, progress, say):
+    """A speech model's explorer (clips and their cross-attention), or a text model's (its startup read)."""
+    if loaded.audio:
+        return SpeechExplorer(loaded, clips, progress=progress)
+    if s.audio is not None:
+        raise InputError(f"{loaded.name} reads text: `audio` clips need a speech model (whisper-tiny)", field="audio")
+    say("stage", "the explorer's startup read: routing check and repeated-token scores")
+    return Explorer(loaded, s.max_tokens, progress=progress)
 
 
 def warn_if_open(host: str) -> None:

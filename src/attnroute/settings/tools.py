@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from .base import ModelArg, Settings, integer, number, one_of, opt
+from .base import ModelArg, Settings, integer, nonempty_text, number, one_of, opt, set_field
 from .read import DEFAULT_MODEL, MODEL_DOC
 
 CONVENTIONS = ("sdpa", "mha", "additive", "hf", "causal")
@@ -111,8 +111,14 @@ class ServeSettings(Settings):
     queue: int = opt(8, "requests that may wait beyond the running one; past it: 503 with Retry-After")
     cache_mb: int = opt(256, "memory for cached results, in MiB (an LRU bounded in bytes)")
     grace: float = opt(10.0, "seconds requests in flight get to finish after SIGINT/SIGTERM; past it: cancelled")
+    audio: tuple[str, ...] | None = opt(None, "a speech model: your .wav clips the page offers beside the bundled ones")
 
     def __post_init__(self):
+        if self.audio is not None:
+            clips = (self.audio,) if isinstance(self.audio, str) else tuple(self.audio)
+            for c in clips or ("",):
+                nonempty_text(c, "audio", optional=False)
+            set_field(self, "audio", clips)
         if not isinstance(self.host, str) or not self.host.strip() or any(c in self.host for c in "/ ?#@"):
             raise InputError(f"host must be an address such as 127.0.0.1, got {self.host!r}", field="host")
         integer(self.port, "port", 0, 65535)

@@ -287,7 +287,9 @@ $("target").addEventListener("change", () => { S.target = $("target").value; sav
 $("clean").value = "When Mary and John went to the store, John gave a drink to";
 $("corrupt").value = "When Mary and John went to the store, Mary gave a drink to";
 $("answer").value = " Mary"; $("wrong").value = " John";
-const restored = loadState();
-$("text").value = S.text || INFO.default_text; $("target").value = S.target || ""; $("token-dir").value = S.dir;
-setMode(S.mode || "text");
-if (restored && S.text) readText(); else document.body.dataset.ready = "idle";
+if (INFO.kind !== "speech") {  // a speech model's page starts in explorer_speech.js
+  const restored = loadState();
+  $("text").value = S.text || INFO.default_text; $("target").value = S.target || ""; $("token-dir").value = S.dir;
+  setMode(S.mode || "text");
+  if (restored && S.text) readText(); else document.body.dataset.ready = "idle";
+}

@@ -19,8 +19,11 @@ from .sections import insert
 
 
 def page_html(info: dict) -> str:
-    """The explorer page (explorer.html with components.js and explorer.js inlined: nothing from a CDN)."""
-    return page("explorer.html", {"info": info}, {"/*__EXPLORER__*/": "explorer.js"})
+    """The explorer page (explorer.html with components.js, explorer.js and explorer_speech.js inlined: nothing
+    from a CDN); a speech model's server shows its clip section instead of the text and pair sections."""
+    return page(
+        "explorer.html", {"info": info}, {"/*__EXPLORER__*/": "explorer.js", "/*__SPEECH__*/": "explorer_speech.js"}
+    )
 
 
 def text_grid(table, tokens: list[str], sink_keys: list[int], top: list | None) -> dict:

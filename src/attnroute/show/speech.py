@@ -28,11 +28,11 @@ def _uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
-def spectrogram(view, words: list[dict]) -> str:
+def spectrogram(mel: np.ndarray, words: list[dict]) -> str:
     """The clip's log-mel spectrogram, time in seconds, word starts from the consensus alignment."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 2.6))
-    ax.imshow(view.mel, origin="lower", aspect="auto", cmap="magma", extent=(0, view.mel.shape[1] * 0.01, 0, 80))
+    ax.imshow(mel, origin="lower", aspect="auto", cmap="magma", extent=(0, mel.shape[1] * 0.01, 0, mel.shape[0]))
     for w in words:
         ax.axvline(w["start"], color="white", lw=0.8, alpha=0.7)
         ax.text(w["start"] + 0.01, 74, w["word"], color="white", fontsize=8, va="top")
@@ -139,7 +139,7 @@ def build(view) -> str:
 <p class="note">routing check: max |Δ {html.escape(meta.routing_check["compared"])}| =
 {meta.routing_check["max_abs_diff"]:.2g} (tolerance {meta.routing_check["tolerance"]:.2g}) against the model's own
 eager attention. {html.escape(said)}.</p>
-<img alt="log-mel spectrogram" src="{spectrogram(view, found["words"])}" style="width:100%">
+<img alt="log-mel spectrogram" src="{spectrogram(view.mel, found["words"])}" style="width:100%">
 <h2>Cross-attention: where each transcript token listens</h2>
 <p class="note">Rows: the rows that predict each token (and the end); columns: the clip's 20 ms frames. Red
 outline: the model's own alignment heads ({html.escape(str(found.get("reference")))}); ★: attnroute's top

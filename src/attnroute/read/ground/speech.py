@@ -229,11 +229,16 @@ def transcribe(loaded, features: torch.Tensor, max_new: int = 120) -> tuple[torc
 
 
 @torch.no_grad()
-def transcribe_batch(loaded, features: torch.Tensor, max_new: int = 120) -> list[tuple[torch.Tensor, str]]:
+def transcribe_batch(
+    loaded, features: torch.Tensor, max_new: int = 120, cache: bool = True, check=None
+) -> list[tuple[torch.Tensor, str]]:
     """Greedy decoding of clips [B, n_mels, 3000] at once, as OpenAI's does it without timestamps: the
     suppressed tokens never, the begin-suppressed ones not first, timestamp tokens never; a row stops at
     <|endoftext|> (then fed <|endoftext|> until every row has stopped). Run inside ``routed(...)`` it
-    decodes under that intervention: the encoder runs once, under it too. Per clip: ids [T] and text."""
+    decodes under that intervention: the encoder runs once, under it too. ``cache`` False: every step reruns
+    the decoder on all tokens so far, so an intervention placed on decoder rows (KnockoutEdges by_row) stays
+    on those positions (with the cache each step is row 0). ``check``: called between steps (cancellation).
+    Per clip: ids [T] and text."""
     from transformers import DynamicCache, EncoderDecoderCache
 
     model, cfg = loaded.model, loaded.model.config
@@ -243,10 +248,15 @@ def transcribe_batch(loaded, features: torch.Tensor, max_new: int = 120) -> list
     banned, first = suppressed(loaded)
     done = torch.zeros(B, dtype=torch.bool)
     # A KV cache: the cross-attention keys and values of the 1,500 frames are projected once, not per token.
-    cache = EncoderDecoderCache(DynamicCache(config=cfg), DynamicCache(config=cfg))
+    kv = EncoderDecoderCache(DynamicCache(config=cfg), DynamicCache(config=cfg)) if cache else None
     step_ids = ids
     for step in range(min(max_new, (loaded.max_positions or 448) - ids.shape[1] - 1)):
-        out = model(encoder_outputs=enc, decoder_input_ids=step_ids, cache=cache, use_cache=True)
+        if check is not None:
+            check()
+        if cache:
+            out = model(encoder_outputs=enc, decoder_input_ids=step_ids, cache=kv, use_cache=True)
+        else:
+            out = model(encoder_outputs=enc, decoder_input_ids=ids, use_cache=False)
         logits = out.logits[:, -1]
         nxt = logits.masked_fill(first if step == 0 else banned, float("-inf")).argmax(-1)
         nxt = torch.where(done, torch.full_like(nxt, eot), nxt)
