@@ -57,12 +57,13 @@ class TextState:
 
 
 def refuse_kind(kind: str) -> None:
-    """The explorer reads causal LMs and encoders; an encoder–decoder is a refusal of the command (exit 2),
-    said before the weights load when the model's config can be read alone (server.prepare)."""
+    """The explorer reads causal LMs, encoders and speech models (serve/speech.py); any other encoder–decoder
+    is a refusal of the command (exit 2), said before the weights load when the model's config can be read
+    alone (server.prepare)."""
     if kind == "seq2seq":
         raise InputError(
-            "the explorer reads causal LMs and encoders; for an encoder-decoder use `attnroute report` "
-            "(a speech model: `attnroute report --audio CLIP`)",
+            "the explorer reads causal LMs, encoders and speech models (whisper-tiny); for a text "
+            "encoder-decoder use `attnroute report`",
             field="model",
         )
 
