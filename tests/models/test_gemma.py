@@ -115,3 +115,44 @@ def test_check_finds_gemmas_eager_fp16_key_overflow(tmp_path):
     eager, sdpa = by_name["hf:gemma3-270m[eager]"], by_name["hf:gemma3-270m[sdpa]"]
     failed = [c["name"] for c in eager["checks"] if c["outcome"] == "fail"]
     assert failed == ["masked_keys_fp16"] and sdpa["passed"]
+
+
+IOI = "When Mary and John went to the store, John gave a drink to"
+
+
+def test_routes_find_the_heads_that_write_against_the_indirect_object(gemma):
+    """`routes` on Gemma's IOI prompt (docs/patching.md): the strongest route, L13.H3 " to" → " Mary", cut
+    exactly *raises* the logit difference by 3.05 — a negative name mover — and L17.H2's by 2.46."""
+    import attnroute as ar
+
+    r = ar.route_attribution(gemma, IOI, answer=" Mary", wrong=" John", top=12, verify=12).to_dict()
+    exact = {(x["layer"], x["head"], x["query_token"], x["key_token"]): x["exact"] for x in r["routes"]}
+    assert exact[(13, 3, " to", " Mary")] == pytest.approx(3.05, abs=0.02)
+    assert exact[(17, 2, " to", " Mary")] == pytest.approx(2.46, abs=0.02)
+    assert r["agreement"]["estimate_vs_exact"]["r2"] > 0.8  # measured 0.88 over 12
+
+
+def test_knockout_of_the_route_to_the_indirect_object_on_gemma(gemma):
+    """`knockout --from to --to Mary --window 3`: layers 10–12 move p(" Mary") most (−0.44), and the verdict
+    says the control route is not neutral there (−0.33 in layers 9–11)."""
+    import attnroute as ar
+
+    k = ar.knockout(gemma, IOI, source="to", target="Mary", window=3).to_dict()
+    most = min(k["windows"], key=lambda w: w["delta_p_route"])
+    assert most["layers"] == [10, 12] and most["delta_p_route"] == pytest.approx(-0.443, abs=0.01)
+    assert any("control route is not neutral" in line for line in k["verdict"]["lines"])
+
+
+def test_the_report_of_gemma_counts_its_window_in_the_kv_card(gemma):
+    """`report` on Gemma: 18 × 4 heads on one kv head, ablation effects for every head, and a KV card that
+    keeps 512 tokens on the 15 local layers and the whole context on the 3 global ones."""
+    from attnroute.cost import kv_card
+    from attnroute.read.report import routing_view
+    from attnroute.show import report as report_mod
+
+    view = routing_view(gemma, IOI, ablation=True)
+    card = kv_card(view.config, view.table.attention, view.context, len(view.tokens))
+    rep = report_mod.build(view, kv=card)
+    assert (rep.data["layers"], rep.data["heads"], rep.data["kv_heads"]) == (18, 4, 1) and rep.data["has_effects"]
+    per_position = 2 * 256 * 2  # keys and values, one kv head of 256, fp16
+    assert card["at_context_fp16"] == (15 * 512 + 3 * card["context"]) * per_position
