@@ -117,3 +117,24 @@ def test_one_clip_alone_or_a_text_model_is_refused(capsys):
     assert "--audio-clean needs --audio-corrupt" in capsys.readouterr().err.replace("`", "")
     assert main(["circuit", "--model", "smollm2", "--audio-clean", "paris", "--audio-corrupt", "rome"]) == 2
     assert "no audio encoder" in capsys.readouterr().err
+
+
+def test_why_a_cross_head_hears_a_word_splits_across_both_streams(tmp_path):
+    """`why --audio rome --head L3.xH3 --query Rome --key Rome`: the row that predicts " Rome" → the 22 frames
+    the alignment gives " Rome"; the score is the sum of its (decoder component, encoder component) pairs."""
+    out = tmp_path / "w.json"
+    argv = ["why", "--audio", "rome", "--head", "L3.xH3", "--query", "Rome", "--key", "Rome", "--json", str(out)]
+    assert main(argv) == 0  # no --model: a clip reads whisper-tiny
+    r = json.loads(out.read_text())
+    assert r["meta"]["routes"] == 22 and abs(r["difference"]) < 1e-4 * max(1.0, abs(r["score"]))
+    assert r["meta"]["tokens"][7] == " Rome" and "rows [6]" in r["meta"]["said"] and "frames 75" in r["meta"]["said"]
+    streams = {side: {t["component"].get("stream") for t in r["totals"][side]} for side in ("query_side", "key_side")}
+    assert streams["query_side"] <= {"decoder", None} and streams["key_side"] <= {"encoder", None}  # None: biases
+    assert sum(t["total"] for t in r["totals"]["key_side"]) == pytest.approx(r["sum"], abs=1e-3)
+
+
+def test_why_an_encoder_head_reads_frames_by_seconds_or_index(whisper):
+    r = ar.why(whisper, audio="rome", head="E2.H0", query="1.5-1.6", key="0,1").to_dict()
+    assert r["meta"]["routes"] == 5 * 2 and abs(r["difference"]) < 1e-4 * max(1.0, abs(r["score"]))
+    with pytest.raises(ar.InputError, match="not a word of the transcript"):
+        ar.why(whisper, audio="rome", head="L3.xH3", query="Londres", key="Rome")

@@ -120,6 +120,7 @@ def _add_why(sub) -> None:
     option(wh, "--key", W)
     option(wh, "--routes", W)
     option(wh, "--top", W, type=int)
+    option(wh, "--audio", W, help="a speech model's clip (.wav or bundled): the text, if given, is its transcript")
     model_flag(wh)
     json_flag(wh, "the result")
     wh.add_argument("--plot", help="write the top pairs drawn as a graph (PNG)")
@@ -265,8 +266,12 @@ def why(args) -> int:
 
     routes_file = args.routes if args.routes not in (None, "induction") else None
     files = {"json": args.json, "plot": args.plot}
-    outputs({"model": args.model, "file": args.file, "routes": routes_file}, files, {"plot": (".png",)})
-    settings = settings_from(WhySettings, args, text=read_text_arg(args.text, args.file, required=True))
+    outputs(
+        {"model": args.model, "file": args.file, "routes": routes_file, "audio": args.audio}, files, {"plot": (".png",)}
+    )
+    text = read_text_arg(args.text, args.file, required=args.audio is None)
+    speech = args.model is None and args.audio is not None
+    settings = settings_from(WhySettings, args, text=text, model=SP.model if speech else None)
     from ..read.circuits.why import why as run
 
     with read_progress() as progress:

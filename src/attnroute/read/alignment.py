@@ -25,16 +25,49 @@ is spoken.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import torch
 
 from ..audio import FRAME_SECONDS
-from ..engine import CallbackProbe
+from ..engine import CallbackProbe, InputError
 from .adapter import routed
 from .ground.speech import prompt_length
 
 TOLERANCE = 5  # frames (100 ms): a word's edge is not sharper than a syllable
 MEDIAN = 7  # OpenAI's medfilt_width
+SECONDS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*s?\s*$")
+
+
+class SpanError(InputError):
+    """A word or span of a clip that is not there: the message names it."""
+
+
+def word_positions(loaded, text: str, word: str, P: int) -> list[int]:
+    """Decoder positions of the tokens of ``word`` (every occurrence, whole words) in prompt + text."""
+    spans = [m.span() for m in re.finditer(rf"(?<!\w){re.escape(word.strip())}(?!\w)", " " + text.strip())]
+    if not spans:
+        raise SpanError(f"{word!r} is not a word of the transcript {text.strip()!r}", field="source")
+    enc = loaded.tokenizer(" " + text.strip(), return_offsets_mapping=True, add_special_tokens=False)
+    return [P + i for i, (a, b) in enumerate(enc["offset_mapping"]) if b > a and any(a < e and s < b for s, e in spans)]
+
+
+def frame_span(spec: str, words: list[dict], source: str, frames: int) -> tuple[int, int, str]:
+    """[first, last) frames of the target: 'word' (the source's own), another word, or seconds 'a-b'."""
+    if (m := SECONDS.match(spec)) is not None:
+        a, b = int(float(m.group(1)) / FRAME_SECONDS), int(np.ceil(float(m.group(2)) / FRAME_SECONDS))
+        how = f"{m.group(1)}–{m.group(2)} s"
+    else:
+        name = source if spec == "word" else spec
+        hits = [w for w in words if w["word"].strip(".,!?;:").lower() == name.strip().lower()]
+        if not hits:
+            raise SpanError(f"{name!r} is not a word of the alignment ({[w['word'] for w in words]})", field="target")
+        a, b = int(hits[0]["start"] / FRAME_SECONDS), int(np.ceil(hits[0]["end"] / FRAME_SECONDS))
+        how = f"the frames of {name!r} by the alignment's word times ({hits[0]['start']}–{hits[0]['end']} s)"
+    if not 0 <= a < b <= frames:
+        raise SpanError(f"the span {spec!r} ({a}–{b} frames) is not inside the clip's {frames} frames", field="target")
+    return a, b, how
 
 
 def cross_weights(loaded, batch: dict, clip) -> tuple[np.ndarray, list[int]]:
@@ -193,4 +226,14 @@ def cross_columns(loaded, found: dict) -> dict[str, np.ndarray]:
     return cols
 
 
-__all__ = ["alignment", "consensus", "cross_columns", "dtw", "head_scores", "words"]
+__all__ = [
+    "SpanError",
+    "alignment",
+    "consensus",
+    "cross_columns",
+    "dtw",
+    "frame_span",
+    "head_scores",
+    "word_positions",
+    "words",
+]

@@ -281,7 +281,7 @@ class WhySettings(Settings):
     into (query-side component, key-side component) pairs."""
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
-    text: str = opt("", "the text (an encoder-decoder's encoder input; its decoder reads its start token)")
+    text: str | None = opt(None, "the text (an encoder-decoder's encoder input; its decoder reads its start token)")
     head: str = opt("", "the head: L18.H6 (a decoder's self-attention), E2.H0 (an encoder's), L3.xH2 (cross)")
     query: str | None = opt(None, "query positions: a word of the text or indices '3,4' (every pair with key)")
     key: str | None = opt(None, "key positions, likewise")
@@ -291,11 +291,21 @@ class WhySettings(Settings):
         "routes --json file (its rows of this head)",
     )
     top: int = opt(20, "pairs listed, largest |term| first (the totals cover every pair)")
+    audio: str | None = opt(
+        None,
+        "a speech model's clip: the text is its transcript (unset: decoded); a decoder word names the rows that "
+        "predict it, frames are seconds 'a-b', a word's frames by the alignment, or indices",
+    )
 
     def __post_init__(self):
         nonempty_text(self.text, "text")
+        nonempty_text(self.audio, "audio")
         set_field(self, "head", _node(self.head, "head", HEAD, "L18.H6, E2.H0, L3.xH2"))
         integer(self.top, "top", 1)
+        if self.text is None and self.audio is None:
+            raise InputError("why reads a text: give it (or audio, on a speech model)", field="text")
+        if self.audio is not None and self.routes is not None:
+            raise InputError("with audio, name the route by query and key (routes reads text prompts)", field="routes")
         if self.routes is None and (self.query is None or self.key is None):
             raise InputError("why needs a route: give query and key (words or indices), or routes", field="query")
         if self.routes is not None and (self.query is not None or self.key is not None):

@@ -21,29 +21,26 @@ Reported: the swapped transcript and its word error rate against A's and against
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ...audio import FRAME_SECONDS, audio
-from ...engine import InputError, KnockoutEdges, SubstituteWeights
+from ...engine import KnockoutEdges, SubstituteWeights
 from ...engine.jsonable import Result
 from ...progress import reporter
 from ...settings import CrossKnockoutSettings, CrossSwapSettings, verb
 from ..adapter import routed
-from ..alignment import alignment
+from ..alignment import SpanError, alignment, frame_span, word_positions
 from ..ground.speech import decoder_ids, prompt_ids, prompt_length, speech_batch, suppressed, transcribe_batch
 from ..mode_ablation import wer
 from .common import load_checked
 
 GAP = 5  # frames (100 ms) between the route's span and its control: a word's edge is not sharper
-SECONDS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*s?\s*$")
 
 
-class CrossError(InputError):
-    """A cross-stream intervention that cannot be placed: the message names the word or span."""
+CrossError = SpanError  # a cross-stream intervention that cannot be placed: the message names the word or span
 
 
 def _speech_model(s, say):
@@ -62,32 +59,6 @@ def windows(loaded, window: int) -> list[list[int]]:
     if not 1 <= window <= len(layers):
         raise CrossError(f"window must be between 1 and the {len(layers)} cross-attention layers", field="window")
     return [layers[i : i + window] for i in range(len(layers) - window + 1)]
-
-
-def word_positions(loaded, text: str, word: str, P: int) -> list[int]:
-    """Decoder positions of the tokens of ``word`` (every occurrence, whole words) in prompt + text."""
-    spans = [m.span() for m in re.finditer(rf"(?<!\w){re.escape(word.strip())}(?!\w)", " " + text.strip())]
-    if not spans:
-        raise CrossError(f"{word!r} is not a word of the transcript {text.strip()!r}", field="source")
-    enc = loaded.tokenizer(" " + text.strip(), return_offsets_mapping=True, add_special_tokens=False)
-    return [P + i for i, (a, b) in enumerate(enc["offset_mapping"]) if b > a and any(a < e and s < b for s, e in spans)]
-
-
-def frame_span(spec: str, words: list[dict], source: str, frames: int) -> tuple[int, int, str]:
-    """[first, last) frames of the target: 'word' (the source's own), another word, or seconds 'a-b'."""
-    if (m := SECONDS.match(spec)) is not None:
-        a, b = int(float(m.group(1)) / FRAME_SECONDS), int(np.ceil(float(m.group(2)) / FRAME_SECONDS))
-        how = f"{m.group(1)}–{m.group(2)} s"
-    else:
-        name = source if spec == "word" else spec
-        hits = [w for w in words if w["word"].strip(".,!?;:").lower() == name.strip().lower()]
-        if not hits:
-            raise CrossError(f"{name!r} is not a word of the alignment ({[w['word'] for w in words]})", field="target")
-        a, b = int(hits[0]["start"] / FRAME_SECONDS), int(np.ceil(hits[0]["end"] / FRAME_SECONDS))
-        how = f"the frames of {name!r} by the alignment's word times ({hits[0]['start']}–{hits[0]['end']} s)"
-    if not 0 <= a < b <= frames:
-        raise CrossError(f"the span {spec!r} ({a}–{b} frames) is not inside the clip's {frames} frames", field="target")
-    return a, b, how
 
 
 def control_span(a: int, b: int, frames: int, seed: int) -> tuple[int, int]:

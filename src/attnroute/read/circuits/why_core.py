@@ -1,0 +1,257 @@
+"""The split behind why(): one forward recorded at the head's attention call, the route's score computed from
+the model's own q and k, and the (query side, key side) terms laid out as the result (why.py for texts,
+why_speech.py for clips).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+
+import torch
+
+from ...engine import Mask
+from ...engine.jsonable import Meta, Result
+from ...errors import InputError
+from ...settings import WhySettings
+from ..adapter import routed
+from ..ground.batches import batch_of, no_cache
+from ..stimuli import tokens_of
+from .graph import Graph
+from .qk import TOL, Side, record_qk_norms
+from .stream import Forward
+
+ROUTES_MAX = 4096  # routes averaged in one call
+
+
+@dataclass(kw_only=True)
+class WhyMeta(Meta):
+    head: str
+    layer: int
+    kv_head: int
+    routes: int
+    scale: float
+    softcap: float | None
+    position_bias: bool
+    sliced: bool
+    max_difference: float
+    relative_difference: float
+    tokens: list[str]
+    said: str
+
+
+@dataclass(repr=False)
+class WhyResult(Result):
+    """score, sum, difference; pairs (query_side, key_side, term), largest |term| first; totals per side."""
+
+    SCHEMA = {"experiment": str, "score": float, "sum": float, "difference": float, "pairs": list, "totals": dict}
+    ROWS = "pairs"
+
+    model: str
+    meta: WhyMeta
+    score: float
+    total: float
+    pairs: list[dict]
+    totals: dict
+
+    def to_dict(self) -> dict:
+        m = self.meta
+        top = self.pairs[0] if self.pairs else None
+        lines = [
+            f"{m['head']}: score {self.score:+.4f} over {m['routes']} route(s) = Σ of every (query side, key side) "
+            f"pair {self.total:+.4f} (difference {self.score - self.total:+.2e})"
+        ]
+        if top is not None:
+            lines.append(f"largest pair: {_name(top['query_side'])} × {_name(top['key_side'])} {top['term']:+.4f}")
+        return {
+            "experiment": "why",
+            "verdict": {"lines": lines},
+            "summary": {"routes": m["routes"], "pairs": len(self.pairs)},
+            "model": self.model,
+            "meta": m.to_dict(),
+            "score": self.score,
+            "sum": self.total,
+            "difference": self.score - self.total,
+            "pairs": self.pairs,
+            "totals": self.totals,
+        }
+
+
+def _name(c: dict) -> str:
+    return c["label"] + (f"@{c['position']}" if c.get("position") is not None else "")
+
+
+HEAD = re.compile(r"([LE])(\d+)\.(x?)H(\d+)")
+
+
+class _Enough(Exception):
+    """Ends the recorded forward at the head's attention call."""
+
+
+class Recorded:
+    """One forward of the text with the residual stream recorded (stream.py), the QK-norms' inputs and
+    outputs, and at the head's layer the q and k the model attended with, its mask and engine arguments."""
+
+    def __init__(self, loaded, layout, graph, ids: torch.Tensor, layer: int):
+        self.loaded, self.layout, self.graph, self.ids = loaded, layout, graph, ids
+        got: dict = {}
+
+        def before(lyr, module, q, k, v):
+            if lyr == layer:
+                got["q"], got["k"] = q.detach(), k.detach()
+
+        def on(lyr, mask, args):
+            if lyr == layer:
+                got["mask"], got["args"] = mask, args
+                raise _Enough  # nothing after the head's attention call is read
+
+        self.qk_norms, hooks = record_qk_norms(loaded.attention_modules)
+        fw = Forward(layout, graph) if layout is not None else contextlib.nullcontext()
+        try:
+            with torch.no_grad(), fw:
+                with routed(loaded, before_attend=[before], on_attend=[on]):  # any kernel: nothing is edited
+                    loaded.model(**batch_of(loaded, ids), **no_cache(loaded))
+        except _Enough:
+            pass
+        finally:
+            for hook in hooks:
+                hook.remove()
+        self.rec = fw.rec if layout is not None else {}
+        self.q, self.k, self.mask, self.args = got["q"], got["k"], got["mask"], got["args"]
+        self.scale = self.args.get("scale") or self.q.shape[-1] ** -0.5
+
+    def allowed(self, h: int) -> torch.Tensor:
+        """[Tq, Tk] bool: the routes that exist in head ``h`` (True = may attend)."""
+        Tq, Tk = self.q.shape[2], self.k.shape[2]
+        m = self.mask
+        if m is None:
+            return torch.ones(Tq, Tk, dtype=torch.bool)
+        m = m.materialize(1, self.q.shape[1], Tq, Tk) if isinstance(m, Mask) else m
+        return m.expand(1, self.q.shape[1], Tq, Tk)[0, h]
+
+    def scores(self, h: int, kvh: int, routes: list[tuple[int, int]]) -> torch.Tensor:
+        """[R] the scores the model computed for ``routes`` from its own q and k (scale, bias, soft-cap)."""
+        i, j = (torch.tensor(x) for x in zip(*routes, strict=True))
+        s = (self.q[0, h, i].double() * self.k[0, kvh, j].double()).sum(-1) * self.scale
+        return self.capped(s + self.bias(h, i, j))
+
+    def bias(self, h: int, i, j) -> torch.Tensor:
+        b = self.args.get("bias")
+        return torch.zeros(len(i), dtype=torch.float64) if b is None else b.expand(1, -1, -1, -1)[0, h, i, j].double()
+
+    def capped(self, s: torch.Tensor) -> torch.Tensor:
+        c = self.args.get("softcap")
+        return s if not c else c * torch.tanh(s / c)
+
+
+def receivers(graph: Graph, layout, head: str):
+    """(the query head's q receiver, its kv head's k receiver, the attention) for L18.H6 / E2.H0 / L3.xH2."""
+    side, layer, cross, h = HEAD.fullmatch(head).groups()
+    layer, h = int(layer), int(h)
+    stream = "encoder" if side == "E" else "decoder"
+    stack = layout.stack(stream) if stream in layout.streams else []
+    if layer >= len(stack) or h >= layout.heads:
+        raise InputError(
+            f"head {head}: this model's {stream} has {len(stack)} layers × {layout.heads} heads", field="head"
+        )
+    a = stack[layer].cross if cross else stack[layer].attn
+    if a is None:
+        raise InputError(f"head {head}: layer {layer} has no {'cross-' if cross else ''}attention", field="head")
+    G = layout.heads // max(1, layout.kv_heads)
+    labels = {r.label(): j for j, r in enumerate(graph.receivers)}
+    where = f"{side}{layer}.{cross}"
+    return labels[f"{where}H{h}.q"], labels[f"{where}KV{h // G}.k"], a
+
+
+def result(loaded, s: WhySettings, run: Recorded, routes, said: str, qs, ks, heads, tokens=None) -> WhyResult:
+    h, kvh = heads
+    qi = torch.tensor([qs.positions.index(i) for i, _ in routes])
+    kj = torch.tensor([ks.positions.index(j) for _, j in routes])
+    Q, K = qs.parts[:, qi], ks.parts[:, kj]  # [Cq + 1, R, D], [Ck + 1, R, D]
+    raw = (Q.sum(0) * K.sum(0)).sum(-1) * run.scale  # [R] the bilinear score, before bias and cap
+    i, j = (torch.tensor(x) for x in zip(*routes, strict=True))
+    bias = run.bias(h, i, j)
+    capped = run.capped(raw + bias)
+    factor = torch.where((raw + bias).abs() > 0, capped / (raw + bias), torch.ones_like(raw))
+    terms = torch.einsum("ard,brd,r->ab", Q, K, factor * run.scale) / len(routes)  # the mean over routes
+    actual = run.scores(h, kvh, routes)
+    split = (raw + bias) * factor
+    gap = float((split - actual).abs().max())
+    rel = gap / max(1.0, float(actual.abs().max()))
+    if rel > TOL:
+        msg = f"{s.head}'s score split into pairs misses the model's by {gap:.3g}: not printed"
+        raise InputError(msg, field="head")
+    bias_term = float((bias * factor).mean())
+    single = len(routes) == 1
+    qc = _components(run, qs, routes[0][0] if single else None)
+    kc = _components(run, ks, routes[0][1] if single else None)
+    pairs = _pairs(terms, qc, kc, s.top, bias_term)
+    totals = {"query_side": _totals(terms.sum(1), qc), "key_side": _totals(terms.sum(0), kc)}
+    if bias_term:
+        totals["position_bias"] = bias_term
+    seq2seq = run.loaded.seq2seq
+    meta = WhyMeta(
+        head=s.head,
+        layer=int(HEAD.fullmatch(s.head).group(2)),
+        kv_head=kvh,
+        routes=len(routes),
+        scale=float(run.scale),
+        softcap=run.args.get("softcap"),
+        position_bias=run.args.get("bias") is not None,
+        sliced=qs.sliced and ks.sliced,
+        max_difference=gap,
+        relative_difference=rel,
+        tokens=tokens if tokens is not None else tokens_of(loaded.tokenizer, run.ids[0]),
+        said=said + ("; components keyed by stream" if seq2seq else ""),
+    )
+    return WhyResult(loaded.name, meta, float(actual.mean()), float(terms.sum()) + bias_term, pairs, totals)
+
+
+def _components(run: Recorded, side: Side, position: int | None) -> list[dict]:
+    """The side's components as the JSON names them: each sender, then the biases."""
+    seq2seq = run.loaded.seq2seq
+    out = []
+    for c in side.components or [_as_dict(run.graph.senders[x]) for x in side.senders]:
+        d = {"kind": c["kind"], "layer": c["layer"], "head": c["head"], "position": position, "label": _label(c)}
+        out.append({**d, "stream": c["stream"]} if seq2seq else d)
+    out.append({"kind": "bias", "layer": None, "head": None, "position": position, "label": "bias"})
+    return out
+
+
+def _as_dict(c) -> dict:
+    return {"kind": c.kind, "layer": c.layer, "head": c.head, "stream": c.stream, "attention": c.attention}
+
+
+def _label(c: dict) -> str:
+    """As the circuits name senders: embed (enc.embed), L5.H1 / E2.H0 / L3.xH2, L5.MLP / E2.MLP."""
+    enc = c.get("stream") == "encoder"
+    if c["kind"] == "embed":
+        return "enc.embed" if enc else "embed"
+    where = f"{'E' if enc else 'L'}{c['layer']}"
+    if c["kind"] == "mlp":
+        return f"{where}.MLP"
+    return f"{where}.{'x' if c.get('attention') == 'cross' else ''}H{c['head']}"
+
+
+def _pairs(terms: torch.Tensor, qc: list[dict], kc: list[dict], top: int, bias_term: float) -> list[dict]:
+    """The ``top`` pairs by |term| (a position bias, where the model adds one, is a pair of its own)."""
+    flat = terms.flatten()
+    order = torch.argsort(flat.abs(), descending=True)[:top].tolist()
+    rows = [
+        {"query_side": qc[o // terms.shape[1]], "key_side": kc[o % terms.shape[1]], "term": float(flat[o])}
+        for o in order
+    ]
+    if bias_term:
+        pb = {"kind": "bias", "layer": None, "head": None, "position": None, "label": "position bias"}
+        rows.append({"query_side": pb, "key_side": pb, "term": bias_term})
+        rows.sort(key=lambda r: -abs(r["term"]))
+    return rows[:top]
+
+
+def _totals(values: torch.Tensor, components: list[dict]) -> list[dict]:
+    order = torch.argsort(values.abs(), descending=True).tolist()
+    return [{"component": components[o], "total": float(values[o])} for o in order]
+
+
+__all__ = ["HEAD", "ROUTES_MAX", "Recorded", "WhyMeta", "WhyResult", "receivers", "result"]
