@@ -23,7 +23,7 @@ from ...progress import reporter
 from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import SETTLE_STEP, RoutesSettings, verb
 from ..adapter import routed
-from ..effects import layer_stack, restart_check, run_from
+from ..effects import layer_stack, restart_check, rows_of, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
 from ..ground.metrics import resolve
 from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
@@ -31,6 +31,9 @@ from ..ground.settle import SettleRule, settle, settle_said
 from ..ground.stats import agreement
 from ..stimuli import tokens_of
 from .routes import CHECKPOINT_FROM, MAX_TOKENS, knockout_one, output_gradients, stream_routes
+from .suffix import Suffix, windowed
+
+SUFFIX_FROM = 4  # routes whose query lies past 1/4 of the rows take the suffix shortcut (suffix.py)
 
 NORM_WEIGHT = "A_ij · ‖W_O^h v_j‖ (Kobayashi et al. 2020); null where the output projection is not a Linear"
 
@@ -229,22 +232,26 @@ def _verify(loaded, batch, routes, verify, stored, fn, fields_, kwargs, m_base, 
         restart = check["used"]
         meta.restart = {"used": restart, "max_abs_diff": check.get("restart_check_max_abs_diff")}
 
+    late = rows_of(batch).shape[1] // SUFFIX_FROM  # a route from this row on reruns only the rows it can change
+    found: dict = {}  # the suffix shortcut, built at the first late route (it costs one forward with a cache)
+
+    def shortcut(r):
+        if not restart or r["query"] < late:
+            return None
+        if "suffix" not in found:
+            found["suffix"] = _suffix(loaded, batch, stored, blocks, fn, fields_, kwargs, m_base, meta)
+        return found["suffix"]
+
     def measure(idx: list[int]) -> None:
         for i in idx:
             r = routes[i]
-            start = r["layer"] if restart else 0
-            out = run_from(
-                loaded,
-                start,
-                stored,
-                batch,
-                [knockout_one(r, loaded.attention_kinds)],
-                1,
-                blocks,
-                impl="auto",
-                **kwargs,
-            )
-            m = fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()
+            cut = [knockout_one(r, loaded.attention_kinds)]
+            if (suffix := shortcut(r)) is not None:  # only the rows from the route's query on, from its layer on
+                m = suffix.metric(r["layer"], r["query"], cut)
+            else:
+                start = r["layer"] if restart else 0
+                out = run_from(loaded, start, stored, batch, cut, 1, blocks, impl="auto", **kwargs)
+                m = fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()
             exact[i] = float((m - m_base).mean())
             done = sum(e is not None for e in exact)
             say("verify", f"{done} routes knocked out exactly (of {len(routes)} kept)", done=done, total=len(routes))
@@ -255,6 +262,19 @@ def _verify(loaded, batch, routes, verify, stored, fn, fields_, kwargs, m_base, 
     unkept = info["band"] is not None and info["floor"] is not None and abs(est[-1]) + info["band"] >= info["floor"]
     meta.settle = {**info, "rule": rule.describe(), "beyond_kept": bool(unkept and len(routes) == meta.top)}
     return exact
+
+
+def _suffix(loaded, batch, stored, blocks, fn, fields_, kwargs, m_base, meta) -> Suffix | None:
+    """The knockouts' shortcut to the rows a route can change (suffix.py), when the model allows it and it
+    reproduces the base run; else None (each knockout reruns every row from its layer), said in meta."""
+    if not loaded.causal or windowed(loaded):
+        meta.restart["suffix"] = {"used": False, "reason": "not a causal LM without sliding windows: every row rerun"}
+        return None
+    value = lambda logits: fn(logits, {**batch, **fields_}).float()  # noqa: E731
+    suffix = Suffix(loaded, batch, stored, blocks, value, kwargs, getattr(fn, "last_only", False))
+    check = suffix.check(m_base)
+    meta.restart["suffix"] = check
+    return suffix if check["used"] else None
 
 
 def _label(loaded, meta, routes) -> None:

@@ -1,0 +1,82 @@
+"""The knockout shortcut of `routes --verify` (read/patching/suffix.py): a route cut reruns only its layer on
+and only the rows from its query on, reading the base run's earlier keys and values from a KV cache — and
+must give the number a rerun of every row gives, on tiny models of several architectures and on SmolLM2."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attnroute.engine import KnockoutEdges
+from attnroute.models import load
+from attnroute.read.effects import layer_stack, run_from
+from attnroute.read.ground.batches import batch_of, no_cache
+from attnroute.read.patching.routes import stream_routes
+from attnroute.read.patching.suffix import Suffix, windowed
+from tests.read.zoo import build
+
+RA = importlib.import_module("attnroute.read.patching.route_attribution")
+
+
+def _loss(logits, batch):
+    ce = torch.nn.functional.cross_entropy(logits[0, :-1].float(), batch["input_ids"][0, 1:], reduction="none")
+    return ce.mean()[None]
+
+
+def _setup(loaded, ids):
+    batch = batch_of(loaded, ids)
+    _, stored = stream_routes(loaded, batch, {}, 1, no_cache(loaded), record_blocks=True)
+    blocks = layer_stack(loaded)
+    suffix = Suffix(loaded, batch, stored, blocks, lambda lg: _loss(lg, batch), no_cache(loaded), last_only=False)
+    return batch, stored, blocks, suffix
+
+
+def _full(loaded, batch, stored, blocks, layer, cut):
+    out = run_from(loaded, layer, stored, batch, cut, 1, blocks, impl="auto", **no_cache(loaded))
+    return _loss(out.logits, batch)
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma", "gpt2", "gpt_neox", "cohere"])
+def tiny(request, tmp_path_factory):
+    loaded = load(str(build(request.param, tmp_path_factory.mktemp("zoo"))))
+    ids = torch.randint(1000, 5000, (1, 23), generator=torch.Generator().manual_seed(0))
+    return loaded, ids, _setup(loaded, ids)
+
+
+@given(layer=st.integers(0, 1), row=st.integers(0, 22), key=st.integers(0, 22), head=st.integers(0, 3))
+def test_a_cut_rerun_on_its_rows_equals_a_rerun_of_every_row(tiny, layer, row, key, head):
+    loaded, ids, (batch, stored, blocks, suffix) = tiny
+    key = min(key, row)  # a causal route: the key at or before the query
+    cut = [KnockoutEdges([row], [key], heads=[head], layer=layer)]
+    got, want = suffix.metric(layer, row, cut), _full(loaded, batch, stored, blocks, layer, cut)
+    assert float((got - want).abs().max()) <= 1e-5 * max(1.0, float(want.abs().max()))  # fp32
+
+
+def test_on_smollm2_the_shortcut_checks_itself_and_agrees(smollm2):
+    ids = smollm2.tokenizer(
+        "The cat sat on the mat because the mat was warm and the cat was cold.", return_tensors="pt"
+    ).input_ids
+    batch, stored, blocks, suffix = _setup(smollm2, ids)
+    with torch.no_grad():
+        base = _loss(smollm2.model(**batch).logits, batch)
+    assert suffix.check(base)["used"]
+    for layer, row, key in ((20, 15, 0), (5, 9, 0), (29, 14, 1)):  # routes to the first tokens hold weight
+        cut = [KnockoutEdges([row], [key], heads=[2], layer=layer)]
+        got, want = suffix.metric(layer, row, cut), _full(smollm2, batch, stored, blocks, layer, cut)
+        assert float((got - want).abs().max()) < 1e-5
+        assert float((got - base).abs().max()) > 0  # the cut changed something: not two copies of the base
+
+
+def test_a_window_model_is_never_shortcut_and_says_why(tmp_path):
+    """A sliding-window layer's cache keeps only its window: such a model reruns every row, said in meta."""
+    from types import SimpleNamespace
+
+    mistral, llama = (load(str(build(a, tmp_path))) for a in ("mistral", "llama"))
+    assert windowed(mistral) and not windowed(llama)
+    meta = SimpleNamespace(restart={"used": True})
+    assert RA._suffix(mistral, {}, {}, [], None, {}, {}, None, meta) is None
+    assert meta.restart["suffix"]["used"] is False and "sliding windows" in meta.restart["suffix"]["reason"]
