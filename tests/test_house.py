@@ -78,3 +78,17 @@ def test_fmt_skip_is_kept_for_aligned_tables_only():
         if p.suffix == ".py" and p.is_file() and "fmt: skip" in p.read_text() and p != Path(__file__).resolve()
     ]
     assert sum(p.read_text().count("# fmt: skip") for p in uses) <= 3, uses
+
+
+def test_every_file_the_package_reads_is_in_its_package_data():
+    """A non-editable install (a wheel) carries only the package data listed in pyproject.toml: every file
+    under src/attnroute that is not Python must match one of its patterns (the audio clips once did not)."""
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["attnroute"]
+    src = root / "src" / "attnroute"
+    files = [p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    missing = [f for f in files if not f.endswith(".py") and not any(fnmatch.fnmatchcase(f, pat) for pat in patterns)]
+    assert missing == []
