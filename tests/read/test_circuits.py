@@ -209,6 +209,25 @@ def test_the_full_circuit_is_the_clean_run_and_the_empty_one_the_corrupt_run(arc
 
 
 @pytest.mark.parametrize("arch", ["llama", "t5"])
+def test_receivers_sharing_a_correction_replayed_once_give_what_each_replayed_alone_gives(arch, tmp_path, monkeypatch):
+    """Circuits of random edge sets, several per forward: receivers of one read point whose circuits hold
+    the same edges get one correction object and one replay (runs.CircuitEdits.memo); handing each a copy of
+    its own instead (no sharing) must give the same M."""
+    from attnroute.read.circuits import runs
+
+    run = edge_run(load(str(build(arch, tmp_path))))
+    E = len(run.graph)
+    rng = np.random.default_rng(0)
+    masks = [rng.random(E) < p for p in (0.002, 0.01, 0.05, 0.3)]  # small circuits share most corrections
+    shared = run.circuits(masks)
+    corr = runs.CircuitEdits.corr
+    monkeypatch.setattr(
+        runs.CircuitEdits, "corr", lambda self, r, x, fw: [(a.clone(), b.clone()) for a, b in corr(self, r, x, fw)]
+    )
+    torch.testing.assert_close(shared, run.circuits(masks), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "t5"])
 def test_patching_a_sender_with_its_own_value_changes_nothing(arch, tmp_path):
     same = tuple(PromptPair(p.clean, p.clean, p.answer, p.wrong, row=p.row) for p in PAIRS)
     run = edge_run(load(str(build(arch, tmp_path))), same)

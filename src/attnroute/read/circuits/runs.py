@@ -241,6 +241,9 @@ class CircuitEdits:
         self.run, self.masks, self.n = run, np.stack(masks), run.n
         self.parts = run.sender_parts()
         self.D: dict[tuple, torch.Tensor] = {}  # part -> D_S of its senders over every copy [s, k·n, T, d]
+        # receivers of one read point whose circuits hold the same edges get the same correction: computed
+        # once, and the same object handed to each, so the forward replays their inputs once (stream.py)
+        self.memo: dict[tuple, list] = {}
 
     def _part(self, part: tuple, fw) -> torch.Tensor:
         """D_S = w_S(this forward) − w_S(ablated) for one part's senders, computed once per forward."""
@@ -254,12 +257,20 @@ class CircuitEdits:
     def corr(self, receiver: int, x, fw) -> list:
         """Per copy: x_R(ablated) − x + Σ_{S in its circuit} D_S, or −Σ_{S outside} D_S where fewer senders are
         outside than inside (the same number: this forward's residual is the ablated one plus every D_S)."""
-        k, n = len(self.masks), self.n
         edges_of = self.run.graph.matrix[:, receiver]  # (S,)
         valid = edges_of >= 0
         on = self.masks[:, np.maximum(edges_of, 0)] & valid  # (k, S): the edge is in copy c's circuit
         use_inside = on.sum(1) <= (valid & ~on).sum(1)  # (k,)
         coef = np.where(use_inside[:, None], on, -(valid & ~on).astype(int)).astype(np.float32)
+        if not use_inside.any() and not coef.any():
+            return []  # every edge inside in every copy: the receiver reads this forward's residual as it is
+        key = (self.run.graph.read_points[receiver], use_inside.tobytes(), coef.tobytes())
+        if key not in self.memo:
+            self.memo[key] = self._correction(receiver, x, fw, coef, use_inside)
+        return self.memo[key]
+
+    def _correction(self, receiver: int, x, fw, coef: np.ndarray, use_inside: np.ndarray) -> list:
+        k, n = len(self.masks), self.n
         acc = torch.zeros(k, n, *x.shape[1:], dtype=torch.promote_types(x.dtype, torch.float32))
         for part, ss in self.parts.items():
             c = coef[:, ss]

@@ -159,7 +159,11 @@ class ReceiverEdit(Intervention):
         new = {"q": q, "k": k, "v": v}
         for side, ids in self._sides().items():
             x, norm, key = self._read_point(side)
-            edits = [(j, rows, corr) for j in ids for rows, corr in self.fw.edits.corr(j, x, self.fw)]
+            found: dict[tuple, list] = {}  # one entry per distinct correction (the same object: the same input)
+            for j in ids:
+                for rows, corr in self.fw.edits.corr(j, x, self.fw):
+                    found.setdefault((id(rows), id(corr)), [[], rows, corr])[0].append(j)
+            edits = [tuple(e) for e in found.values()]
             if edits:
                 self._replay(_slots(edits), x, norm, key, new)
         return new["q"], new["k"], new["v"]
@@ -196,10 +200,11 @@ class ReceiverEdit(Intervention):
         q2, k2, v2 = replay(self.attn.module, _tile(args, rows, m), _tile(kwargs, rows, m), **{key: normed})
         fresh = {"q": q2, "k": k2, "v": v2}
         for i, slot in enumerate(slots):
-            for j, rows_j, _ in slot:
-                rc = self.fw.graph.receivers[j]
-                t = new[rc.channel] = new[rc.channel].clone()
-                t[rows_j, rc.head] = fresh[rc.channel][i * rows + rows_j, rc.head].to(t.dtype)
+            for js, rows_j, _ in slot:
+                for j in js:  # every receiver whose input got this correction
+                    rc = self.fw.graph.receivers[j]
+                    t = new[rc.channel] = new[rc.channel].clone()
+                    t[rows_j, rc.head] = fresh[rc.channel][i * rows + rows_j, rc.head].to(t.dtype)
 
 
 def _tile(obj, rows: int, m: int):
@@ -216,7 +221,8 @@ def _tile(obj, rows: int, m: int):
 
 
 def _slots(edits: list) -> list[list]:
-    """Edits grouped so that no row is edited twice in a group: one replay per group."""
+    """Edits (receivers, rows, correction) grouped so that no row is edited twice in a group: one replay per
+    group."""
     slots: list[tuple[set, list]] = []
     for e in edits:
         rows = set(e[1].tolist())
