@@ -17,16 +17,19 @@ ENCODER_SENDERS = 1 + 4 * (6 + 1)  # the encoder's start, then each block's 6 he
 CROSS_KV_RECEIVERS = 4 * 6 * 2  # each decoder block's 6 kv heads, keys and values
 
 
-def test_a_circuit_between_two_clips_crosses_streams(tmp_path):
+def test_a_circuit_between_two_clips_crosses_streams(tmp_path, capsys):
     out, png, csv = tmp_path / "c.json", tmp_path / "c.png", tmp_path / "c.csv"
     argv = ["circuit", "--audio-clean", "paris", "--audio-corrupt", "rome", "--exact", "10"]
     argv += ["--edges", "E3.H0>L3.xKV3.v", "--json", str(out), "--plot", str(png), "--csv", str(csv)]
     assert main(argv) == 0  # no --model: a clip pair reads whisper-tiny
+    said = capsys.readouterr()
+    assert "[2]' The'" in said.out + said.err  # the tokens both runs read, as a prompt's are shown
     r = json.loads(out.read_text())
     m = r["meta"]
     assert m["streams"] == ["encoder", "decoder"] and m["stream_layers"] == {"encoder": 4, "decoder": 4}
     said = m["prompts"][0]
-    assert said["prefix"] == "The capital of France is" and (said["answer"], said["wrong"]) == (" Paris", " Rome")
+    assert said["clips"]["clean"].startswith("paris") and said["prefix"] == "The capital of France is"
+    assert (said["answer"], said["wrong"]) == (" Paris", " Rome")
     crossing = [e for e in r["edges"] if e["sender"]["stream"] == "encoder" and e["receiver"]["attention"] == "cross"]
     assert len(crossing) == ENCODER_SENDERS * CROSS_KV_RECEIVERS
     asked = next(e for e in r["edges"] if e["label"] == "E3.H0>L3.xKV3.v")

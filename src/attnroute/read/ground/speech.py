@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import InputError
+from ..stimuli import tokens_of
 from .prompts import Group
 
 MULTILINGUAL_VOCAB = 51_865  # an English-only Whisper has 51,864 tokens
@@ -125,12 +126,13 @@ class ClipPair:
 
     def record(self, loaded) -> list[dict]:
         """What the result says of its one 'prompt': the clips, their transcripts, the text both runs read."""
-        word = loaded.tokenizer.decode
+        word, tokens = loaded.tokenizer.decode, tokens_of(loaded.tokenizer, self.ids[0])
         return [
             {
                 "row": 1,
-                "clean": self.clean.describe(),
-                "corrupt": self.corrupt.describe(),
+                "clean": tokens,  # the decoder tokens, as a prompt's record holds them: both runs read these
+                "corrupt": tokens,
+                "clips": {"clean": self.clean.describe(), "corrupt": self.corrupt.describe()},
                 "transcripts": self.transcripts,
                 "prefix": self.prefix,
                 "answer": word([self.answer]),
