@@ -17,7 +17,10 @@ from ..errors import InputError
 from ..settings import DEFAULT_MODEL
 
 STDOUT = "-"
-MODEL_HELP = "smollm2 (default), minilm, a model directory, a .gguf file or a hub id org/name"
+MODEL_HELP = (
+    "smollm2 (default; whisper-tiny when clips are given), minilm, gemma3-270m, whisper-tiny, a model directory, "
+    "a .gguf file or a hub id org/name"
+)
 
 
 # ------------------------------------------------------------------------------------ the parser

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..bundled import prompts_path
 from ..errors import InputError
 from ..settings import CorpusSettings, HeadsSettings, probe_seeds
+from ..settings.experiments import SPEECH_MODEL
 from .common import (
     deliver,
     emit_json,
@@ -110,6 +111,7 @@ def run(args) -> int:
         convert=TEXT_FLAGS,
         text=read_text_arg(args.text, args.file),
         elsewhere="applies to a corpus read; give `corpus` too, or leave it out",
+        model=SPEECH_MODEL if args.model is None and args.audio is not None else None,  # a clip: whisper-tiny
     )
     from ..read.heads import read_heads
 

@@ -156,13 +156,8 @@ def speech(args) -> int:
     with read_progress() as progress:
         result = speech_patch(settings=settings, progress=progress).to_dict()
     from ..show.cross import SPEECH_COLUMNS, speech_patch_table
-    from ..show.text import csv_text
 
-    tables(args.json).print(speech_patch_table(result))
-    emit_json(result, args.json)
-    if args.csv:
-        deliver(args.csv, "csv", csv_text(result["rows"], SPEECH_COLUMNS).encode("utf-8"))
-    return 0
+    return show_speech(result, speech_patch_table(result), args, result["rows"], SPEECH_COLUMNS)
 
 
 def patch(args) -> int:
@@ -192,12 +187,18 @@ def speech_routes(args) -> int:
     with read_progress() as progress:
         result = run(settings=settings, progress=progress).to_dict()
     from ..show.cross import SPEECH_ROUTE_COLUMNS, speech_routes_table
+
+    return show_speech(result, speech_routes_table(result), args, result["routes"], SPEECH_ROUTE_COLUMNS)
+
+
+def show_speech(result: dict, table, args, rows: list, columns: tuple) -> int:
+    """A clip's result: its table, then the JSON and the CSV of its rows."""
     from ..show.text import csv_text
 
-    tables(args.json).print(speech_routes_table(result))
+    tables(args.json).print(table)
     emit_json(result, args.json)
     if args.csv:
-        deliver(args.csv, "csv", csv_text(result["routes"], SPEECH_ROUTE_COLUMNS).encode("utf-8"))
+        deliver(args.csv, "csv", csv_text(rows, columns).encode("utf-8"))
     return 0
 
 

@@ -75,13 +75,14 @@ class SwapSettings(Settings):
 
 
 SPEECH_MODEL = "whisper-tiny"
+SPEECH_MODEL_DOC = "a speech model: whisper-tiny, or a Whisper directory / CTranslate2 folder"
 
 
 @dataclass(frozen=True)
 class CrossKnockoutSettings(Settings):
     """Cut a decoder word's routes to a span of audio frames in every window of cross-attention layers."""
 
-    model: ModelArg = opt(SPEECH_MODEL, "a speech model: whisper-tiny, or a Whisper directory / CTranslate2 folder")
+    model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     audio: str = opt("", "the clip: a .wav file or a bundled clip (paris, fox …)")
     text: str | None = opt(None, "its transcript, teacher-forced (unset: transcribed by greedy decoding)")
     source: str = opt("", "the decoder word whose routes are cut (a word of the transcript)")
@@ -104,7 +105,7 @@ class CrossKnockoutSettings(Settings):
 class CrossSwapSettings(Settings):
     """Transcribe clip B with clip A's cross-attention maps, window by window of cross layers."""
 
-    model: ModelArg = opt(SPEECH_MODEL, "a speech model: whisper-tiny, or a Whisper directory / CTranslate2 folder")
+    model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     audio_a: str = opt("", "the clip whose maps are used")
     audio_b: str = opt("", "the clip that is transcribed")
     window: int = opt(1, "cross-attention layers swapped together")
@@ -121,7 +122,7 @@ class CrossSwapSettings(Settings):
 class SpeechPatchSettings(Settings):
     """Patch every head's output from a clean clip into a corrupted one (one word spoken differently)."""
 
-    model: ModelArg = opt(SPEECH_MODEL, "a speech model: whisper-tiny, or a Whisper directory / CTranslate2 folder")
+    model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     clean: str = opt("", "the clean clip: a .wav file or a bundled clip (paris …)")
     corrupt: str = opt("", "the corrupted clip: the same words, one spoken differently (rome …)")
     text: str | None = opt(None, "the decoder text both runs read (unset: the words the transcripts share)")
@@ -140,7 +141,7 @@ class SpeechPatchSettings(Settings):
 class SpeechRoutesSettings(Settings):
     """Route attribution on a clip: every route of the chosen layers (default: cross-attention) estimated."""
 
-    model: ModelArg = opt(SPEECH_MODEL, "a speech model: whisper-tiny, or a Whisper directory / CTranslate2 folder")
+    model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     audio: str = opt("", "the clip: a .wav file or a bundled clip (paris, rome …)")
     answer: str = opt("", "the word whose logit is read (the decoder reads the transcript up to it)")
     wrong: str | None = opt(None, "the word it is compared with (unset: log p(answer))")
