@@ -163,3 +163,16 @@ def test_flags_replace_field_names_in_three_places_only():
     }
     for (message, field), expected in cases.items():
         assert refusal_line(InputError(message, field=field), heads) == expected
+
+
+def test_a_fixed_none_never_hides_the_flag_the_user_gave():
+    """`circuit --model X` with no clips passes model=None as a fixed value (the clip default unused): the
+    user's --model must still be read — once it was silently replaced by the settings' default."""
+    import argparse
+
+    from attnroute.cli.common import settings_from
+    from attnroute.settings import CircuitSettings
+
+    args = argparse.Namespace(model="my-model-dir", prompts="ioi", top=None, fn=None)
+    assert settings_from(CircuitSettings, args, model=None).model == "my-model-dir"
+    assert settings_from(CircuitSettings, args, model="whisper-tiny").model == "whisper-tiny"

@@ -87,6 +87,7 @@ def settings_from(cls, args, *, convert: dict | None = None, elsewhere: str | No
     belongs ("applies to a corpus read; give `corpus` too, or leave it out"). ``only`` / ``skip``: the
     flags this settings object is built from, when one command builds two (report: its corpus)."""
     convert = convert or {}
+    fixed = {k: v for k, v in fixed.items() if v is not None}  # a fixed None is no value: the flag still counts
     out = {}
     for dest, value in vars(args).items():
         if value is None or dest in NOT_SETTINGS or dest in fixed or dest in skip or (only and dest not in only):
@@ -95,7 +96,7 @@ def settings_from(cls, args, *, convert: dict | None = None, elsewhere: str | No
         if field not in cls.field_names():
             raise InputError(f"`{dest}` {elsewhere or 'is not a setting of this command'}", field=dest)
         out[field] = value if fn is None else fn(value)
-    return cls(**out, **{k: v for k, v in fixed.items() if v is not None})
+    return cls(**out, **fixed)
 
 
 def int_list(text: str | None, field: str) -> tuple[int, ...] | None:

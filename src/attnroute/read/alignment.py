@@ -166,9 +166,10 @@ def head_scores(weights: np.ndarray, spans: np.ndarray) -> tuple[np.ndarray, np.
     return mono, inside.mean(-1)
 
 
-def alignment(loaded, batch: dict, clip) -> dict:
-    """meta["alignment"]: the ranking, the reference and their overlap, per-head scores, word times."""
-    weights, layers = cross_weights(loaded, batch, clip)  # (Lc, H, N, F)
+def alignment(loaded, batch: dict, clip, weights: tuple | None = None) -> dict:
+    """meta["alignment"]: the ranking, the reference and their overlap, per-head scores, word times.
+    ``weights``: cross_weights(loaded, batch, clip) when the caller holds them already (one forward less)."""
+    weights, layers = weights if weights is not None else cross_weights(loaded, batch, clip)  # (Lc, H, N, F)
     ids = batch["decoder_input_ids"][0]
     P = prompt_length(loaded, ids[None])
     toks = [loaded.tokenizer.decode([int(t)]) for t in ids[P:-1]]

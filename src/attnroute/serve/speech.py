@@ -117,8 +117,8 @@ class SpeechExplorer:
             raise RequestError(413, str(e)) from None
         job.check()
         job.say("every cross-attention head's map and the alignment", 1, 3)
-        weights, _ = cross_weights(m, batch, heard)  # (Lc, H, N + 1, F)
-        found = alignment(m, batch, heard)
+        kept = cross_weights(m, batch, heard)
+        weights, found = kept[0], alignment(m, batch, heard, kept)  # (Lc, H, N + 1, F): one forward for both
         job.check()
         job.say("each row's log-probability", 2, 3)
         P = prompt_length(m, batch["decoder_input_ids"])
