@@ -131,7 +131,8 @@ def child(kind: str, T: int) -> dict:
     """One cell: 'fwdbwd' (the model's forward + backward) or 'routes' (attnroute's two passes)."""
     from attnroute.models import load
     from attnroute.read.ground.metrics import logit_diff
-    from attnroute.read.patching.routes import CHECKPOINT_FROM, checkpointed, output_gradients, stream_routes
+    from attnroute.read.ground.recompute import checkpointed
+    from attnroute.read.patching.routes import CHECKPOINT_FROM, output_gradients, stream_routes
 
     torch.manual_seed(0)
     lm = load("smollm2")

@@ -255,24 +255,39 @@ def test_eap_is_the_derivative_of_the_edges_interpolation_in_float64(tmp_path, m
     np.testing.assert_allclose(est[edges], fd, rtol=1e-6, atol=1e-9)
 
 
-def test_eap_ig_with_one_step_is_eap_and_more_steps_average_the_interpolated_gradients(tmp_path, monkeypatch):
-    from attnroute.read.circuits import estimate
-    from attnroute.read.circuits.estimate import _accumulate, _start_delta, _toward, receiver_grads
+def _by_hand(run, receiver_grads_of_step: list) -> torch.Tensor:
+    """Σ over steps of Σ_{t,d} Δ_S · g_R for every edge, one edge at a time in float64 (no chunked products)."""
+    out = torch.zeros(len(run.graph), run.n, dtype=torch.float64)
+    for step in receiver_grads_of_step:
+        for rs, g in step:
+            for j, r in enumerate(rs):
+                for s in np.flatnonzero(run.graph.matrix[:, r] >= 0):
+                    e = run.graph.matrix[s, r]
+                    out[e] += (run.delta(int(s)).double() * g[j].double()).sum((1, 2))
+    return out
 
-    run = edge_run(load(str(build("llama", tmp_path))))
+
+def test_eap_ig_with_one_step_is_eap_and_more_steps_average_the_interpolated_gradients(tmp_path, monkeypatch):
+    from attnroute.read.circuits import estimate, products
+    from attnroute.read.circuits.estimate import _start_delta, _toward, receiver_grads
+
+    run = edge_run(load(str(build("llama", tmp_path))))  # float32 products against float64 by hand: atol 1e-6
     one = eap(run, 1, qk_fix=False)
     np.testing.assert_array_equal(eap(run, 1, qk_fix=False), one)
+    np.testing.assert_allclose(one, _by_hand(run, [receiver_grads(run, {})]).numpy(), rtol=1e-5, atol=1e-6)
     two = eap(run, 2, qk_fix=False)
-    by_hand = torch.zeros(len(run.graph), run.n, dtype=torch.float64)
-    half = {s: _toward(_start_delta(run, s), 0.5) for s in run.layout.streams}
-    for interp in ({}, half):
-        for rs, g in receiver_grads(run, interp):
-            _accumulate(run, rs, g, by_hand)
+    half = {s: _toward(_start_delta(run, s), [0.5]) for s in run.layout.streams}
+    by_hand = _by_hand(run, [list(receiver_grads(run, interp)) for interp in ({}, half)])
     # the steps' gradients are summed before the one product with the deltas: float32 sums in another order
-    np.testing.assert_allclose(two, (by_hand / 2).numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(two, (by_hand / 2).numpy(), rtol=1e-5, atol=1e-6)
     assert not np.allclose(two, one)  # the second step does move the estimate
-    monkeypatch.setattr(estimate, "SUM_BYTES", 0)  # too big to sum: a product per step, as by hand
-    np.testing.assert_allclose(eap(run, 2, qk_fix=False), (by_hand / 2).numpy(), rtol=1e-10, atol=1e-12)
+    monkeypatch.setattr(estimate, "STEP_TOKENS", 1)  # one step per gradient pass, not both stacked: the same
+    np.testing.assert_allclose(eap(run, 2, qk_fix=False), two, rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(estimate, "SUM_BYTES", 0)  # too big to sum: a product per step
+    np.testing.assert_allclose(eap(run, 2, qk_fix=False), (by_hand / 2).numpy(), rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(products, "RECEIVER_BYTES", 1)  # a chunk per read point and per part: the same sums
+    monkeypatch.setattr(products, "SENDER_BYTES", 1)
+    np.testing.assert_allclose(eap(run, 2, qk_fix=False), two, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma2", "gpt_oss"])

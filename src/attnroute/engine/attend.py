@@ -143,15 +143,18 @@ def attend(
 
     scale: defaults to 1/√D. softcap: cap·tanh(s/cap) before masking; None and 0 both mean none.
     probes read the weights block by block; interventions edit q/k/v, scores, weights or head outputs
-    (both need impl "eager" or "blocked"; "auto" picks one). layer: passed to probes and
-    interventions. return_trace: also return a Trace (scores, weights, lse when the backend holds
-    them, and which backend ran and why). memory_budget: bytes eager's score matrix may take
-    (auto switches to blocked above it). block_size: query rows per block for blocked.
+    (both need impl "eager" or "blocked"; "auto" picks one, and an intervention for another layer is not
+    counted). layer: passed to probes and interventions. return_trace: also return a Trace (scores,
+    weights, lse when the backend holds them, and which backend ran and why). memory_budget: bytes
+    eager's score matrix may take (auto switches to blocked above it). block_size: query rows per block for blocked.
     A row that may attend to nothing returns zeros. Bad input raises InputError.
     """
     if impl not in IMPLS:
         raise InputError(f"impl must be one of {IMPLS}, got {impl!r}")
     B, H, Hkv, Tq, Tk, D, Dv = validate_qkv(q, k, v)
+    # an intervention for another layer changes nothing here: left out, so "auto" may take the fused kernel
+    # on every layer a knockout does not touch (a rerun from a cut route is then one eager layer, not all)
+    interventions = [iv for iv in interventions if iv.applies(layer)]
     if interventions:  # edits of q, k, v come first: every backend that takes interventions sees them
         q, k, v = apply_inputs(interventions, q, k, v, layer)
         validate_qkv(q, k, v)

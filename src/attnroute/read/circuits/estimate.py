@@ -19,6 +19,10 @@ import numpy as np
 import torch
 
 from ..adapter import replay, routed
+from ..ground.norms import norm_form
+from ..ground.recompute import checkpointed
+from .headvjp import check_fused, fused_through_norm, head_vjp, linear_taps, norm_vjp
+from .products import Products
 from .qkfix import QK_LAYERS, affordable, chosen_blocks, qk_block
 from .stream import Forward, _first, _replace_first, _tensor
 
@@ -35,28 +39,36 @@ def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None) -> np.ndar
     # the estimate is linear in the receivers' gradients, so over IG steps they are summed first and the
     # product with the senders' deltas — the costliest part of a pass — is taken once (where they fit)
     summed: dict | None = {} if ig_steps > 1 and _gradient_bytes(run) <= SUM_BYTES else None
-    for k in range(ig_steps):
-        interp = {s: _toward(d, k / ig_steps) for s, d in starts.items()} if k else {}
-        grad = GradPass(run, interp)
+    products = Products(run, scores)
+    per = 1 if fix else _steps_per_pass(run, ig_steps)  # the QK fix reads one pass's own q, k: a step a pass
+    for k in range(0, ig_steps, per):
+        alphas = [i / ig_steps for i in range(k, min(ig_steps, k + per))]
+        interp = {s: _toward(d, alphas) for s, d in starts.items()} if alphas != [0.0] else {}
+        grad = GradPass(run, interp, copies=len(alphas))
         if fix and not k:  # the layers are chosen once, at the base run (qkfix.py)
             fixed = chosen_blocks(run, grad, len(run.layout.blocks) if qk_fix else QK_LAYERS)
         for rs, grads in grad.receivers(skip={(b.stream, b.index) for b in fixed}):
             if summed is None:
-                _accumulate(run, rs, grads, scores)
+                products.add(rs, grads)
             else:
                 key = tuple(rs)
                 summed[key] = summed[key] + grads if key in summed else grads
+        products.flush()  # before the QK fix adds its own, and before this pass's gradients are let go
         for b in fixed:
             qk_block(run, grad, b, scores)
         if say:
-            say("estimate", f"edge attribution: pass {k + 1} of {ig_steps}", done=k + 1, total=ig_steps)
+            done = k + len(alphas)
+            say("estimate", f"edge attribution: step {done} of {ig_steps}", done=done, total=ig_steps)
     for rs, grads in (summed or {}).items():
-        _accumulate(run, rs, grads, scores)
+        products.add(rs, grads)
+    products.flush()
     run.qk_fixed = sorted(b.attn.layer for b in fixed)
     return (scores / ig_steps).numpy()
 
 
 SUM_BYTES = 1 << 30  # the receivers' gradients summed over IG steps when they fit in this
+STEP_TOKENS = 2048  # IG steps stacked along the batch of one pass up to this many tokens (steps × prompts × length)
+RECOMPUTE_FROM = 2048  # tokens (prompts × length): past this the gradient pass recomputes each block's activations
 
 
 def _gradient_bytes(run) -> int:
@@ -65,8 +77,20 @@ def _gradient_bytes(run) -> int:
     return len(run.graph.receivers) * x.numel() * 4
 
 
-def _toward(delta: torch.Tensor, alpha: float):
-    return lambda x: x + alpha * delta.to(x.dtype)
+def _steps_per_pass(run, ig_steps: int) -> int:
+    """IG steps one gradient pass takes at once, as copies of the prompts (fewer, larger products)."""
+    return max(1, min(ig_steps, STEP_TOKENS // max(1, run.n * run.group.length)))
+
+
+def _toward(delta: torch.Tensor, alphas: list[float]):
+    """The stream start of c stacked copies of the prompts [c·n, T, d], copy i moved by alphas[i] toward the
+    source (delta [n, T, d])."""
+    a = torch.tensor(alphas, dtype=torch.float64)
+
+    def move(x):
+        return x + (a.to(x.dtype).view(-1, 1, 1, 1) * delta.to(x.dtype)[None]).reshape(x.shape)
+
+    return move
 
 
 def _start_delta(run, stream: str) -> torch.Tensor:
@@ -75,15 +99,16 @@ def _start_delta(run, stream: str) -> torch.Tensor:
 
 
 class GradPass:
-    """One forward and one backward on the base run (its stream starts interpolated as asked).
+    """One forward and one backward on the base run (its stream starts interpolated as asked; ``copies`` of
+    the prompts, one per IG step, whose receivers' gradients are summed).
 
     The forward runs the model's own attention kernel where it can (fused, O(T) memory): the metric's
     gradients at each layer's q, k, v and head outputs are caught by hooks on those tensors, and a zero leaf
     at each stream's start puts every one of them on a path to a requested input. Kept: the recorded stream
     (``rec``), per attention layer its q, k, v, head outputs and their gradients, and what attend received."""
 
-    def __init__(self, run, interpolate: dict):
-        self.run = run
+    def __init__(self, run, interpolate: dict, copies: int = 1):
+        self.run, self.copies = run, copies
         layout, graph = run.layout, run.graph
         starts = {s: torch.zeros((), dtype=torch.float32, requires_grad=True) for s in layout.streams}
         interp = {s: _with_leaf(interpolate.get(s), leaf) for s, leaf in starts.items()}
@@ -92,19 +117,30 @@ class GradPass:
         self.values: dict[tuple[int, str], torch.Tensor] = {}
         self.ctx: dict[int, tuple] = {}  # layer -> (mask, engine arguments)
         hooks_in = [_catch(self.grads, self.values)]
-        with torch.enable_grad(), Forward(layout, graph, interpolate=interp) as fw:
+        long = copies * run.n * run.group.length >= RECOMPUTE_FROM
+        with (
+            torch.enable_grad(),
+            checkpointed(run.loaded, long),
+            Forward(layout, graph, interpolate=interp, writes=False) as fw,
+        ):
             hooks = _leaf_hooks(run, self.leaves)
+            inputs = [*starts.values()]
+
+            def backward(out):
+                total = run._metric_value(out, run.base_ids, copies).sum()
+                inputs.extend(self.leaves.values())  # the leaves exist once the forward has run
+                return torch.autograd.grad(total, inputs, allow_unused=True)
+
             try:
-                out = run._forward(
+                grads = run._forward(
                     run.base_ids,
                     fw,
+                    copies,
                     before_attend=hooks_in,
                     after_attend=[_catch_out(self.grads, self.values)],
-                    on_attend=[lambda layer, mask, args: self.ctx.__setitem__(layer, (mask, args))],
+                    on_attend=[lambda layer, mask, args: self.ctx.setdefault(layer, (mask, args))],
+                    then=backward,
                 )
-                total = run._metric_value(out, run.base_ids).sum()
-                inputs = [*starts.values(), *self.leaves.values()]
-                grads = torch.autograd.grad(total, inputs, allow_unused=True)
             finally:
                 for h in hooks:
                     h.remove()
@@ -118,15 +154,21 @@ class GradPass:
         """Yields (receivers, their ∂ΣM/∂x_R [r, n, T, d]) one read point at a time: one block's gradients
         held at a time, never every receiver's. ``skip``: blocks (stream, index) whose self-attention q and k
         receivers are left out (the QK fix estimates those)."""
-        run = self.run
+        run, checked = self.run, {}
         with routed(run.loaded, impl="eager"):
             for b in run.layout.blocks:
                 for a in (b.attn, b.cross):
                     if a is not None:
                         left = ("q", "k") if (b.stream, b.index) in skip and not a.cross else ()
-                        yield from _attention_grads(run, self.rec, b, a, self.grads, left).items()
+                        grads = _attention_grads(run, self.rec, b, a, self.grads, checked, self.copies, left)
+                        yield from grads.items()
         for j, g in self.leaf_grads.items():
-            yield [j], _through_norm(run, self.rec, j, g)[None]
+            yield [j], _fold(_through_norm(run, self.rec, j, g)[None], self.copies)
+
+
+def _fold(g: torch.Tensor, copies: int) -> torch.Tensor:
+    """[r, c·n, T, d] -> [r, n, T, d]: the stacked steps' gradients summed (the estimate is linear in them)."""
+    return g if copies == 1 else g.unflatten(1, (copies, -1)).sum(1)
 
 
 def receiver_grads(run, interpolate: dict):
@@ -142,6 +184,8 @@ def _catch(grads: dict, values: dict):
     """A before_attend hook: the q, k, v an attention call receives, and the metric's gradients at them."""
 
     def hook(layer, module, q, k, v):
+        if (layer, "q") in values:  # a checkpointed block's recomputation: the forward's tensors carry the gradient
+            return
         for name, t in (("q", q), ("k", k), ("v", v)):
             values[(layer, name)] = t.detach()
             grads[(layer, name)] = torch.zeros_like(t)
@@ -155,6 +199,8 @@ def _catch_out(grads: dict, values: dict):
     """An after_attend hook: the head outputs [B, H, T, Dv], and the metric's gradient at them."""
 
     def hook(layer, out):
+        if (layer, "out") in values:  # a recomputation (as above)
+            return out
         values[(layer, "out")] = out.detach()
         grads[(layer, "out")] = torch.zeros_like(out)
         if out.requires_grad:
@@ -180,7 +226,8 @@ def _leaf_hooks(run, leaves: dict) -> list:
 def _add_leaf_pre(leaves: dict, j: int):
     def hook(m, args, kwargs):
         x = _first(args, kwargs)
-        leaves[j] = torch.zeros_like(x, requires_grad=True)
+        if j not in leaves:  # a recomputation adds the same leaf again
+            leaves[j] = torch.zeros_like(x, requires_grad=True)
         return _replace_first(args, kwargs, x + leaves[j])
 
     return hook
@@ -189,7 +236,8 @@ def _add_leaf_pre(leaves: dict, j: int):
 def _add_leaf_post(leaves: dict, j: int):
     def hook(m, args, out):
         x = _tensor(out)
-        leaves[j] = torch.zeros_like(x, requires_grad=True)
+        if j not in leaves:
+            leaves[j] = torch.zeros_like(x, requires_grad=True)
         y = x + leaves[j]
         return (y, *out[1:]) if isinstance(out, tuple) else y
 
@@ -209,9 +257,11 @@ def _through_norm(run, rec: dict, j: int, g: torch.Tensor) -> torch.Tensor:
     return gx
 
 
-def _attention_grads(run, rec: dict, b, a, qkv: dict, skip: tuple = ()) -> dict[tuple, torch.Tensor]:
+def _attention_grads(
+    run, rec, b, a, qkv: dict, checked: dict, copies: int, skip: tuple = ()
+) -> dict[tuple, torch.Tensor]:
     """The q, k, v receivers of one attention sublayer by the point they read: {(receivers): [r, n, T, d]}
-    (not those of the channels in ``skip``)."""
+    (not those of the channels in ``skip``). ``checked``: headvjp's structure checks, per attention class."""
     graph = run.graph
     mine = [
         j
@@ -229,29 +279,29 @@ def _attention_grads(run, rec: dict, b, a, qkv: dict, skip: tuple = ()) -> dict[
         x0, norm, key = _read_point(run, rec, b, a, side)
         x = x0.detach().requires_grad_()
         with torch.enable_grad():
-            q, k, v = replay(a.module, args, kwargs, **{key: norm.forward(x) if norm is not None else x})
+            normed = norm.forward(x) if norm is not None else x
+            n = normed.detach().requires_grad_()  # the projections' input: their backward is taken by head
+            form = norm_form(norm, x.detach(), normed.detach()) if norm is not None else None
+            with linear_taps(a.module) as taps:
+                q, k, v = replay(a.module, args, kwargs, **{key: n})
             fresh = {"q": q, "k": k, "v": v}
             got = []
             for ch in ("q", "k", "v"):  # one batched vector-Jacobian product per channel: a row per receiver
                 mine = [j for j in ids if graph.receivers[j].channel == ch]
                 if not mine:
                     continue
-                grad_out = torch.zeros((len(mine), *fresh[ch].shape), dtype=fresh[ch].dtype)
-                for i, j in enumerate(mine):
-                    unit = graph.receivers[j].head
-                    grad_out[i, :, unit] = qkv[(a.layer, ch)][:, unit].to(grad_out.dtype)
-                got += list(_vjp(fresh[ch], x, grad_out))
+                units = [graph.receivers[j].head for j in mine]
+                cot = qkv[(a.layer, ch)].to(fresh[ch].dtype)  # [B, H, T, D]: every head's; each receiver's own
+                key = (type(a.module), a.cross, side, ch)
+                y = fresh[ch]
+                g = fused_through_norm(y, n, cot, units, taps, form, copies, checked, key)
+                if g is None or not check_fused(g, normed, x, y, n, cot, units, copies, checked, key):
+                    gn = head_vjp(y, n, cot, units, taps, checked, key)
+                    # then through the norm (none: the read point is the projections' input)
+                    g = _fold(gn if norm is None else norm_vjp(normed, x, gn, form, checked, type(norm)), copies)
+                got += list(g)
         out[tuple(j for ch in ("q", "k", "v") for j in ids if graph.receivers[j].channel == ch)] = torch.stack(got)
     return out
-
-
-def _vjp(y: torch.Tensor, x: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
-    """[k, *x.shape]: the vector-Jacobian products of y at x for each of k cotangents (batched through
-    autograd's vmap; one backward at a time where an operation of the model does not batch)."""
-    try:
-        return torch.autograd.grad(y, x, grad_outputs=grad_out, retain_graph=True, is_grads_batched=True)[0]
-    except RuntimeError:
-        return torch.stack([torch.autograd.grad(y, x, grad_outputs=go, retain_graph=True)[0] for go in grad_out])
 
 
 def _read_point(run, rec: dict, b, a, side: str):
@@ -261,21 +311,6 @@ def _read_point(run, rec: dict, b, a, side: str):
         return rec[("encoder", enc.index)]["x_out"], run.layout.final_norms.get("encoder"), "key_value_states"
     r = rec[(b.stream, b.index)]
     return (r["x_cross"] if a.cross else r["x_in"]), a.norm, "hidden_states"
-
-
-def _accumulate(run, rs, G: torch.Tensor, scores: torch.Tensor) -> None:
-    """scores[e] += Σ_{t,d} Δ_S · g_R per prompt for receivers ``rs`` (their gradients G [r, n, T, d]): one
-    batched matrix product per part of senders (a block's heads, its MLP) that reaches them."""
-    rs = np.asarray(list(rs))
-    G = G.flatten(2).transpose(0, 1)  # (n, r, T·d)
-    for part, ss in run.sender_parts().items():
-        idx = run.graph.matrix[np.ix_(ss, rs)]  # (s, r) edge indices, −1 where the sender writes too late
-        if (idx < 0).all():
-            continue
-        ids, D = run.part_deltas(part)  # (s, n, T, d), in the order of ids (= ss)
-        S = torch.bmm(D.flatten(2).transpose(0, 1), G.transpose(1, 2))  # (n, s, r)
-        ok = torch.from_numpy(idx >= 0)
-        scores.index_add_(0, torch.from_numpy(idx[idx >= 0]), S.permute(1, 2, 0)[ok].double())
 
 
 __all__ = ["GradPass", "eap", "receiver_grads"]

@@ -73,9 +73,11 @@ class EdgeRun:
 
     # ---------------------------------------------------------------- forwards and the metric
 
-    def _forward(self, ids, fw: Forward, copies: int = 1, start: int = 0, interventions=(), **hooks):
+    def _forward(self, ids, fw: Forward, copies: int = 1, start: int = 0, interventions=(), then=None, **hooks):
         """The model on ``copies`` copies of ``ids`` under ``fw``'s hooks (gradients kept when enabled),
-        restarted at block ``start`` from the base run's recorded block outputs."""
+        restarted at block ``start`` from the base run's recorded block outputs. ``then(outputs)``, when given,
+        runs inside the same routing (a backward whose checkpointed blocks rerun must attend as they did)
+        and its result is returned."""
         batch = _repeat(batch_of(self.loaded, ids), copies)
         ivs = [*fw.interventions, *interventions]
         # the gradient pass (before_attend hooks, no edits) may take the fused kernel (memory O(T)); every run
@@ -84,7 +86,8 @@ class EdgeRun:
         if start:
             return run_from(self.loaded, start, self.base_blocks, batch, ivs, copies, self.blocks, impl, **self.kwargs)
         with routed(self.loaded, interventions=ivs, impl=impl, **hooks):
-            return self.loaded.model(**batch, **self.kwargs)
+            out = self.loaded.model(**batch, **self.kwargs)
+            return out if then is None else then(out)
 
     @torch.no_grad()
     def _record(self, ids):

@@ -6,10 +6,12 @@
     writes(layout, graph, fw.rec, senders)             # those senders' writes, [n, B, T, d]
 
 Recorded per block (key (stream, index)): ``x_in`` its input (the attention's read point), ``call`` its
-attention's call (for replay), ``z`` the heads' outputs as the output projection reads them [B, T, H·Dv],
-``post`` the post-norm's input and output (Gemma), the same with a "c" for a cross-attention, ``x_cross``
-and ``x_mlp`` the cross-attention's and the MLP's read points (their norms' inputs), ``mlp`` the MLP's
-write, ``out`` the block's output (for a restart) and ``x_out``.
+attention's call (for replay; a self-attention's without its input, which every replay replaces), ``z``
+the heads' outputs as the output projection reads them [B, T, H·Dv], ``post`` the post-norm's input and
+output (Gemma), the same with a "c" for a cross-attention, ``x_cross`` and ``x_mlp`` the cross-attention's
+and the MLP's read points (their norms' inputs), ``mlp`` the MLP's write, ``out`` the block's output (for a
+restart) and ``x_out``. ``writes=False`` (a gradient pass) leaves out z, post and mlp, which only the
+senders' writes are computed from.
 
 An edit changes a receiver's *input* — the residual it reads, before its own norm — by a correction
 ``corr`` on some rows: ``edits.corr(receiver, x)`` returns [(rows, corr [len(rows), T, d])] or []. The
@@ -40,8 +42,9 @@ def _tensor(out):
 class Forward:
     """Hooks for one forward over a Layout: records the stream's parts and applies receivers' edits."""
 
-    def __init__(self, layout: Layout, graph: Graph, edits=None, interpolate: dict | None = None):
+    def __init__(self, layout: Layout, graph: Graph, edits=None, interpolate: dict | None = None, writes=True):
         self.layout, self.graph, self.edits = layout, graph, edits
+        self.writes = writes  # False: the read points alone (a gradient pass reads no sender's write)
         self.interpolate = interpolate or {}  # stream -> callable(x_in of block 0) -> its replacement
         self.rec: dict[tuple, dict] = {}
         self._hooks: list = []
@@ -69,18 +72,25 @@ class Forward:
         self._hook(
             b.module, pre=lambda m, a, k: self._block_in(b, r, a, k), post=lambda m, a, o: self._block_out(b, r, o)
         )
+
+        # a part is recorded only while its block's own call is open: a checkpointed block's recomputation in the
+        # backward (recompute.py) runs the parts again, not the block's hooks, and must not replace the record
+        def put(key, value, once=False):
+            if r.get("open") and (self.writes or key.removeprefix("c") not in WRITES):
+                _put(r, key, value, once)
+
         for a, c in ((b.attn, ""), (b.cross, "c")):
             if a is None:
                 continue
-            self._hook(a.module, pre=lambda m, args, kw, c=c: _put(r, c + "call", (args, kw)))
-            self._hook(a.o_proj, pre=lambda m, args, kw, c=c: _put(r, c + "z", _first(args, kw)))
+            self._hook(a.module, pre=lambda m, args, kw, c=c: put(c + "call", _call(args, kw, c)))
+            self._hook(a.o_proj, pre=lambda m, args, kw, c=c: put(c + "z", _first(args, kw)))
             if a.post is not None:
-                self._hook(a.post, post=lambda m, args, out, c=c: _put(r, c + "post", (args[0], out)))
+                self._hook(a.post, post=lambda m, args, out, c=c: put(c + "post", (args[0], out)))
             if c:
-                self._hook(a.norm, pre=lambda m, args, kw: _put(r, "x_cross", _first(args, kw), once=True))
-        self._hook(b.mlp_norm, pre=lambda m, args, kw: _put(r, "x_mlp", _like(_first(args, kw), r), once=True))
+                self._hook(a.norm, pre=lambda m, args, kw: put("x_cross", _first(args, kw), once=True))
+        self._hook(b.mlp_norm, pre=lambda m, args, kw: put("x_mlp", _like(_first(args, kw), r), once=True))
         self._hook(b.mlp_in, pre=lambda m, args, kw: self._mlp_in(b, r, args, kw))
-        self._hook(b.mlp_post or b.mlp_out, post=lambda m, args, out: _put(r, "mlp", _tensor(out)))
+        self._hook(b.mlp_post or b.mlp_out, post=lambda m, args, out: put("mlp", _tensor(out)))
 
     def _block_in(self, b: Block, r: dict, args, kwargs):
         x = _first(args, kwargs)
@@ -88,11 +98,12 @@ class Forward:
             x = self.interpolate[b.stream](x)
             args, kwargs = _replace_first(args, kwargs, x)
         r.clear()
-        r["x_in"] = x
+        r["x_in"], r["open"] = x, True
         return args, kwargs
 
     def _block_out(self, b: Block, r: dict, out):
         r["out"], r["x_out"] = out, _tensor(out)
+        del r["open"]
         last = self.layout.streams[-1]
         if b.stream != last or b.index != len(self.layout.stack(last)) - 1 or self.edits is None:
             return out
@@ -115,6 +126,20 @@ class Forward:
         inp = _first(args, kwargs)
         normed = b.mlp_norm.forward(_apply(x, found)).reshape(inp.shape)
         return _replace_first(args, kwargs, normed)
+
+
+WRITES = ("z", "post", "mlp")  # what only the senders' writes are computed from
+
+
+def _call(args, kwargs, c: str) -> tuple:
+    """A self-attention's call, kept for replays, without its input: every replay gives its own (the norm of
+    the residual it reads), and the normed input is another [B, T, d] per block per recorded run. A
+    cross-attention's call keeps it: a replay of its keys and values leaves the queries' input as it was."""
+    if c:
+        return args, kwargs
+    if args and isinstance(args[0], torch.Tensor):
+        return (None, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": None} if "hidden_states" in kwargs else kwargs
 
 
 def _like(x: torch.Tensor, r: dict) -> torch.Tensor:

@@ -10,31 +10,75 @@ final norm this way; circuits freeze a sublayer's post-norm (Gemma) to split its
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 TOL = 1e-4
 
 
-def frozen_norm(module, x: torch.Tensor, y: torch.Tensor):
-    """(N, b, σ) with N(c) the norm's linear map at the run's scale, or None when no form reproduces y."""
+@dataclass
+class NormForm:
+    """What a LayerNorm or RMSNorm computed on one run: y = scale ⊙ c / σ + b, c = x − mean x (centred) or x."""
+
+    scale: torch.Tensor  # [d]: w, or 1 + w (Gemma)
+    bias: torch.Tensor  # [d]
+    c: torch.Tensor  # [..., d] (float32 at least): the input, centred for a LayerNorm
+    sigma: torch.Tensor  # [..., 1]
+    centred: bool
+
+    def linear(self):
+        """N(u) = scale ⊙ (u − mean u if centred) / σ: the norm's map at this run's σ (direct attribution)."""
+
+        def N(u):
+            u = u - u.mean(-1, keepdim=True) if self.centred else u
+            return self.scale * u / self.sigma
+
+        return N
+
+    def vjp(self, g: torch.Tensor) -> torch.Tensor:
+        """Jᵀg for cotangents g [..., *c.shape] (any leading axes), the exact derivative at x:
+        Jᵀg = P(h − c (c·h) / (d σ²)) / σ with h = scale ⊙ g and P the centring (LayerNorm) or nothing."""
+        h = g.to(self.c.dtype) * self.scale  # a fresh tensor: the rest is done in place on it
+        if self.centred:
+            h -= h.mean(-1, keepdim=True)
+        d = self.c.shape[-1]
+        dot = torch.einsum("...td,td->...t", h.reshape(-1, *self.c.reshape(-1, d).shape), self.c.reshape(-1, d))
+        coef = (dot.reshape(*h.shape[:-1], 1) / (d * self.sigma.pow(2))).expand_as(h)
+        h.addcmul_(self.c.expand_as(h), coef, value=-1.0)
+        return h.div_(self.sigma).to(g.dtype)
+
+
+def norm_form(module, x: torch.Tensor, y: torch.Tensor) -> NormForm | None:
+    """The form (LayerNorm or RMSNorm, w or 1 + w) that reproduces the module's output y on x, or None. The
+    form that fitted a module of this class last is tried first (every check still compares outputs)."""
     eps = float(getattr(module, "eps", None) or getattr(module, "variance_epsilon", None) or 1e-5)
+    dt = torch.promote_types(x.dtype, torch.float32)  # float32 at least; a float64 model keeps float64
     w = getattr(module, "weight", None)
-    w = torch.ones(x.shape[-1]) if w is None else w.detach().float()
+    w = torch.ones(x.shape[-1], dtype=dt) if w is None else w.detach().to(dt)
     b = getattr(module, "bias", None)
-    b = torch.zeros(x.shape[-1]) if b is None else b.detach().float()
-    x = x.float()
-    layer = (x - x.mean(-1, keepdim=True), (x.var(-1, unbiased=False, keepdim=True) + eps).sqrt(), True)
-    rms = (x, (x.pow(2).mean(-1, keepdim=True) + eps).sqrt(), False)
-    for centred, sigma, subtract in (layer, rms):
-        for scale in (w, 1 + w):  # Gemma's RMSNorm multiplies by (1 + weight)
-            if torch.allclose(scale * centred / sigma + b, y.float(), atol=TOL * max(1.0, float(y.abs().max()))):
-
-                def N(c, scale=scale, sigma=sigma, subtract=subtract):
-                    c = c - c.mean(-1, keepdim=True) if subtract else c
-                    return scale * c / sigma
-
-                return N, b
+    b = torch.zeros(x.shape[-1], dtype=dt) if b is None else b.detach().to(dt)
+    x, y = x.to(dt), y.to(dt)
+    tol = TOL * max(1.0, float(y.abs().max()))
+    kinds = [(True, False), (True, True), (False, False), (False, True)]  # (centred, Gemma's 1 + w)
+    last = _LAST.get(type(module))
+    for centred, plus_one in ([last] if last else []) + [k for k in kinds if k != last]:
+        c = x - x.mean(-1, keepdim=True) if centred else x
+        sigma = (c.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+        scale = 1 + w if plus_one else w
+        if torch.allclose(scale * c / sigma + b, y, atol=tol):
+            _LAST[type(module)] = (centred, plus_one)
+            return NormForm(scale, b, c, sigma, centred)
     return None
 
 
-__all__ = ["frozen_norm"]
+_LAST: dict[type, tuple[bool, bool]] = {}  # norm class -> the form that fitted it last
+
+
+def frozen_norm(module, x: torch.Tensor, y: torch.Tensor):
+    """(N, b) with N(c) the norm's linear map at the run's scale, or None when no form reproduces y."""
+    form = norm_form(module, x, y)
+    return None if form is None else (form.linear(), form.bias)
+
+
+__all__ = ["NormForm", "frozen_norm", "norm_form"]

@@ -24,15 +24,13 @@ the route out (engine KnockoutEdges: −inf before the softmax, the row renormal
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from ...engine import KnockoutEdges, Probe
 from ..adapter import routed
 from ..effects import layer_stack, rows_of
 from ..ground.batches import metric_input, no_cache
+from ..ground.recompute import checkpointed
 
 SATURATED = 1e-6  # 1 − A_ij below this: the row's weight is all on one key
 CHECKPOINT_FROM = 8192  # tokens (prompts × length): past this the backward recomputes each block instead of storing it
@@ -150,24 +148,6 @@ def grams(loaded, n_heads: int) -> dict:
     return out
 
 
-@contextlib.contextmanager
-def checkpointed(loaded, on: bool):
-    """Each block of the layer stack recomputed in the backward instead of stored (torch.utils.checkpoint):
-    the backward holds the blocks' inputs, not every intermediate, at the cost of one more forward."""
-    blocks = layer_stack(loaded) if on else None
-    if not blocks:
-        yield False
-        return
-    for b in blocks:
-        orig = type(b).forward.__get__(b)
-        b.forward = lambda *a, _f=orig, **k: checkpoint(_f, *a, use_reentrant=False, **k)
-    try:
-        yield True
-    finally:
-        for b in blocks:
-            del b.forward
-
-
 def output_gradients(loaded, batch: dict, metric, fields: dict, kwargs: dict, layers) -> tuple[dict, torch.Tensor]:
     """Pass 1: ({layer: ∂ΣM/∂out [B, H, T, Dv]}, M per prompt) from one forward and one backward.
 
@@ -226,7 +206,6 @@ __all__ = [
     "CHECKPOINT_FROM",
     "MAX_TOKENS",
     "RouteProbe",
-    "checkpointed",
     "complement",
     "grams",
     "knockout_one",
