@@ -33,6 +33,8 @@ class Products:
         self._bytes = 0
 
     def add(self, receivers, grads: torch.Tensor) -> None:
+        if self._grads and self._grads[0].shape[1:] != grads.shape[1:]:  # another stream's length (Whisper)
+            self.flush()
         self._rs.append(np.asarray(list(receivers)))
         self._grads.append(grads)
         self._bytes += grads.numel() * grads.element_size()
@@ -65,6 +67,9 @@ class Products:
             if (run.graph.matrix[np.ix_(senders, rs)] < 0).all():
                 continue
             ids, D = run.part_deltas(part)  # in the order of ids (= senders)
+            if ds and D.shape[1:] != ds[0].shape[1:]:  # a part of another stream: never with the same receivers,
+                yield np.asarray(ss), ds[0] if len(ds) == 1 else torch.cat(ds)  # but kept apart all the same
+                ss, ds, size = [], [], 0
             ss += ids
             ds.append(D)
             size += D.numel() * D.element_size()
