@@ -11,7 +11,7 @@ anywhere), and only those columns of the weight are multiplied. Exact: a dropped
 
     with linear_taps(module) as taps:
         q, k, v = replay(module, args, kwargs, hidden_states=n)       # n: a leaf, the projection's input
-    g = head_vjp(q, n, cotangents [r, *q.shape], taps, checked, key)  # [r, *n.shape]
+    g = head_vjp(q, n, cot [B, H, T, D], units, taps, memo, key)    # [r, *n.shape], one row per head in units
 
 The structure is checked, not assumed, once per attention class and channel (``checked``): the receivers'
 products must sum to one plain backward of their summed cotangent (which holds only if the projection reads
@@ -25,15 +25,11 @@ import contextlib
 
 import torch
 
+from .stream import o_matrix  # any Linear's or Conv1D's weight as [out, in]
+
 
 def _is_linear(m: torch.nn.Module) -> bool:
     return isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D"  # transformers' Conv1D: GPT-2
-
-
-def _weight(m: torch.nn.Module) -> torch.Tensor:
-    """The weight as [out, in] (a Conv1D stores its transpose)."""
-    W = m.weight.detach()
-    return W.t() if type(m).__name__ == "Conv1D" else W
 
 
 @contextlib.contextmanager
@@ -70,18 +66,17 @@ def head_vjp(y, n, cot: torch.Tensor, units: list[int], taps: list, memo: dict, 
     cols = memo.get(key)
     if cols is None or not set(units) <= set(cols) or any(len(cols[u]) != len(lins) for u in units):
         return _probe(y, n, cot, units, lins, memo, key)
-    mask = torch.zeros(cot.shape[1], dtype=torch.bool)
-    mask[units] = True
-    at_outputs = torch.autograd.grad(
-        y, [o for _, o in lins], cot * _on_heads(mask, cot), retain_graph=True, allow_unused=True
-    )
+    at_outputs = torch.autograd.grad(y, [o for _, o in lins], _kept(cot, units), retain_graph=True, allow_unused=True)
     if not _within(at_outputs, [cols[u] for u in units]):  # reached a column the map does not hold: map again
         return _probe(y, n, cot, units, lins, memo, key)
-    return _through_weights(lins, [[U for U in at_outputs] for _ in units], [cols[u] for u in units], n)
+    return _through_weights(lins, [list(at_outputs)] * len(units), [cols[u] for u in units], n)
 
 
-def _on_heads(mask: torch.Tensor, cot: torch.Tensor) -> torch.Tensor:
-    return mask.view(1, -1, *([1] * (cot.dim() - 2))).to(cot.dtype)
+def _kept(cot: torch.Tensor, units: list[int]) -> torch.Tensor:
+    """The cotangent on the heads in ``units`` (axis 1), zero on the others: every receiver's at once."""
+    mask = torch.zeros(cot.shape[1], dtype=cot.dtype)
+    mask[units] = 1
+    return cot * mask.view(1, -1, *([1] * (cot.dim() - 2)))
 
 
 def _per_head(cot: torch.Tensor, units: list[int]) -> torch.Tensor:
@@ -115,7 +110,7 @@ def _through_weights(lins, at_outputs: list[list], cols: list[list], n) -> torch
     r = len(cols)
     g = None  # [r, rows, d]: the first full batched product is taken as it is, not added into zeros
     for j, (m, _) in enumerate(lins):
-        W = _weight(m)
+        W = o_matrix(m)
         have = [i for i in range(r) if at_outputs[i][j] is not None and cols[i][j] is not None and cols[i][j].numel()]
         if not have:
             continue
@@ -199,9 +194,7 @@ def fused_through_norm(y, n, cot, units: list[int], taps: list, form, copies: in
     C = [cols[u][j] for u in units]
     if len({c.numel() for c in C}) != 1:
         return None
-    mask = torch.zeros(cot.shape[1], dtype=torch.bool)
-    mask[units] = True
-    (U,) = torch.autograd.grad(y, [lins[j][1]], cot * _on_heads(mask, cot), retain_graph=True)
+    (U,) = torch.autograd.grad(y, [lins[j][1]], _kept(cot, units), retain_graph=True)
     if not _within([U], [[c] for c in C]):
         return None
     g = _fused(U, lins[j], torch.stack(C), form, copies)
@@ -216,7 +209,7 @@ def _fused(U, lin: tuple, C: torch.Tensor, form, copies: int) -> torch.Tensor:
     c = form.c.reshape(-1, d)  # (R, d), R = copies · rows
     sigma = form.sigma.reshape(-1, 1)
     a = 1 / sigma  # (R, 1)
-    W = _weight(lin[0]).to(dt)  # (out, d)
+    W = o_matrix(lin[0]).to(dt)  # (out, d)
     U = U.reshape(c.shape[0], -1).to(dt)  # (R, out)
     # W̃_i c = σ (W n − W b) on the replay's own input n = scale ⊙ c / σ + b: the projection's output, no product
     bias = getattr(lin[0], "bias", None)
@@ -247,14 +240,9 @@ def check_fused(g, normed, x, y, n, cot, units: list[int], copies: int, memo: di
     through the projection and the norm (folded over the steps); the verdict kept for ``key``."""
     fkey = ("fused", key)
     if fkey not in memo:
-        mask = torch.zeros(cot.shape[1], dtype=torch.bool)
-        mask[units] = True
-        (gn,) = torch.autograd.grad(y, n, cot * _on_heads(mask, cot), retain_graph=True)
+        (gn,) = torch.autograd.grad(y, n, _kept(cot, units), retain_graph=True)
         (gx,) = torch.autograd.grad(normed, x, gn, retain_graph=True)
-        whole = gx.unflatten(0, (copies, -1)).sum(0)
-        scale = float(whole.abs().max()) or 1.0
-        tol = (1e-5 if torch.finfo(g.dtype).eps < 1e-6 else 1e-2) * scale
-        memo[fkey] = bool((g.sum(0).to(whole.dtype) - whole).abs().max() <= tol)
+        memo[fkey] = _agrees(g.sum(0), gx.unflatten(0, (copies, -1)).sum(0))
     return memo[fkey]
 
 
@@ -273,9 +261,13 @@ def _batched_grad(y, outs: list, grad_out: torch.Tensor) -> list:
 def _sums_to_plain(y, n, grad_out: torch.Tensor, g: torch.Tensor) -> bool:
     """The products are linear in the cotangent: their sum must be the plain backward of the summed cotangent."""
     (whole,) = torch.autograd.grad(y, n, grad_outputs=grad_out.sum(0), retain_graph=True)
-    scale = float(whole.abs().max()) or 1.0
-    tol = (1e-5 if torch.finfo(g.dtype).eps < 1e-6 else 1e-2) * scale
-    return bool((g.sum(0) - whole).abs().max() <= tol)
+    return _agrees(g.sum(0), whole)
+
+
+def _agrees(got: torch.Tensor, whole: torch.Tensor) -> bool:
+    """Equal to rounding: 1e-5 of the largest value in float32 or wider, 1e-2 in half precision."""
+    tol = (1e-5 if torch.finfo(got.dtype).eps < 1e-6 else 1e-2) * (float(whole.abs().max()) or 1.0)
+    return bool((got.to(whole.dtype) - whole).abs().max() <= tol)
 
 
 __all__ = ["check_fused", "fused_through_norm", "head_vjp", "linear_taps", "norm_vjp", "plain_vjp"]
