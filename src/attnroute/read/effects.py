@@ -30,6 +30,7 @@ import torch
 from ..engine import HeadGate, Intervention
 from ..engine.interventions import uniform_over_visible
 from .adapter import routed
+from .ground.metrics import token_loss
 from .ground.settle import SettleRule, settle
 from .ground.speech import text_loss
 
@@ -89,16 +90,13 @@ def effect_loss(loaded, batch: dict, outputs, clean_embedding=None) -> torch.Ten
     """Per example: next-token cross-entropy (causal LM), the decoder's cross-entropy against the text
     (encoder-decoder: the model's own loss), or 1 − cos(clean, ablated) pooled embedding (encoder)."""
     if loaded.causal:
-        logits = outputs.logits[:, :-1].float()  # (B, T−1, V)
-        target = batch["input_ids"][:, 1:]
-        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # (B, T−1)
+        ce = token_loss(outputs.logits[:, :-1], batch["input_ids"][:, 1:])  # (B, T−1)
         m = batch["attention_mask"][:, 1:].float()
         return (ce * m).sum(1) / m.sum(1)
     if loaded.audio:  # a speech model: the transcript behind Whisper's prompt, row t predicting token t + 1
         return text_loss(loaded, batch, outputs.logits)
     if loaded.seq2seq:
-        logits = outputs.logits.float()  # (B, T, V): row t predicts token t of the text
-        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch["input_ids"], reduction="none")
+        ce = token_loss(outputs.logits, batch["input_ids"])  # (B, T): row t predicts token t of the text
         m = batch["decoder_attention_mask"].float()
         return (ce * m).sum(1) / m.sum(1)
     emb = pooled(outputs.last_hidden_state, batch["attention_mask"])

@@ -37,6 +37,7 @@ from . import effects, roles
 from .adapter import routed
 from .alignment import alignment, cross_columns
 from .ground.ablation import exact_rule, metric_effect_columns
+from .ground.metrics import token_loss
 from .ground.speech import decoder_ids, prompt_length, speech_batch, transcribe
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable, TextMeta
 from .stimuli import encode_text, tokens_of
@@ -515,7 +516,7 @@ def induction_loss(loaded: LoadedModel, stim: Repeated) -> dict:
     """Mean next-token loss predicting the first repeat's tokens versus the second's."""
     with routed(loaded, impl="auto"):  # sdpa where it can; eager under a soft-cap or sinks
         logits = loaded.model(input_ids=stim.input_ids, attention_mask=stim.attention_mask).logits.float()
-    ce = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), stim.input_ids[:, 1:], reduction="none")
+    ce = token_loss(logits[:, :-1], stim.input_ids[:, 1:])
     S, P = stim.S, stim.prefix
     # target position t is predicted by row t−1
     first = ce[:, P : P + S - 1]  # targets P+1 … P+S−1 (token P is unpredictable)

@@ -50,8 +50,17 @@ def logprob(logits, batch):
     return torch.log_softmax(_last(logits), -1).gather(1, batch["answer"][:, None])[:, 0]
 
 
+def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy per position [B, T] of logits [B, T, V] (read in fp32 at least) against targets [B, T].
+
+    Rows of [B·T, V], the vocabulary contiguous: cross_entropy over the transposed [B, V, T] view reads the
+    vocabulary with a stride of T and took 3.3 s instead of 0.35 s at 4,096 × 49,152 on 2 cores."""
+    x = _wide(logits)
+    return F.cross_entropy(x.reshape(-1, x.shape[-1]), targets.reshape(-1), reduction="none").view(targets.shape)
+
+
 def loss(logits, batch):
-    ce = F.cross_entropy(_wide(logits[:, :-1]).transpose(1, 2), batch["input_ids"][:, 1:], reduction="none")
+    ce = token_loss(logits[:, :-1], batch["input_ids"][:, 1:])
     m = batch["attention_mask"][:, 1:].float()
     return (ce * m).sum(1) / m.sum(1).clamp_min(1)
 

@@ -20,6 +20,7 @@ import torch
 
 from ...errors import InputError
 from ..stimuli import tokens_of
+from .metrics import token_loss
 from .prompts import Group
 
 MULTILINGUAL_VOCAB = 51_865  # an English-only Whisper has 51,864 tokens
@@ -216,9 +217,7 @@ def text_loss(loaded, batch: dict, logits: torch.Tensor) -> torch.Tensor:
     """Per example, the mean next-token loss over the transcript and its <|endoftext|> (the prompt excluded)."""
     ids = batch["decoder_input_ids"]
     P = prompt_length(loaded, ids)
-    pred = logits[:, P - 1 : -1].float()  # rows P−1 … T−2 predict tokens P … T−1
-    target = ids[:, P:]
-    ce = torch.nn.functional.cross_entropy(pred.transpose(1, 2), target, reduction="none")
+    ce = token_loss(logits[:, P - 1 : -1], ids[:, P:])  # rows P−1 … T−2 predict tokens P … T−1
     m = batch["decoder_attention_mask"][:, P:].float()
     return (ce * m).sum(1) / m.sum(1).clamp_min(1)
 
