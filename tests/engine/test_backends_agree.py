@@ -79,6 +79,7 @@ def naive_same_dtype(q, k, v, keep):
     [
         (1, 4, 2, 97, 97, 59, 59, "causal"),
         (2, 6, 3, 33, 97, 64, 40, "causal_padding"),  # Tq < Tk: decode/chunked-prefill alignment
+        (1, 9, 3, 61, 97, 64, 64, "causal"),  # Tq < Tk ≤ 2·Tq: SDPA's is_causal on the zero-padded square
         (1, 3, 1, 1025, 1025, 16, 16, "window"),  # MQA, long odd length, a window of 257 keys
         (2, 2, 2, 65, 31, 111, 111, "none"),  # Tq > Tk, odd head dim
     ],

@@ -123,6 +123,16 @@ class Session:
     on_attend: list = field(default_factory=list)  # callables(layer, mask, engine arguments): what attend got
 
 
+def _draws_causal(mask: torch.Tensor, Tq: int, Tk: int) -> bool:
+    """True when a bool mask [B, 1, Tq, Tk] is bottom-right causal in every row, checked cell by cell (no
+    guess): what transformers builds for queries after a KV cache. The engine then knows the grid it is
+    (`causal()`), and its kernels may skip the future instead of reading a mask."""
+    if mask.dim() != 4 or mask.shape[1] != 1 or tuple(mask.shape[-2:]) != (Tq, Tk) or Tq > Tk:
+        return False
+    grid = torch.ones(Tq, Tk, dtype=torch.bool, device=mask.device).tril(Tk - Tq)
+    return bool(torch.equal(mask, grid.expand_as(mask)))
+
+
 def _make_attention_fn(name: str):
     def attnroute_attention(module, query, key, value, attention_mask, **kwargs):
         if _REPLAYS and not _REPLAYS[-1]:  # a replay(): hand back what would be attended, attend nothing
@@ -140,7 +150,8 @@ def _make_attention_fn(name: str):
             is_causal = kwargs.get("is_causal", getattr(module, "is_causal", False))
             mask, kind = (causal(), "causal") if is_causal else (None, "none")
         elif attention_mask.dtype == torch.bool:
-            mask, kind = attention_mask, "bool"
+            drawn = _draws_causal(attention_mask, query.shape[2], key.shape[2])
+            mask, kind = (causal(), "causal") if drawn else (attention_mask, "bool")
         else:  # eager-style additive masks, converted with their polarity checked
             mask, kind = from_additive(attention_mask), "additive"
         args.pop("_window", None)
