@@ -152,7 +152,7 @@ def child(kind: str, T: int) -> dict:
     else:
         grads, m = output_gradients(lm, batch, logit_diff, fields, {"logits_to_keep": 1}, list(range(lm.n_layers)))
         t1 = time.perf_counter()
-        routes, _ = stream_routes(lm, batch, grads, 20, {"logits_to_keep": 1}, record_blocks=False)
+        routes, _, _ = stream_routes(lm, batch, grads, 20, {"logits_to_keep": 1}, record_blocks=False)
         extra = {"pass1_s": t1 - t0, "pass2_s": time.perf_counter() - t1, "top_route": routes[0]}
     return {
         "T": T,

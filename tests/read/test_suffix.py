@@ -27,11 +27,14 @@ def _loss(logits, batch):
     return ce.mean()[None]
 
 
-def _setup(loaded, ids):
+def _setup(loaded, ids, recorded=True):
+    """The shortcut built on what the streaming pass recorded (keys, values, logits), or by its own forward."""
     batch = batch_of(loaded, ids)
-    _, stored = stream_routes(loaded, batch, {}, 1, no_cache(loaded), record_blocks=True)
+    _, stored, base = stream_routes(loaded, batch, {}, 1, no_cache(loaded), record_blocks=True)
+    assert base is not None and len(base[0]) == loaded.n_layers
     blocks = layer_stack(loaded)
-    suffix = Suffix(loaded, batch, stored, blocks, lambda lg: _loss(lg, batch), no_cache(loaded), last_only=False)
+    value = lambda lg: _loss(lg, batch)  # noqa: E731
+    suffix = Suffix(loaded, batch, stored, blocks, value, no_cache(loaded), False, base=base if recorded else None)
     return batch, stored, blocks, suffix
 
 
@@ -56,6 +59,17 @@ def test_a_cut_rerun_on_its_rows_equals_a_rerun_of_every_row(tiny, layer, row, k
     assert float((got - want).abs().max()) <= 1e-5 * max(1.0, float(want.abs().max()))  # fp32
 
 
+def test_the_streaming_pass_records_what_a_kv_cache_of_the_base_run_holds(tiny):
+    """The knockouts read keys, values and logits recorded by route attribution's streaming pass instead of
+    one more forward: they must be the cache transformers fills (the blocked engine against SDPA: fp32)."""
+    loaded, ids, (batch, stored, blocks, recorded) = tiny
+    own = _setup(loaded, ids, recorded=False)[3]
+    for (k, v), (k2, v2) in zip(recorded.kv, own.kv, strict=True):
+        torch.testing.assert_close(k, k2, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(v, v2, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(recorded.logits, own.logits, atol=1e-4, rtol=1e-4)
+
+
 def test_on_smollm2_the_shortcut_checks_itself_and_agrees(smollm2):
     ids = smollm2.tokenizer(
         "The cat sat on the mat because the mat was warm and the cat was cold.", return_tensors="pt"
@@ -78,5 +92,19 @@ def test_a_window_model_is_never_shortcut_and_says_why(tmp_path):
     mistral, llama = (load(str(build(a, tmp_path))) for a in ("mistral", "llama"))
     assert windowed(mistral) and not windowed(llama)
     meta = SimpleNamespace(restart={"used": True})
-    assert RA._suffix(mistral, {}, {}, [], None, {}, {}, None, meta) is None
+    assert RA._suffix(mistral, {}, {}, [], ([], None), None, {}, {}, None, meta) is None
     assert meta.restart["suffix"]["used"] is False and "sliding windows" in meta.restart["suffix"]["reason"]
+
+
+def test_a_mask_transformers_builds_after_a_cache_is_read_as_causal_only_when_it_is():
+    """After a KV cache transformers hands a bool mask [B, 1, Tq, Tk]; the adapter calls it causal() (so SDPA
+    may skip the future) only when every cell is bottom-right causal — one cell off and it stays a bool mask."""
+    from attnroute.read.adapter import _draws_causal
+
+    grid = torch.ones(5, 9, dtype=torch.bool).tril(4)[None, None].expand(2, 1, 5, 9).clone()
+    assert _draws_causal(grid, 5, 9)
+    assert not _draws_causal(grid, 9, 5) and not _draws_causal(grid[..., :-1], 5, 8)
+    off = grid.clone()
+    off[1, 0, 2, 0] = False  # a padded key in the second prompt
+    assert not _draws_causal(off, 5, 9)
+    assert not _draws_causal(torch.ones(2, 1, 5, 9, dtype=torch.bool), 5, 9)  # bidirectional

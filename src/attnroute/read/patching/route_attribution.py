@@ -23,7 +23,7 @@ from ...progress import reporter
 from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import SETTLE_STEP, RoutesSettings, verb
 from ..adapter import routed
-from ..effects import layer_stack, restart_check, rows_of, run_from
+from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
 from ..ground.metrics import resolve
 from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
@@ -32,8 +32,6 @@ from ..ground.stats import agreement
 from ..stimuli import tokens_of
 from .routes import CHECKPOINT_FROM, MAX_TOKENS, knockout_one, output_gradients, stream_routes
 from .suffix import Suffix, windowed
-
-SUFFIX_FROM = 4  # routes whose query lies past 1/4 of the rows take the suffix shortcut (suffix.py)
 
 NORM_WEIGHT = "A_ij · ‖W_O^h v_j‖ (Kobayashi et al. 2020); null where the output projection is not a Linear"
 
@@ -162,12 +160,12 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     say("stage", f"route attribution: forward + backward on {g.clean.shape[0]} × {g.length} tokens")
     grads, m_base = output_gradients(loaded, batch, fn, fields_, kwargs, layers)
     say("stage", f"streaming the routes of {len(layers)} layers block by block (top {s.top} kept)")
-    routes, stored = stream_routes(loaded, batch, grads, s.top, kwargs, record_blocks=s.verify > 0)
+    routes, *recorded = stream_routes(loaded, batch, grads, s.top, kwargs, record_blocks=s.verify > 0)
     del grads
     m_corrupt = None if s.single else _corrupt_metric(loaded, g, fn, fields_, kwargs)
     result = RoutesResult(loaded.name, _meta(loaded, name, s, g, record, m_base, m_corrupt, layers))
     _label(loaded, result.meta, routes)
-    exact = _verify(loaded, batch, routes, s.verify, stored, fn, fields_, kwargs, m_base, result.meta, say)
+    exact = _verify(loaded, batch, routes, s.verify, recorded, fn, fields_, kwargs, m_base, result.meta, say)
     for r, e in zip(routes, exact):
         r["exact"] = e
         if m_corrupt is not None:
@@ -217,39 +215,33 @@ def _corrupt_metric(loaded, g, fn, fields_, kwargs) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _verify(loaded, batch, routes, verify, stored, fn, fields_, kwargs, m_base, meta, say) -> list[float | None]:
+def _verify(loaded, batch, routes, verify, recorded, fn, fields_, kwargs, m_base, meta, say) -> list[float | None]:
     """Exact: knock routes out (−inf before the softmax, the row renormalized) and rerun from their layer,
     under the settle rule (ground/settle.py): the exact top ``verify`` among the kept routes must hold and no
-    kept route's estimate, within the error band, could still enter it. None where not measured."""
+    kept route's estimate, within the error band, could still enter it. None where not measured.
+    ``recorded``: (each block's output, base) from the streaming pass (routes.stream_routes)."""
     exact: list[float | None] = [None] * len(routes)
     if verify == 0 or not routes:
         return exact
+    stored, base = recorded
     blocks = layer_stack(loaded)
-    restart = bool(blocks) and bool(stored)
-    if restart:  # the restart must reproduce the run before it is trusted
+    meta.restart = {"used": bool(blocks) and bool(stored)}
+    suffix = None
+    if meta.restart["used"]:
+        suffix = _suffix(loaded, batch, stored, blocks, base, fn, fields_, kwargs, m_base, meta)
+    if suffix is None and meta.restart["used"]:  # every row rerun from the route's layer: that restart checked
         value = lambda out: fn(metric_input(loaded, out, batch), {**batch, **fields_})  # noqa: E731
         check = restart_check(loaded, stored, batch, value, m_base, blocks, impl="auto", **kwargs)
-        restart = check["used"]
-        meta.restart = {"used": restart, "max_abs_diff": check.get("restart_check_max_abs_diff")}
-
-    late = rows_of(batch).shape[1] // SUFFIX_FROM  # a route from this row on reruns only the rows it can change
-    found: dict = {}  # the suffix shortcut, built at the first late route (it costs one forward with a cache)
-
-    def shortcut(r):
-        if not restart or r["query"] < late:
-            return None
-        if "suffix" not in found:
-            found["suffix"] = _suffix(loaded, batch, stored, blocks, fn, fields_, kwargs, m_base, meta)
-        return found["suffix"]
+        meta.restart.update(used=check["used"], max_abs_diff=check.get("restart_check_max_abs_diff"))
 
     def measure(idx: list[int]) -> None:
         for i in idx:
             r = routes[i]
             cut = [knockout_one(r, loaded.attention_kinds)]
-            if (suffix := shortcut(r)) is not None:  # only the rows from the route's query on, from its layer on
+            if suffix is not None:  # only the rows from the route's query on, from its layer on
                 m = suffix.metric(r["layer"], r["query"], cut)
             else:
-                start = r["layer"] if restart else 0
+                start = r["layer"] if meta.restart["used"] else 0
                 out = run_from(loaded, start, stored, batch, cut, 1, blocks, impl="auto", **kwargs)
                 m = fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()
             exact[i] = float((m - m_base).mean())
@@ -264,14 +256,15 @@ def _verify(loaded, batch, routes, verify, stored, fn, fields_, kwargs, m_base, 
     return exact
 
 
-def _suffix(loaded, batch, stored, blocks, fn, fields_, kwargs, m_base, meta) -> Suffix | None:
+def _suffix(loaded, batch, stored, blocks, base, fn, fields_, kwargs, m_base, meta) -> Suffix | None:
     """The knockouts' shortcut to the rows a route can change (suffix.py), when the model allows it and it
-    reproduces the base run; else None (each knockout reruns every row from its layer), said in meta."""
-    if not loaded.causal or windowed(loaded):
+    reproduces the base run (its check restarts from the middle layer at the middle row, so it checks the
+    layer restart too); else None (each knockout reruns every row from its layer), said in meta."""
+    if not loaded.causal or windowed(loaded) or base is None:
         meta.restart["suffix"] = {"used": False, "reason": "not a causal LM without sliding windows: every row rerun"}
         return None
     value = lambda logits: fn(logits, {**batch, **fields_}).float()  # noqa: E731
-    suffix = Suffix(loaded, batch, stored, blocks, value, kwargs, getattr(fn, "last_only", False))
+    suffix = Suffix(loaded, batch, stored, blocks, value, kwargs, getattr(fn, "last_only", False), base=base)
     check = suffix.check(m_base)
     meta.restart["suffix"] = check
     return suffix if check["used"] else None

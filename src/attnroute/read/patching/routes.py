@@ -43,8 +43,8 @@ def complement(P: torch.Tensor, sink_mass: torch.Tensor | None = None) -> torch.
     (no cancellation below 1/2, and only one weight per row can be above it)."""
     rest = P.sum(-1, keepdim=True) - P
     top = P.argmax(-1, keepdim=True)
-    rest = rest.scatter(-1, top, P.scatter(-1, top, 0.0).sum(-1, keepdim=True))
-    return rest if sink_mass is None else rest + sink_mass.unsqueeze(-1)
+    rest.scatter_(-1, top, P.scatter(-1, top, 0.0).sum(-1, keepdim=True))
+    return rest if sink_mass is None else rest.add_(sink_mass.unsqueeze(-1))
 
 
 class RouteProbe(Probe):
@@ -68,19 +68,20 @@ class RouteProbe(Probe):
         v = self.v[l][:, :, block.kv0 : block.kv1].float()  # (B, Hkv, kspan, Dv): query heads g·G … read kv head g
         dO = self.grads[l][:, :, block.q0 : block.q1].float()  # (B, H, bq, Dv)
         dP = (dO.reshape(B, H // self.G, self.G * bq, -1) @ v.transpose(-1, -2)).view(B, H, bq, kspan)
-        D = (P * dP).sum(-1, keepdim=True)  # (B, H, bq, 1) = dO_i · o_i
+        D = (P.unsqueeze(-2) @ dP.unsqueeze(-1)).squeeze(-1)  # (B, H, bq, 1) = Σ_k P_ik dP_ik = dO_i · o_i
         # the row renormalized exactly (AtP*'s QK fix): o_i moves by A_ij (o_i − v_j) / (1 − A_ij)
-        R = complement(P, block.sink_mass).clamp_min(SATURATED)
-        est = -(P * (dP - D) / R).mean(0)  # (H, bq, kspan): the mean over prompts
-        flat = self._candidates(est.abs().flatten())
+        R = complement(P, block.sink_mass).clamp_min_(SATURATED)
+        minus = dP.sub_(D).mul_(P).div_(R)  # −est per prompt, in place: each pass over a block costs what a matmul does
+        minus = minus[0] if B == 1 else minus.mean(0)  # (H, bq, kspan): minus the mean over prompts
+        flat = self._candidates(minus.abs().flatten())
         if flat is None:
             return
         h, rest = flat // (bq * kspan), flat % (bq * kspan)
         i, j = rest // kspan, rest % kspan
-        weight = P.mean(0)[h, i, j]
+        weight = P[:, h, i, j].mean(0)
         norm_w = self._norm_weight(l, P, v, h, i, j)
         keys = torch.stack([torch.full_like(h, l), h, i + block.q0, j + block.kv0], 1)
-        self._merge(est[h, i, j], keys, weight, norm_w)
+        self._merge(-minus[h, i, j], keys, weight, norm_w)
 
     def _candidates(self, size: torch.Tensor) -> torch.Tensor | None:
         """Indices of this block's routes that can enter the top: once ``top`` are kept, only those larger
@@ -180,19 +181,25 @@ def output_gradients(loaded, batch: dict, metric, fields: dict, kwargs: dict, la
 
 
 @torch.no_grad()
-def stream_routes(loaded, batch: dict, grads: dict, top: int, kwargs: dict, record_blocks: bool) -> tuple[list, dict]:
-    """Pass 2: the top routes (and, for the exact checks, each block's output on this run)."""
+def stream_routes(loaded, batch: dict, grads: dict, top: int, kwargs: dict, record_blocks: bool) -> tuple:
+    """Pass 2: (the top routes, each block's output on this run, base) — for the exact checks, when
+    ``record_blocks``: ``base`` = (every layer's keys and values [B, Hkv, T, D], the logits) of a causal LM,
+    what the knockouts' KV cache reads (suffix.py), recorded here instead of by another forward; else None."""
     probe = RouteProbe(grads, grams(loaded, loaded.n_heads), top, loaded.n_heads // loaded.n_kv_heads)
     stored: dict[int, object] = {}
+    kv: dict[int, tuple] = {}
+    keep_kv = record_blocks and loaded.causal
     blocks = (layer_stack(loaded) or []) if record_blocks else []
     hooks = [b.register_forward_hook(lambda m, a, out, i=i: stored.__setitem__(i, out)) for i, b in enumerate(blocks)]
+    seen = [probe.capture] + ([lambda layer, m, q, k, v: kv.setdefault(layer, (k, v))] if keep_kv else [])
     try:
-        with routed(loaded, probes=[probe], impl="blocked", before_attend=[probe.capture]):
-            loaded.model(**batch, **{**no_cache(loaded), **kwargs})
+        with routed(loaded, probes=[probe], impl="blocked", before_attend=seen):
+            out = loaded.model(**batch, **{**no_cache(loaded), **kwargs})
     finally:
         for h in hooks:
             h.remove()
-    return probe.routes(), stored
+    base = ([kv[l] for l in sorted(kv)], out.logits) if keep_kv and len(kv) == loaded.n_layers else None
+    return probe.routes(), stored, base
 
 
 def knockout_one(route: dict, kinds: list[str]) -> KnockoutEdges:

@@ -125,7 +125,7 @@ def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fiel
     say("stage", "the metric's gradient at every head's output (one forward, one backward)")
     grads, m = output_gradients(loaded, batch, fn, {}, {}, set(layers))
     say("stage", f"streaming every route of layers {layers}")
-    routes, _ = stream_routes(loaded, batch, grads, s.top, {}, record_blocks=False)
+    routes, _, _ = stream_routes(loaded, batch, grads, s.top, {}, record_blocks=False)
     meta = SimpleNamespace(top=s.top, settle=None, restart=None)
     exact = _verify(loaded, batch, routes, s.verify, {}, fn, {}, {}, m, meta, say)
     for r, e in zip(routes, exact):

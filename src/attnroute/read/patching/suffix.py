@@ -10,7 +10,9 @@ l … L − 1 on rows i … T − 1 alone:
                    ──► logits of rows i … T − 1; a metric that reads every position gets the base run's
                        logits for the rows before i
 
-The cost of one knockout is about (L − l)/L · (T − i)/T of a forward instead of (L − l)/L. The shortcut
+The cost of one knockout is about (L − l)/L · (T − i)/T of a forward instead of (L − l)/L, and the keys,
+values and logits of the base run cost nothing when the caller recorded them (route attribution's
+streaming pass is a forward of the base run: it keeps each layer's keys and values as it goes). The shortcut
 must reproduce the base run before it is trusted (``check``: no cut, restarted from the middle layer at the
 middle row, the metric within 1e-4 of the base run's), and is not taken for a model with sliding-window
 layers (a windowed layer's cache keeps only its window) or without one stack of layers: those rerun from
@@ -44,15 +46,18 @@ class Suffix:
     """The base run's keys and values (and logits, for a metric of every position), and knockouts rerun on
     the rows a route can change. ``stored``: each block's output on the base run; ``blocks``: the stack."""
 
-    def __init__(self, loaded, batch: dict, stored: dict, blocks: list, value, kwargs: dict, last_only: bool):
+    def __init__(self, loaded, batch: dict, stored: dict, blocks: list, value, kwargs, last_only: bool, base=None):
+        """``base``: (keys and values [B, Hkv, T, D] per layer, logits [B, T, V]) recorded on the base run by
+        its caller (route attribution's streaming pass records both); without it one forward fills them."""
         self.loaded, self.batch, self.stored, self.blocks, self.value = loaded, batch, stored, blocks, value
         self.kwargs = {k: v for k, v in kwargs.items() if k != "use_cache"}
         self.last_only = last_only
-        with torch.no_grad(), routed(loaded, impl="auto"):
-            out = loaded.model(**batch, **self.kwargs, use_cache=True)
-        cache = out.past_key_values
-        self.kv = [(layer.keys, layer.values) for layer in cache.layers]  # [B, Hkv, T, D] per layer
-        self.logits = None if last_only else out.logits.detach()  # [B, T, V]
+        if base is None:
+            with torch.no_grad(), routed(loaded, impl="auto"):
+                out = loaded.model(**batch, **self.kwargs, use_cache=True)
+            base = [(layer.keys, layer.values) for layer in out.past_key_values.layers], out.logits
+        self.kv = base[0]  # [B, Hkv, T, D] per layer: what a KV cache of the base run holds
+        self.logits = None if last_only else base[1].detach()  # [B, T, V]
 
     def metric(self, start: int, row: int, interventions) -> torch.Tensor:
         """The metric per prompt with blocks ``start`` … rerun on rows ``row`` … under ``interventions``."""
