@@ -1,6 +1,7 @@
 """KnockoutEdges: attention knockout renormalizes each row over what stays visible, touches nothing
 else, and agrees between eager and blocked."""
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -54,3 +55,49 @@ def test_blocked_equals_eager_under_knockout(Tq, extra, seed, n_q, n_k):
     a = ar.attend(q, k, v, ar.causal(), impl="eager", interventions=[iv])
     b = ar.attend(q, k, v, ar.causal(), impl="blocked", interventions=[iv], block_size=2)
     assert torch.allclose(a, b, atol=1e-6) and torch.isfinite(a).all()
+
+
+@given(
+    Tq=st.integers(1, 12),
+    extra=st.integers(-3, 8),
+    G=st.integers(1, 3),
+    seed=st.integers(0, 999),
+    n_q=st.integers(0, 4),
+    n_k=st.integers(0, 4),
+    kind=st.sampled_from(["causal", "padding", "none"]),
+    by_row=st.booleans(),
+)
+def test_auto_runs_sdpa_and_the_touched_rows_and_equals_eager(Tq, extra, G, seed, n_q, n_k, kind, by_row):
+    """A knockout changes only its query rows: impl='auto' runs SDPA for the layer and the stages on those rows
+    (backends/rows.py) — equal to eager on every row (fp32), Tq ≠ Tk both ways, grouped heads, padding, by_row."""
+    Tk = max(1, Tq + extra)
+    q, k, v = qkv(2, 2 * G, 2, Tq, Tk, 8, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    queries = torch.randint(0, max(Tq, Tk), (n_q,), generator=g).tolist()
+    keys = torch.randint(0, Tk, (n_k,), generator=g).tolist()
+    mask = {"causal": ar.causal(), "none": None, "padding": torch.rand(2, 1, 1, Tk, generator=g) < 0.7}[kind]
+    iv = ar.KnockoutEdges(queries, keys, heads=[0, 2 * G - 1], by_row=by_row)
+    want = ar.attend(q, k, v, mask, impl="eager", interventions=[iv])
+    got, trace = ar.attend(q, k, v, mask, interventions=[iv], return_trace=True)
+    assert trace.impl == "rows"
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+
+
+def test_rows_in_half_precision_stay_within_twice_plain_error():
+    """fp16 / bf16: the touched rows through the stages, the rest through SDPA, against float64 eager."""
+    for dtype in (torch.float16, torch.bfloat16):
+        q, k, v = qkv(1, 9, 3, 37, 64, 64, dtype=dtype, seed=5)
+        iv = ar.KnockoutEdges([30, 40, 63], [0, 5], heads=[2, 7])
+        got, trace = ar.attend(q, k, v, ar.causal(), interventions=[iv], return_trace=True)
+        ref = ar.attend(q.double(), k.double(), v.double(), ar.causal(), impl="eager", interventions=[iv])
+        plain = ar.attend(q, k, v, ar.causal(), impl="eager", interventions=[iv])
+        assert trace.impl == "rows" and got.dtype == dtype
+        ar.assert_close_to_reference(got, plain, ref, what=f"rows {dtype}")
+
+
+def test_impl_rows_refuses_what_it_cannot_take():
+    q, k, v = qkv(1, 2, 2, 5, 5, 4)
+    with pytest.raises(ar.UnsupportedRequest, match="name the rows"):
+        ar.attend(q, k, v, ar.causal(), impl="rows", interventions=[ar.ZeroHead([0])])
+    with pytest.raises(ar.UnsupportedRequest, match="name the rows"):
+        ar.attend(q, k, v, ar.causal(), impl="rows")

@@ -10,9 +10,11 @@ blocked   one block of rows [B, H, bq, kspan]          yes (block by block)
 sdpa      torch's fused kernel; no weights             no (raises UnsupportedRequest)
 fused     the fused flash kernel with each row's lse;   fused probes only (FusedRowStats, FusedKeyMass):
           statistics in the same call: [V | K | c]      entropy, masses, named weights; no n×n
-auto      sdpa when nothing needs weights; else eager when its scores fit memory_budget,
-          else blocked. The choice and its reason are in trace.impl / trace.reason and
-          returned by choose_impl().
+rows      sdpa, then the stages on the rows   interventions that name the rows they change
+          the interventions change             (KnockoutEdges); no probes
+auto      sdpa when nothing needs weights; rows when the interventions name their rows; else
+          eager when its scores fit memory_budget, else blocked. The choice and its reason are in
+          trace.impl / trace.reason and returned by choose_impl().
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Literal, overload
 import torch
 from torch import Tensor
 
-from .backends import blocked, eager, fused, reference, sdpa
+from .backends import blocked, eager, fused, reference, rows, sdpa
 from .backends.common import Request, UnsupportedRequest
 from .errors import InputError, InputTypeError
 from .interventions import Intervention, apply_inputs
@@ -40,6 +42,7 @@ BACKENDS = {
     "blocked": blocked.run,
     "sdpa": sdpa.run,
     "fused": fused.run,
+    "rows": rows.run,
 }
 IMPLS = ("auto",) + tuple(BACKENDS)
 
@@ -59,6 +62,8 @@ def choose_impl(req: Request) -> tuple[str, str]:
     """The backend impl='auto' runs for this request, and why."""
     if sdpa.why_not(req) is None:
         return "sdpa", "nothing needs the weights: torch's fused kernel"
+    if (touched := rows.touched_rows(req)) is not None:
+        return "rows", f"the interventions change {len(touched)} row(s) only: sdpa for the others"
     B, H, Hkv, Tq, Tk, D, Dv = req.dims
     budget = eager.DEFAULT_MEMORY_BUDGET if req.memory_budget is None else req.memory_budget
     if eager.score_matrix_bytes(B, H, Tq, Tk) <= budget:

@@ -48,6 +48,10 @@ class Intervention:
     def edit_out(self, out: torch.Tensor, q0: int, q1: int) -> torch.Tensor:
         return out
 
+    def rows(self, Tq: int, Tk: int) -> list[int] | None:
+        """The query rows (0 … Tq − 1) this intervention can change, when it says; None: any row."""
+        return None
+
 
 class ZeroHead(Intervention):
     """The head's output is zero: as if it were pruned (Michel et al. 2019)."""
@@ -126,6 +130,12 @@ class KnockoutEdges(Intervention):
         self.queries = sorted({int(q) for q in queries})
         self.keys = sorted({int(k) for k in keys})
         self.by_row = by_row
+
+    def rows(self, Tq: int, Tk: int) -> list[int]:
+        """Only its query rows change (scores cut there, nothing else edited): the row of position p is
+        p − (Tk − Tq), bottom-right; by_row, the row is the query itself."""
+        shift = 0 if self.by_row else Tk - Tq
+        return [q - shift for q in self.queries if 0 <= q - shift < Tq]
 
     def edit_scores(self, masked_scores, block):
         B, H, bq, kspan = masked_scores.shape

@@ -127,7 +127,7 @@ def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fiel
     say("stage", f"streaming every route of layers {layers}")
     routes, _, _ = stream_routes(loaded, batch, grads, s.top, {}, record_blocks=False)
     meta = SimpleNamespace(top=s.top, settle=None, restart=None)
-    exact = _verify(loaded, batch, routes, s.verify, {}, fn, {}, {}, m, meta, say)
+    exact = _verify(loaded, batch, routes, s.verify, ({}, None), fn, {}, {}, m, meta, say)  # no restart: full reruns
     for r, e in zip(routes, exact):
         r["exact"] = e
     tokens = tokens_of(loaded.tokenizer, ids[0])
