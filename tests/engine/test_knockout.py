@@ -101,3 +101,13 @@ def test_impl_rows_refuses_what_it_cannot_take():
         ar.attend(q, k, v, ar.causal(), impl="rows", interventions=[ar.ZeroHead([0])])
     with pytest.raises(ar.UnsupportedRequest, match="name the rows"):
         ar.attend(q, k, v, ar.causal(), impl="rows")
+
+
+@given(rows=st.lists(st.integers(0, 60), max_size=30, unique=True), most=st.integers(1, 7))
+def test_touched_rows_are_cut_into_runs_that_recompute_nothing_else(rows, most):
+    from attnroute.engine.backends.rows import spans
+
+    got = spans(sorted(rows), most)
+    covered = [r for q0, q1 in got for r in range(q0, q1)]
+    assert covered == sorted(rows)  # every touched row once, and no row between them
+    assert all(0 < q1 - q0 <= most for q0, q1 in got)

@@ -13,6 +13,7 @@ True = attend (attnroute's convention), or None when the mask is plain causal or
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from dataclasses import dataclass, field
 
@@ -129,8 +130,13 @@ def _draws_causal(mask: torch.Tensor, Tq: int, Tk: int) -> bool:
     (`causal()`), and its kernels may skip the future instead of reading a mask."""
     if mask.dim() != 4 or mask.shape[1] != 1 or tuple(mask.shape[-2:]) != (Tq, Tk) or Tq > Tk:
         return False
-    grid = torch.ones(Tq, Tk, dtype=torch.bool, device=mask.device).tril(Tk - Tq)
-    return bool(torch.equal(mask, grid.expand_as(mask)))
+    return bool(torch.equal(mask, _causal_grid(Tq, Tk, mask.device).expand_as(mask)))
+
+
+@functools.lru_cache(maxsize=4)
+def _causal_grid(Tq: int, Tk: int, device) -> torch.Tensor:
+    """[Tq, Tk] bottom-right causal, kept: every layer of a rerun compares its mask with the same grid."""
+    return torch.ones(Tq, Tk, dtype=torch.bool, device=device).tril(Tk - Tq)
 
 
 def _make_attention_fn(name: str):

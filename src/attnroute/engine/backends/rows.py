@@ -43,6 +43,18 @@ def touched_rows(req: Request) -> list[int] | None:
     return sorted(rows)
 
 
+def spans(rows: list[int], most: int) -> list[tuple[int, int]]:
+    """Sorted rows as [q0, q1) runs of consecutive rows, none longer than ``most``: rows 3, 4, 5, 9 → (3, 6),
+    (9, 10). Rows far apart never share a block (a block spanning them would recompute every row between)."""
+    out: list[tuple[int, int]] = []
+    for r in rows:
+        if out and out[-1][1] == r and r - out[-1][0] < most:
+            out[-1] = (out[-1][0], r + 1)
+        else:
+            out.append((r, r + 1))
+    return out
+
+
 def untouched(req: Request) -> Request:
     return dataclasses.replace(req, interventions=(), want_trace=False)
 
@@ -57,10 +69,7 @@ def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
     B, H, Hkv, Tq, Tk, D, Dv = req.dims
     out, _ = sdpa.run(untouched(req))
     req.v_finite = all_finite(req.v)
-    bq = rows_per_block(B, H, Tk, req.block_size)
-    for i in range(0, len(rows), bq):
-        chunk = rows[i : i + bq]
-        q0, q1 = chunk[0], chunk[-1] + 1  # the span of this chunk's rows (rows in between recomputed too)
+    for q0, q1 in spans(rows, rows_per_block(B, H, Tk, req.block_size)):
         keep = req.keep_rows(q0, q1)
         kv0, kv1 = visible_span(keep, Tk)
         keep = None if keep is None else keep[..., kv0:kv1]

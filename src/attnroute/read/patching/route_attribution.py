@@ -248,6 +248,8 @@ def _verify(loaded, batch, routes, verify, recorded, fn, fields_, kwargs, m_base
             done = sum(e is not None for e in exact)
             say("verify", f"{done} routes knocked out exactly (of {len(routes)} kept)", done=done, total=len(routes))
 
+    how = "its query's rows on, from its layer on" if suffix is not None else "every row from its layer on"
+    say("stage", f"settling the exact top {verify}: each route knocked out and rerun ({how})")
     rule = SettleRule(first=verify, step=max(1, min(SETTLE_STEP, verify)), top=verify, limit=len(routes))
     est = np.array([r["estimate"] for r in routes])
     info = settle(range(len(routes)), measure, lambda idx: np.array([exact[i] for i in idx]), rule, estimate=est)
