@@ -1,5 +1,6 @@
 """`python -m attnroute …` (what `torchrun -m attnroute …` runs on every rank)."""
 
+import signal
 import sys
 
 
@@ -9,6 +10,7 @@ def run() -> int:
 
         return main()
     except KeyboardInterrupt:  # Ctrl-C while the command line itself imports: one line, 130
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one while it exits changes nothing
         print("interrupted", file=sys.stderr)
         return 130
 
