@@ -565,7 +565,7 @@ def test_any_word_of_a_prompt_draws_in_a_figure():
 @pytest.mark.parametrize("second", [0.0, 0.05, 0.2])
 def test_ctrl_c_while_loading_is_one_line_and_130(tmp_path, second):
     """More Ctrl-Cs at any moment after the first — a burst, every 5 ms, from at once (0.0: while the first
-    unwinds) until the process is gone — change nothing. At 0.2 s on a busy machine it once landed mid-unwinding and killed the
+    unwinds) until the process is gone — change nothing. One at 0.2 s on a busy machine once killed the
     process by SIGINT (exit −2) after "interrupted" was said; the first Ctrl-C now ignores the rest."""
     import signal
     import subprocess
