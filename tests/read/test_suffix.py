@@ -108,3 +108,15 @@ def test_a_mask_transformers_builds_after_a_cache_is_read_as_causal_only_when_it
     off[1, 0, 2, 0] = False  # a padded key in the second prompt
     assert not _draws_causal(off, 5, 9)
     assert not _draws_causal(torch.ones(2, 1, 5, 9, dtype=torch.bool), 5, 9)  # bidirectional
+
+
+def test_the_cached_mask_is_checked_once_per_forward_not_once_per_layer(tiny, monkeypatch):
+    """transformers hands every layer of a forward the same mask tensor: the cell-by-cell check runs once."""
+    import attnroute.read.adapter as adapter
+
+    loaded, ids, (batch, stored, blocks, suffix) = tiny
+    calls = []
+    real = adapter._draws_causal
+    monkeypatch.setattr(adapter, "_draws_causal", lambda *a: calls.append(a[1:]) or real(*a))
+    suffix.metric(0, 5, [])
+    assert len(calls) == 1 and loaded.n_layers > 1

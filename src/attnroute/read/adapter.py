@@ -122,6 +122,7 @@ class Session:
     before_attend: list = field(default_factory=list)  # callables(layer, module, q, k, v)
     after_attend: list = field(default_factory=list)  # callables(layer, out [B, H, Tq, Dv]) -> out
     on_attend: list = field(default_factory=list)  # callables(layer, mask, engine arguments): what attend got
+    drawn: tuple = ()  # (mask, Tq, Tk, draws causal?): the last bool mask checked, held so no other takes its id
 
 
 def _draws_causal(mask: torch.Tensor, Tq: int, Tk: int) -> bool:
@@ -131,6 +132,14 @@ def _draws_causal(mask: torch.Tensor, Tq: int, Tk: int) -> bool:
     if mask.dim() != 4 or mask.shape[1] != 1 or tuple(mask.shape[-2:]) != (Tq, Tk) or Tq > Tk:
         return False
     return bool(torch.equal(mask, _causal_grid(Tq, Tk, mask.device).expand_as(mask)))
+
+
+def _seen_causal(s: Session, mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> bool:
+    """_draws_causal, checked once per mask: transformers hands every layer of a forward the same tensor."""
+    shape = (query.shape[2], key.shape[2])
+    if not s.drawn or s.drawn[0] is not mask or s.drawn[1:3] != shape:
+        s.drawn = (mask, *shape, _draws_causal(mask, *shape))
+    return s.drawn[3]
 
 
 @functools.lru_cache(maxsize=4)
@@ -156,7 +165,7 @@ def _make_attention_fn(name: str):
             is_causal = kwargs.get("is_causal", getattr(module, "is_causal", False))
             mask, kind = (causal(), "causal") if is_causal else (None, "none")
         elif attention_mask.dtype == torch.bool:
-            drawn = _draws_causal(attention_mask, query.shape[2], key.shape[2])
+            drawn = _seen_causal(s, attention_mask, query, key)
             mask, kind = (causal(), "causal") if drawn else (attention_mask, "bool")
         else:  # eager-style additive masks, converted with their polarity checked
             mask, kind = from_additive(attention_mask), "additive"

@@ -262,8 +262,10 @@ def _suffix(loaded, batch, stored, blocks, base, fn, fields_, kwargs, m_base, me
     """The knockouts' shortcut to the rows a route can change (suffix.py), when the model allows it and it
     reproduces the base run (its check restarts from the middle layer at the middle row, so it checks the
     layer restart too); else None (each knockout reruns every row from its layer), said in meta."""
-    if not loaded.causal or windowed(loaded) or base is None:
-        meta.restart["suffix"] = {"used": False, "reason": "not a causal LM without sliding windows: every row rerun"}
+    why = None if base is not None else "the streaming pass did not record every layer's keys and values"
+    why = "not a causal LM without sliding windows" if not loaded.causal or windowed(loaded) else why
+    if why is not None:
+        meta.restart["suffix"] = {"used": False, "reason": f"{why}: every row rerun"}
         return None
     value = lambda logits: fn(logits, {**batch, **fields_}).float()  # noqa: E731
     suffix = Suffix(loaded, batch, stored, blocks, value, kwargs, getattr(fn, "last_only", False), base=base)
