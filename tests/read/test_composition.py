@@ -9,6 +9,7 @@ import torch
 
 import attnroute as ar
 from attnroute.models import load
+from attnroute.read.circuits import composition as composition_module
 
 from .zoo import build
 
@@ -42,8 +43,13 @@ def _direct(model) -> dict[str, np.ndarray]:
     return out
 
 
-def test_composition_matches_the_definition_on_grouped_queries(tmp_path):
-    loaded = load(str(build("llama", tmp_path)))  # 4 query heads on 2 kv heads
+@pytest.mark.parametrize("budget", [None, 1], ids=["one-chunk", "layer-by-layer"])
+def test_composition_matches_the_definition_on_grouped_queries(tmp_path, monkeypatch, budget):
+    """``budget``: the packed Gram matrices held at once; 1 byte sends every sender and receiver layer in its
+    own chunk (what a large model's d² does), which must give the same scores."""
+    if budget is not None:
+        monkeypatch.setattr(composition_module, "PACKED_BYTES", budget)
+    loaded = load(str(build("llama", tmp_path, num_hidden_layers=4)))  # 4 query heads on 2 kv heads
     with torch.no_grad():  # the norms' weights made unequal so that folding them in matters
         for layer in loaded.model.model.layers:
             layer.input_layernorm.weight.uniform_(0.5, 1.5)

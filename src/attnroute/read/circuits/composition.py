@@ -185,10 +185,21 @@ def _output(layout, b, r: dict) -> torch.Tensor:
     return O * b.scale
 
 
+PACKED_BYTES = 256 << 20  # packed Gram matrices held at once (SmolLM2: every sender, 180 MB, and 3 receiver layers)
+
+
 def scores_of(m: dict) -> dict[str, np.ndarray]:
-    """[L, H, L, H] Q-, K-, V-composition from per-layer head matrices. With X = A W_O(s) (A the receiver's
-    W_Q, W_K or W_V rows, G the Gram matrix of the other factor), ‖…‖² = tr(Xᵀ G X G_V(s)) = Σ (G X) ⊙ (X G_V(s)):
-    D × Dv products only, for every earlier head at once, in float32 (the scores to ~1e-5)."""
+    """[L, H, L, H] Q-, K-, V-composition from per-layer head matrices.
+
+    Each squared Frobenius norm is one inner product of two d × d Gram matrices, never a product per pair:
+
+        ‖W_QK(r)ᵀ W_OV(s)‖² = tr(W_OV(s)ᵀ W_QK(r) W_QK(r)ᵀ W_OV(s)) = ⟨R_r, N_s⟩
+        R_r = W_QK(r) W_QK(r)ᵀ  (Q),  W_QK(r)ᵀ W_QK(r)  (K),  W_OV(r)ᵀ W_OV(r)  (V);   N_s = W_OV(s) W_OV(s)ᵀ
+
+    (⟨A, B⟩ = Σ A ⊙ B; both symmetric, so the upper triangles suffice, off-diagonal terms counted twice). All
+    pairs are then one matrix product over d(d + 1)/2 numbers instead of a D × d × Dv product each: 14× fewer
+    operations on SmolLM2 (d = 576, D = Dv = 64), 12.4 s → 2.9 s on one core. In float32: on SmolLM2 every
+    score within 7e-8 of the per-pair products (scores 0.01 to 0.23; the error is absolute, not relative)."""
     Q, K, V, O = m["q"], m["k"], m["v"], m["o"]
     L, H, Hkv = len(Q), Q[0].shape[0], K[0].shape[0]
     kv = torch.arange(H) // (H // Hkv)
@@ -196,18 +207,47 @@ def scores_of(m: dict) -> dict[str, np.ndarray]:
     GQ, GK = [gram(q) for q in Q], [gram(k)[kv] for k in K]  # per query head [H, D, D]
     GV = [gram(v)[kv] for v in V]  # [H, Dv, Dv]: the values each query head reads
     GO = [o.transpose(-1, -2) @ o for o in O]  # [H, Dv, Dv]
-    ov = [torch.einsum("hab,hba->h", GO[l], GV[l]).sqrt() for l in range(L)]  # ‖W_OV‖ per head
-    qk = [torch.einsum("hab,hba->h", GQ[l], GK[l]).sqrt() for l in range(L)]
+    ov = torch.stack([torch.einsum("hab,hba->h", GO[l], GV[l]).sqrt() for l in range(L)])  # [L, H] ‖W_OV‖
+    qk = torch.stack([torch.einsum("hab,hba->h", GQ[l], GK[l]).sqrt() for l in range(L)])  # [L, H] ‖W_QK‖
+    pack = _packer(O[0].shape[1])
+    receivers = lambda l: (_sandwich(Q[l], GK[l]), _sandwich(K[l][kv], GQ[l]), _sandwich(V[l][kv], GO[l]))  # noqa: E731
     out = {k: np.full((L, H, L, H), np.nan) for k in KINDS}
-    O_all, GV_all, ov_all = torch.cat(O).float(), torch.cat(GV).float(), torch.cat(ov)  # [L·H, …]: every head
-    for l2 in range(1, L):
-        O1, GV1, den1 = O_all[: l2 * H], GV_all[: l2 * H], ov_all[: l2 * H]  # every earlier head
-        for kind, (A, G) in {"q": (Q[l2], GK[l2]), "k": (K[l2][kv], GQ[l2]), "v": (V[l2][kv], GO[l2])}.items():
-            X = torch.einsum("rcd,sdv->rscv", A.float(), O1)  # [H2, l2·H, c, Dv]
-            num = ((G.float()[:, None] @ X) * (X @ GV1[None])).sum((-1, -2)).double().clamp_min(0).sqrt()
-            den = (ov[l2] if kind == "v" else qk[l2])[:, None] * den1[None]
-            out[kind][:l2, :, l2, :] = (num / den).T.reshape(l2, H, H).numpy()
+    rows = max(1, PACKED_BYTES // (H * pack.size * 4))  # layers of packed float32 matrices held at once
+    s_chunk = max(1, rows * 3 // 4)  # most of the room for senders, the rest for receivers (3 kinds per layer)
+    r_chunk = max(1, (rows - s_chunk) // 3)
+    for s0 in range(0, L - 1, s_chunk):
+        s1 = min(L - 1, s0 + s_chunk)  # senders in layers s0 … s1 − 1 (the last layer sends to nobody)
+        N = torch.cat([pack(_sandwich(O[l].transpose(-1, -2), GV[l]), weight=False) for l in range(s0, s1)])
+        for r0 in range(s0 + 1, L, r_chunk):
+            r1 = min(L, r0 + r_chunk)
+            R = torch.cat([pack(x) for l in range(r0, r1) for x in receivers(l)])  # [(r1 − r0)·3·H, K]
+            num = (R @ N.T).clamp_min_(0).sqrt_().view(r1 - r0, 3, H, s1 - s0, H)  # [l2, kind, h2, l1, h1]
+            for l2 in range(r0, r1):
+                n = min(s1, l2) - s0  # sender layers of this chunk before the receiver
+                for k, kind in enumerate(KINDS):
+                    den = (ov[l2] if kind == "v" else qk[l2])[:, None, None] * ov[s0 : s0 + n][None]
+                    out[kind][s0 : s0 + n, :, l2, :] = (num[l2 - r0, k, :, :n] / den).permute(1, 2, 0).numpy()
     return out
+
+
+def _sandwich(A: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """Aᵀ G A per head: A [n, c, d], G [n, c, c] -> [n, d, d] (float32)."""
+    A = A.float()
+    return A.transpose(-1, -2) @ (G.float() @ A)
+
+
+def _packer(d: int):
+    """[n, d, d] symmetric -> [n, d(d + 1)/2] upper triangles; ``weight``: off-diagonal entries doubled, so that
+    one packed row times another is Σ A ⊙ B over the whole matrices."""
+    i, j = torch.triu_indices(d, d)
+    flat, twice = i * d + j, torch.where(i == j, 1.0, 2.0)
+
+    def pack(M: torch.Tensor, weight: bool = True) -> torch.Tensor:
+        P = M.flatten(1).index_select(1, flat)
+        return P.mul_(twice) if weight else P
+
+    pack.size = len(flat)
+    return pack
 
 
 __all__ = ["CompositionResult", "composition", "head_matrices", "scores_of"]
