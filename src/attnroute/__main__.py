@@ -1,5 +1,6 @@
 """`python -m attnroute …` (what `torchrun -m attnroute …` runs on every rank)."""
 
+import os
 import signal
 import sys
 
@@ -15,4 +16,25 @@ def run() -> int:
         return 130
 
 
-sys.exit(run())
+def leave(code: int) -> None:
+    """Exit with ``code``. After a Ctrl-C (130) the interpreter's own shutdown is skipped (os._exit, the output
+    flushed first): a burst of Ctrl-Cs still ended, once in many runs, as a death by SIGINT (exit −2) after
+    "interrupted" was said with SIGINT already ignored — the cause was not pinned down, and 130 is what the
+    user must see; what the command had to write or refuse was settled before 130 was returned."""
+    if code != 130:
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            pass
+    os._exit(130)
+
+
+try:
+    status = run()
+except KeyboardInterrupt:  # one more in the instant before the first was handled
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print("interrupted", file=sys.stderr)
+    status = 130
+leave(status)
