@@ -48,7 +48,7 @@ def whisper():
 def gemma():
     from attnroute.models import load
 
-    return load("gemma3-270m")  # assembled and dequantized once (~70 s on one core), then cached
+    return load("gemma3-270m")  # assembled and dequantized once (~50 s on one core), then cached
 
 
 MODEL_FIXTURES = {"smollm2", "minilm", "whisper", "gemma"}
