@@ -84,6 +84,7 @@ def reference_head_patching(loaded, clean, corrupt, metric, batch_fields):
         h.remove()
     B = clean.shape[0]
     out = np.zeros((L, H, B))
+    below = _corrupt_layer_outputs(loaded, corrupt)  # a decoder-only LM: layers below l are not rerun
     for l in range(L):  # one forward per layer: its H patched copies of the corrupt batch side by side
         d = recorded[l].shape[-1] // H
 
@@ -94,12 +95,49 @@ def reference_head_patching(loaded, clean, corrupt, metric, batch_fields):
             return (x,)
 
         hook = projs[l].register_forward_pre_hook(swap)
-        with eager(loaded):
+        with eager(loaded), _answered_below(loaded, l, below, H):
             res = _forward(loaded, corrupt.repeat(H, 1), last_only=True)
         hook.remove()
         tiled = {k: v.repeat(H, *[1] * (v.dim() - 1)) for k, v in batch_fields.items()}
         out[l] = metric(_read(loaded, res), tiled).numpy().reshape(H, B)
     return out
+
+
+def _corrupt_layer_outputs(loaded, corrupt) -> dict | None:
+    """Each decoder layer's output on the corrupt run, for a decoder-only LM (None otherwise): patching layer l
+    leaves every layer below it as the corrupt run had it, so those need not run again (half the forwards)."""
+    layers = getattr(getattr(loaded.model, "model", None), "layers", None)
+    if not loaded.causal or loaded.seq2seq or layers is None:
+        return None
+    seen = {}
+    hooks = [
+        layer.register_forward_hook(
+            lambda m, a, o, j=j: seen.__setitem__(j, (o[0] if isinstance(o, tuple) else o).detach())
+        )
+        for j, layer in enumerate(layers)
+    ]
+    with eager(loaded):
+        _forward(loaded, corrupt)
+    for h in hooks:
+        h.remove()
+    return seen
+
+
+@contextlib.contextmanager
+def _answered_below(loaded, l: int, below: dict | None, copies: int):
+    """Layers 0 … l − 1 answer at once with layer l − 1's corrupt output, tiled over the patched copies."""
+    if below is None or l == 0:
+        yield
+        return
+    layers = loaded.model.model.layers
+    tiled = below[l - 1].repeat(copies, 1, 1)
+    for j in range(l):
+        layers[j].forward = lambda *a, **k: tiled
+    try:
+        yield
+    finally:
+        for j in range(l):
+            del layers[j].forward
 
 
 def _grid(result, site="head"):
