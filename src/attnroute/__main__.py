@@ -11,9 +11,13 @@ def run() -> int:
 
         return main()
     except KeyboardInterrupt:  # Ctrl-C while the command line itself imports: one line, 130
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one while it exits changes nothing
-        print("interrupted", file=sys.stderr)
-        return 130
+        return interrupted()
+
+
+def interrupted() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while it exits changes nothing
+    print("interrupted", file=sys.stderr)
+    return 130
 
 
 def leave(code: int) -> None:
@@ -34,7 +38,5 @@ def leave(code: int) -> None:
 try:
     status = run()
 except KeyboardInterrupt:  # one more in the instant before the first was handled
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    print("interrupted", file=sys.stderr)
-    status = 130
+    status = interrupted()
 leave(status)

@@ -476,7 +476,7 @@ def check_gguf(path: Path) -> None:
             f"{path}: not a readable GGUF file (its {len(head)} first bytes are not a GGUF header: "
             f"{head[:4]!r} where b'GGUF' was expected)"
         )
-    if int.from_bytes(head[8:16], "little") == 0 and int.from_bytes(head[8:16], "big") == 0:
+    if head[8:16] == bytes(8):  # the tensor count: zero in either byte order
         raise ModelLoadError(f"{path}: the GGUF file holds no tensors")
 
 

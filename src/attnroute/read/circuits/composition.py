@@ -198,7 +198,7 @@ def scores_of(m: dict) -> dict[str, np.ndarray]:
 
     (⟨A, B⟩ = Σ A ⊙ B; both symmetric, so the upper triangles suffice, off-diagonal terms counted twice). All
     pairs are then one matrix product over d(d + 1)/2 numbers instead of a D × d × Dv product each: 14× fewer
-    operations on SmolLM2 (d = 576, D = Dv = 64), 12.4 s → 2.9 s on one core. In float32: on SmolLM2 every
+    operations on SmolLM2 (d = 576, D = Dv = 64), 12.4 s → 3.3 s on one core. In float32: on SmolLM2 every
     score within 7e-8 of the per-pair products (scores 0.01 to 0.23; the error is absolute, not relative)."""
     Q, K, V, O = m["q"], m["k"], m["v"], m["o"]
     L, H, Hkv = len(Q), Q[0].shape[0], K[0].shape[0]
