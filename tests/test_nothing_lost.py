@@ -132,6 +132,19 @@ def test_ctrl_c_at_any_moment_is_one_line_and_130(delay):
     assert err.strip().splitlines()[-1].startswith("interrupted") and "Traceback" not in err
 
 
+def test_ctrl_c_inside_an_import_leaves_at_once_with_one_line(tmp_path):
+    """A KeyboardInterrupt raised mid-import can cross C++ that cannot carry it (torch.distributed's pybind11
+    init: std::terminate, an abort with a C++ message). The CLI's handler ends the process there instead: the
+    module that was importing runs no further line."""
+    (tmp_path / "slow_module.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(2)\nprint('after')\n"
+    )
+    program = "from attnroute.cli import _watch_interrupts; _watch_interrupts(); import slow_module; print('done')"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (130, "", "interrupted\n")
+
+
 def test_answers_are_checked_where_they_came_from(capsys):
     """An empty or two-token answer given as a flag is the flag's fault, not the prompts'."""
     assert (

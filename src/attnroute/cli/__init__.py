@@ -65,10 +65,34 @@ def _watch_interrupts() -> None:
     def handler(sig, frame):
         SEEN.append(sig)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if _importing(frame):  # nothing of the user's is open yet: leave now rather than raise into C++
+            _leave_now()
         raise KeyboardInterrupt
 
     with contextlib.suppress(ValueError):  # not the main thread
         signal.signal(signal.SIGINT, handler)
+
+
+def _importing(frame) -> bool:
+    """Is a module being imported under ``frame``? A KeyboardInterrupt raised there can cross C++ that cannot
+    carry a Python exception: torch.distributed's pybind11 init runs Python code, and the exception thrown
+    through it ends in std::terminate — an abort with a C++ message instead of one line (seen at 0.8 s into
+    `heads`). Commands import lazily before their work starts, so an import is a moment with nothing to save."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _leave_now() -> None:
+    import os
+
+    print("interrupted", file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
+            stream.flush()
+    os._exit(130)
 
 
 def _run(args, parser, argv) -> int:
