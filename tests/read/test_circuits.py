@@ -227,6 +227,26 @@ def test_receivers_sharing_a_correction_replayed_once_give_what_each_replayed_al
     torch.testing.assert_close(shared, run.circuits(masks), atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("arch, plain", [("llama", {"v"}), ("qwen3", {"v"}), ("t5", {"q", "k", "v"})])
+def test_receivers_on_a_plain_projection_read_their_heads_slice_as_a_replay_would(arch, plain, tmp_path, monkeypatch):
+    """sliced.py: a channel that is its projection alone (checked against the module's own q, k, v of the
+    forward) gives each receiver its head's columns; rotary q and k (Llama) and QK-normed ones (Qwen3) fail
+    the check and are replayed. Circuits computed either way agree."""
+    from attnroute.read.circuits import sliced, stream
+
+    run = edge_run(load(str(build(arch, tmp_path))))
+    E = len(run.graph)
+    rng = np.random.default_rng(1)
+    masks = [rng.random(E) < p for p in (0.01, 0.1, 0.5)]
+    found = []
+    monkeypatch.setattr(stream, "fit", lambda m, c, *a: found.append((c, f := sliced.fit(m, c, *a))) or f)
+    fast = run.circuits(masks)
+    assert {c for c, f in found if f is not None} == plain
+    assert {c for c, f in found if f is None} == {"q", "k", "v"} - plain
+    monkeypatch.setattr(stream, "fit", lambda *a: None)
+    torch.testing.assert_close(fast, run.circuits(masks), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("arch", ["llama", "t5"])
 def test_patching_a_sender_with_its_own_value_changes_nothing(arch, tmp_path):
     same = tuple(PromptPair(p.clean, p.clean, p.answer, p.wrong, row=p.row) for p in PAIRS)

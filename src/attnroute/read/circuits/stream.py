@@ -17,7 +17,8 @@ An edit changes a receiver's *input* — the residual it reads, before its own n
 ``corr`` on some rows: ``edits.corr(receiver, x)`` returns [(rows, corr [len(rows), T, d])] or []. The
 receiver's norm and projections are then recomputed from x + corr (adapter.replay: the attention module's
 own forward, stopped at its attention call), and only that receiver's head and channel take the result;
-every other receiver reads what it read. Everything after runs as the model runs it.
+every other receiver reads what it read. Everything after runs as the model runs it. A channel that is its
+projection alone (checked each forward, sliced.py) is computed from that head's columns instead of a replay.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..adapter import replay
 from ..ground.norms import frozen_norm
 from .graph import Graph, where_read
 from .layout import Block, CircuitUnsupported, Layout
+from .sliced import fit
 
 
 def _first(args, kwargs):
@@ -188,10 +190,43 @@ class ReceiverEdit(Intervention):
             for j in ids:
                 for rows, corr in self.fw.edits.corr(j, x, self.fw):
                     found.setdefault((id(rows), id(corr)), [[], rows, corr])[0].append(j)
+            if not found:
+                continue
+            sliced = self._sliced(ids, x, norm, new)
             edits = [tuple(e) for e in found.values()]
-            if edits:
-                self._replay(_slots(edits), x, norm, key, new)
+            self._project(edits, sliced, norm, x, new)
+            replayed = [([j for j in js if self._channel(j) not in sliced], r, c) for js, r, c in edits]
+            replayed = [e for e in replayed if e[0]]
+            if replayed:
+                self._replay(_slots(replayed), x, norm, key, new)
         return new["q"], new["k"], new["v"]
+
+    def _channel(self, j: int) -> str:
+        return self.fw.graph.receivers[j].channel
+
+    def _sliced(self, ids: list[int], x, norm, new: dict) -> dict:
+        """{channel: Sliced} for this side's channels that are plain projections in this forward (sliced.py)."""
+        channels = {self._channel(j) for j in ids}
+        normed = norm.forward(x[:1]) if norm is not None else x[:1]
+        found = {c: fit(self.attn.module, c, normed, new[c]) for c in channels}
+        return {c: f for c, f in found.items() if f is not None}
+
+    def _project(self, edits: list, sliced: dict, norm, x, new: dict) -> None:
+        """Receivers on a sliced channel: each correction's input normed once, each receiver's head projected."""
+        cloned: set = set()
+        for js, rows, corr in edits:
+            mine = [j for j in js if self._channel(j) in sliced]
+            if not mine:
+                continue
+            xs = x[rows] + corr.to(x.dtype)
+            normed = norm.forward(xs) if norm is not None else xs
+            for j in mine:
+                rc = self.fw.graph.receivers[j]
+                if rc.channel not in cloned:
+                    new[rc.channel] = new[rc.channel].clone()
+                    cloned.add(rc.channel)
+                t = new[rc.channel]
+                t[rows, rc.head] = sliced[rc.channel].head(normed, rc.head).to(t.dtype)
 
     def _sides(self) -> dict:
         """Receivers grouped by the point they read: a cross-attention's queries and its keys/values differ."""
