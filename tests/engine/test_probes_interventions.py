@@ -94,6 +94,33 @@ def test_interventions_agree_between_eager_and_blocked_and_touch_only_their_head
     assert (e[:, iv.heads] - base[:, iv.heads]).abs().max() > 1e-3
 
 
+OUTPUT_ONLY = {"zero": ar.ZeroHead([1, 3]), "replace": ar.ReplaceOutput([0], torch.ones(1, 8))}
+
+
+@given(
+    Tq=st.integers(1, 13),
+    extra=st.integers(0, 6),
+    G=st.sampled_from([1, 2, 4]),
+    name=st.sampled_from(sorted(OUTPUT_ONLY)),
+    kind=st.sampled_from(["causal", "none", "window"]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+)
+def test_output_only_interventions_run_on_the_fused_kernel_as_on_eager(Tq, extra, G, name, kind, dtype):
+    """A head zeroed or replaced edits no score or weight: auto takes sdpa and edits its output after, which
+    must equal eager's edit (fp32 2e-6; bf16 two ulps at |out| ≤ 1: 1.6e-2). Scores or weights edited: eager."""
+    Tk = Tq + extra
+    q, k, v = (t.to(dtype) for t in qkv(2, 4, 4 // G, Tq, Tk, 8))
+    mask = {"causal": ar.causal(), "none": None, "window": ar.sliding_window(3)}[kind]
+    iv = OUTPUT_ONLY[name]
+    fused, trace = ar.attend(q, k, v, mask, interventions=[iv], return_trace=True)
+    assert trace.impl == "sdpa"
+    plain = ar.attend(q, k, v, mask, impl="eager", interventions=[iv])
+    tol = 2e-6 if dtype == torch.float32 else 1.6e-2
+    torch.testing.assert_close(fused, plain, atol=tol, rtol=0)
+    _, trace = ar.attend(q, k, v, mask, interventions=[iv, ar.Temperature([0], 2.0)], return_trace=True)
+    assert trace.impl in ("eager", "rows")
+
+
 def test_intervention_semantics():
     q, k, v = qkv(1, 2, 2, 6, 6, 4)
     out = ar.attend(q, k, v, ar.causal(), impl="eager", interventions=[ar.UniformWeights([0])])
@@ -117,7 +144,7 @@ def test_bad_intervention_inputs():
         ar.Temperature([0], 0.0)
     with pytest.raises(ValueError, match=r"\[Tq, Tk\] = \[3, 3\]"):
         ar.attend(q, k, v, impl="eager", interventions=[ar.SubstituteWeights([0], torch.eye(4))])
-    with pytest.raises(ar.UnsupportedRequest, match="eager"):
-        ar.attend(q, k, v, impl="sdpa", interventions=[ar.ZeroHead([0])])
+    with pytest.raises(ar.UnsupportedRequest, match="scores or weights.*eager"):
+        ar.attend(q, k, v, impl="sdpa", interventions=[ar.Temperature([0], 2.0)])
     with pytest.raises(ar.UnsupportedRequest, match="probes"):
         ar.attend(q, k, v, impl="sdpa", probes=[ar.RowStats()])

@@ -52,6 +52,12 @@ class Intervention:
         """The query rows (0 … Tq − 1) this intervention can change, when it says; None: any row."""
         return None
 
+    def needs_weights(self) -> bool:
+        """Does it edit scores or weights? One that edits only q, k, v and head outputs lets a fused kernel
+        run (sdpa: its output edited after), since it never looks inside the softmax."""
+        cls = type(self)
+        return cls.edit_scores is not Intervention.edit_scores or cls.edit_weights is not Intervention.edit_weights
+
 
 class ZeroHead(Intervention):
     """The head's output is zero: as if it were pruned (Michel et al. 2019)."""

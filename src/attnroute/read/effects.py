@@ -59,6 +59,9 @@ class BatchedAblation(Intervention):
             return torch.where(self._mask(out.shape[1], out.device), mean.expand_as(out), out)
         return out
 
+    def needs_weights(self) -> bool:
+        return self.mode == "uniform"
+
     def edit_weights(self, weights, block):
         if self.mode != "uniform":
             return weights

@@ -2,9 +2,10 @@
 
 It expresses: an additive score bias (passed as a float mask), any bool mask (bottom-right causal
 is passed as an explicit mask, because SDPA's ``is_causal`` is top-left: pytorch #108108), grouped
-heads (``enable_gqa``), custom scale, D ≠ Dv. It cannot: return weights, run probes or
-interventions, soft-cap, sink logits. For those it raises UnsupportedRequest naming eager/blocked;
-it never falls back silently.
+heads (``enable_gqa``), custom scale, D ≠ Dv, interventions that edit only q, k, v or the heads' outputs
+(a head zeroed, patched or gated: the output edited after the kernel). It cannot: return weights, run
+probes or interventions that edit scores or weights, soft-cap, sink logits. For those it raises
+UnsupportedRequest naming eager/blocked; it never falls back silently.
 
 torch 2.13 returns zeros for a fully masked row (the _safe_softmax of PR #131060), which is
 attnroute's convention; a test pins that.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..interventions import apply_out
 from ..masks import causal_alignment, is_torch_causal
 from ..stages import all_finite
 from ..trace import Trace
@@ -25,8 +27,8 @@ def why_not(req: Request) -> str | None:
     """None when sdpa can run the request, else the reason it cannot."""
     if req.probes:
         return "sdpa holds no weights, so probes cannot read them; use impl='eager' or 'blocked'"
-    if req.interventions:
-        return "sdpa cannot edit scores, weights or per-head outputs; use impl='eager' or 'blocked'"
+    if any(iv.needs_weights() for iv in req.interventions):
+        return "sdpa cannot edit scores or weights; use impl='eager' or 'blocked'"
     if req.softcap:
         return "torch SDPA has no soft-cap; use impl='eager' or 'blocked'"
     if req.sinks is not None:
@@ -89,9 +91,19 @@ def _cached_causal(req: Request, gqa: bool) -> tuple[torch.Tensor, Trace | None]
 
 
 def run(req: Request) -> tuple[torch.Tensor, Trace | None]:
+    """The fused kernel, then the interventions' edits of the heads' outputs (the only edits it allows)."""
     reason = why_not(req)
     if reason:
         raise UnsupportedRequest(reason)
+    out, trace = _fused(req)
+    if req.interventions:
+        out = apply_out(req.interventions, out, 0, req.dims[3], req.layer)
+        if trace is not None:
+            trace.out = out
+    return out, trace
+
+
+def _fused(req: Request) -> tuple[torch.Tensor, Trace | None]:
     B, H, Hkv, Tq, Tk, D, Dv = req.dims
     gqa = H != Hkv
     if req.bias is not None:  # the bias travels as a float mask: bias where a key may be seen, -inf elsewhere
