@@ -50,7 +50,7 @@ class Forward:
         self.interpolate = interpolate or {}  # stream -> callable(x_in of block 0) -> its replacement
         self.rec: dict[tuple, dict] = {}
         self._hooks: list = []
-        # only a forward that edits receivers needs the engine's interventions (which rule out the fused kernels)
+        # only a forward that edits receivers carries interventions (edits of q, k, v: the fused kernel still runs)
         sublayers = [(b, a) for b in layout.blocks for a in (b.attn, b.cross) if a]
         self.interventions = [ReceiverEdit(self, b, a) for b, a in sublayers] if edits is not None else []
 
