@@ -179,6 +179,7 @@ class ReceiverEdit(Intervention):
         mine = g.receivers_of("decoder" if attn.cross else block.stream, block.index)
         kind = "cross" if attn.cross else "self"
         self.receivers = [j for j in mine if g.receivers[j].kind == "head" and g.receivers[j].attention == kind]
+        self.replayed: set[str] = set()  # channels that failed sliced.fit in this forward (rotary q, k): not refitted
 
     def edit_inputs(self, q, k, v):
         if self.fw.edits is None:
@@ -206,9 +207,12 @@ class ReceiverEdit(Intervention):
 
     def _sliced(self, ids: list[int], x, norm, new: dict) -> dict:
         """{channel: Sliced} for this side's channels that are plain projections in this forward (sliced.py)."""
-        channels = {self._channel(j) for j in ids}
+        channels = {self._channel(j) for j in ids} - self.replayed
+        if not channels:
+            return {}
         normed = norm.forward(x[:1]) if norm is not None else x[:1]
         found = {c: fit(self.attn.module, c, normed, new[c]) for c in channels}
+        self.replayed |= {c for c, f in found.items() if f is None}
         return {c: f for c, f in found.items() if f is not None}
 
     def _project(self, edits: list, sliced: dict, norm, x, new: dict) -> None:
