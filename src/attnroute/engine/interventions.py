@@ -8,7 +8,8 @@ group) and optionally a layer, and edits one of four places:
     edit_weights(weights, block)       after normalize    (uniform, substitute)
     edit_out(out, q0, q1)              per-head output    (zero, replace)
 
-Edits are out-of-place and touch only the named heads.
+Edits are out-of-place and touch only the named heads. Only edits of scores or weights need a backend that
+holds them (eager, blocked, rows); the other two run around torch's fused kernel as well (needs_weights).
 """
 
 from __future__ import annotations
