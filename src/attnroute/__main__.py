@@ -1,6 +1,5 @@
 """`python -m attnroute …` (what `torchrun -m attnroute …` runs on every rank)."""
 
-import os
 import signal
 import sys
 
@@ -27,12 +26,9 @@ def leave(code: int) -> None:
     user must see; what the command had to write or refuse was settled before 130 was returned."""
     if code != 130:
         sys.exit(code)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe: nothing more can be said
-            pass
-    os._exit(130)
+    from .errors import exit_now
+
+    exit_now(130)
 
 
 try:

@@ -69,4 +69,25 @@ def deferred_interrupt():
         raise KeyboardInterrupt
 
 
-__all__ = ["InputError", "InputTypeError", "Interrupted", "SEEN", "deferred_interrupt", "was_interrupted"]
+def exit_now(code: int) -> None:
+    """End the process with ``code`` at once, stdout and stderr flushed first, the interpreter's own shutdown
+    skipped (os._exit): after a Ctrl-C, when what the command had to write or refuse is settled (or nothing is
+    open yet), a shutdown that runs Python code can still be cut by the next Ctrl-C."""
+    import os
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
+            stream.flush()
+    os._exit(code)
+
+
+__all__ = [
+    "InputError",
+    "InputTypeError",
+    "Interrupted",
+    "SEEN",
+    "deferred_interrupt",
+    "exit_now",
+    "was_interrupted",
+]

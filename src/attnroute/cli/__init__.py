@@ -24,7 +24,7 @@ import contextlib
 import re
 import sys
 
-from ..errors import SEEN, InputError, Interrupted, was_interrupted
+from ..errors import SEEN, InputError, Interrupted, exit_now, was_interrupted
 from . import bench, check, cost, experiments, heads, learn, patching, report, serve
 from .common import later_rank
 
@@ -66,7 +66,8 @@ def _watch_interrupts() -> None:
         SEEN.append(sig)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if _importing(frame):  # nothing of the user's is open yet: leave now rather than raise into C++
-            _leave_now()
+            print("interrupted", file=sys.stderr)
+            exit_now(130)
         raise KeyboardInterrupt
 
     with contextlib.suppress(ValueError):  # not the main thread
@@ -83,16 +84,6 @@ def _importing(frame) -> bool:
             return True
         frame = frame.f_back
     return False
-
-
-def _leave_now() -> None:
-    import os
-
-    print("interrupted", file=sys.stderr)
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
-            stream.flush()
-    os._exit(130)
 
 
 def _run(args, parser, argv) -> int:
