@@ -194,10 +194,9 @@ class ReceiverEdit(Intervention):
             if not found:
                 continue
             sliced = self._sliced(ids, x, norm, new)
-            edits = [tuple(e) for e in found.values()]
-            self._project(edits, sliced, norm, x, new)
-            replayed = [([j for j in js if self._channel(j) not in sliced], r, c) for js, r, c in edits]
-            replayed = [e for e in replayed if e[0]]
+            fast = {j for j in ids if self._channel(j) in sliced}
+            projected, replayed = _split(list(found.values()), fast)
+            self._project(projected, sliced, norm, x, new)
             if replayed:
                 self._replay(_slots(replayed), x, norm, key, new)
         return new["q"], new["k"], new["v"]
@@ -219,12 +218,9 @@ class ReceiverEdit(Intervention):
         """Receivers on a sliced channel: each correction's input normed once, each receiver's head projected."""
         cloned: set = set()
         for js, rows, corr in edits:
-            mine = [j for j in js if self._channel(j) in sliced]
-            if not mine:
-                continue
             xs = x[rows] + corr.to(x.dtype)
             normed = norm.forward(xs) if norm is not None else xs
-            for j in mine:
+            for j in js:
                 rc = self.fw.graph.receivers[j]
                 if rc.channel not in cloned:
                     new[rc.channel] = new[rc.channel].clone()
@@ -269,6 +265,17 @@ class ReceiverEdit(Intervention):
                     rc = self.fw.graph.receivers[j]
                     t = new[rc.channel] = new[rc.channel].clone()
                     t[rows_j, rc.head] = fresh[rc.channel][i * rows + rows_j, rc.head].to(t.dtype)
+
+
+def _split(edits: list, fast: set) -> tuple[list, list]:
+    """Edits [receivers, rows, correction] as (those of the receivers in ``fast``, the others), empty ones dropped."""
+    parts: tuple[list, list] = ([], [])
+    for js, rows, corr in edits:
+        for part, want in zip(parts, (True, False), strict=True):
+            mine = [j for j in js if (j in fast) == want]
+            if mine:
+                part.append((mine, rows, corr))
+    return parts
 
 
 def _tile(obj, rows: int, m: int):
