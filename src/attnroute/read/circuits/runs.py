@@ -80,9 +80,12 @@ class EdgeRun:
         and its result is returned."""
         batch = _repeat(batch_of(self.loaded, ids), copies)
         ivs = [*fw.interventions, *interventions]
-        # the gradient pass (before_attend hooks, no edits) may take the fused kernel (memory O(T)); every run
-        # whose metric is compared — recordings, patched runs, circuits — takes the engine's eager path alike
-        impl = "auto" if hooks and not ivs else "eager"
+        # every forward here — the recordings, the gradient pass, patched runs, circuits — takes the same
+        # backend: a circuit's only edits are of receivers' inputs (ReceiverEdit: q, k, v, none needing the
+        # weights), so "auto" picks torch's fused kernel wherever the model's attention allows it and the
+        # engine's eager path elsewhere, alike for runs whose metrics are compared. Eager on Whisper's 1,500
+        # encoder frames was a quarter of a clip circuit's time (65.6 s → 49.6 s, the same numbers).
+        impl = "auto"
         if start:
             return run_from(self.loaded, start, self.base_blocks, batch, ivs, copies, self.blocks, impl, **self.kwargs)
         with routed(self.loaded, interventions=ivs, impl=impl, **hooks):
