@@ -21,7 +21,8 @@ def test_the_two_stacks_have_the_same_budget():
 
 @pytest.fixture(scope="module")
 def short():
-    return feedforward.run(feedforward.FFSettings(vocab=32, steps=300, every=100))
+    # 150 steps: permutation solved (0.008 nats) and the table learned (0.17), measured
+    return feedforward.run(feedforward.FFSettings(vocab=32, steps=150, every=50))
 
 
 def test_permutation_is_within_reach_of_routing_alone(short):
@@ -31,7 +32,7 @@ def test_permutation_is_within_reach_of_routing_alone(short):
 
 def test_the_table_is_learned_and_the_verdict_says_so(short):
     table = {r["model"]: r for r in short["runs"] if r["task"] == "table"}
-    assert table["with FF"]["final"] < short["chance"] - 1.0  # it learned something real in 300 steps
+    assert table["with FF"]["final"] < short["chance"] - 1.0  # it learned something real in 150 steps
     assert all(r["curves"]["loss"][0] > short["chance"] - 0.3 for r in short["runs"])  # from chance
     lines = short["verdict"]["lines"]
     assert "Same budget" in lines[0] and lines[1].startswith("Permutation") and lines[2].startswith("Table")

@@ -62,7 +62,7 @@ def test_gradients_take_no_step_and_leave_nothing_behind():
 
 
 def test_unscaled_training_stalls_where_scaled_learns():
-    s = scale.ScaleSettings(steps=800, every=100)
+    s = scale.ScaleSettings(steps=600, every=100)  # the scaled run learns between steps 500 and 600 (0.68 → 2.9 nats)
     eval_batch = scale.TASK.sample(64, torch.Generator().manual_seed(5))
     scaled = scale.run_one(s, 64, True, eval_batch)
     unscaled = scale.run_one(s, 64, False, eval_batch)

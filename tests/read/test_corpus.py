@@ -265,6 +265,19 @@ def _cli(model, out, *extra, env=None):
     ]
 
 
+def _in_process(argv: list[str], threads: int | None = None) -> None:
+    """The command of ``argv`` (as _cli builds it) run by this process's main(): a child's start-up (importing
+    torch and transformers, ~8 s) is only worth paying where the test needs a process to kill or a rank."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        assert main(argv[3:]) == 0
+    finally:
+        torch.set_num_threads(before)
+
+
 def _rows(path):
     d = json.loads(Path(path).read_text())
     return d, {(r["layer"], r["head"]): r for r in d["rows"]}
@@ -273,7 +286,7 @@ def _rows(path):
 def test_two_gloo_ranks_equal_one_process(tiny, tmp_path):
     model, _ = tiny
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(_cli(model, tmp_path / "one.json"), check=True, capture_output=True, env=env, timeout=300)
+    _in_process(_cli(model, tmp_path / "one.json"), threads=1)  # the ranks' one thread each
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [
         str(torchrun),
@@ -448,7 +461,7 @@ def test_killed_at_random_points_then_resumed_equals_one_read(tiny, tmp_path):
     """SIGKILL after a random number of checkpoints, twice in a row, then a run to the end."""
     model, _ = tiny
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    subprocess.run(_cli(model, tmp_path / "whole.json"), check=True, capture_output=True, env=env, timeout=300)
+    _in_process(_cli(model, tmp_path / "whole.json"))  # only a killed run needs a process of its own
     ck = tmp_path / "ck.safetensors"
     rng = np.random.default_rng(7)
     for _ in range(2):
@@ -467,13 +480,7 @@ def test_killed_at_random_points_then_resumed_equals_one_read(tiny, tmp_path):
                 break
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
-    subprocess.run(
-        _cli(model, tmp_path / "resumed.json", "--checkpoint", str(ck), "--checkpoint-every", "1"),
-        check=True,
-        capture_output=True,
-        env=env,
-        timeout=300,
-    )
+    _in_process(_cli(model, tmp_path / "resumed.json", "--checkpoint", str(ck), "--checkpoint-every", "1"))
     (whole, a), (resumed, b) = _rows(tmp_path / "whole.json"), _rows(tmp_path / "resumed.json")
     assert a == b and whole["n_tokens"] == resumed["n_tokens"] and whole["n_documents"] == resumed["n_documents"]
 
