@@ -10,6 +10,7 @@ its quantization_config.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -28,6 +29,7 @@ import torch
 from .bundled import MODELS, cache_dir, model_path
 from .bundled import package_dir as bundled_package_dir
 from .errors import InputError, was_interrupted
+from .files import umask
 
 # In a Jupyter kernel without ipywidgets, tqdm.auto (imported by transformers and huggingface_hub) warns
 # "IProgress not found" on import. Those bars are not attnroute's (its own, progress.NotebookBar, needs no
@@ -485,33 +487,68 @@ def _load_gguf_cached(gguf: Path, say):
     # converted before: the header check (2-3 s of GGUFReader) is only paid when converting.
     regular_file(gguf)
     target = cache_dir() / f"{gguf.stem}-{content_key(gguf)}"
-    if (target / "model.safetensors").exists() and (target / "attnroute-complete").exists():
-        say(f"loading {gguf.name} from the safetensors cache {target}")
-        try:
-            return _load_dir(target, lambda m: None)
-        except ModelLoadError as e:  # a damaged cache is rebuilt, not reported forever
-            not_an_interrupt()  # a Ctrl-C mid-read is not damage
-            say(f"the cache {target} could not be read ({e}); rebuilding it")
-            shutil.rmtree(target, ignore_errors=True)
+    if (hit := _from_cache(target, gguf.name, say)) is not None:
+        return hit
     check_gguf(gguf)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    say(f"dequantizing {gguf.name} (once, then cached: 20 s for SmolLM2, 50 s for Gemma 3 on one core)")
-    try:
-        with one_gguf_parse():
-            model, info = AutoModelForCausalLM.from_pretrained(
-                gguf.parent, gguf_file=gguf.name, dtype=torch.float32, output_loading_info=True
-            )
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    except Exception as e:  # noqa: BLE001  (a malformed GGUF fails in many ways inside transformers)
-        not_an_interrupt()
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ModelLoadError(
-            f"{gguf}: not a readable GGUF file (transformers could not load it: {first[:200]})"
-        ) from None
-    refuse_partial_weights(gguf, info)
-    write_cache(target, model, tokenizer, say)
+    with one_converter(target, say):
+        if (hit := _from_cache(target, gguf.name, say)) is not None:  # converted while this process waited
+            return hit
+        say(f"dequantizing {gguf.name} (once, then cached: 20 s for SmolLM2, 50 s for Gemma 3 on one core)")
+        try:
+            with one_gguf_parse():
+                model, info = AutoModelForCausalLM.from_pretrained(
+                    gguf.parent, gguf_file=gguf.name, dtype=torch.float32, output_loading_info=True
+                )
+                tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        except Exception as e:  # noqa: BLE001  (a malformed GGUF fails in many ways inside transformers)
+            not_an_interrupt()
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ModelLoadError(
+                f"{gguf}: not a readable GGUF file (transformers could not load it: {first[:200]})"
+            ) from None
+        refuse_partial_weights(gguf, info)
+        write_cache(target, model, tokenizer, say)
     return model.eval(), tokenizer, "causal"
+
+
+def _from_cache(target: Path, name: str, say):
+    """(model, tokenizer, kind) from a complete cache entry; None when there is none. A damaged entry is
+    removed (and rebuilt by the caller), not reported forever."""
+    if not (target / "attnroute-complete").exists():
+        return None
+    say(f"loading {name} from the safetensors cache {target}")
+    try:
+        return _load_dir(target, lambda m: None)
+    except ModelLoadError as e:
+        not_an_interrupt()  # a Ctrl-C mid-read is not damage
+        say(f"the cache {target} could not be read ({e}); rebuilding it")
+        shutil.rmtree(target, ignore_errors=True)
+        return None
+
+
+@contextlib.contextmanager
+def one_converter(target: Path, say):
+    """One process converts a model into ``target`` at a time (flock on ``.NAME.lock`` beside the entry): test
+    workers or torchrun ranks on a fresh cache otherwise each spend the conversion (50 s for Gemma 3) and all
+    but one throw theirs away. One that waited finds the entry complete and loads it. The lock file stays:
+    removing it would let a third process lock a new file while a waiter still holds the old one."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target.with_name(f".{target.name}.lock"), os.O_CREAT | os.O_RDWR, 0o666 & ~umask())
+    except OSError:  # a read-only cache: convert unlocked (write_cache then says it could not write)
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another process converting into {target}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 @contextlib.contextmanager
@@ -598,17 +635,14 @@ def _load_ct2_cached(folder: Path, say):
     check_folder(folder)
     regular_file(folder / "model.bin")
     target = cache_dir() / f"whisper-{content_key(folder / 'model.bin')}"
-    if (target / "attnroute-complete").exists():
-        say(f"loading {folder.name} from the safetensors cache {target}")
-        try:
-            return _load_dir(target, lambda m: None)
-        except ModelLoadError as e:
-            not_an_interrupt()
-            say(f"the cache {target} could not be read ({e}); rebuilding it")
-            shutil.rmtree(target, ignore_errors=True)
-    say(f"converting the CTranslate2 Whisper in {folder} (once; a few seconds)")
-    model, tokenizer = build(folder)
-    write_cache(target, model, tokenizer, say)
+    if (hit := _from_cache(target, folder.name, say)) is not None:
+        return hit
+    with one_converter(target, say):
+        if (hit := _from_cache(target, folder.name, say)) is not None:  # converted while this process waited
+            return hit
+        say(f"converting the CTranslate2 Whisper in {folder} (once; a few seconds)")
+        model, tokenizer = build(folder)
+        write_cache(target, model, tokenizer, say)
     return model, tokenizer, "seq2seq"
 
 

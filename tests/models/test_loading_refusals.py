@@ -179,3 +179,45 @@ def test_cache_entries_appear_whole_even_when_two_writers_race(tmp_path):
     assert said == [] and (target / "attnroute-complete").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m-0123"]  # no staging folder left behind
     assert set(load_file(target / "model.safetensors")) >= {"model.embed_tokens.weight"}
+
+
+def test_one_process_converts_while_the_others_wait_and_load_its_entry(tmp_path, monkeypatch):
+    """Two loaders of one model on a fresh cache (test workers, torchrun ranks): one converts, the other waits
+    on the entry's lock and loads what the first wrote — the conversion is paid once, not once per loader."""
+    import threading
+
+    from attnroute.bundled import model_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = model_path("whisper-tiny")  # a CTranslate2 folder: converted in seconds
+    said: list[str] = []
+    got = []
+    loaders = [threading.Thread(target=lambda: got.append(models._load_ct2_cached(folder, said.append))) for _ in "ab"]
+    for t in loaders:
+        t.start()
+    for t in loaders:
+        t.join()
+    assert sum(m.startswith("converting") for m in said) == 1, said
+    assert sum(m.startswith("loading") for m in said) == 1, said  # the one that waited read the entry
+    assert len(got) == 2 and all(kind == "seq2seq" for _, _, kind in got)
+    a, b = (dict(model.named_parameters()) for model, _, _ in got)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_conversion_lock_waits_for_its_holder_and_says_so(tmp_path):
+    import threading
+
+    target, said, order = tmp_path / "m-0123", [], []
+
+    def second():
+        with models.one_converter(target, said.append):
+            order.append(2)
+
+    with models.one_converter(target, said.append):
+        other = threading.Thread(target=second)
+        other.start()
+        other.join(0.5)
+        assert other.is_alive() and said == [f"waiting for another process converting into {target}"]
+        order.append(1)
+    other.join(10)
+    assert order == [1, 2]
