@@ -79,3 +79,21 @@ def test_the_command_prints_and_writes_the_scores(tmp_path, capsys):
     d = json.loads(out.read_text())
     assert len(d["k"]) == 2 and d["k"][1][0][0][0] is None  # a sender after its receiver: no score
     assert "L0.H3 → L1.H1" in capsys.readouterr().out
+
+
+def test_the_circuits_weight_scores_are_computed_once_per_model_until_a_weight_changes(tmp_path, monkeypatch):
+    loaded = load(str(build("llama", tmp_path)))
+    calls = []
+    real = composition_module.head_matrices
+    monkeypatch.setattr(composition_module, "head_matrices", lambda *a: calls.append(1) or real(*a))
+    first, stream = composition_module.weight_scores(loaded)
+    again, _ = composition_module.weight_scores(loaded)
+    assert len(calls) == 1 and again is first and stream == "decoder"
+    with torch.no_grad():
+        w = loaded.model.model.layers[1].self_attn.q_proj.weight
+        w.add_(torch.randn(w.shape, generator=torch.Generator().manual_seed(0)))  # in place: its version moves
+    changed, _ = composition_module.weight_scores(loaded)
+    assert len(calls) == 2 and not np.allclose(changed["q"][0], first["q"][0], equal_nan=True)
+    want = _direct(loaded.model)
+    for kind in "qkv":
+        np.testing.assert_allclose(changed[kind], want[kind], atol=1e-5)

@@ -39,7 +39,7 @@ from ..ground.prompts import tokenize_pairs
 from ..ground.settle import SettleRule, measure_first, settle
 from ..ground.stats import agreement, mean_ci, mean_ci_rows
 from .clips import clip_run_inputs
-from .composition import head_matrices, scores_of
+from .composition import weight_scores
 from .estimate import eap
 from .graph import Graph
 from .layout import discover
@@ -550,8 +550,7 @@ def with_composition(loaded, layout, rows: list[dict]) -> None:
     """Each head → head edge of one stream's self-attention gets ``composition``: the weight-only Q-, K- or
     V-composition score of its channel (composition.py); for a kv head's k or v, the largest over the query
     heads that read it. Every other edge gets None."""
-    mats = head_matrices(loaded, layout)
-    scores, stream = scores_of(mats), mats["stream"]
+    scores, stream = weight_scores(loaded, layout)
     G = layout.heads // max(1, layout.kv_heads)
     for row in rows:
         s, r = row["sender"], row["receiver"]
