@@ -491,7 +491,8 @@ def test_torchrun_with_one_damaged_rank_checkpoint_refuses_once_on_every_rank(ti
     torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node", "2"]
     ck = tmp_path / "ck"
     cmd = [*torchrun, "-m", "attnroute", *_cli(model, tmp_path / "two.json", "--checkpoint", str(ck))[3:]]
-    subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=300)
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
     damaged = tmp_path / "ck.rank1-of-2"
     damaged.write_bytes(damaged.read_bytes()[:100])
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)

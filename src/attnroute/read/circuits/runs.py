@@ -246,10 +246,14 @@ class CircuitEdits:
     def __init__(self, run: EdgeRun, masks: list[np.ndarray]):
         self.run, self.masks, self.n = run, np.stack(masks), run.n
         self.parts = run.sender_parts()
+        self.index = {part: _index(ss) for part, ss in self.parts.items()}  # a slice where the senders are a run
         self.D: dict[tuple, torch.Tensor] = {}  # part -> D_S of its senders over every copy [s, k·n, T, d]
-        # receivers of one read point whose circuits hold the same edges get the same correction: computed
-        # once, and the same object handed to each, so the forward replays their inputs once (stream.py)
-        self.memo: dict[tuple, list] = {}
+        self.at_point: dict[tuple, list[int]] = {}  # read point -> the receivers that read it
+        for j, point in enumerate(run.graph.read_points):
+            self.at_point.setdefault(point, []).append(j)
+        # read point -> (its input x, {receiver: correction}): a point's receivers are corrected together, and
+        # receivers whose circuits hold the same edges get the same object, so the forward replays them once
+        self.done: dict[tuple, tuple[torch.Tensor, dict[int, list]]] = {}
 
     def _part(self, part: tuple, fw) -> torch.Tensor:
         """D_S = w_S(this forward) − w_S(ablated) for one part's senders, computed once per forward."""
@@ -263,33 +267,53 @@ class CircuitEdits:
     def corr(self, receiver: int, x, fw) -> list:
         """Per copy: x_R(ablated) − x + Σ_{S in its circuit} D_S, or −Σ_{S outside} D_S where fewer senders are
         outside than inside (the same number: this forward's residual is the ablated one plus every D_S)."""
-        edges_of = self.run.graph.matrix[:, receiver]  # (S,)
-        valid = edges_of >= 0
-        on = self.masks[:, np.maximum(edges_of, 0)] & valid  # (k, S): the edge is in copy c's circuit
-        use_inside = on.sum(1) <= (valid & ~on).sum(1)  # (k,)
-        coef = np.where(use_inside[:, None], on, -(valid & ~on).astype(int)).astype(np.float32)
-        if not use_inside.any() and not coef.any():
-            return []  # every edge inside in every copy: the receiver reads this forward's residual as it is
-        key = (self.run.graph.read_points[receiver], use_inside.tobytes(), coef.tobytes())
-        if key not in self.memo:
-            self.memo[key] = self._correction(receiver, x, fw, coef, use_inside)
-        return self.memo[key]
+        point = self.run.graph.read_points[receiver]
+        if point not in self.done or self.done[point][0] is not x:
+            self.done[point] = (x, self._corrections(self.at_point[point], x, fw))
+        return self.done[point][1].get(receiver, [])
 
-    def _correction(self, receiver: int, x, fw, coef: np.ndarray, use_inside: np.ndarray) -> list:
+    def _corrections(self, receivers: list[int], x, fw) -> dict[int, list]:
+        """Every receiver of one read point at once: one product per sender part for all their distinct
+        circuits (a receiver-by-receiver sum read each part's D once per receiver: most of a circuit's time)."""
         k, n = len(self.masks), self.n
-        acc = torch.zeros(k, n, *x.shape[1:], dtype=torch.promote_types(x.dtype, torch.float32))
+        edges = self.run.graph.matrix[:, receivers]  # (S, R)
+        valid = edges >= 0
+        on = self.masks[:, np.maximum(edges, 0)] & valid  # (k, S, R): the edge is in copy c's circuit
+        off = valid & ~on
+        inside = on.sum(1) <= off.sum(1)  # (k, R)
+        coef = np.where(inside[:, None], on, -off.astype(int)).astype(np.float32)  # (k, S, R)
+        patterns: dict[bytes, list[int]] = {}  # distinct (inside, coef) -> the receivers (positions) sharing it
+        for i in range(len(receivers)):
+            if inside[:, i].any() or coef[:, :, i].any():  # else: every edge inside in every copy, nothing to do
+                patterns.setdefault(inside[:, i].tobytes() + coef[:, :, i].tobytes(), []).append(i)
+        if not patterns:
+            return {}
+        first = [group[0] for group in patterns.values()]
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        c = torch.from_numpy(np.ascontiguousarray(coef[:, :, first].transpose(0, 2, 1))).to(dtype)  # (k, U, S)
+        use = torch.from_numpy(inside[:, first])  # (k, U)
+        used = c.abs().sum((0, 1)) > 0  # (S,): senders some circuit here adds or takes off
+        acc = torch.zeros(k, len(first), n * int(np.prod(x.shape[1:])), dtype=dtype)  # (k, U, n·T·d)
         for part, ss in self.parts.items():
-            c = coef[:, ss]
-            if not c.any():
-                continue
-            D = self._part(part, fw).view(len(ss), k, n, *x.shape[1:])
-            acc += torch.einsum("ks,skntd->kntd", torch.from_numpy(c).to(acc.dtype), D.to(acc.dtype))
-        base = self.run.ablated_read(self.run.graph.receivers[receiver]).to(acc.dtype)
-        base = base.expand(n, *x.shape[1:]) if base.shape[0] == 1 else base
-        start = (base[None] - x.to(acc.dtype).view(k, n, *x.shape[1:])) * torch.from_numpy(use_inside).to(
-            acc.dtype
-        ).view(k, 1, 1, 1)
-        return [(torch.arange(k * n), (acc + start).reshape(k * n, *x.shape[1:]))]
+            at = self.index[part]
+            if used[at].any():  # (k, U, s) @ (k, s, n·T·d)
+                D = self._part(part, fw).view(len(ss), k, -1).transpose(0, 1).to(dtype)
+                acc += c[:, :, at] @ D
+        acc = acc.view(k, len(first), n, *x.shape[1:])
+        xs = x.to(dtype).view(k, n, *x.shape[1:])
+        out: dict[int, list] = {}
+        for u, group in enumerate(patterns.values()):
+            base = self.run.ablated_read(self.run.graph.receivers[receivers[group[0]]]).to(dtype)
+            base = base.expand(n, *x.shape[1:]) if base.shape[0] == 1 else base
+            start = (base[None] - xs) * use[:, u].to(dtype).view(k, 1, 1, 1)
+            found = [(torch.arange(k * n), (acc[:, u] + start).reshape(k * n, *x.shape[1:]))]
+            out.update({receivers[i]: found for i in group})
+        return out
+
+
+def _index(ss: list[int]):
+    """A part's senders as a slice when they are consecutive (they are: senders are listed part by part)."""
+    return slice(ss[0], ss[-1] + 1) if ss == list(range(ss[0], ss[-1] + 1)) else torch.tensor(ss)
 
 
 # ---------------------------------------------------------------- the decomposition check
