@@ -41,7 +41,7 @@ from ..ground.stats import agreement, mean_ci, mean_ci_rows
 from .clips import clip_run_inputs
 from .composition import weight_scores
 from .estimate import eap
-from .graph import Graph
+from .graph import Graph, where_read
 from .layout import discover
 from .nodes import resolve_edges
 from .qkfix import QK_BUDGET
@@ -239,7 +239,7 @@ def _run(loaded, layout, graph, s: CircuitSettings, groups, shard, metric, asked
     st = store.state
     base = st["m_corrupt" if s.direction == "denoising" else "m_clean"]
     say("stage", f"clean {np.nanmean(st['m_clean']):.3f}, corrupt {np.nanmean(st['m_corrupt']):.3f}: path patching")
-    settled = _settle(pool, s, store, base, asked, say)
+    settled = _settle(pool, graph, s, store, base, asked, say)
     say("stage", "circuits of the top edges, run whole: the faithfulness curve")
     value = _ranking_value(st["est"], st["values.edges"], base)
     circ = Curve(pool, shard, N, E, say).run(np.argsort(-np.abs(value), kind="stable"), s, st)
@@ -314,7 +314,7 @@ def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say) -> dict:
     }
 
 
-def _settle(pool: RunPool, s: CircuitSettings, store: Store, base, asked: list[int], say) -> dict:
+def _settle(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, base, asked: list[int], say) -> dict:
     est, values = store.state["est"], store.state["values.edges"]
     measure = lambda idx: _measure(pool, idx, store, values, say)  # noqa: E731
     if asked:
@@ -322,7 +322,8 @@ def _settle(pool: RunPool, s: CircuitSettings, store: Store, base, asked: list[i
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
     if s.exact == "all" or isinstance(s.exact, int):
         n = len(order) if s.exact == "all" else min(int(s.exact), len(order))
-        return {"rule": str(s.exact), **measure_first(order, n, measure, 3 * SETTLE_STEP)}
+        block = lambda e: where_read(graph.receivers[graph.pairs[e][1]])  # noqa: E731  (EdgeRun.measure groups by it)
+        return {"rule": str(s.exact), **measure_first(order, n, measure, 3 * SETTLE_STEP, group=block)}
     rule = SettleRule(top=s.top, limit=s.limit)
     delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731
     return {"rule": rule.describe(), **settle(order, measure, delta, rule, estimate=est.mean(1))}

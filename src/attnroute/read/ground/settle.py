@@ -127,12 +127,29 @@ def finite_or_none(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def measure_first(order: Sequence[int], n: int, measure: Callable[[list[int]], None], chunk: int) -> dict:
-    """Measure the first ``n`` of ``order`` (every one when n = len(order)) in rounds of ``chunk``."""
+def measure_first(
+    order: Sequence[int], n: int, measure: Callable[[list[int]], None], chunk: int, group: Callable | None = None
+) -> dict:
+    """Measure the first ``n`` of ``order`` (every one when n = len(order)) in rounds of at least ``chunk``
+    (each round is saved to the checkpoint by ``measure``).
+
+    ``group(i)``: the forward component i is measured in (a head's layer, an edge's receiver block). All n are
+    measured whatever their order, so a round holds whole groups: a round of 30 in estimate order touched ~19
+    of SmolLM2's 30 layers, one forward each (171 forwards for its 270 heads instead of 30; 36 s → 19 s)."""
     order = [int(i) for i in order][:n]
-    for i in range(0, len(order), chunk):
-        measure(order[i : i + chunk])
-    return {"measured": len(order), "rounds": max(1, -(-len(order) // chunk))}
+    by: dict = {}
+    for k, i in enumerate(order):
+        by.setdefault(k if group is None else group(i), []).append(i)
+    rounds, this = 0, []
+    for members in by.values():  # whole groups, at least ``chunk`` components a round (the last may be short)
+        this += members
+        if len(this) >= chunk:
+            measure(this)
+            rounds, this = rounds + 1, []
+    if this or not rounds:
+        measure(this)
+        rounds += 1
+    return {"measured": len(order), "rounds": rounds}
 
 
 __all__ = ["Band", "SettleRule", "band", "exact_top", "measure_first", "settle", "settle_said"]

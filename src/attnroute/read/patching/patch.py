@@ -280,7 +280,8 @@ def _settle(pool: RunPool, comps, store: Store, site: str, s: PatchSettings, say
     measure = lambda idx: _measure(pool, comps, idx, store, values, say, site)  # noqa: E731
     if s.exact == "all" or isinstance(s.exact, int):
         n = len(order) if s.exact == "all" else min(int(s.exact), len(order))
-        return {"rule": f"{s.exact}", **measure_first(order, n, measure, 3 * SETTLE_STEP)}
+        layer = lambda i: comps[i].layer  # noqa: E731  (one restarted forward per layer of a round)
+        return {"rule": f"{s.exact}", **measure_first(order, n, measure, 3 * SETTLE_STEP, group=layer)}
     rule = SettleRule(top=s.top)
     delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731  (what the estimate estimates)
     info = settle(order, measure, delta, rule, estimate=est.mean(1))

@@ -1,0 +1,67 @@
+"""The settle rule and measure_first on synthetic estimates: what is measured, how often, in which rounds."""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attnroute.read.ground.settle import SettleRule, measure_first, settle
+
+
+@given(n=st.integers(1, 60), chunk=st.integers(1, 20), groups=st.integers(1, 8), seed=st.integers(0, 99))
+def test_measure_first_measures_each_once_in_rounds_of_whole_groups(n, chunk, groups, seed):
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(80)
+    group = lambda i: int(i) % groups  # noqa: E731
+    rounds: list[list[int]] = []
+    info = measure_first(order, n, rounds.append, chunk, group=group)
+    seen = [i for r in rounds for i in r]
+    assert sorted(seen) == sorted(order[:n].tolist())  # the first n, each once
+    assert info == {"measured": n, "rounds": len(rounds)}
+    assert all(len(r) >= chunk for r in rounds[:-1])  # only the last round may be short
+    firsts = {}
+    for k, r in enumerate(rounds):  # a group is never split across rounds with another group between
+        for i in r:
+            firsts.setdefault(group(i), k)
+    for g in firsts:
+        spans = [k for k, r in enumerate(rounds) if any(group(i) == g for i in r)]
+        assert spans == list(range(spans[0], spans[0] + len(spans))) and len(spans) == 1
+
+
+@given(seed=st.integers(0, 999), noise=st.floats(0.0, 0.5))
+def test_a_settled_top_is_the_true_top_when_the_estimate_errs_within_what_it_measured(seed, noise):
+    rng = np.random.default_rng(seed)
+    exact = rng.normal(size=200) * np.geomspace(3, 0.01, 200)
+    est = exact + rng.uniform(-noise, noise, size=200)
+    # the largest error is among the first measured, so the band it sets bounds every other error
+    worst = int(np.argmax(np.abs(est)))
+    est[worst] = exact[worst] + (noise if est[worst] >= exact[worst] else -noise)
+    order = np.argsort(-np.abs(est), kind="stable")
+    measured: list[int] = []
+    rule = SettleRule(first=10, step=5, top=5)
+    info = settle(order, measured.extend, lambda idx: exact[idx], rule, estimate=est)
+    assert len(measured) == len(set(measured)) == info["measured"]
+    assert info["settled"]
+    top = set(np.argsort(-np.abs(exact))[:5].tolist())
+    got = set(sorted(measured, key=lambda i: -abs(exact[i]))[:5])
+    assert got == top
+
+
+def test_a_fooling_estimate_is_measured_once_a_measured_error_widens_the_band():
+    """The issue's case: components whose estimates are near zero but whose exact effects are large are not
+    in the estimate's top; a measured component that erred as much widens the band until they are measured."""
+    exact = np.array([1.0, 0.9, 0.05, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.95])
+    est = exact.copy()
+    est[[0, 9]] = 0.1, 0.02  # saturated: the linear estimate says little
+    est[2] = 0.8  # among the first measured, off by 0.75
+    order = np.argsort(-np.abs(est), kind="stable")
+    measured: list[int] = []
+    info = settle(order, measured.extend, lambda idx: exact[idx], SettleRule(first=3, step=2, top=3), estimate=est)
+    assert {0, 9} <= set(measured) and info["settled"]
+    assert np.isclose(info["band"], 0.93)  # the largest error once all are seen: 0.95 estimated 0.02
+    assert set(sorted(measured, key=lambda i: -exact[i])[:3]) == {0, 9, 1}
+    # without that measured error nothing says the estimate is wrong: the rule stops at the estimate's top
+    est[2] = exact[2]
+    measured.clear()
+    order = np.argsort(-np.abs(est), kind="stable")
+    info = settle(order, measured.extend, lambda idx: exact[idx], SettleRule(first=3, step=2, top=3), estimate=est)
+    assert 9 not in measured and info["band"] == 0.0
