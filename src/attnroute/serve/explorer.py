@@ -235,7 +235,7 @@ class Explorer:
         from ..read.adapter import routed
 
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        with routed(self.loaded, interventions=interventions, impl="eager"):
+        with routed(self.loaded, interventions=interventions, impl="auto"):
             out = self.loaded.model(**batch)
         if self.loaded.causal:
             return out.logits[0, -1].float()

@@ -182,7 +182,7 @@ def _nll(p: float) -> float:
 
 
 def _logits(loaded, batch, interventions) -> torch.Tensor:
-    with torch.no_grad(), routed(loaded, interventions=interventions, impl="eager"):
+    with torch.no_grad(), routed(loaded, interventions=interventions, impl="auto"):
         return loaded.model(**batch).logits[0].float()  # (T, V)
 
 
