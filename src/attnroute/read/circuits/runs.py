@@ -289,26 +289,33 @@ class CircuitEdits:
         if not patterns:
             return {}
         first = [group[0] for group in patterns.values()]
-        dtype = torch.promote_types(x.dtype, torch.float32)
+        dtype, shape = torch.promote_types(x.dtype, torch.float32), x.shape[1:]
         c = torch.from_numpy(np.ascontiguousarray(coef[:, :, first].transpose(0, 2, 1))).to(dtype)  # (k, U, S)
-        use = torch.from_numpy(inside[:, first])  # (k, U)
-        used = c.abs().sum((0, 1)) > 0  # (S,): senders some circuit here adds or takes off
-        acc = torch.zeros(k, len(first), n * int(np.prod(x.shape[1:])), dtype=dtype)  # (k, U, n·T·d)
-        for part, ss in self.parts.items():
-            at = self.index[part]
-            if used[at].any():  # (k, U, s) @ (k, s, n·T·d)
-                D = self._part(part, fw).view(len(ss), k, -1).transpose(0, 1).to(dtype)
-                acc += c[:, :, at] @ D
-        acc = acc.view(k, len(first), n, *x.shape[1:])
-        xs = x.to(dtype).view(k, n, *x.shape[1:])
+        use = inside[:, first]  # (k, U)
+        acc = self._sums(c, fw, dtype, n * shape.numel()).view(k, len(first), n, *shape)
+        # the ablated residual is the read point's, the same for all its receivers: x_R(ablated) − x once
+        base = self.run.ablated_read(self.run.graph.receivers[receivers[0]]).to(dtype)
+        start = (base.expand(n, *shape) if base.shape[0] == 1 else base)[None] - x.to(dtype).view(k, n, *shape)
         out: dict[int, list] = {}
         for u, group in enumerate(patterns.values()):
-            base = self.run.ablated_read(self.run.graph.receivers[receivers[group[0]]]).to(dtype)
-            base = base.expand(n, *x.shape[1:]) if base.shape[0] == 1 else base
-            start = (base[None] - xs) * use[:, u].to(dtype).view(k, 1, 1, 1)
-            found = [(torch.arange(k * n), (acc[:, u] + start).reshape(k * n, *x.shape[1:]))]
+            for copy in np.flatnonzero(use[:, u]).tolist():
+                acc[copy, u] += start[copy]  # in place: a pattern's input is its slice of acc
+            found = [(torch.arange(k * n), acc[:, u].reshape(k * n, *shape))]
             out.update({receivers[i]: found for i in group})
         return out
+
+    def _sums(self, c: torch.Tensor, fw, dtype, size: int) -> torch.Tensor:
+        """Σ_S c[copy, u, S] · D_S for every copy and pattern, [k, U, size = n·T·d]: the parts some circuit here uses,
+        stacked, in one product (a product per part re-read and re-wrote the whole [k, U, n·T·d] each time:
+        most of a Whisper circuit's time, with 48 cross-attention receivers reading one encoder output)."""
+        k, U, _ = c.shape
+        used = c.abs().sum((0, 1)) > 0  # (S,): senders some circuit here adds or takes off
+        parts = [(part, ss) for part, ss in self.parts.items() if used[self.index[part]].any()]
+        if not parts:
+            return torch.zeros(k, U, size, dtype=dtype)
+        cols = torch.cat([torch.arange(len(used))[self.index[part]] for part, _ in parts])
+        D = torch.cat([self._part(part, fw).reshape(len(ss), k, -1) for part, ss in parts]).to(dtype)  # (S', k, ·)
+        return c[:, :, cols] @ D.transpose(0, 1)
 
 
 def _index(ss: list[int]):
