@@ -283,24 +283,29 @@ def _rows(path):
     return d, {(r["layer"], r["head"]): r for r in d["rows"]}
 
 
-def test_two_gloo_ranks_equal_one_process(tiny, tmp_path):
-    model, _ = tiny
+def _torchrun(model, out: Path, ck: Path) -> subprocess.CompletedProcess:
+    """The corpus read by two gloo ranks under torchrun (``--standalone``: a free port found by torchrun
+    itself, so two runs on one machine never collide), checkpointed to ``ck``."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node", "2"]
+    cmd = [*torchrun, "-m", "attnroute", *_cli(model, out, "--checkpoint", str(ck))[3:]]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tiny, tmp_path_factory):
+    """One torchrun launch (two processes importing torch: ~20 s) shared by the tests that need one."""
+    where = tmp_path_factory.mktemp("ranks")
+    return where, _torchrun(tiny[0], where / "two.json", where / "ck")
+
+
+def test_two_gloo_ranks_equal_one_process(tiny, two_ranks, tmp_path):
+    model, _ = tiny
     _in_process(_cli(model, tmp_path / "one.json"), threads=1)  # the ranks' one thread each
-    torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [
-        str(torchrun),
-        "--nproc-per-node",
-        "2",
-        "--standalone",  # a free port found by torchrun itself: two runs on one machine never collide
-        "-m",
-        "attnroute",
-        *_cli(model, tmp_path / "two.json")[3:],
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    where, done = two_ranks
     assert done.returncode == 0, done.stderr[-2000:]
     one, a = _rows(tmp_path / "one.json")
-    two, b = _rows(tmp_path / "two.json")
+    two, b = _rows(where / "two.json")
     assert two["meta"]["ranks"] == 2 and one["n_tokens"] == two["n_tokens"] and one["n_documents"] == two["n_documents"]
     for key, ra in a.items():
         rb = b[key]
@@ -485,17 +490,14 @@ def test_killed_at_random_points_then_resumed_equals_one_read(tiny, tmp_path):
     assert a == b and whole["n_tokens"] == resumed["n_tokens"] and whole["n_documents"] == resumed["n_documents"]
 
 
-def test_torchrun_with_one_damaged_rank_checkpoint_refuses_once_on_every_rank(tiny, tmp_path):
-    model, _ = tiny
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node", "2"]
-    ck = tmp_path / "ck"
-    cmd = [*torchrun, "-m", "attnroute", *_cli(model, tmp_path / "two.json", "--checkpoint", str(ck))[3:]]
-    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+def test_torchrun_with_one_damaged_rank_checkpoint_refuses_once_on_every_rank(tiny, two_ranks, tmp_path):
+    where, first = two_ranks
     assert first.returncode == 0, first.stderr[-3000:]
+    for shard in where.glob("ck.rank*-of-2"):  # the finished two-rank checkpoint, copied: the fixture's stays whole
+        (tmp_path / shard.name).write_bytes(shard.read_bytes())
     damaged = tmp_path / "ck.rank1-of-2"
     damaged.write_bytes(damaged.read_bytes()[:100])
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    done = _torchrun(tiny[0], tmp_path / "two.json", tmp_path / "ck")
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert done.returncode != 0 and len(errors) == 1, done.stderr[-3000:]
     assert errors[0].startswith("error: --checkpoint: rank 1: checkpoint") and "is damaged" in errors[0]
