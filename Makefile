@@ -37,14 +37,15 @@ format: venv
 	$(BIN)/ruff check --fix .
 
 # Two pytest-xdist workers, one torch thread each (tests/conftest.py): the suite's tensors are small, so two
-# processes on one core each finish sooner than one on two. loadscope keeps a module's fixtures in one worker.
+# processes on one core each finish sooner than one on two. loadscope keeps a module's fixtures in one worker;
+# modules are handed out in collection order, the longest first (conftest.FIRST).
 # --durations: the 15 slowest tests, printed at the end of every run (CI's log keeps them).
 test: lint browser
-	$(BIN)/python -m pytest -q -n 2 --dist loadscope --durations=15
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15
 
 # The inner loop: no real model, no training (the `slow` marker, tests/conftest.py), seconds to a minute.
 test-fast: venv
-	$(BIN)/python -m pytest -q -n 2 --dist loadscope -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder -m "not slow"
 
 report: venv
 	$(BIN)/attnroute report --out routing-report.html
