@@ -168,7 +168,7 @@ def test_prompt_pair_mode_patches_and_verifies_a_route(smollm2_server):
         page.dispatch_event("#circuit-graph line.edge >> nth=0", "click")
         wait_until(page, "document.querySelector('#circuit-graph line.edge').dataset.exact !== undefined", 120)
         assert "exact Δ logit-diff" in page.text_content("#circuit-note")
-    assert abs(clicked - verified) <= 1e-3 * max(1.0, abs(verified))  # a whole eager rerun vs a restart
+    assert abs(clicked - verified) <= 1e-3 * max(1.0, abs(verified))  # a whole rerun vs route attribution's restart
     assert events["errors"] == []
 
 

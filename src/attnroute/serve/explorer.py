@@ -230,8 +230,8 @@ class Explorer:
 
     @torch.no_grad()
     def outputs(self, ids: torch.Tensor, interventions: list) -> torch.Tensor:
-        """Causal: the last position's logits [V] on the eager path (knockout's own measurement);
-        encoder: the mean-pooled sentence embedding [C]."""
+        """Causal: the last position's logits [V] as `knockout` measures them (attend's auto choice: the fused
+        kernel on every layer no cut touches); encoder: the mean-pooled sentence embedding [C]."""
         from ..read.adapter import routed
 
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}

@@ -146,10 +146,10 @@ def measure_first(
         if len(this) >= chunk:
             measure(this)
             rounds, this = rounds + 1, []
-    if this or not rounds:
+    if this:
         measure(this)
         rounds += 1
-    return {"measured": len(order), "rounds": rounds}
+    return {"measured": len(order), "rounds": max(1, rounds)}
 
 
 __all__ = ["Band", "SettleRule", "band", "exact_top", "measure_first", "settle", "settle_said"]
