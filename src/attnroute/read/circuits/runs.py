@@ -246,7 +246,6 @@ class CircuitEdits:
     def __init__(self, run: EdgeRun, masks: list[np.ndarray]):
         self.run, self.masks, self.n = run, np.stack(masks), run.n
         self.parts = run.sender_parts()
-        self.index = {part: _index(ss) for part, ss in self.parts.items()}  # a slice where the senders are a run
         self.D: dict[tuple, torch.Tensor] = {}  # part -> D_S of its senders over every copy [s, k·n, T, d]
         self.at_point: dict[tuple, list[int]] = {}  # read point -> the receivers that read it
         for j, point in enumerate(run.graph.read_points):
@@ -273,8 +272,8 @@ class CircuitEdits:
         return self.done[point][1].get(receiver, [])
 
     def _corrections(self, receivers: list[int], x, fw) -> dict[int, list]:
-        """Every receiver of one read point at once: one product per sender part for all their distinct
-        circuits (a receiver-by-receiver sum read each part's D once per receiver: most of a circuit's time)."""
+        """Every receiver of one read point at once: one product for all their distinct circuits (_sums; a
+        receiver-by-receiver sum read each part's D once per receiver: most of a circuit's time)."""
         k, n = len(self.masks), self.n
         edges = self.run.graph.matrix[:, receivers]  # (S, R)
         valid = edges >= 0
@@ -310,17 +309,12 @@ class CircuitEdits:
         most of a Whisper circuit's time, with 48 cross-attention receivers reading one encoder output)."""
         k, U, _ = c.shape
         used = c.abs().sum((0, 1)) > 0  # (S,): senders some circuit here adds or takes off
-        parts = [(part, ss) for part, ss in self.parts.items() if used[self.index[part]].any()]
+        parts = [(part, ss) for part, ss in self.parts.items() if used[ss].any()]
         if not parts:
             return torch.zeros(k, U, size, dtype=dtype)
-        cols = torch.cat([torch.arange(len(used))[self.index[part]] for part, _ in parts])
+        cols = torch.tensor([s for _, ss in parts for s in ss])
         D = torch.cat([self._part(part, fw).reshape(len(ss), k, -1) for part, ss in parts]).to(dtype)  # (S', k, ·)
         return c[:, :, cols] @ D.transpose(0, 1)
-
-
-def _index(ss: list[int]):
-    """A part's senders as a slice when they are consecutive (they are: senders are listed part by part)."""
-    return slice(ss[0], ss[-1] + 1) if ss == list(range(ss[0], ss[-1] + 1)) else torch.tensor(ss)
 
 
 # ---------------------------------------------------------------- the decomposition check
