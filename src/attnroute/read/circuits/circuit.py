@@ -43,6 +43,7 @@ from .composition import weight_scores
 from .estimate import eap
 from .graph import Graph, where_read
 from .layout import discover
+from .means import GroupMeans, check_lengths
 from .nodes import resolve_edges
 from .qkfix import QK_BUDGET
 from .runs import EdgeRun
@@ -133,6 +134,8 @@ class CircuitResult(Result):
                 f"the top {ch['k']:,} edges ({ch['k'] / max(1, m['edges']):.2%}) reach faithfulness "
                 f"{ch['faithfulness']:.2f} (target {c['target']:.2f}); CPR {c['cpr']:.3f}, CMD {c['cmd']:.3f}"
             )
+        elif c and c.get("cpr") is None:  # M(full) = M(empty): no gap for a circuit to close
+            lines.append(f"faithfulness is undefined: {c['chosen'].get('reason', 'the full and empty circuits agree')}")
         elif c:
             lines.append(f"no circuit on the curve reached faithfulness {c['target']:.2f}; CPR {c['cpr']:.3f}")
         return {
@@ -158,13 +161,14 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
         return _clip_circuit(s, fn, metric_name, say)
     pairs = s.read_pairs()  # the prompts are read and checked before the weights load
     if not isinstance(s.model, LoadedModel) and (facts := model_facts(s.model)) is not None:
-        tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)
+        _check_groups(s, pairs, tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)[0])
         check_sizes(s.edges or (), facts)
     with process_group() as (rank, world), contextlib.ExitStack() as held:
         ck = Path(s.checkpoint) if rank == 0 and s.checkpoint is not None else None
         agree(world, lambda: held.enter_context(exclusive(ck)))  # one writer per checkpoint, before the weights
         loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
         groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)
+        _check_groups(s, pairs, groups)
         for g in groups:
             loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
         say("stage", "finding the residual stream's writers and readers (one short forward)")
@@ -184,6 +188,11 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
                 "to resume",
                 resume=str(s.checkpoint),
             ) from None
+
+
+def _check_groups(s: CircuitSettings, pairs, groups) -> None:
+    if s.ablation == "mean":
+        check_lengths(groups, pairs)
 
 
 def check_sizes(labels, facts) -> None:
@@ -230,7 +239,8 @@ def _shard_groups(loaded, pairs, shard: Shard, metric) -> list:
 def _run(loaded, layout, graph, s: CircuitSettings, groups, shard, metric, asked, record, say, key):
     (fn, metric_name), N, E = metric, shard.n, len(graph)
     chunks = chunk_groups(groups, RUN_TOKENS)
-    make = lambda g: EdgeRun(loaded, layout, graph, g, fn, s.direction, s.ablation)  # noqa: E731
+    means = GroupMeans(layout, graph) if s.ablation == "mean" else None
+    make = lambda g: EdgeRun(loaded, layout, graph, g, fn, s.direction, s.ablation, means)  # noqa: E731
     pool = RunPool(make, chunks, lambda g: _run_bytes(graph, layout, len(g.rows) * g.length))
     shapes = {"m_clean": (N,), "m_corrupt": (N,), "est": (E, N), "values.edges": (E, N)}
     store = Store("circuit", key, s.checkpoint, shapes, shard)
@@ -240,6 +250,8 @@ def _run(loaded, layout, graph, s: CircuitSettings, groups, shard, metric, asked
     base = st["m_corrupt" if s.direction == "denoising" else "m_clean"]
     say("stage", f"clean {np.nanmean(st['m_clean']):.3f}, corrupt {np.nanmean(st['m_corrupt']):.3f}: path patching")
     settled = _settle(pool, graph, s, store, base, asked, say)
+    if means is not None:
+        means.fill(pool, shard, say)
     say("stage", "circuits of the top edges, run whole: the faithfulness curve")
     value = _ranking_value(st["est"], st["values.edges"], base)
     circ = Curve(pool, shard, N, E, say).run(np.argsort(-np.abs(value), kind="stable"), s, st)
@@ -419,6 +431,12 @@ class Curve:
 
     def _smallest(self, ks: list[int], order: np.ndarray, target: float) -> dict:
         f = {k: self.faithfulness(k)[0] for k in ks}
+        if f[self.E] is None:
+            m = float(np.mean(self.M[self.E]))
+            return {
+                "k": None,
+                "reason": f"the full and the empty circuit give the same metric ({m:.4g}): no gap to close",
+            }
         hit = next((i for i, k in enumerate(ks) if f[k] is not None and f[k] >= target), None)
         if hit is None:
             return {"k": None, "reason": f"no circuit on the curve reached faithfulness {target}"}

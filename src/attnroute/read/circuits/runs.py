@@ -19,8 +19,8 @@ model restarts at the receiver's block from the base run's recorded block output
 — the ablated run's residual plus what the circuit's edges carry from this very forward. Because a pre-LN
 stream is exactly the sum of its senders' writes (and constant biases, checked in layout.py), the empty
 circuit *is* the ablated run and the full one the clean run; both are measured and reported. The ablated
-run is the corrupt one, or (``ablation="mean"``) the mean over the prompts of the clean run's writes,
-position by position.
+run is the corrupt one, or (``ablation="mean"``) the mean of the clean run's writes, position by position,
+over every prompt of the run's length — all runs and ranks (means.py).
 
 **EAP** (Syed et al. 2310.10348): est(S → R) = Σ_t Δ_S[t] · ∂M/∂x_R[t] on the base run, for every edge
 from one forward and one backward: the receivers' gradients are the metric's gradients at their q, k, v
@@ -48,9 +48,10 @@ DELTA_BYTES = 512 << 20  # senders' deltas kept between uses (the rest recompute
 
 
 class EdgeRun:
-    def __init__(self, loaded, layout: Layout, graph: Graph, group, metric, direction: str, ablation: str):
+    def __init__(self, loaded, layout: Layout, graph: Graph, group, metric, direction: str, ablation: str, means=None):
         self.loaded, self.layout, self.graph, self.group = loaded, layout, graph, group
         self.metric, self.direction, self.ablation = metric, direction, ablation
+        self.means = means  # mean ablation: the means over every clean prompt of this length (means.py)
         self.n = len(group.rows)
         self.blocks = layer_stack(loaded)
         self._writes: dict = {}
@@ -128,18 +129,26 @@ class EdgeRun:
 
     def ablated(self, part: tuple) -> dict[int, torch.Tensor]:
         """The writes edges outside a circuit carry for one part (stream, block, part): the corrupt run's, or
-        the clean run's mean over prompts. Kept: every circuit forward reads them."""
+        each sender's mean clean write over every prompt of this length (GroupMeans, [1, T, d]). Kept: every
+        circuit forward reads them."""
         if part not in self._writes:
-            rec = self.corrupt if self.ablation == "corrupt" else self.clean
-            w = sender_writes(self.layout, self.graph, rec, *part)
-            self._writes[part] = w if self.ablation == "corrupt" else {s: x.mean(0, keepdim=True) for s, x in w.items()}
+            if self.ablation == "corrupt":
+                self._writes[part] = sender_writes(self.layout, self.graph, self.corrupt, *part)
+            else:
+                senders = [s for s, x in enumerate(self.graph.senders) if part_of(x) == part]
+                self._writes[part] = {s: self._means().write(self.group.length, s) for s in senders}
         return self._writes[part]
 
-    def ablated_read(self, receiver) -> torch.Tensor:
+    def ablated_read(self, receiver: int) -> torch.Tensor:
+        """What ``receiver`` (an index) reads in the ablated run: the corrupt run's, or the mean over prompts."""
         if self.ablation == "corrupt":
-            return read_value(self.layout, self.corrupt, receiver)
-        x = read_value(self.layout, self.clean, receiver)
-        return x.mean(0, keepdim=True).expand_as(x)
+            return read_value(self.layout, self.corrupt, self.graph.receivers[receiver])
+        return self._means().read(self.group.length, receiver)
+
+    def _means(self):
+        if self.means is None or self.group.length not in self.means.means:
+            raise RuntimeError("mean ablation: GroupMeans.fill must run before the first circuit")
+        return self.means
 
     def delta(self, s: int) -> torch.Tensor:
         """Δ_S = w_S(source) − w_S(base) [n, T, d]."""
@@ -293,7 +302,7 @@ class CircuitEdits:
         use = inside[:, first]  # (k, U)
         acc = self._sums(c, fw, dtype, n * shape.numel()).view(k, len(first), n, *shape)
         # the ablated residual is the read point's, the same for all its receivers: x_R(ablated) − x once
-        base = self.run.ablated_read(self.run.graph.receivers[receivers[0]]).to(dtype)
+        base = self.run.ablated_read(receivers[0]).to(dtype)
         start = (base.expand(n, *shape) if base.shape[0] == 1 else base)[None] - x.to(dtype).view(k, n, *shape)
         out: dict[int, list] = {}
         for u, group in enumerate(patterns.values()):
