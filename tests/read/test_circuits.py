@@ -417,6 +417,25 @@ def test_path_patch_is_one_edge_of_the_circuit(tiny_dir):
     np.testing.assert_allclose(one["edge"]["values"], want, atol=1e-6)
 
 
+def test_a_text_encoder_decoder_runs_whole_and_only_self_attention_heads_get_composition(tmp_path):
+    """T5 through ar.circuit: its decoder reads the start token alone, where the weight-only composition once
+    replayed position 1 of a one-position stream and crashed. A decoder self-attention head → head edge carries
+    ar.composition's score; an edge out of a cross-attention head none (its W_O is not the one scored: it once
+    borrowed the self-attention head's)."""
+    loaded = load(str(build("t5", tmp_path)))
+    r = ar.circuit(loaded, PAIRS, exact=0).to_dict()
+    checks = r["circuit"]["checks"]
+    assert checks["full"]["max_abs_diff"] < 1e-5 and checks["empty"]["max_abs_diff"] < 1e-5
+    comp = ar.composition(loaded).to_dict()
+    scored = [e for e in r["edges"] if e["composition"] is not None]
+    assert scored and all(e["sender"]["attention"] == e["receiver"]["attention"] == "self" for e in scored)
+    e = next(e for e in scored if e["receiver"]["channel"] == "q")
+    s, rc = e["sender"], e["receiver"]
+    assert e["composition"] == pytest.approx(comp["q"][s["layer"]][s["head"]][rc["layer"]][rc["head"]])
+    cross = [e for e in r["edges"] if e["sender"].get("attention") == "cross" and e["receiver"]["kind"] == "head"]
+    assert cross and all(e["composition"] is None for e in cross)
+
+
 MEAN_PAIRS = (
     PromptPair("the cat sat on the mat and", "the dog sat on the mat and", " the", " a"),
     PromptPair("a bird flew over the house and", "a fish flew over the house and", " the", " a", row=2),

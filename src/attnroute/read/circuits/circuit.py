@@ -574,7 +574,8 @@ def with_composition(loaded, layout, rows: list[dict]) -> None:
     for row in rows:
         s, r = row["sender"], row["receiver"]
         same = s.get("stream", stream) == stream and r.get("stream", stream) == stream
-        ok = same and s["kind"] == "head" and r["kind"] == "head" and r.get("attention", "self") == "self"
+        selfs = s.get("attention", "self") == r.get("attention", "self") == "self"  # a cross head's W_O is not scored
+        ok = same and s["kind"] == "head" and r["kind"] == "head" and selfs
         if not ok:
             row["composition"] = None
             continue

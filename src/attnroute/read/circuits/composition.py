@@ -176,16 +176,23 @@ def _projections(a, r: dict, qk_norms: dict) -> tuple[torch.Tensor, ...]:
     """W_Q, W_K, W_V of one attention in the residual basis (its input norm folded in): the module replayed
     on the d unit vectors at position AT (then on zero, whose answer — the biases — is taken off). Any one
     position will do: the scores are ratios, and a rotation applied to both q and k cancels in W_QK."""
-    x = r["x_in"][:, AT : AT + 1]
+    at = _position(r["x_in"])
+    x = r["x_in"][:, at : at + 1]
     d = x.shape[-1]
     frozen = frozen_norm(a.norm, x, a.norm(x)) if a.norm is not None else None
     M = frozen[0](torch.eye(d, dtype=torch.float32)).reshape(d, d) if frozen else torch.eye(d)
     rows = torch.cat([M, torch.zeros(1, d)])[:, None]  # [d + 1, 1, d]: one position each
-    args, kwargs = _sliced(r["call"], [AT], r["x_in"].shape[1])
-    with _frozen_qk_norms(a.module, qk_norms, [AT]):
+    args, kwargs = _sliced(r["call"], [at], r["x_in"].shape[1])
+    with _frozen_qk_norms(a.module, qk_norms, [at]):
         q, k, v = replay(a.module, _tile(args, 1, d + 1), _tile(kwargs, 1, d + 1), hidden_states=rows.to(x.dtype))
     # [d + 1, heads, 1, D] -> [heads, D, d]: column i is the answer to unit vector i
     return tuple((t[:d, :, 0] - t[d:, :, 0]).permute(1, 2, 0).double() for t in (q, k, v))
+
+
+def _position(x: torch.Tensor) -> int:
+    """AT, or the last position of a stream shorter than that (a text encoder–decoder's decoder reads its
+    start token alone: one position, and the replay at AT found nothing to read)."""
+    return min(AT, x.shape[1] - 1)
 
 
 def _output(layout, b, r: dict) -> torch.Tensor:
@@ -197,7 +204,8 @@ def _output(layout, b, r: dict) -> torch.Tensor:
     O = W.view(W.shape[0], H, -1).permute(1, 0, 2)  # [H, d, Dv]
     if a.post is not None:
         inp, y = r["post"]
-        frozen = frozen_norm(a.post, inp[:, AT : AT + 1], y[:, AT : AT + 1])
+        at = _position(inp)
+        frozen = frozen_norm(a.post, inp[:, at : at + 1], y[:, at : at + 1])
         d = W.shape[0]
         Mp = frozen[0](torch.eye(d)).reshape(d, d).double()  # row i: the post-norm's answer to unit vector i
         O = torch.einsum("ed,hev->hdv", Mp, O)
