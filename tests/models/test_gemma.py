@@ -157,3 +157,22 @@ def test_the_report_of_gemma_counts_its_window_in_the_kv_card(gemma):
     assert len(rep.data["roles"]) == 18 and len(rep.data["tokens"]) == len(gemma.tokenizer(IOI).input_ids)
     per_position = 2 * 256 * 2  # keys and values, one kv head of 256, fp16
     assert card["at_context_fp16"] == (15 * 512 + 3 * card["context"]) * per_position
+
+
+def test_why_and_composition_read_gemmas_per_head_qk_norms(gemma):
+    """Gemma 3 norms q and k per head after moving the heads forward ([B, H, T, D]). The QK split and the weight
+    replay once sliced that tensor's heads axis as if it held the positions: `why` and `composition` both
+    crashed on this model (and so did the composition column of every Gemma circuit)."""
+    import numpy as np
+
+    import attnroute as ar
+
+    w = ar.why(gemma, IOI, head="L13.H3", query=14, key=2).to_dict()  # " to" → " Mary", indices as ints
+    assert w["meta"]["sliced"] and w["meta"]["said"] == "query '14' → [14], key '2' → [2]"
+    q_total = sum(t["total"] for t in w["totals"]["query_side"])
+    k_total = sum(t["total"] for t in w["totals"]["key_side"])
+    assert q_total == pytest.approx(w["score"], rel=1e-6) and k_total == pytest.approx(w["score"], rel=1e-6)
+    c = ar.composition(gemma).to_dict()
+    for channel in ("q", "k", "v"):
+        scores = np.array(c[channel], dtype=float)  # [sender layer, head, receiver layer, head], NaN where not later
+        assert scores.shape == (18, 4, 18, 4) and 0 < np.nanmin(scores) and np.nanmax(scores) < 1

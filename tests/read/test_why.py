@@ -35,7 +35,8 @@ def _adds_up(r: dict) -> None:
         ("llama", "L1.H3", "11", "4"),  # grouped queries (4 heads on 2 kv heads), rotary
         ("gemma2", "L1.H2", "11", "7"),  # soft-cap, post-norms, a window of 6
         ("mistral", "L1.H1", "11", "9"),  # sliding window
-        ("qwen3", "L1.H0", "12", "8"),  # QK-norm inside the attention module
+        ("qwen3", "L1.H0", "12", "8"),  # QK-norm inside the attention module, on [B, T, H, D]
+        ("gemma3_text", "L1.H0", 12, 8),  # QK-norm after the heads move forward, [B, H, T, D]; indices as ints
         ("gpt_oss", "L1.H3", "11", "9"),  # sinks, output-projection biases
         ("t5", "E1.H2", "7", "2"),  # an encoder's relative position bias
         ("t5", "L1.xH1", "0", "4"),  # cross-attention: query side in the decoder, key side in the encoder
@@ -163,3 +164,28 @@ def test_smollm2_previous_token_head_writes_what_the_induction_head_keys_on():
     assert r["meta"]["routes"] >= len(words) - 1  # the first word has no leading space: its repeat differs
     keys = [t["component"]["label"] for t in r["totals"]["key_side"][:3]]
     assert "L16.H0" in keys
+
+
+def test_the_positions_axis_of_a_qk_norm_is_found_or_refused_not_guessed():
+    """A QK-norm's input is [B, T, H, D] (Qwen3) or [B, H, T, D] (Gemma 3): the positions are the axis of size T.
+    With as many heads as tokens either could be: refused in one line."""
+    from attnroute.read.circuits.layout import CircuitUnsupported
+    from attnroute.read.circuits.qk import _seq_axis
+
+    assert _seq_axis(torch.zeros(1, 4, 9, 16), 9, "Gemma3RMSNorm") == 2
+    assert _seq_axis(torch.zeros(1, 9, 4, 16), 9, "Qwen3RMSNorm") == 1
+    assert _seq_axis(torch.zeros(1, 9, 64), 9, "Olmo2RMSNorm") == 1  # normed over every head at once
+    with pytest.raises(CircuitUnsupported, match="ambiguous"):
+        _seq_axis(torch.zeros(1, 4, 4, 16), 4, "Gemma3RMSNorm")
+
+
+def test_positions_from_python_are_indices_or_words_and_nothing_else():
+    from attnroute.errors import InputTypeError
+    from attnroute.settings import KnockoutSettings, WhySettings
+
+    why = WhySettings(text="a b c d", head="L1.H0", query=[3, 2], key=0)
+    assert (why.query, why.key) == ("3,2", "0")
+    assert KnockoutSettings(text="a b c", source=2, target="a").source == "2"
+    for bad in (1.5, True, [], [1, "x"], -1, ""):
+        with pytest.raises(InputTypeError, match="query must be a word of the text or token indices"):
+            WhySettings(text="a b c d", head="L1.H0", query=bad, key=0)

@@ -91,6 +91,23 @@ def exact_count(value) -> int | str:
     raise InputError(f"exact must be a number of heads (≥ 0) or 'all', got {value!r}", field="exact")
 
 
+def position_spec(value, name: str, *, optional: bool = False) -> str | None:
+    """A position as the resolvers read it: a word of the text or indices '3,4'. From Python an index (3) or a
+    list of them ([3, 4]) is the same request; anything else is refused naming the field."""
+    if value is None and optional:
+        return None
+    index = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
+    if index(value):
+        return str(value)
+    if isinstance(value, list | tuple) and value and all(index(v) for v in value):
+        return ",".join(map(str, value))
+    if isinstance(value, str) and value.strip():
+        return value
+    raise InputTypeError(
+        f"{name} must be a word of the text or token indices ('3,4', 3 or [3, 4]), got {value!r}", field=name
+    )
+
+
 def nonempty_text(value, name: str, *, optional: bool = True) -> str | None:
     if value is None and optional:
         return None

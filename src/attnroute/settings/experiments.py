@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..promptset import METRICS, MetricArg, metric_setting
-from .base import SEED_MAX, ModelArg, Settings, integer, integers, nonempty_text, opt, set_field
+from .base import SEED_MAX, ModelArg, Settings, integer, integers, nonempty_text, opt, position_spec, set_field
 from .read import DEFAULT_MODEL, MODEL_DOC
 
 
@@ -45,8 +45,7 @@ class KnockoutSettings(Settings):
     def __post_init__(self):
         nonempty_text(self.text, "text", optional=False)
         for name in ("source", "target"):
-            if not str(getattr(self, name)).strip():
-                raise InputError(f"{name} is empty: give a word of the text or token indices", field=name)
+            set_field(self, name, position_spec(getattr(self, name), name))
         integer(self.window, "window", 1)
         integer(self.seed, "seed", 0, SEED_MAX)
         set_field(self, "heads", heads_list(self.heads))

@@ -18,6 +18,7 @@ from .base import (
     nonempty_text,
     number,
     opt,
+    position_spec,
     set_field,
 )
 from .read import DEFAULT_MODEL, MODEL_DOC, SETTLE_TOP
@@ -301,6 +302,8 @@ class WhySettings(Settings):
         nonempty_text(self.text, "text")
         nonempty_text(self.audio, "audio")
         set_field(self, "head", _node(self.head, "head", HEAD, "L18.H6, E2.H0, L3.xH2"))
+        for name in ("query", "key"):
+            set_field(self, name, position_spec(getattr(self, name), name, optional=True))
         integer(self.top, "top", 1)
         if self.text is None and self.audio is None:
             raise InputError("why reads a text: give it (or audio, on a speech model)", field="text")

@@ -183,7 +183,7 @@ def _projections(a, r: dict, qk_norms: dict) -> tuple[torch.Tensor, ...]:
     M = frozen[0](torch.eye(d, dtype=torch.float32)).reshape(d, d) if frozen else torch.eye(d)
     rows = torch.cat([M, torch.zeros(1, d)])[:, None]  # [d + 1, 1, d]: one position each
     args, kwargs = _sliced(r["call"], [at], r["x_in"].shape[1])
-    with _frozen_qk_norms(a.module, qk_norms, [at]):
+    with _frozen_qk_norms(a.module, qk_norms, [at], r["x_in"].shape[1]):
         q, k, v = replay(a.module, _tile(args, 1, d + 1), _tile(kwargs, 1, d + 1), hidden_states=rows.to(x.dtype))
     # [d + 1, heads, 1, D] -> [heads, D, d]: column i is the answer to unit vector i
     return tuple((t[:d, :, 0] - t[d:, :, 0]).permute(1, 2, 0).double() for t in (q, k, v))

@@ -103,7 +103,7 @@ def _through_attention(run, rc, x, writes, const, positions: list[int], sliced: 
     if sliced:
         args, kwargs = _sliced((args, kwargs), positions, x.shape[1])
     key = "key_value_states" if kv_cross else "hidden_states"
-    with _frozen_qk_norms(a.module, run.qk_norms.get(a.layer, {}), positions if sliced else None):
+    with _frozen_qk_norms(a.module, run.qk_norms.get(a.layer, {}), positions if sliced else None, x.shape[1]):
         q, k, _ = replay(a.module, _tile(args, 1, C + 2), _tile(kwargs, 1, C + 2), **{key: rows.to(x.dtype)})
     t = (q if rc.channel == "q" else k)[:, rc.head].double()  # [C + 2, P or T, D]
     if not sliced:
@@ -157,14 +157,16 @@ def record_qk_norms(attention_modules) -> tuple[dict, list]:
 
 
 @contextlib.contextmanager
-def _frozen_qk_norms(module, recorded: dict, positions: list[int] | None):
-    """Inside ``module``, each QK-norm replaced by its linear map at the run's σ (sliced to ``positions``
-    along the sequence axis, the axis after the batch in every model read so far; the split is checked)."""
+def _frozen_qk_norms(module, recorded: dict, positions: list[int] | None, T: int):
+    """Inside ``module``, each QK-norm replaced by its linear map at the run's σ, sliced to ``positions`` of the
+    ``T`` along the norm's sequence axis (_seq_axis: Qwen3 norms [B, T, H, D] before the transpose, Gemma 3
+    [B, H, T, D] after it; the split is checked)."""
     saved = {}
     try:
         for norm, (x, y) in recorded.items():
             if positions is not None:
-                x, y = x[:, positions], y[:, positions]
+                axis = _seq_axis(x, T, type(norm).__name__)
+                x, y = x.index_select(axis, torch.tensor(positions)), y.index_select(axis, torch.tensor(positions))
             frozen = frozen_norm(norm, x, y)
             if frozen is None:
                 raise CircuitUnsupported(f"{type(norm).__name__} on the queries or keys is not a LayerNorm or RMSNorm")
@@ -175,6 +177,19 @@ def _frozen_qk_norms(module, recorded: dict, positions: list[int] | None):
     finally:
         for norm, forward in saved.items():
             norm.forward = forward
+
+
+def _seq_axis(x: torch.Tensor, T: int, name: str) -> int:
+    """The axis of a QK-norm's recorded input [B, ·, ·, D] that runs over the T positions: the one of size T
+    (a model norms q and k per head either before or after moving the heads forward). Both of size T — as
+    many heads as tokens — leaves it unknown: refused, not guessed."""
+    axes = [a for a in (1, 2) if x.dim() == 4 and x.shape[a] == T] if x.dim() == 4 else [1]
+    if len(axes) != 1:
+        raise CircuitUnsupported(
+            f"{name} on the queries or keys reads {tuple(x.shape)}: which axis is the {T} positions is ambiguous "
+            "(as many heads as tokens); add or remove a token"
+        )
+    return axes[0]
 
 
 def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
