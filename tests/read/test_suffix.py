@@ -96,6 +96,31 @@ def test_a_window_model_is_never_shortcut_and_says_why(tmp_path):
     assert meta.restart["suffix"]["used"] is False and "sliding windows" in meta.restart["suffix"]["reason"]
 
 
+def test_a_model_whose_cache_holds_other_tensors_reruns_every_row_and_its_knockouts_stay_exact(tmp_path):
+    """DeepSeek's latent attention caches its compressed kv and rotary key part, not the keys and values it
+    attends with: filled with those, the shortcut's cache crashed the first knockout. Now it is not taken (said
+    in meta) and each verified route equals a plain knockout of every row (no attnroute restart)."""
+    import attnroute as ar
+    from attnroute.engine import KnockoutEdges
+    from attnroute.read.adapter import routed
+
+    loaded = load(str(build("deepseek_v3", tmp_path)))
+    text = "the cat sat on the mat and the"
+    r = ar.route_attribution(loaded, text, metric="loss", top=6, verify=3).to_dict()
+    said = r["meta"]["restart"]["suffix"]
+    assert said["used"] is False and "caches keys of shape" in said["reason"]
+    ids = loaded.tokenizer(text, return_tensors="pt").input_ids
+
+    def loss(interventions=()):
+        with torch.no_grad(), routed(loaded, interventions=interventions, impl="eager"):
+            logits = loaded.model(input_ids=ids).logits[0]
+        return float(torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:]))
+
+    for route in [x for x in r["routes"] if x["exact"] is not None]:
+        cut = KnockoutEdges([route["query"]], [route["key"]], [route["head"]], layer=route["layer"])
+        assert route["exact"] == pytest.approx(loss([cut]) - loss(), abs=1e-5)
+
+
 def test_a_mask_transformers_builds_after_a_cache_is_read_as_causal_only_when_it_is():
     """After a KV cache transformers hands a bool mask [B, 1, Tq, Tk]; the adapter calls it causal() (so SDPA
     may skip the future) only when every cell is bottom-right causal — one cell off and it stays a bool mask."""

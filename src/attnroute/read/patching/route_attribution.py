@@ -31,7 +31,7 @@ from ..ground.settle import SettleRule, settle, settle_said
 from ..ground.stats import agreement
 from ..stimuli import tokens_of
 from .routes import CHECKPOINT_FROM, MAX_TOKENS, knockout_one, output_gradients, stream_routes
-from .suffix import Suffix, windowed
+from .suffix import Suffix, cache_differs, windowed
 
 NORM_WEIGHT = "A_ij · ‖W_O^h v_j‖ (Kobayashi et al. 2020); null where the output projection is not a Linear"
 
@@ -264,6 +264,7 @@ def _suffix(loaded, batch, stored, blocks, base, fn, fields_, kwargs, m_base, me
     layer restart too); else None (each knockout reruns every row from its layer), said in meta."""
     why = None if base is not None else "the streaming pass did not record every layer's keys and values"
     why = "not a causal LM without sliding windows" if not loaded.causal or windowed(loaded) else why
+    why = why or cache_differs(loaded, batch, base[0])
     if why is not None:
         meta.restart["suffix"] = {"used": False, "reason": f"{why}: every row rerun"}
         return None

@@ -15,8 +15,9 @@ values and logits of the base run cost nothing when the caller recorded them (ro
 streaming pass is a forward of the base run: it keeps each layer's keys and values as it goes). The shortcut
 must reproduce the base run before it is trusted (``check``: no cut, restarted from the middle layer at the
 middle row, the metric within 1e-4 of the base run's), and is not taken for a model with sliding-window
-layers (a windowed layer's cache keeps only its window) or without one stack of layers: those rerun from
-the route's layer over every row, as before (said in the result).
+layers (a windowed layer's cache keeps only its window), whose cache holds other tensors than the keys and
+values its attention reads (``cache_differs``: DeepSeek's latent attention), or without one stack of
+layers: those rerun from the route's layer over every row, as before (said in the result).
 """
 
 from __future__ import annotations
@@ -40,6 +41,25 @@ def windowed(loaded) -> bool:
     cfg = loaded.model.config
     kinds = getattr(cfg, "layer_types", None) or []
     return bool(getattr(cfg, "sliding_window", None)) or any("sliding" in str(k) for k in kinds)
+
+
+@torch.no_grad()
+def cache_differs(loaded, batch: dict, kv: list) -> str | None:
+    """Why the model's own KV cache cannot be filled with the keys and values its attention reads (``kv``,
+    [B, Hkv, T, D] per layer), or None: one token's forward shows what each layer caches. DeepSeek's latent
+    attention caches its compressed kv and the rotary key part instead (the shortcut once crashed there)."""
+    ids = rows_of(batch)[:1, :1]
+    with routed(loaded, impl="auto"):
+        out = loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+    layers = getattr(out.past_key_values, "layers", None)
+    if layers is None or len(layers) != len(kv):
+        return "the model's KV cache does not hold one layer of keys and values per attention layer"
+    for l, (layer, (k, v)) in enumerate(zip(layers, kv)):
+        for name, got, want in (("keys", layer.keys, k), ("values", layer.values, v)):
+            if got is None or got.shape[1] != want.shape[1] or got.shape[3:] != want.shape[3:]:
+                have = None if got is None else tuple(got.shape)
+                return f"layer {l} caches {name} of shape {have}, not the {tuple(want.shape)} its attention reads"
+    return None
 
 
 class Suffix:
@@ -96,4 +116,4 @@ class Suffix:
         return {"used": diff <= tol, "suffix_check_max_abs_diff": diff, "tolerance": tol}
 
 
-__all__ = ["Suffix", "windowed"]
+__all__ = ["Suffix", "cache_differs", "windowed"]
