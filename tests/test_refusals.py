@@ -654,6 +654,10 @@ def _prompt_cases(t: Path) -> dict:
             ["routes", "a b c", "--answer", " Maryanne-Louise", "--wrong", " x"],
             "single-token answer",
         ),
+        "routes text without the wrong token": (
+            ["routes", "a b c", "--answer", " x"],
+            "no --wrong was given: the metric logit-diff reads answer and wrong",
+        ),
     }
 
 
@@ -679,6 +683,7 @@ PROMPT_CASES = [
     "per-position over lengths",
     "routes over lengths",
     "routes text with many-token answer",
+    "routes text without the wrong token",
 ]
 
 

@@ -190,7 +190,13 @@ def check_pairs(pairs, metric: str, where: str = "prompts", sides=("clean", "cor
             said, field = p.blame(name)
             if value is None or not isinstance(value, str):
                 whose = f"{where} row {p.row} has no {name!r}" if field == "prompts" else f"no `{name}` was given"
-                raise InputError(f"{whose} (this reads {reads}): give a non-empty text", field=field)
+                if name in sides:
+                    raise InputError(f"{whose} (this reads {reads}): give a non-empty text", field=field)
+                raise InputError(
+                    f"{whose}: the metric {metric} reads {' and '.join(METRIC_FIELDS[metric])}; give it (one token "
+                    "with its leading space, e.g. ' Mary'), or choose a metric that does not read it",
+                    field=field,
+                )
             if not value.strip(" \t\r\n") and name in ("clean", "corrupt") or value == "":
                 raise InputError(f"{said} is empty: give a non-empty text", field=field)
     return pairs
