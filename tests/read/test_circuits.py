@@ -539,6 +539,7 @@ REFUSED = [
     (["--edges", "L1.H0"], "--edges"),
     (["--edges", "L99.H0>logits"], "--edges"),
     (["--direction", "sideways"], "--direction"),
+    (["--exact", "some"], "--exact must be settle, all or a number of edges"),
 ]
 
 

@@ -80,15 +80,16 @@ def names(values, name: str, choices: tuple[str, ...], what: str | None = None) 
     return tuple(dict.fromkeys(values))
 
 
-def exact_count(value) -> int | str:
-    """How many heads to ablate exactly: an integer ≥ 0, or "all"."""
-    if value == "all":
-        return "all"
+def exact_count(value, what: str = "heads", settle: bool = False) -> int | str:
+    """How many ``what`` to measure exactly: an integer ≥ 0, or "all" (or "settle", where the verb settles)."""
+    if value == "all" or (settle and value == "settle"):
+        return value
     if isinstance(value, str) and value.strip().isdigit():
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    raise InputError(f"exact must be a number of heads (≥ 0) or 'all', got {value!r}", field="exact")
+    choices = f"settle, all or a number of {what} (≥ 0)" if settle else f"a number of {what} (≥ 0) or 'all'"
+    raise InputError(f"exact must be {choices}, got {value!r}", field="exact")
 
 
 def position_spec(value, name: str, *, optional: bool = False) -> str | None:
