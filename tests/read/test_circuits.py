@@ -540,6 +540,7 @@ REFUSED = [
     (["--edges", "L99.H0>logits"], "--edges"),
     (["--direction", "sideways"], "--direction"),
     (["--exact", "some"], "--exact must be settle, all or a number of edges"),
+    (["--edges", "L5.H1>L18.H6.k"], "--edges: edge 'L5.H1>L18.H6.k': keys and values are read by kv heads"),
 ]
 
 

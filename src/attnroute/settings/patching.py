@@ -199,6 +199,14 @@ def edge_labels(values) -> tuple[tuple[str, str], ...]:
     out = []
     for v in values:
         m = EDGE.match(v) if isinstance(v, str) else None
+        kv = re.search(r"([LE]\d+\.x?)H(\d+)\.([kv])\s*$", v) if isinstance(v, str) and m is None else None
+        if kv is not None:  # a query head named where keys and values are read by kv heads
+            raise InputError(
+                f"edge {v!r}: keys and values are read by kv heads — name the receiver {kv[1]}KV<n>.{kv[3]} (query "
+                f"head {kv[2]} reads kv head {kv[2]} // heads per kv head), or give path_patch receiver="
+                f"'{kv[1]}H{kv[2]}' with channel='{kv[3]}', which maps it",
+                field="edges",
+            )
         if m is None:
             raise InputError(
                 f"edge {v!r} is not SENDER>RECEIVER with nodes such as embed, L5.H1, L5.MLP (senders) and L18.H6.q, "
