@@ -62,7 +62,6 @@ class PairSettings(Settings):
 class PatchSettings(PairSettings):
     """Activation patching between clean and corrupted prompts, measured with ``metric``."""
 
-    COUNTED = "components"  # what exact counts (not a field: no annotation)
     sites: tuple[str, ...] = opt(("head",), f"what is patched: some of {', '.join(PATCH_SITES)}")
     positions: str = opt("all", "all, each (every position: [L, H, T]), token indices or a word of the prompt")
     exact: int | str = opt("settle", "settle (the estimate's top until the exact top holds), all, or a number")
@@ -73,7 +72,7 @@ class PatchSettings(PairSettings):
         self.check_metric_direction()
         set_field(self, "sites", names(self.sites, "sites", PATCH_SITES, "site"))
         set_field(self, "positions", positions_spec(self.positions))
-        set_field(self, "exact", exact_count(self.exact, self.COUNTED, settle=True))
+        set_field(self, "exact", exact_count(self.exact, "components", settle=True))
         integer(self.top, "top", 1)
         pair_fields(self)
 
@@ -222,7 +221,6 @@ class CircuitSettings(ClipPairSettings):
     """Circuits: every edge between heads, MLPs and the embeddings estimated (EAP, EAP-IG), the top settled by
     exact path patching, and the smallest set of edges that carries the behaviour."""
 
-    COUNTED = "edges"  # what exact counts (not a field: no annotation)
     ig_steps: int = opt(1, "the estimate: 1 is EAP; m > 1 is EAP-IG with m interpolation steps")
     exact: int | str = opt("settle", "settle (the estimate's top until the exact top holds), all, or a number")
     top: int = opt(SETTLE_TOP, "the exact top that must stop changing")
@@ -243,7 +241,7 @@ class CircuitSettings(ClipPairSettings):
                 field="metric",
             )
         integer(self.ig_steps, "ig_steps", 1, 64)
-        set_field(self, "exact", exact_count(self.exact, self.COUNTED, settle=True))
+        set_field(self, "exact", exact_count(self.exact, "edges", settle=True))
         integer(self.top, "top", 1)
         integer(self.limit, "limit", 1)
         number(self.faithfulness, "faithfulness", 0, 1)

@@ -40,29 +40,25 @@ class GroupMeans:
         self.layout, self.graph = layout, graph
         self.points = list(dict.fromkeys(graph.read_points))  # distinct read points, in graph order
         self.first = {p: graph.read_points.index(p) for p in self.points}  # a receiver reading each
+        self.slot = {p: len(graph.senders) + i for i, p in enumerate(self.points)}  # its mean's place in a list
         self.means: dict[int, list[torch.Tensor]] = {}  # length -> [senders..., read points...]
 
     def fill(self, pool, shard, say) -> None:
-        """One pass over ``pool``'s runs (this rank's prompts), then every rank's sums added in rank order."""
+        """One pass over ``pool``'s runs (this rank's prompts); every rank's run sums are then added in rank order."""
         say("stage", "mean ablation: every write averaged over the clean prompts of its length")
-        sums: dict[int, tuple[list[torch.Tensor], int, list]] = {}  # length -> (sums, prompts, dtypes)
+        local = []
         for i in range(len(pool)):
             run = pool.get(i)
-            add, dtypes = self._sums(run.clean)
-            if run.group.length in sums:
-                have, n, _ = sums[run.group.length]
-                sums[run.group.length] = ([a + b for a, b in zip(have, add)], n + run.n, dtypes)
-            else:
-                sums[run.group.length] = (add, run.n, dtypes)
+            local.append((run.group.length, run.n, *self._sums(run.clean)))
             pool.done(i)
-        every: dict[int, tuple] = {}
-        for length, (add, n, dtypes) in shard.gather(sorted(sums.items())):
-            have = every.get(length)
-            every[length] = (
-                (add, n, dtypes) if have is None else ([a + b for a, b in zip(have[0], add)], have[1] + n, dtypes)
+        totals: dict[int, tuple] = {}  # length -> (prompts, sums, dtypes)
+        for length, n, add, dtypes in shard.gather(local):
+            have = totals.get(length)
+            totals[length] = (
+                (n, add, dtypes) if have is None else (have[0] + n, [a + b for a, b in zip(have[1], add)], dtypes)
             )
         self.means = {
-            length: [(x / n)[None].to(t) for x, t in zip(add, dtypes)] for length, (add, n, dtypes) in every.items()
+            length: [(x / n)[None].to(t) for x, t in zip(add, dtypes)] for length, (n, add, dtypes) in totals.items()
         }
 
     def _sums(self, rec: dict) -> tuple[list[torch.Tensor], list[torch.dtype]]:
@@ -81,7 +77,7 @@ class GroupMeans:
 
     def read(self, length: int, receiver: int) -> torch.Tensor:
         """The mean of what ``receiver`` reads over those prompts, [1, T, d]."""
-        return self.means[length][len(self.graph.senders) + self.points.index(self.graph.read_points[receiver])]
+        return self.means[length][self.slot[self.graph.read_points[receiver]]]
 
 
 __all__ = ["GroupMeans", "check_lengths"]

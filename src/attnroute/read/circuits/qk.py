@@ -165,8 +165,8 @@ def _frozen_qk_norms(module, recorded: dict, positions: list[int] | None, T: int
     try:
         for norm, (x, y) in recorded.items():
             if positions is not None:
-                axis = _seq_axis(x, T, type(norm).__name__)
-                x, y = x.index_select(axis, torch.tensor(positions)), y.index_select(axis, torch.tensor(positions))
+                axis, at = _seq_axis(x, T, type(norm).__name__), torch.tensor(positions)
+                x, y = x.index_select(axis, at), y.index_select(axis, at)
             frozen = frozen_norm(norm, x, y)
             if frozen is None:
                 raise CircuitUnsupported(f"{type(norm).__name__} on the queries or keys is not a LayerNorm or RMSNorm")
@@ -183,7 +183,7 @@ def _seq_axis(x: torch.Tensor, T: int, name: str) -> int:
     """The axis of a QK-norm's recorded input [B, ·, ·, D] that runs over the T positions: the one of size T
     (a model norms q and k per head either before or after moving the heads forward). Both of size T — as
     many heads as tokens — leaves it unknown: refused, not guessed."""
-    axes = [a for a in (1, 2) if x.dim() == 4 and x.shape[a] == T] if x.dim() == 4 else [1]
+    axes = [a for a in (1, 2) if x.shape[a] == T] if x.dim() == 4 else [1]
     if len(axes) != 1:
         raise CircuitUnsupported(
             f"{name} on the queries or keys reads {tuple(x.shape)}: which axis is the {T} positions is ambiguous "
