@@ -571,16 +571,19 @@ def with_composition(loaded, layout, rows: list[dict]) -> None:
     heads that read it. Every other edge gets None."""
     scores, stream = weight_scores(loaded, layout)
     G = layout.heads // max(1, layout.kv_heads)
+    L, H = scores["q"].shape[:2]
+    # [L, H, L, H or kv heads]: a k or v receiver is a kv head, scored by the most its query heads compose
+    # (fmax skips the NaN of senders at or after the receiver; one lookup per row, not a nanmax per row)
+    table = {
+        ch: scores[ch] if ch == "q" else np.fmax.reduce(scores[ch].reshape(L, H, L, H // G, G), axis=-1)
+        for ch in scores
+    }
     for row in rows:
         s, r = row["sender"], row["receiver"]
         same = s.get("stream", stream) == stream and r.get("stream", stream) == stream
         selfs = s.get("attention", "self") == r.get("attention", "self") == "self"  # a cross head's W_O is not scored
         ok = same and s["kind"] == "head" and r["kind"] == "head" and selfs
-        if not ok:
-            row["composition"] = None
-            continue
-        heads = [r["head"]] if r["channel"] == "q" else list(range(r["head"] * G, (r["head"] + 1) * G))
-        row["composition"] = float(np.nanmax(scores[r["channel"]][s["layer"], s["head"], r["layer"], heads]))
+        row["composition"] = float(table[r["channel"]][s["layer"], s["head"], r["layer"], r["head"]]) if ok else None
 
 
 def _agreements(graph: Graph, rows: list[dict]) -> dict:

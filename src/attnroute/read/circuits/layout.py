@@ -161,7 +161,8 @@ class Finder:
     def __init__(self, watch: Watch, block: torch.nn.Module, exclude: tuple = ()):
         self.w, self.block = watch, block
         inside = {id(m) for e in exclude for m in e.modules()}
-        self.mods = [m for m in watch.order if any(m is x for x in block.modules()) and id(m) not in inside]
+        held = {id(m) for m in block.modules()}  # a set: a search per recorded module cost a second per circuit
+        self.mods = [m for m in watch.order if id(m) in held and id(m) not in inside]
 
     def input(self, m):
         return self.w.inputs.get(id(m))
