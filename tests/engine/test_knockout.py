@@ -83,6 +83,42 @@ def test_auto_runs_sdpa_and_the_touched_rows_and_equals_eager(Tq, extra, G, seed
     torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
 
 
+@given(
+    B=st.integers(2, 4),
+    Tq=st.integers(1, 9),
+    extra=st.integers(0, 5),
+    seed=st.integers(0, 999),
+    impl=st.sampled_from(["eager", "blocked", "auto"]),
+)
+def test_copies_in_one_batch_each_take_their_own_knockout(B, Tq, extra, seed, impl):
+    """``batch``: copies of one input in one call, each item its own cut (or none), equal the cuts run one at a
+    time — the other items untouched — on every backend; knockout.py batches a text's windows this way."""
+    Tk = Tq + extra
+    q, k, v = qkv(1, 4, 2, Tq, Tk, 8, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    cuts = [(torch.randint(0, Tk, (2,), generator=g).tolist(), torch.randint(0, Tk, (2,), generator=g).tolist())]
+    cuts = [cuts[0]] + [(qs, ks) for qs, ks in [cuts[0][::-1]] * (B - 2)] + [([], [])]  # the last item: no cut
+    made = [ar.KnockoutEdges(qs, ks, heads=[1, 2], batch=[b]) for b, (qs, ks) in enumerate(cuts)]
+    kw = {"block_size": 2} if impl == "blocked" else {}
+    together = ar.attend(q.repeat(B, 1, 1, 1), k.repeat(B, 1, 1, 1), v.repeat(B, 1, 1, 1), ar.causal(),
+                         impl=impl, interventions=made, **kw)  # fmt: skip
+    for b, (qs, ks) in enumerate(cuts):
+        alone = ar.attend(q, k, v, ar.causal(), impl=impl, interventions=[ar.KnockoutEdges(qs, ks, heads=[1, 2])], **kw)
+        torch.testing.assert_close(together[b : b + 1], alone, atol=2e-6, rtol=1e-5)
+    assert torch.equal(
+        ar.KnockoutEdges([0], [0], batch=[9]).edit_scores(torch.zeros(2, 1, 1, 1), _Block()), torch.zeros(2, 1, 1, 1)
+    )
+
+
+class _Block:
+    """A [1, 1] block at the origin: a batch item past the batch cuts nothing."""
+
+    q0, q1, kv0, kv1 = 0, 1, 0, 1
+
+    def q_positions(self, device):
+        return torch.zeros(1, dtype=torch.long, device=device)
+
+
 def test_rows_in_half_precision_stay_within_twice_plain_error():
     """fp16 / bf16: the touched rows through the stages, the rest through SDPA, against float64 eager."""
     for dtype in (torch.float16, torch.bfloat16):

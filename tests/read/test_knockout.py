@@ -64,6 +64,29 @@ def test_the_subject_route_matters_more_than_its_control_somewhere(smollm2):
     assert all(w["delta_prompt_loss_route"] == 0 for w in r["windows"])  # only the last row was cut
 
 
+def test_windows_run_as_copies_in_one_forward_equal_each_window_run_alone(smollm2):
+    """knockout runs its windows as copies of the text in batched forwards (a short text's forward costs reading
+    the weights); each window equals its cut run alone, its p and its prompt loss, for a route out of a middle
+    query (every later row moves) and out of the last one (the loss must not move at all)."""
+    from attnroute.read.experiments.knockout import _copies
+
+    ids, _ = encode_text(smollm2.tokenizer, PROMPT, None)
+    T = ids.shape[1]
+    assert _copies(T, smollm2.tokenizer.vocab_size, 52) > 2  # this text does share forwards
+    for source in ("city", "of"):
+        k = knockout(smollm2, PROMPT, source=source, target="Eiffel", window=2)
+        for i in (0, 13, len(k.windows) - 1):
+            a, b = k.windows[i]
+            for keys, p, loss in ((k.keys, k.p_route, k.loss_route), (k.control_keys, k.p_control, k.loss_control)):
+                cut = [KnockoutEdges(k.queries, keys, layer=layer) for layer in range(a, b + 1)]
+                alone = logits(smollm2, ids, interventions=cut).float()
+                assert abs(float(torch.softmax(alone[-1], -1)[k.target_id]) - p[i]) <= 1e-5
+                want = float(torch.nn.functional.cross_entropy(alone[:-1], ids[0, 1:]))
+                assert abs(want - loss[i]) <= 1e-5
+        moved = [abs(x - k.loss_clean) for x in k.loss_route]
+        assert (max(moved) > 1e-4) if source == "city" else (max(moved) == 0.0)
+
+
 def test_cli_writes_json_and_figure(smollm2, tmp_path, capsys):
     js, png = tmp_path / "k.json", tmp_path / "k.png"
     code = main(

@@ -137,7 +137,9 @@ def test_a_route_cut_equals_attnroute_knockout_exactly(client, smollm2):
         r = post(client, "/api/cut", {"text": TEXT, "cuts": [cut]}).json()
         ko = ar.knockout(smollm2, TEXT, source=str(T - 1), target=str(key), window=1, heads=[head])
         assert abs(r["before"]["p"] - ko.p_clean) <= 1e-6
-        assert abs(r["after"]["p"] - ko.p_route[layer]) <= 1e-6
+        # knockout runs its windows as copies of the text in batched forwards, the page one forward: the same
+        # cut, summed in another order over 30 fp32 layers (2e-6 in p measured on SmolLM2 prompts)
+        assert abs(r["after"]["p"] - ko.p_route[layer]) <= 1e-5
         assert r["target"]["id"] == ko.target_id
     # a head cut is ZeroHead: here run on the eager path, the explorer takes the fused kernel where no cut is (1e-6)
     import torch

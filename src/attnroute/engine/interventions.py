@@ -129,14 +129,18 @@ class KnockoutEdges(Intervention):
     ``by_row``: queries are the rows' own indices (0 … Tq − 1), not bottom-right positions — what a
     cross-attention layer needs, whose queries (a decoder's tokens) are no suffix of its keys (an
     encoder's positions): there Tk − Tq + row names no decoder position at all.
+
+    ``batch``: the batch items cut (None: every one) — copies of one text in one forward, each with its own
+    knockout (a short text's forward costs reading the weights, whatever its batch: knockout.py).
     """
 
-    def __init__(self, queries, keys, heads=None, layer: int | None = None, by_row: bool = False):
+    def __init__(self, queries, keys, heads=None, layer: int | None = None, by_row: bool = False, batch=None):
         super().__init__([] if heads is None else heads, layer)
         self.all_heads = heads is None
         self.queries = sorted({int(q) for q in queries})
         self.keys = sorted({int(k) for k in keys})
         self.by_row = by_row
+        self.batch = None if batch is None else sorted({int(b) for b in batch})
 
     def rows(self, Tq: int, Tk: int) -> list[int]:
         """Only its query rows change (scores cut there, nothing else edited): the row of position p is
@@ -154,6 +158,10 @@ class KnockoutEdges(Intervention):
         rows = torch.isin(qpos, torch.tensor(self.queries, dtype=torch.long, device=qpos.device))
         cols = torch.isin(kpos, torch.tensor(self.keys, dtype=torch.long, device=kpos.device))
         cut = (rows[:, None] & cols[None, :]).view(1, 1, bq, kspan)  # (1, 1, bq, kspan)
+        if self.batch is not None:
+            items = torch.zeros(B, 1, 1, 1, dtype=torch.bool, device=cut.device)
+            items[[b for b in self.batch if b < B]] = True
+            cut = cut & items  # (B, 1, bq, kspan)
         if not bool(cut.any()):
             return masked_scores  # nothing to cut in this block: bit for bit unchanged
         heads = (

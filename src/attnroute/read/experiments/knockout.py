@@ -186,13 +186,56 @@ def _logits(loaded, batch, interventions) -> torch.Tensor:
         return loaded.model(**batch).logits[0].float()  # (T, V)
 
 
+LOGIT_BYTES = 256 << 20  # the logits of one batched forward of copies (copies × T × V × 4 B)
+TOKEN_BUDGET = 4096  # tokens (copies × T) per batched forward
+
+
+def _copies(T: int, V: int, runs: int) -> int:
+    """Copies of the text per forward: at a short text's length a forward is bound by reading the weights
+    (Gemma 3's 262k × 640 LM head is 2/3 of one at 16 tokens), so runs share forwards; a long text, compute
+    bound, runs one at a time."""
+    return max(1, min(runs, LOGIT_BYTES // max(1, T * V * 4), TOKEN_BUDGET // max(1, T)))
+
+
+def _runs(loaded, batch: dict, cuts: list, k: int):
+    """Logits [T, V] of each cut, in order: ``cuts`` are functions copy -> interventions (KnockoutEdges of that
+    batch item), run ``k`` copies of the text per forward."""
+    for j in range(0, len(cuts), k):
+        chunk = cuts[j : j + k]
+        copies = {name: x.repeat(len(chunk), 1) for name, x in batch.items()}
+        made = [iv for c, cut in enumerate(chunk) for iv in cut(c)]
+        with torch.no_grad(), routed(loaded, interventions=made, impl="auto"):
+            logits = loaded.model(**copies).logits.float()  # (copies, T, V)
+        yield from logits.unbind(0)
+
+
 def _measure(loaded, batch, target_id: int, interventions=(), logits=None) -> tuple[float, float]:
     """(p(target) at the last position, mean next-token loss over the prompt); ``logits`` if already run."""
     logits = _logits(loaded, batch, interventions) if logits is None else logits
-    p = float(torch.softmax(logits[-1], -1)[target_id])
-    ids = batch["input_ids"][0]
-    loss = float(torch.nn.functional.cross_entropy(logits[:-1], ids[1:])) if ids.shape[0] > 1 else float("nan")
-    return p, loss
+    return _p(logits, target_id), float(_terms(logits, batch["input_ids"][0]).mean())
+
+
+def _p(logits: torch.Tensor, target_id: int) -> float:
+    return float(torch.softmax(logits[-1], -1)[target_id])
+
+
+def _terms(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Each position's next-token loss [T − 1] (NaN for a one-token text)."""
+    if ids.shape[0] < 2:
+        return torch.full((1,), float("nan"))
+    return torch.nn.functional.cross_entropy(logits[:-1], ids[1:], reduction="none")
+
+
+def _cut_loss(clean_terms: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor, first: int) -> float:
+    """The prompt's mean loss with the route cut at query rows ``first`` and later: a causal model's rows before
+    ``first`` are the clean run's (their terms taken from it, not from a batched rerun's float noise), so a
+    cut of the last position alone leaves the loss exactly as it was."""
+    if ids.shape[0] < 2:
+        return float("nan")
+    terms = clean_terms.clone()
+    if first < len(terms):  # the last position predicts nothing inside the prompt
+        terms[first:] = _terms(logits[first:], ids[first:])
+    return float(terms.mean())
 
 
 @verb(KnockoutSettings)
@@ -212,7 +255,7 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     clean = _logits(loaded, batch, [])  # (T, V): one clean forward gives the target and its baseline
     target_id = _target_id(loaded, s.target_token, clean)
-    p_clean, loss_clean = _measure(loaded, batch, target_id, logits=clean)
+    p_clean, loss_clean = _measure(loaded, batch, target_id, logits=clean)  # the same terms _cut_loss reads
     metric = None if s.metric is None else TextMetric(loaded.tokenizer, s.metric, s.answer, s.wrong, ids, clean)
     heads = list(s.heads) if s.heads is not None else None
     result = KnockoutResult(
@@ -231,7 +274,7 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
         resolved=resolved,
         metric=None if metric is None else {"name": metric.name, "clean": metric(clean), "route": [], "control": []},
     )
-    _slide(loaded, batch, result, metric)
+    _slide(loaded, batch, result, metric, clean)
     return result
 
 
@@ -271,16 +314,25 @@ def _target_id(loaded, target_token: str | None, clean: torch.Tensor) -> int:
     return int(tid[0])
 
 
-def _slide(loaded, batch: dict, result: KnockoutResult, metric) -> None:
-    """The route and the control cut in every window of ``result.window`` layers, measured into ``result``."""
+def _slide(loaded, batch: dict, result: KnockoutResult, metric, clean: torch.Tensor) -> None:
+    """The route and the control cut in every window of ``result.window`` layers, measured into ``result``;
+    the runs batched as copies of the text (_copies), each copy its own window and route."""
     heads = result.heads
-    for start in range(0, loaded.n_layers - result.window + 1):
+    starts = range(0, loaded.n_layers - result.window + 1)
+
+    def cut(keys, start):
         layers = range(start, start + result.window)
-        route = [KnockoutEdges(result.queries, result.keys, heads, layer=layer) for layer in layers]
-        ctrl = [KnockoutEdges(result.queries, result.control_keys, heads, layer=layer) for layer in layers]
-        run_r, run_c = _logits(loaded, batch, route), _logits(loaded, batch, ctrl)
-        pr, lr = _measure(loaded, batch, result.target_id, logits=run_r)
-        pc, lc = _measure(loaded, batch, result.target_id, logits=run_c)
+        return lambda c: [KnockoutEdges(result.queries, keys, heads, layer=layer, batch=[c]) for layer in layers]
+
+    cuts = [cut(keys, start) for start in starts for keys in (result.keys, result.control_keys)]
+    T = batch["input_ids"].shape[1]
+    runs = _runs(loaded, batch, cuts, _copies(T, clean.shape[-1], len(cuts)))
+    ids = batch["input_ids"][0]
+    clean_terms, first = _terms(clean, ids), min(result.queries)
+    for start in starts:
+        run_r, run_c = next(runs), next(runs)
+        pr, lr = _p(run_r, result.target_id), _cut_loss(clean_terms, run_r, ids, first)
+        pc, lc = _p(run_c, result.target_id), _cut_loss(clean_terms, run_c, ids, first)
         if metric is not None:
             result.metric["route"].append(metric(run_r))
             result.metric["control"].append(metric(run_c))
