@@ -233,10 +233,12 @@ class Explorer:
         """Causal: the last position's logits [V] as `knockout` measures them (attend's auto choice: the fused
         kernel on every layer no cut touches); encoder: the mean-pooled sentence embedding [C]."""
         from ..read.adapter import routed
+        from ..read.ground.batches import last_logits
 
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        keep = last_logits(self.loaded) if self.loaded.causal else {}
         with routed(self.loaded, interventions=interventions, impl="auto"):
-            out = self.loaded.model(**batch)
+            out = self.loaded.model(**batch, **keep)
         if self.loaded.causal:
             return out.logits[0, -1].float()
         return out.last_hidden_state[0].float().mean(0)

@@ -23,6 +23,7 @@ from ...progress import reporter
 from ...settings import SwapSettings, verb
 from ..adapter import routed
 from ..capture import capture_weights
+from ..ground.batches import last_logits
 from ..ground.text_metric import TextMetric
 from ..stimuli import encode_text, tokens_of
 from .common import check_window_heads, load_checked
@@ -90,7 +91,8 @@ class SwapResult(Result):
 
 def _last_logprobs(loaded, ids, interventions=()) -> torch.Tensor:
     with torch.no_grad(), routed(loaded, interventions=interventions, impl="eager"):
-        logits = loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, -1].float()
+        out = loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids), **last_logits(loaded))
+    logits = out.logits[0, -1].float()
     return torch.log_softmax(logits, -1)
 
 
