@@ -54,20 +54,20 @@ def gemma():
 MODEL_FIXTURES = {"smollm2", "minilm", "whisper", "gemma"}
 
 
-# The longest modules (seconds of one worker, full run on 2 cores, 2026-12-03), collected first. `make test`
-# hands whole modules to whichever of its two workers is free, in collection order (--no-loadscope-reorder;
-# xdist's own order is by number of tests, which put these few-test, minute-long modules last, and a long
-# module started last leaves the other worker idle until it ends).
+# The longest modules (seconds of one worker, full run on 2 cores, 2026-12-03, after knockout's batched windows),
+# collected first. `make test` hands whole modules to whichever of its two workers is free, in collection order
+# (--no-loadscope-reorder; xdist's own order is by number of tests, which put these few-test, minute-long modules
+# last, and a long module started last leaves the other worker idle until it ends).
 FIRST = [
-    "tests/serve/test_browser.py",  # 227
-    "tests/models/test_gemma.py",  # 158
-    "tests/serve/test_api.py",  # 125
-    "tests/read/test_corpus.py",  # 117
-    "tests/models/test_whisper.py",  # 115
-    "tests/models/test_whisper_circuits.py",  # 108
-    "tests/learn/test_induction.py",  # 83
-    "tests/serve/test_lifecycle.py",  # 70
-    "tests/read/test_circuits.py",  # 68
+    "tests/serve/test_browser.py",  # 168
+    "tests/models/test_gemma.py",  # 154
+    "tests/models/test_whisper.py",  # 102
+    "tests/read/test_corpus.py",  # 90
+    "tests/models/test_whisper_circuits.py",  # 76
+    "tests/check/test_cli_check.py",  # 67
+    "tests/learn/test_induction.py",  # 63
+    "tests/serve/test_lifecycle.py",  # 50
+    "tests/check/test_battery.py",  # 50
 ]
 
 
