@@ -79,7 +79,8 @@ def test_type_click_cut_and_save(smollm2_server, smollm2, tmp_path):
         shown_after = float(page.get_attribute("#metric-line", "data-after"))
         assert page.locator("#cuts li").count() == 1 and "L12.H4" in page.text_content("#cuts li")
         ko = ar.knockout(smollm2, TEXT, source=str(q), target=str(k), window=1, heads=[4])
-        assert abs(shown_before - ko.p_clean) <= 1e-6 and abs(shown_after - ko.p_route[12]) <= 1e-6
+        # the cut: 1e-5, since knockout runs its windows as copies in batched forwards (sums in another order)
+        assert abs(shown_before - ko.p_clean) <= 1e-6 and abs(shown_after - ko.p_route[12]) <= 1e-5
         assert page.locator("#top-after tr").count() == 5
         assert "cuts" in page.evaluate("decodeURIComponent(location.hash)")  # the view's state is in the URL
 
