@@ -33,7 +33,7 @@ def _setup(loaded, ids, recorded=True):
     _, stored, base = stream_routes(loaded, batch, {}, 1, no_cache(loaded), record_blocks=True)
     assert base is not None and len(base[0]) == loaded.n_layers
     blocks = layer_stack(loaded)
-    value = lambda lg: _loss(lg, batch)  # noqa: E731
+    value = lambda lg, copies=1: _loss(lg, batch)  # noqa: E731  (metric() runs one copy)
     suffix = Suffix(loaded, batch, stored, blocks, value, no_cache(loaded), False, base=base if recorded else None)
     return batch, stored, blocks, suffix
 
@@ -57,6 +57,26 @@ def test_a_cut_rerun_on_its_rows_equals_a_rerun_of_every_row(tiny, layer, row, k
     cut = [KnockoutEdges([row], [key], heads=[head], layer=layer)]
     got, want = suffix.metric(layer, row, cut), _full(loaded, batch, stored, blocks, layer, cut)
     assert float((got - want).abs().max()) <= 1e-5 * max(1.0, float(want.abs().max()))  # fp32
+
+
+@given(
+    cuts=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 22), st.integers(0, 22), st.integers(0, 3)), max_size=4)
+)
+def test_cuts_sharing_one_forward_as_copies_each_equal_their_own_rerun(tiny, cuts):
+    """Suffix.metrics: several knockouts in one forward, each on its copy's batch items, rerun from the earliest
+    layer and row any of them needs — each equals its own rerun of every row from its layer (fp32)."""
+    loaded, ids, (batch, stored, blocks, _) = tiny
+    losses = lambda lg, copies=1: torch.cat([_loss(lg[c : c + 1], batch) for c in range(copies)])  # noqa: E731
+    suffix = Suffix(loaded, batch, stored, blocks, losses, no_cache(loaded), False)
+    cuts = [(layer, row, min(key, row), head) for layer, row, key, head in cuts] or [(1, 22, 0, 0)]
+
+    def made(layer, row, key, head):
+        return lambda items: [KnockoutEdges([row], [key], heads=[head], layer=layer, batch=items)]
+
+    got = suffix.metrics(min(c[0] for c in cuts), min(c[1] for c in cuts), [made(*c) for c in cuts])
+    for (layer, row, key, head), g in zip(cuts, got, strict=True):
+        want = _full(loaded, batch, stored, blocks, layer, [KnockoutEdges([row], [key], heads=[head], layer=layer)])
+        assert float((g - want).abs().max()) <= 1e-5 * max(1.0, float(want.abs().max()))
 
 
 def test_the_streaming_pass_records_what_a_kv_cache_of_the_base_run_holds(tiny):
@@ -83,6 +103,33 @@ def test_on_smollm2_the_shortcut_checks_itself_and_agrees(smollm2):
         got, want = suffix.metric(layer, row, cut), _full(smollm2, batch, stored, blocks, layer, cut)
         assert float((got - want).abs().max()) < 1e-5
         assert float((got - base).abs().max()) > 0  # the cut changed something: not two copies of the base
+
+
+def test_short_prompt_knockouts_share_forwards_and_equal_one_at_a_time(smollm2):
+    """routes --verify on a short pair: the knockouts of a round share one forward as copies (their rows fit
+    SHARED_TOKENS) and equal the same knockouts run one per forward (fp32: 2.3e-5 measured on a 1.9 logit
+    difference), and meta says how many forwards they took."""
+    pair = dict(clean=IOI[0], corrupt=IOI[1], answer=" Mary", wrong=" John")
+    shared = RA.route_attribution(smollm2, top=12, verify=4, **pair)
+    try:
+        RA.SHARED_TOKENS, alone = 0, None
+        alone = RA.route_attribution(smollm2, top=12, verify=4, **pair)
+    finally:
+        RA.SHARED_TOKENS = 256
+    a, b = shared.to_dict(), alone.to_dict()
+    measured = [i for i, r in enumerate(b["routes"]) if r.get("exact") is not None]
+    assert measured and [i for i, r in enumerate(a["routes"]) if r.get("exact") is not None] == measured
+    for i in measured:
+        x, y = a["routes"][i]["exact"], b["routes"][i]["exact"]
+        assert abs(x - y) <= 5e-5 * max(1.0, abs(y))
+    assert b["meta"]["restart"]["knockout_forwards"] == len(measured)
+    assert a["meta"]["restart"]["knockout_forwards"] < len(measured)
+
+
+IOI = (
+    "When Mary and John went to the store, John gave a drink to",
+    "When Mary and John went to the store, Mary gave a drink to",
+)
 
 
 def test_a_window_model_is_never_shortcut_and_says_why(tmp_path):

@@ -23,7 +23,7 @@ from ...progress import reporter
 from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import SETTLE_STEP, RoutesSettings, verb
 from ..adapter import routed
-from ..effects import layer_stack, restart_check, run_from
+from ..effects import layer_stack, restart_check, rows_of, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
 from ..ground.metrics import resolve
 from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
@@ -234,17 +234,22 @@ def _verify(loaded, batch, routes, verify, recorded, fn, fields_, kwargs, m_base
         check = restart_check(loaded, stored, batch, value, m_base, blocks, impl="auto", **kwargs)
         meta.restart.update(used=check["used"], max_abs_diff=check.get("restart_check_max_abs_diff"))
 
+    forwards = [0]  # the knockouts' forwards (fewer than routes where they shared one as copies)
+
     def measure(idx: list[int]) -> None:
-        for i in idx:
-            r = routes[i]
-            cut = [knockout_one(r, loaded.attention_kinds)]
-            if suffix is not None:  # only the rows from the route's query on, from its layer on
-                m = suffix.metric(r["layer"], r["query"], cut)
+        for chunk in _shared(idx, routes, rows_of(batch).shape) if suffix is not None else [[i] for i in idx]:
+            forwards[0] += 1
+            if suffix is not None:  # only the rows from the routes' first query on, from their first layer on
+                start, row = min(routes[i]["layer"] for i in chunk), min(routes[i]["query"] for i in chunk)
+                ms = suffix.metrics(start, row, [_cut(routes[i], loaded.attention_kinds) for i in chunk])
             else:
+                r = routes[chunk[0]]
                 start = r["layer"] if meta.restart["used"] else 0
+                cut = [knockout_one(r, loaded.attention_kinds)]
                 out = run_from(loaded, start, stored, batch, cut, 1, blocks, impl="auto", **kwargs)
-                m = fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()
-            exact[i] = float((m - m_base).mean())
+                ms = [fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()]
+            for i, m in zip(chunk, ms, strict=True):
+                exact[i] = float((m - m_base).mean())
             done = sum(e is not None for e in exact)
             say("verify", f"{done} routes knocked out exactly (of {len(routes)} kept)", done=done, total=len(routes))
 
@@ -255,7 +260,48 @@ def _verify(loaded, batch, routes, verify, recorded, fn, fields_, kwargs, m_base
     info = settle(range(len(routes)), measure, lambda idx: np.array([exact[i] for i in idx]), rule, estimate=est)
     unkept = info["band"] is not None and info["floor"] is not None and abs(est[-1]) + info["band"] >= info["floor"]
     meta.settle = {**info, "rule": rule.describe(), "beyond_kept": bool(unkept and len(routes) == meta.top)}
+    meta.restart["knockout_forwards"] = forwards[0]
     return exact
+
+
+SHARED_TOKENS = 256  # rows (copies × prompts × rerun rows) a batched knockout forward may hold
+
+
+def _shared(idx: list[int], routes: list[dict], shape) -> list[list[int]]:
+    """The routes to knock out, in chunks that share one forward as copies: while the copies' rows stay within
+    SHARED_TOKENS, where a forward costs reading the weights rather than computing (a 4,096-token text's
+    routes near its start run one at a time, as each is a whole forward by itself)."""
+    B, T = shape
+    chunks: list[list[int]] = []
+    for i in idx:
+        grown = chunks[-1] + [i] if chunks else [i]
+        rows = T - min(routes[j]["query"] for j in grown)
+        if chunks and len(grown) * B * rows <= SHARED_TOKENS:
+            chunks[-1] = grown
+        else:
+            chunks.append([i])
+    return chunks
+
+
+def _cut(route: dict, kinds: list[str]):
+    """The route's knockout, on the batch items of its copy."""
+
+    def cut(items: list[int]) -> list:
+        iv = knockout_one(route, kinds)
+        iv.batch = sorted(items)
+        return [iv]
+
+    return cut
+
+
+def _copies(fields: dict, c: int) -> dict:
+    """The metric's fields for ``c`` copies of the prompts (copy-major, as Suffix.metrics lays them out)."""
+    if c == 1:
+        return fields
+    return {
+        k: v.repeat(c, *[1] * (v.dim() - 1)) if isinstance(v, torch.Tensor) and v.dim() else v
+        for k, v in fields.items()
+    }
 
 
 def _suffix(loaded, batch, stored, blocks, base, fn, fields_, kwargs, m_base, meta) -> Suffix | None:
@@ -268,7 +314,7 @@ def _suffix(loaded, batch, stored, blocks, base, fn, fields_, kwargs, m_base, me
     if why is not None:
         meta.restart["suffix"] = {"used": False, "reason": f"{why}: every row rerun"}
         return None
-    value = lambda logits: fn(logits, {**batch, **fields_}).float()  # noqa: E731
+    value = lambda logits, copies=1: fn(logits, _copies({**batch, **fields_}, copies)).float()  # noqa: E731
     suffix = Suffix(loaded, batch, stored, blocks, value, kwargs, getattr(fn, "last_only", False), base=base)
     check = suffix.check(m_base)
     meta.restart["suffix"] = check

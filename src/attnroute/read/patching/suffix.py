@@ -37,6 +37,15 @@ def _rows_from(out, i: int):
     return out
 
 
+def _tiled(out, c: int):
+    """A recorded output (a tensor or a tuple holding one) as ``c`` copies along the batch."""
+    if isinstance(out, torch.Tensor):
+        return out.repeat(c, *[1] * (out.dim() - 1)) if c > 1 else out
+    if isinstance(out, tuple) and not hasattr(out, "_fields"):
+        return type(out)(_tiled(o, c) for o in out)
+    return out
+
+
 def windowed(loaded) -> bool:
     cfg = loaded.model.config
     kinds = getattr(cfg, "layer_types", None) or []
@@ -81,31 +90,40 @@ class Suffix:
 
     def metric(self, start: int, row: int, interventions) -> torch.Tensor:
         """The metric per prompt with blocks ``start`` … rerun on rows ``row`` … under ``interventions``."""
+        return self.metrics(start, row, [lambda items: interventions])[0]
+
+    def metrics(self, start: int, row: int, cuts: list) -> list[torch.Tensor]:
+        """metric() for several cuts in one forward, as copies of the prompts: ``cuts`` are functions (the batch
+        items of their copy) -> interventions; every copy reruns from the earliest ``start`` and ``row`` any
+        of them needs (a short prompt's forward costs reading the weights, whatever the batch)."""
         from transformers import DynamicCache
 
+        c = len(cuts)
         ids = rows_of(self.batch)
         B, T = ids.shape
-        cache = DynamicCache(((k[:, :, :row], v[:, :, :row]) for k, v in self.kv), config=self.loaded.model.config)
+        rep = lambda t: t.repeat(c, *[1] * (t.dim() - 1))  # noqa: E731  (copy-major, as the items below)
+        kv = ((rep(k[:, :, :row]), rep(v[:, :, :row])) for k, v in self.kv)
         positions = torch.arange(row, T)
         batch = {
-            "input_ids": ids[:, row:],
-            "attention_mask": self.batch.get("attention_mask", torch.ones_like(ids)),
-            "position_ids": positions[None].expand(B, -1),
+            "input_ids": rep(ids[:, row:]),
+            "attention_mask": rep(self.batch.get("attention_mask", torch.ones_like(ids))),
+            "position_ids": positions[None].expand(c * B, -1),
             "cache_position": positions,
-            "cache": cache,
+            "cache": DynamicCache(kv, config=self.loaded.model.config),
             "use_cache": True,
         }
         for j in range(start):  # only the last one's output is read: the rows it hands on
-            out = _rows_from(self.stored[j], row) if j == start - 1 else None
+            out = _tiled(_rows_from(self.stored[j], row), c) if j == start - 1 else None
             self.blocks[j].forward = lambda *a, _out=out, **k: _out
+        made = [iv for n, cut in enumerate(cuts) for iv in cut(list(range(n * B, (n + 1) * B)))]
         try:
-            with torch.no_grad(), routed(self.loaded, interventions=interventions, impl="auto"):
+            with torch.no_grad(), routed(self.loaded, interventions=made, impl="auto"):
                 out = self.loaded.model(**batch, **self.kwargs)
         finally:
             for j in range(start):
                 del self.blocks[j].forward
-        logits = out.logits if self.last_only else torch.cat([self.logits[:, :row], out.logits], 1)
-        return self.value(logits)
+        logits = out.logits if self.last_only else torch.cat([rep(self.logits[:, :row]), out.logits], 1)
+        return list(self.value(logits, c).view(c, B))
 
     def check(self, base: torch.Tensor) -> dict:
         """No cut, from the middle layer at the middle row: the metric must be the base run's (1e-4)."""
