@@ -340,12 +340,12 @@ class CircuitEdits:
         parts = [(part, ss) for part, ss in self.parts.items() if used[ss].any()]
         if not parts:
             return torch.zeros(k, U, size, dtype=dtype)
+        streams: dict[str, list[int]] = {}  # stream -> its senders some circuit here uses
+        for part, group in parts:
+            self._part(part, fw)
+            streams.setdefault(part[0], []).extend(group)
         out = None
-        for stream in dict.fromkeys(part[0] for part, _ in parts):
-            ss = [s for part, group in parts if part[0] == stream for s in group]
-            for part, _ in parts:
-                if part[0] == stream:
-                    self._part(part, fw)
+        for stream, ss in streams.items():
             first, rows = self.rows[stream]
             lo, hi = min(ss), max(ss) + 1  # senders in between that no circuit here uses: zero coefficients
             D = rows[lo - first : hi - first].to(dtype)  # (S', k, ·), a view

@@ -23,7 +23,7 @@ from ...progress import reporter
 from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import SETTLE_STEP, RoutesSettings, verb
 from ..adapter import routed
-from ..effects import layer_stack, restart_check, rows_of, run_from
+from ..effects import _repeat, layer_stack, restart_check, rows_of, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
 from ..ground.metrics import resolve
 from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
@@ -241,7 +241,8 @@ def _verify(loaded, batch, routes, verify, recorded, fn, fields_, kwargs, m_base
             forwards[0] += 1
             if suffix is not None:  # only the rows from the routes' first query on, from their first layer on
                 start, row = min(routes[i]["layer"] for i in chunk), min(routes[i]["query"] for i in chunk)
-                ms = suffix.metrics(start, row, [_cut(routes[i], loaded.attention_kinds) for i in chunk])
+                cuts = [lambda items, r=routes[i]: [knockout_one(r, loaded.attention_kinds, items)] for i in chunk]
+                ms = suffix.metrics(start, row, cuts)
             else:
                 r = routes[chunk[0]]
                 start = r["layer"] if meta.restart["used"] else 0
@@ -283,27 +284,6 @@ def _shared(idx: list[int], routes: list[dict], shape) -> list[list[int]]:
     return chunks
 
 
-def _cut(route: dict, kinds: list[str]):
-    """The route's knockout, on the batch items of its copy."""
-
-    def cut(items: list[int]) -> list:
-        iv = knockout_one(route, kinds)
-        iv.batch = sorted(items)
-        return [iv]
-
-    return cut
-
-
-def _copies(fields: dict, c: int) -> dict:
-    """The metric's fields for ``c`` copies of the prompts (copy-major, as Suffix.metrics lays them out)."""
-    if c == 1:
-        return fields
-    return {
-        k: v.repeat(c, *[1] * (v.dim() - 1)) if isinstance(v, torch.Tensor) and v.dim() else v
-        for k, v in fields.items()
-    }
-
-
 def _suffix(loaded, batch, stored, blocks, base, fn, fields_, kwargs, m_base, meta) -> Suffix | None:
     """The knockouts' shortcut to the rows a route can change (suffix.py), when the model allows it and it
     reproduces the base run (its check restarts from the middle layer at the middle row, so it checks the
@@ -314,7 +294,7 @@ def _suffix(loaded, batch, stored, blocks, base, fn, fields_, kwargs, m_base, me
     if why is not None:
         meta.restart["suffix"] = {"used": False, "reason": f"{why}: every row rerun"}
         return None
-    value = lambda logits, copies=1: fn(logits, _copies({**batch, **fields_}, copies)).float()  # noqa: E731
+    value = lambda logits, copies=1: fn(logits, _repeat({**batch, **fields_}, copies)).float()  # noqa: E731
     suffix = Suffix(loaded, batch, stored, blocks, value, kwargs, getattr(fn, "last_only", False), base=base)
     check = suffix.check(m_base)
     meta.restart["suffix"] = check

@@ -202,11 +202,13 @@ def stream_routes(loaded, batch: dict, grads: dict, top: int, kwargs: dict, reco
     return probe.routes(), stored, base
 
 
-def knockout_one(route: dict, kinds: list[str]) -> KnockoutEdges:
+def knockout_one(route: dict, kinds: list[str], batch=None) -> KnockoutEdges:
     """The route cut exactly; a cross-attention route's query is its decoder row (``by_row``), as the probe
-    that found it counted it (RouteProbe keys a route by q0 + row)."""
+    that found it counted it (RouteProbe keys a route by q0 + row). ``batch``: the items it cuts (its copy's)."""
     cross = kinds[route["layer"]] == "cross" if kinds else False
-    return KnockoutEdges([route["query"]], [route["key"]], heads=[route["head"]], layer=route["layer"], by_row=cross)
+    return KnockoutEdges(
+        [route["query"]], [route["key"]], heads=[route["head"]], layer=route["layer"], by_row=cross, batch=batch
+    )
 
 
 __all__ = [

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from ..adapter import routed
-from ..effects import rows_of
+from ..effects import _repeat_output, rows_of
 
 
 def _rows_from(out, i: int):
@@ -34,15 +34,6 @@ def _rows_from(out, i: int):
         return out[:, i:]
     if isinstance(out, tuple) and not hasattr(out, "_fields"):
         return type(out)(_rows_from(o, i) for o in out)
-    return out
-
-
-def _tiled(out, c: int):
-    """A recorded output (a tensor or a tuple holding one) as ``c`` copies along the batch."""
-    if isinstance(out, torch.Tensor):
-        return out.repeat(c, *[1] * (out.dim() - 1)) if c > 1 else out
-    if isinstance(out, tuple) and not hasattr(out, "_fields"):
-        return type(out)(_tiled(o, c) for o in out)
     return out
 
 
@@ -101,7 +92,7 @@ class Suffix:
         c = len(cuts)
         ids = rows_of(self.batch)
         B, T = ids.shape
-        rep = lambda t: t.repeat(c, *[1] * (t.dim() - 1))  # noqa: E731  (copy-major, as the items below)
+        rep = lambda t: _repeat_output(t, c)  # noqa: E731  (copy-major, as the items below)
         kv = ((rep(k[:, :, :row]), rep(v[:, :, :row])) for k, v in self.kv)
         positions = torch.arange(row, T)
         batch = {
@@ -113,7 +104,7 @@ class Suffix:
             "use_cache": True,
         }
         for j in range(start):  # only the last one's output is read: the rows it hands on
-            out = _tiled(_rows_from(self.stored[j], row), c) if j == start - 1 else None
+            out = _repeat_output(_rows_from(self.stored[j], row), c) if j == start - 1 else None
             self.blocks[j].forward = lambda *a, _out=out, **k: _out
         made = [iv for n, cut in enumerate(cuts) for iv in cut(list(range(n * B, (n + 1) * B)))]
         try:
