@@ -1,28 +1,118 @@
-"""One way to measure in a child process: ``python -m MODULE ARGS…`` printing one JSON line.
+"""One way to measure in a child process: the module ``MODULE`` run as ``python -m MODULE ARGS…`` would run
+it, printing one JSON line, in a process of its own.
 
 Each memory measurement runs in a fresh process so the allocator state of one cell cannot hide or
-inflate another's peak. A child that fails, or runs past ``timeout`` seconds, gives a dict with an
-``error`` field instead of a number (right or refused: a failed cell is never a figure).
+inflate another's peak. The processes are forked from one helper process (``python -m
+attnroute.bench.child``, started once per measuring process) that imported torch and nothing else: a
+child is a new process holding nothing any other cell allocated, as a fresh interpreter is, without
+paying torch's import again (1.8 s of each 2.5 s child on 2 cores; the 8 cells of `bench --quick` and
+of `cost bill` each spent about 15 s importing). multiprocessing's forkserver would re-run the main
+module in every child (`python -m attnroute` is the command line itself), hence this plain fork.
+A child that fails, or runs past ``timeout`` seconds, gives a dict with an ``error`` field instead of a
+number (right or refused: a failed cell is never a figure).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import runpy
+import select
+import signal
 import subprocess
 import sys
+import traceback
+
+_HELPER: list = []  # the helper process, started once per process
+
+
+def _helper() -> subprocess.Popen:
+    if not _HELPER or _HELPER[0].poll() is not None:
+        cmd = [sys.executable, "-m", "attnroute.bench.child"]
+        _HELPER[:] = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)]
+    return _HELPER[0]
 
 
 def run_child(module: str, *args, timeout: float | None = None) -> dict:
     """The JSON object the child prints on its last line, or {"error": "..."}."""
-    cmd = [sys.executable, "-m", module, *map(str, args)]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    helper = _helper()
+    helper.stdin.write(json.dumps({"module": module, "args": [str(a) for a in args]}) + "\n")
+    helper.stdin.flush()
+    started = _answer(helper)
+    if started is None:
+        return {"error": "the helper process that forks the children ended"}
+    ready, _, _ = select.select([helper.stdout], [], [], timeout)
+    if not ready:  # past the timeout: the child is killed, and the helper still reports its end
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(started["pid"], signal.SIGKILL)
+        _answer(helper)
         return {"error": f"over {timeout} s"}
-    if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["killed"])[-1]
-        return {"error": f"exit {out.returncode}: {last[:200]}"}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    done = _answer(helper) or {"exit": -1, "said": None}
+    said = done["said"]
+    if done["exit"] != 0 or said is None:
+        why = (said or {}).get("error") or ("killed" if done["exit"] < 0 else "no output")
+        return {"error": f"exit {done['exit']}: {why[:200]}"}
+    return said
+
+
+def _answer(helper: subprocess.Popen) -> dict | None:
+    line = helper.stdout.readline()
+    return json.loads(line) if line else None
+
+
+# ---------------------------------------------------------------- the helper process and its children
+
+
+def _serve() -> None:
+    """The helper: one request per line on stdin ({"module", "args"}); for each, a forked child runs the
+    module, and two lines answer on stdout: {"pid"} at once, {"exit", "said"} when the child has ended."""
+    import torch  # noqa: F401  (the import every child would otherwise pay)
+
+    for line in sys.stdin:
+        req = json.loads(line)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            _child(req["module"], req["args"], write)  # never returns
+        os.close(write)
+        print(json.dumps({"pid": pid}), flush=True)
+        with os.fdopen(read, "rb") as f:
+            data = f.read()
+        _, status = os.waitpid(pid, 0)
+        said = json.loads(data) if data else None
+        print(json.dumps({"exit": os.waitstatus_to_exitcode(status), "said": said}), flush=True)
+
+
+def _child(module: str, args: list[str], write: int) -> None:
+    """In the forked child: the module run as __main__ with ``args``, its stdout's last line sent back as JSON
+    (an exception: its traceback's last line, exit 1)."""
+    quiet = os.open(os.devnull, os.O_RDWR)  # the helper's stdin and stdout are its protocol: no C-level
+    os.dup2(quiet, 0)  # write of the cell's may reach them
+    os.dup2(quiet, 1)
+    sys.argv = [module, *args]
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        lines = out.getvalue().strip().splitlines()
+        said = json.loads(lines[-1]) if lines else {"error": "the child printed nothing"}
+    except SystemExit as e:  # sys.exit(0) ends a cell like returning; any other code fails it
+        code = 0 if e.code in (0, None) else 1
+        lines = out.getvalue().strip().splitlines()
+        said = json.loads(lines[-1]) if code == 0 and lines else {"error": f"exit {e.code}"}
+    except BaseException:  # noqa: BLE001  (any failure of the cell is its error, said in one line)
+        code, said = 1, {"error": traceback.format_exc().strip().splitlines()[-1]}
+    os.write(write, json.dumps(said).encode())
+    os.close(write)
+    os._exit(code)  # not the helper's own exit path: its stdin loop belongs to the helper
+
+
+if __name__ == "__main__":
+    _serve()
 
 
 __all__ = ["run_child"]
