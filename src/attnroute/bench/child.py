@@ -19,10 +19,10 @@ import io
 import json
 import os
 import runpy
-import select
 import signal
 import subprocess
 import sys
+import threading
 import traceback
 
 _HELPER: list = []  # the helper process, started once per process
@@ -43,18 +43,26 @@ def run_child(module: str, *args, timeout: float | None = None) -> dict:
     started = _answer(helper)
     if started is None:
         return {"error": "the helper process that forks the children ended"}
-    ready, _, _ = select.select([helper.stdout], [], [], timeout)
-    if not ready:  # past the timeout: the child is killed, and the helper still reports its end
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(started["pid"], signal.SIGKILL)
-        _answer(helper)
-        return {"error": f"over {timeout} s"}
+    killed = threading.Event()
+    timer = threading.Timer(timeout, _kill, (started["pid"], killed)) if timeout is not None else None
+    if timer:  # past the timeout the child is killed; the helper reports its end either way
+        timer.start()
     done = _answer(helper) or {"exit": -1, "said": None}
+    if timer:
+        timer.cancel()
+    if killed.is_set():
+        return {"error": f"over {timeout} s"}
     said = done["said"]
     if done["exit"] != 0 or said is None:
         why = (said or {}).get("error") or ("killed" if done["exit"] < 0 else "no output")
         return {"error": f"exit {done['exit']}: {why[:200]}"}
     return said
+
+
+def _kill(pid: int, killed: threading.Event) -> None:
+    killed.set()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _answer(helper: subprocess.Popen) -> dict | None:
@@ -106,8 +114,8 @@ def _child(module: str, args: list[str], write: int) -> None:
         said = json.loads(lines[-1]) if code == 0 and lines else {"error": f"exit {e.code}"}
     except BaseException:  # noqa: BLE001  (any failure of the cell is its error, said in one line)
         code, said = 1, {"error": traceback.format_exc().strip().splitlines()[-1]}
-    os.write(write, json.dumps(said).encode())
-    os.close(write)
+    with os.fdopen(write, "wb") as f:  # the whole answer, however long (os.write may write part of it)
+        f.write(json.dumps(said).encode())
     os._exit(code)  # not the helper's own exit path: its stdin loop belongs to the helper
 
 
