@@ -76,6 +76,9 @@ def _answer(helper: subprocess.Popen) -> dict | None:
 def _serve() -> None:
     """The helper: one request per line on stdin ({"module", "args"}); for each, a forked child runs the
     module, and two lines answer on stdout: {"pid"} at once, {"exit", "said"} when the child has ended."""
+    # A Ctrl-C reaches the whole process group: the measuring process says it; the helper outlives it (and
+    # ends when its stdin closes), and the cell in flight dies of it (_child restores SIGINT's default).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch  # noqa: F401  (the import every child would otherwise pay)
 
     for line in sys.stdin:
@@ -86,17 +89,26 @@ def _serve() -> None:
             os.close(read)
             _child(req["module"], req["args"], write)  # never returns
         os.close(write)
-        print(json.dumps({"pid": pid}), flush=True)
+        _say({"pid": pid})
         with os.fdopen(read, "rb") as f:
             data = f.read()
         _, status = os.waitpid(pid, 0)
-        said = json.loads(data) if data else None
-        print(json.dumps({"exit": os.waitstatus_to_exitcode(status), "said": said}), flush=True)
+        _say({"exit": os.waitstatus_to_exitcode(status), "said": json.loads(data) if data else None})
+
+
+def _say(answer: dict) -> None:
+    """One answer line to the measuring process; if it has gone (a Ctrl-C, a crash), the helper leaves
+    quietly: no traceback of a broken pipe on the user's terminal."""
+    try:
+        print(json.dumps(answer), flush=True)
+    except (BrokenPipeError, ValueError):
+        os._exit(0)
 
 
 def _child(module: str, args: list[str], write: int) -> None:
     """In the forked child: the module run as __main__ with ``args``, its stdout's last line sent back as JSON
     (an exception: its traceback's last line, exit 1)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a Ctrl-C ends the cell (the helper ignores it)
     quiet = os.open(os.devnull, os.O_RDWR)  # the helper's stdin and stdout are its protocol: no C-level
     os.dup2(quiet, 0)  # write of the cell's may reach them
     os.dup2(quiet, 1)
