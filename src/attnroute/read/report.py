@@ -67,7 +67,7 @@ def routing_view(
     corpus = s.corpus and Corpus(s.corpus.corpus, s.corpus.field, s.corpus.per_line, s.corpus.limit, s.corpus.skip_bad)
     if corpus and corpus.scanned[1] is None:  # every document checked before the model loads (count reused)
         raise InputError(f"the corpus {s.corpus.corpus} holds no non-empty document", field="corpus")
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load(s.model, progress=lambda m: say("load", m))
     if s.generate and not loaded.causal:  # before minutes of reading
         raise InputError("generate: only a causal LM continues a text", field="generate")
     if corpus and loaded.seq2seq:  # read_corpus would refuse it too, but only after the whole text report
@@ -133,7 +133,7 @@ def speech_view(model, clip, text: str | None = None, ablation: bool = True, ver
 
     t0, say = time.perf_counter(), reporter(progress)
     heard = audio(clip)  # before the weights load
-    loaded = model if isinstance(model, LoadedModel) else load(model, progress=lambda m: say("load", m))
+    loaded = load(model, progress=lambda m: say("load", m))
     hs = HeadsSettings.from_name("report", model=loaded, audio=clip, text=text, ablation=ablation, verify=verify)
     table = read_heads(settings=hs, progress=progress)
     ids = decoder_ids(loaded, table.meta.audio["transcript"])

@@ -27,17 +27,15 @@ def tokens_of(tokenizer, ids) -> list[str]:
 
 def tokens(model, text: str) -> list[str]:
     """The tokens every attnroute verb runs for ``text`` (the BOS it prepends included), as the command line
-    prints them. ``model``: a LoadedModel or a model name / path (then only its tokenizer is loaded)."""
-    from ..models import LoadedModel, load, load_tokenizer
+    prints them. ``model``: anything the model door takes (models.door; a name or path: only its tokenizer is read)."""
+    from ..models import facts_of, load
 
-    if isinstance(model, LoadedModel):
-        tokenizer, kind = model.tokenizer, model.kind
+    facts = facts_of(model)  # only the tokenizer is read for a name, when it can be
+    if facts is None:
+        loaded = load(model)
+        tokenizer, kind = loaded.tokenizer, loaded.kind
     else:
-        found = load_tokenizer(model)
-        if found is None:
-            loaded = load(model)
-            found = loaded.tokenizer, loaded.kind
-        tokenizer, kind = found
+        tokenizer, kind = facts.tokenizer, facts.kind
     ids, _ = encode_text(tokenizer, text, None, add_bos=kind == "causal")
     return tokens_of(tokenizer, ids[0])
 

@@ -19,7 +19,7 @@ import time
 import uvicorn
 
 from ..errors import InputError
-from ..models import LoadedModel, load, model_facts
+from ..models import facts_of, load
 from ..settings import ServeSettings, verb
 from ..show.explorer import page_html
 from .app import LOOPBACK_HOSTS, build
@@ -97,11 +97,11 @@ def prepare(s, progress=None):
     say = reporter(progress)
     sock = free_socket(s.host, s.port)
     try:
-        facts = None if isinstance(s.model, LoadedModel) else model_facts(s.model)
+        facts = facts_of(s.model)
         if facts is not None:
             refuse_kind(facts.kind)  # before the weights load
         clips = clips_of(s.audio)  # read and checked before the weights load
-        loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+        loaded = load(s.model, progress=lambda m: say("load", m))
         explorer = _explorer(loaded, s, clips, progress, say)
     except BaseException:
         sock.close()

@@ -26,7 +26,7 @@ import numpy as np
 
 from ...engine.jsonable import Meta, Result
 from ...errors import Interrupted
-from ...models import LoadedModel, load, model_facts
+from ...models import facts_of, load
 from ...progress import reporter
 from ...promptset import finite
 from ...settings import SETTLE_STEP, CircuitSettings, verb
@@ -160,13 +160,13 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
     if s.clips:
         return _clip_circuit(s, fn, metric_name, say)
     pairs = s.read_pairs()  # the prompts are read and checked before the weights load
-    if not isinstance(s.model, LoadedModel) and (facts := model_facts(s.model)) is not None:
+    if (facts := facts_of(s.model)) is not None:
         _check_groups(s, pairs, tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)[0])
         check_sizes(s.edges or (), facts)
     with process_group() as (rank, world), contextlib.ExitStack() as held:
         ck = Path(s.checkpoint) if rank == 0 and s.checkpoint is not None else None
         agree(world, lambda: held.enter_context(exclusive(ck)))  # one writer per checkpoint, before the weights
-        loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+        loaded = load(s.model, progress=lambda m: say("load", m))
         groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)
         _check_groups(s, pairs, groups)
         for g in groups:

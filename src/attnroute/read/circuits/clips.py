@@ -20,7 +20,7 @@ from ..ground.speech import ClipGroup, clip_pair
 def clip_run_inputs(s, say) -> tuple[LoadedModel, ClipGroup, list[dict]]:
     """(the model, the clips as one group, what the result records of them) for settings with clips."""
     a, b = audio(s.audio_clean), audio(s.audio_corrupt)  # read and checked before the weights load
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load(s.model, progress=lambda m: say("load", m))
     pair = clip_pair(loaded, a, b, s.text, s.answer, s.wrong)
     return loaded, pair.group(loaded), pair.record(loaded)
 

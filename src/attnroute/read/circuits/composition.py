@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ...engine.jsonable import Meta, Result
-from ...models import LoadedModel, load
+from ...models import load
 from ...progress import reporter
 from ...settings import CompositionSettings, verb
 from ..adapter import replay, routed
@@ -105,7 +105,7 @@ def composition(model=None, *, settings: CompositionSettings | None = None, prog
     """Q-, K- and V-composition between every pair of heads; see the module docstring."""
     s = CompositionSettings.of(settings, model, fields)
     say = reporter(progress)
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load(s.model, progress=lambda m: say("load", m))
     say("stage", "composition: each head's matrices read by replaying its attention on unit vectors")
     mats = head_matrices(loaded)
     scores = scores_of(mats)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...engine.jsonable import Meta, Result
-from ...models import LoadedModel, load, model_facts
+from ...models import facts_of, load
 from ...progress import reporter
 from ...promptset import finite
 from ...settings import PathPatchSettings, verb
@@ -104,9 +104,9 @@ def _inputs(s: PathPatchSettings, say) -> tuple:
         loaded, group, record = clip_run_inputs(s, say)
         return loaded, [group], record
     pairs = s.read_pairs()
-    if not isinstance(s.model, LoadedModel) and (facts := model_facts(s.model)) is not None:
+    if (facts := facts_of(s.model)) is not None:
         tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load(s.model, progress=lambda m: say("load", m))
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)
     for g in groups:
         loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from ...errors import InputError
-from ...models import LoadedModel, load
+from ...models import load
 from ...progress import reporter
 from ...settings import WhySettings, verb
 from ..adapter import routed
@@ -47,7 +47,7 @@ def why(model=None, text: str | None = None, *, settings: WhySettings | None = N
     if s.audio is not None:
         return why_speech(s, say)
     listed = _routes_file(s.routes, s.head) if s.routes not in (None, "induction") else None
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load(s.model, progress=lambda m: say("load", m))
     ids, _ = encode_text(loaded.tokenizer, s.text, None, add_bos=loaded.causal)
     loaded.fit(ids.shape[1], "text", "the text")
     say("stage", f"why {s.head} attends where it does: one forward, then its query and key split")

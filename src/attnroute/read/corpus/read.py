@@ -140,7 +140,7 @@ def read_corpus(
     with process_group() as (rank, world), contextlib.ExitStack() as held:
         ck = checkpoint_path(s.checkpoint, rank, world) if s.checkpoint else None  # one writer per checkpoint,
         agree(world, lambda: held.enter_context(exclusive(ck)))  # before the weights; every rank refuses together
-        loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+        loaded = load(s.model, progress=lambda m: say("load", m))
         if loaded.seq2seq:
             raise ReadError(SEQ2SEQ_CORPUS, field="corpus")
         window = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else None

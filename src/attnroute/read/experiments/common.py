@@ -3,17 +3,15 @@ heads an intervention slides over, checked against the model."""
 
 from __future__ import annotations
 
-from ...models import LoadedModel, load, load_tokenizer
+from ...models import LoadedModel, facts_of, load
 from ..ground.text_metric import check_text_metric
 
 
 def load_checked(s, say) -> LoadedModel:
     """The settings' model; a metric's answer tokens are checked on the tokenizer before the weights load."""
-    if getattr(s, "metric", None) is not None and not isinstance(s.model, LoadedModel):
-        found = load_tokenizer(s.model)
-        if found is not None:
-            check_text_metric(found[0], s.metric, s.answer, s.wrong)
-    return s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    if getattr(s, "metric", None) is not None and (facts := facts_of(s.model)) is not None:
+        check_text_metric(facts.tokenizer, s.metric, s.answer, s.wrong)
+    return load(s.model, progress=lambda m: say("load", m))
 
 
 def check_window_heads(loaded, window: int, heads, error) -> None:

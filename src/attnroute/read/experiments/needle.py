@@ -100,7 +100,7 @@ def needle(
     code, top), or pass ``settings``."""
     s = NeedleSettings.of(settings, model, fields, **({} if lengths is None else {"lengths": tuple(lengths)}))
     say = reporter(progress)
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load(s.model, progress=lambda m: say("load", m))
     if not loaded.causal:
         raise InputError("the needle probe asks a causal LM to answer; this model is not one", field="model")
     lengths, code, seed, top = list(s.lengths), s.code, s.seed, s.top

@@ -27,7 +27,7 @@ MULTILINGUAL_VOCAB = 51_865  # an English-only Whisper has 51,864 tokens
 
 
 def prompt_ids(loaded) -> list[int]:
-    """Whisper's decoder prompt, from its tokenizer's own special tokens (models.py refuses a Whisper whose
+    """Whisper's decoder prompt, from its tokenizer's own special tokens (models/discovery.py refuses a Whisper whose
     tokenizer lacks them)."""
     tok, cfg = loaded.tokenizer, loaded.model.config
     ids = [int(cfg.decoder_start_token_id)]

@@ -27,7 +27,7 @@ import torch
 
 from ...engine.jsonable import Meta, Result
 from ...errors import InputError, Interrupted
-from ...models import LoadedModel, load, load_tokenizer
+from ...models import facts_of, load
 from ...progress import reporter
 from ...promptset import finite
 from ...settings import SETTLE_STEP, PatchSettings, verb
@@ -142,15 +142,13 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
     say = reporter(progress)
     metric_name, fn = resolve(s.metric)
     pairs = s.read_pairs()  # the prompts are read and checked before the weights load
-    if not isinstance(s.model, LoadedModel):  # the prompts are checked before the weights load
-        found = load_tokenizer(s.model)
-        if found is not None:
-            groups, _ = tokenize_pairs(*found, pairs, s.metric)
-            refuse_unsupported(found[1], pair_positions(found[0], found[1], s.positions, pairs, groups)[0])
+    if (facts := facts_of(s.model)) is not None:  # the prompts are checked before the weights load
+        groups, _ = tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)
+        refuse_unsupported(facts.kind, pair_positions(facts.tokenizer, facts.kind, s.positions, pairs, groups)[0])
     with process_group() as (rank, world), contextlib.ExitStack() as held:
         ck = Path(s.checkpoint) if rank == 0 and s.checkpoint is not None else None  # rank 0 writes it
         agree(world, lambda: held.enter_context(exclusive(ck)))  # one writer per checkpoint, before the weights
-        loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+        loaded = load(s.model, progress=lambda m: say("load", m))
         groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)  # every rank checks all
         mode, positions, resolved = pair_positions(loaded.tokenizer, loaded.kind, s.positions, pairs, groups)
         refuse_unsupported(loaded.kind, mode)

@@ -18,7 +18,7 @@ from scipy.stats import spearmanr
 
 from ...engine import InputError
 from ...engine.jsonable import Meta, Result
-from ...models import LoadedModel, load, model_facts
+from ...models import facts_of, load
 from ...progress import reporter
 from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import SETTLE_STEP, RoutesSettings, verb
@@ -140,7 +140,7 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
             "give your own metric of the pooled embedding (a Python callable)",
             field="metric",
         )
-    facts = None if isinstance(s.model, LoadedModel) else model_facts(s.model)
+    facts = facts_of(s.model)
     if facts is not None:  # the metric first: on an encoder the missing answer is not the problem
         check_metric_kind(s.metric, facts.kind, True)
     pairs = s.read_pairs()  # read and checked before the weights load
@@ -148,7 +148,7 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
         _one_length(tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric, gradient=True)[0])
         if facts.n_layers is not None:
             _layers(facts.n_layers, s.layers)
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load(s.model, progress=lambda m: say("load", m))
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric, gradient=True)
     g = _one_length(groups)
     loaded.fit(g.length, "text" if s.single else "prompts", "the text" if s.single else "the prompts")

@@ -22,7 +22,7 @@ import torch
 
 from ...audio import audio
 from ...engine.jsonable import Result
-from ...models import LoadedModel, load
+from ...models import load
 from ...progress import reporter
 from ...settings import SpeechPatchSettings, verb
 from ..adapter import routed
@@ -101,7 +101,7 @@ def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progres
     s = SpeechPatchSettings.of(settings, model, fields, clean=clean, corrupt=corrupt)
     say = reporter(progress)
     a, b = audio(s.clean), audio(s.corrupt)  # before the weights load
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load(s.model, progress=lambda m: say("load", m))
     pair = clip_pair(loaded, a, b, s.text, s.answer, s.wrong)
     (fa, fb), ids, metric = pair.features, pair.ids, last_logit_diff(pair.answer, pair.wrong)
     clean_recs, _, clean_logits = _record(loaded, {"input_features": fa, "decoder_input_ids": ids})

@@ -22,7 +22,7 @@ import torch
 from ...audio import FRAME_SECONDS, audio
 from ...engine import InputError
 from ...engine.jsonable import Result
-from ...models import LoadedModel, load
+from ...models import load
 from ...progress import reporter
 from ...settings import SpeechRoutesSettings, verb
 from ..ground.speech import last_logit_diff, prompt_ids, speech_batch, text_ids, transcribe_batch, word_token
@@ -105,7 +105,7 @@ def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fiel
     s = SpeechRoutesSettings.of(settings, model, fields, audio=clip)
     say = reporter(progress)
     heard = audio(s.audio)  # before the weights load
-    loaded = s.model if isinstance(s.model, LoadedModel) else load(s.model, progress=lambda m: say("load", m))
+    loaded = load(s.model, progress=lambda m: say("load", m))
     if not loaded.audio:
         raise SpeechRoutesError(f"{loaded.name} has no audio encoder: routes across streams need a speech model")
     feats = heard.features(int(loaded.model.config.num_mel_bins))

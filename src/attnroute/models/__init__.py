@@ -1,0 +1,48 @@
+"""The one door for the model (door.load): what a user holds becomes a LoadedModel, or is refused naming
+`model`. Its rooms, one job each:
+
+- loaded.py: the LoadedModel type and ModelLoadError
+- door.py: the door itself — names, paths, LoadedModels and transformers objects
+- sources.py: bundled names, directories, .gguf files, CTranslate2 folders and hub ids
+- directory.py: a transformers model directory and its tokenizer
+- caches.py: converted models kept as safetensors (GGUF, CTranslate2), one converter at a time
+- safety.py: the refusals before anything is built (pickles, devices, partial weights, size)
+- facts.py: what is known before the weights load (tokenizer, kind, config)
+- discovery.py: the model's kind, its attention modules by stream, the projection after its heads
+- ct2.py, whisper.py: the speech source — CTranslate2's file format read, Whisper built from it
+
+In a Jupyter kernel without ipywidgets, tqdm.auto (imported by transformers and huggingface_hub) warns
+"IProgress not found" on import. Those bars are not attnroute's, so the warning is filtered by its message.
+"""
+
+import warnings
+
+from .caches import content_key, one_converter, write_cache
+from .discovery import attention_modules, model_kind, out_projection
+from .door import TAKES, from_object, load
+from .facts import Facts, facts_of, load_tokenizer, model_facts
+from .loaded import LoadedModel, ModelLoadError
+from .sources import BUNDLED, package_dir, quiet_transformers
+
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+__all__ = [
+    "BUNDLED",
+    "TAKES",
+    "Facts",
+    "LoadedModel",
+    "ModelLoadError",
+    "attention_modules",
+    "content_key",
+    "facts_of",
+    "from_object",
+    "load",
+    "load_tokenizer",
+    "model_facts",
+    "model_kind",
+    "one_converter",
+    "out_projection",
+    "package_dir",
+    "quiet_transformers",
+    "write_cache",
+]

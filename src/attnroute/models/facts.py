@@ -1,0 +1,94 @@
+"""What is known of a model before its weights load — its tokenizer, its kind, its config — so prompts,
+answers and flags are checked first (model_facts), read once per process."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..bundled import MODELS, cache_dir, model_path
+from ..errors import InputError
+from .caches import content_key
+from .directory import directory_tokenizer
+from .discovery import model_kind
+from .sources import quiet_transformers
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What is known of a model without its weights: its tokenizer, its kind and (when a config is at hand)
+    its config — so prompts, answers and flags are checked before the weights load."""
+
+    tokenizer: object
+    kind: str
+    config: object = None
+
+    @property
+    def n_layers(self) -> int | None:
+        """Attention layers as attnroute counts them (an encoder-decoder: encoder, decoder self, cross)."""
+        c = self.config
+        if c is None:
+            return None
+        if self.kind == "seq2seq":
+            enc = getattr(c, "encoder_layers", None) or getattr(c, "num_layers", None)
+            dec = getattr(c, "decoder_layers", None) or getattr(c, "num_decoder_layers", None) or enc
+            return None if not enc else int(enc) + 2 * int(dec)
+        n = getattr(c, "num_hidden_layers", None)
+        return int(n) if n else None
+
+
+def model_facts(name_or_path: str) -> Facts | None:
+    """Facts of a model by name or path, read once per process (a tokenizer takes ~0.4 s to load); None
+    when the name needs load()'s own checks first (load then refuses it properly)."""
+    try:
+        path = model_path(name_or_path) if name_or_path in MODELS else Path(name_or_path)
+        stamp = os.stat(path).st_mtime_ns
+    except (OSError, InputError):
+        return None  # not there: load() says why
+    return _facts(name_or_path, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _facts(name_or_path: str, stamp: int) -> Facts | None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    quiet_transformers()
+    try:
+        path = model_path(name_or_path) if name_or_path in MODELS else Path(name_or_path)
+        if path.suffix.lower() == ".gguf":
+            target = cache_dir() / f"{path.stem}-{content_key(path)}"
+            if (target / "attnroute-complete").exists():
+                config = AutoConfig.from_pretrained(target, trust_remote_code=False)
+                return Facts(directory_tokenizer(target), "causal", config)
+            return Facts(AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name), "causal")
+        if not (path / "config.json").is_file():
+            return None
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        return Facts(directory_tokenizer(path), model_kind(config), config)
+    except Exception:  # noqa: BLE001  (any problem here is load()'s to name, with its own message)
+        return None
+
+
+def facts_of(model) -> Facts | None:
+    """Facts of whatever a verb was given: a name or path (model_facts, before the weights load), or what is
+    already in memory — a LoadedModel or a transformers object whose tokenizer can be found. None when load()
+    must say why first. The one pre-load check every verb makes, whatever it was given."""
+    from .door import is_loaded_or_object, load
+
+    if isinstance(model, str | os.PathLike):
+        return model_facts(os.fspath(model))
+    if not is_loaded_or_object(model):
+        return None  # load() refuses it by name
+    try:
+        loaded = load(model)
+    except InputError:
+        return None  # load() refuses it again, at its own turn
+    return Facts(loaded.tokenizer, loaded.kind, loaded.model.config)
+
+
+def load_tokenizer(name_or_path: str):
+    """(tokenizer, kind) without the weights (facts_of), or None."""
+    facts = facts_of(name_or_path)
+    return None if facts is None else (facts.tokenizer, facts.kind)

@@ -1,0 +1,98 @@
+"""The type every verb reads: a model, its tokenizer, and where its attention lives (LoadedModel); and the
+refusal of a model that cannot be read (ModelLoadError, an InputError naming `model`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import InputError
+
+
+class ModelLoadError(InputError):
+    """A model name or path that cannot be loaded; the message says why and what to do."""
+
+    def __init__(self, message: str, *, field: str = "model"):
+        super().__init__(message, field=field)
+
+
+@dataclass(repr=False)
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    kind: str  # "causal" (next-token loss), "encoder" (sentence-embedding effect) or "seq2seq"
+    attention_modules: list = field(default_factory=list)  # one per attention layer: encoder, decoder-self, cross
+    out_projections: list = field(default_factory=list)  # per layer: the Linear after the heads (or None)
+    attention_kinds: list = field(default_factory=list)  # per layer: "self", "decoder-self" or "cross"
+
+    def __repr__(self) -> str:  # one line, never the module tree (that is .model)
+        return (
+            f"<LoadedModel {self.name}: {self.kind}, {self.n_layers} layers × {self.n_heads} heads "
+            f"({self.n_kv_heads} kv), {self.max_positions or 'unbounded'} positions>"
+        )
+
+    @property
+    def causal(self) -> bool:
+        return self.kind == "causal"
+
+    @property
+    def seq2seq(self) -> bool:
+        return self.kind == "seq2seq"
+
+    @property
+    def audio(self) -> bool:
+        """The encoder reads log-mel features (Whisper), not tokens: the text is the decoder's."""
+        return getattr(self.model, "main_input_name", "input_ids") == "input_features"
+
+    def mode(self, layer: int) -> str:
+        """The attention mode of ``layer``: encoder (bidirectional self), decoder (causal self) or cross."""
+        kind = self.attention_kinds[layer] if self.attention_kinds else "self"
+        if kind == "self":
+            return "decoder" if self.causal else "encoder"
+        return {"decoder-self": "decoder", "cross": "cross"}[kind]
+
+    def stream_layer(self, layer: int) -> int:
+        """The index of ``layer`` among the layers of its own attention kind (encoder layer 0, cross layer 0 …)."""
+        return self.attention_kinds[:layer].count(self.attention_kinds[layer])
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.attention_modules)
+
+    @property
+    def n_heads(self) -> int:
+        heads = {
+            int(getattr(m, "num_heads", 0) or self.model.config.num_attention_heads) for m in self.attention_modules
+        }
+        return heads.pop() if len(heads) == 1 else int(self.model.config.num_attention_heads)
+
+    @property
+    def n_kv_heads(self) -> int:
+        return int(getattr(self.model.config, "num_key_value_heads", None) or self.n_heads)
+
+    def fit(self, n: int, field: str, what: str) -> int:
+        """``n`` tokens, refused when they exceed the model's positions (a learned position table would
+        raise an IndexError mid-forward; a rotary model would read past its training). The one check and
+        message of every verb: ``what`` names the tokens, ``field`` the setting that decides them."""
+        limit = self.max_positions
+        if limit and n > limit:
+            raise InputError(
+                f"{what} ({n} tokens) is longer than the model's {limit} positions; `{field}` must fit in {limit}",
+                field=field,
+            )
+        return n
+
+    @property
+    def max_positions(self) -> int:
+        """Tokens the model can take: its position table's size less any offset the table reserves
+        (RoBERTa-style learned positions start at padding_idx + 1, so 514 entries hold 512 tokens)."""
+        cfg = self.model.config  # Whisper: the decoder's table (the encoder always takes 1,500 frames)
+        n = int(getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "max_target_positions", 0) or 0)
+        for name, module in self.model.named_modules():
+            if name.endswith("position_embeddings") and isinstance(module, torch.nn.Embedding):
+                if module.padding_idx is not None:
+                    n = min(n, module.num_embeddings - (module.padding_idx + 1)) if n else 0
+                break
+        return n

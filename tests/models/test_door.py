@@ -1,0 +1,122 @@
+"""The one door (models/door.py): every verb takes what a user holds — a name or path, a LoadedModel, a
+transformers object with its tokenizer — and nothing else resolves a model. A user's object is read in
+place and left exactly as it was."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import attnroute as ar
+from attnroute.errors import InputError, InputTypeError
+from attnroute.models import LoadedModel, ModelLoadError, facts_of, load
+from tests.read.zoo import build
+
+TEXT = "the cat sat on the mat . the cat sat on the"
+SRC = Path(ar.__file__).parent
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return build("llama", tmp_path_factory.mktemp("door"))
+
+
+def _user_object(path):
+    """What a user holds: the model they loaded themselves with transformers."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path).eval()
+
+
+def test_a_loaded_model_passes_through_and_a_path_loads(tiny_dir):
+    loaded = load(str(tiny_dir))
+    assert load(loaded) is loaded
+    assert isinstance(load(Path(tiny_dir)), LoadedModel)  # os.PathLike as well as str
+
+
+def test_a_transformers_object_is_read_in_place_with_the_tokenizer_saved_beside_it(tiny_dir):
+    obj = _user_object(tiny_dir)
+    loaded = load(obj)
+    assert loaded.model is obj and loaded.kind == "causal" and loaded.n_layers == 2
+    assert loaded.tokenizer("the cat")["input_ids"] == load(str(tiny_dir)).tokenizer("the cat")["input_ids"]
+    facts = facts_of(obj)
+    assert facts.kind == "causal" and facts.config is obj.config
+
+
+def test_a_given_tokenizer_is_used_and_an_object_without_one_is_refused_naming_tokenizer(tiny_dir):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    cfg = AutoConfig.from_pretrained(tiny_dir)
+    cfg._name_or_path = ""  # built in the notebook: nowhere to find a tokenizer
+    bare = AutoModelForCausalLM.from_config(cfg)
+    with pytest.raises(ModelLoadError) as e:
+        load(bare)
+    assert e.value.field == "tokenizer" and "\n" not in str(e.value) and "tokenizer=" in str(e.value)
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    assert load(bare, tokenizer=tok).tokenizer is tok
+
+
+@pytest.mark.parametrize("given", [42, None, torch.nn.Linear(2, 2), ["smollm2"], b"smollm2"])
+def test_anything_else_is_refused_in_one_line_naming_model(given):
+    with pytest.raises(InputTypeError) as e:
+        load(given)
+    assert e.value.field == "model" and "\n" not in str(e.value) and type(given).__name__ in str(e.value)
+
+
+def test_a_tokenizer_beside_a_name_is_refused_not_dropped(tiny_dir):
+    with pytest.raises(InputError) as e:
+        load(str(tiny_dir), tokenizer=object())
+    assert e.value.field == "tokenizer"
+
+
+def test_a_verb_given_something_else_refuses_it_in_one_line():
+    with pytest.raises(InputTypeError) as e:
+        ar.read_heads(42, TEXT)
+    assert e.value.field == "model"
+
+
+def _state(model) -> dict:
+    """Everything a reading could leave changed on a module tree."""
+    return {
+        "attn": model.config._attn_implementation,
+        "hooks": [
+            (n, len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
+            for n, m in model.named_modules()
+        ],
+        "params": [(n, p.requires_grad, p.dtype, p.device, p.grad is None) for n, p in model.named_parameters()],
+        "training": [m.training for m in model.modules()],
+        "attributes": sorted(k for m in model.modules() for k in vars(m) if "attnroute" in k.lower()),
+    }
+
+
+def test_read_heads_reads_a_users_object_as_it_reads_the_path_and_leaves_it_as_it_was(tiny_dir):
+    obj = _user_object(tiny_dir)
+    ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7]])
+    before, logits = _state(obj), obj(ids).logits
+    got = ar.read_heads(obj, TEXT, exact=0, ablation=False)
+    assert _state(obj) == before
+    assert torch.equal(obj(ids).logits, logits)  # bit-identical next forward
+    want = ar.read_heads(str(tiny_dir), TEXT, exact=0, ablation=False)
+    for c in ("entropy", "sink_mass", "prev_token"):
+        np.testing.assert_allclose(got.columns[c], want.columns[c], rtol=1e-6, atol=1e-7)
+
+
+def test_no_verb_resolves_a_model_itself():
+    """Outside models/, nothing asks whether it holds a LoadedModel or loads past the door: the verbs call
+    models.load (the door) and models.facts_of, whatever they were given."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        if "models" in path.relative_to(SRC).parts[:1]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance":
+                if "LoadedModel" in ast.unparse(node.args[1]):
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("models"):
+                private = [a.name for a in node.names if a.name in ("model_facts", "load_source", "from_object")]
+                found += [f"{path.relative_to(SRC)}:{node.lineno} imports {p}" for p in private]
+    assert found == []
