@@ -14,8 +14,8 @@ SRC = Path(attnroute.__file__).parent
 
 # Pinned: adding or removing a public name is a decision, made in __init__.py's one list and here, by its digest
 # (the names are not written twice: the failure prints them).
-PUBLIC_COUNT = 113
-PUBLIC_DIGEST = "dbce0f4743fc5bf4"
+PUBLIC_COUNT = 148
+PUBLIC_DIGEST = "345be1247c31aac4"
 
 
 def _digest(names) -> str:
@@ -90,3 +90,50 @@ def test_a_subpackage_import_never_replaces_the_public_name_it_shares():
     )  # a fresh process: the import binds attnroute/check/ on its parent first, before the name is touched
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "True"
+
+
+def test_dir_shows_public_names_and_no_module_the_package_imported():
+    shown = {n for n in dir(attnroute) if not n.startswith("_")}
+    assert shown == set(attnroute.__all__)  # nothing else: no sys, types, nor the subpackages imports bound
+    for leaked in ("annotations", "importlib", "sys", "types"):
+        assert leaked not in shown
+
+
+def test_command_names_are_aliases_of_the_older_names_and_learn_has_a_function_per_experiment():
+    import inspect
+
+    from attnroute.errors import InputTypeError
+    from attnroute.learn import EXPERIMENTS
+
+    assert attnroute.heads is attnroute.read_heads and attnroute.routes is attnroute.route_attribution
+    assert attnroute.learn is attnroute.run_experiment
+    for name, (_, settings_cls) in EXPERIMENTS.items():
+        fn = getattr(attnroute, f"learn_{name}")
+        assert set(settings_cls.field_names()) <= set(inspect.signature(fn).parameters)  # help() shows every field
+        try:
+            fn(no_such_field=1)  # refused before any training: the settings are the experiment's
+        except InputTypeError as e:
+            assert e.field == "no_such_field"
+        else:
+            raise AssertionError(f"learn_{name} accepted an unknown field")
+
+
+def test_every_verbs_settings_and_result_are_public():
+    """Every Settings subclass a verb takes and every Result a verb returns is reachable as attnroute.NAME
+    (PairSettings and ClipPairSettings are bases of others, not a verb's own)."""
+    import attnroute.settings as settings_pkg
+    import attnroute.settings.learn as learn_settings
+    from attnroute.engine.jsonable import Result
+
+    classes = {
+        c.__name__
+        for mod in (settings_pkg, learn_settings)
+        for c in vars(mod).values()
+        if isinstance(c, type) and c.__name__.endswith("Settings") and c.__name__ != "Settings"
+    }
+    missing = sorted(classes - set(attnroute.__all__) - {"PairSettings", "ClipPairSettings"})
+    assert missing == []
+    for info in pkgutil.walk_packages([str(SRC / "read")], "attnroute.read."):
+        for obj in vars(importlib.import_module(info.name)).values():
+            if isinstance(obj, type) and issubclass(obj, Result) and obj is not Result and obj.__module__ == info.name:
+                assert obj.__name__ in attnroute.__all__, obj

@@ -9,11 +9,9 @@ learn → show → cli. The public names are re-exported here and loaded on firs
 torch until a name that needs it is touched; transformers waits until a model is read.
 """
 
-from __future__ import annotations
-
-import importlib
-import sys
-import types
+import importlib as _importlib
+import sys as _sys
+import types as _types
 
 __version__ = "0.1.0"
 
@@ -135,17 +133,55 @@ _HOMES: dict[str, tuple[str, str]] = {
     "LearnResult": ("learn", "LearnResult"),
     "serve": ("serve.server", "serve"),
     "ServeSettings": ("settings", "ServeSettings"),
+    # the model's one door and its type
+    "LoadedModel": ("models", "LoadedModel"),
+    # every verb's settings and result
+    "CircuitSettings": ("settings", "CircuitSettings"),
+    "PathPatchSettings": ("settings", "PathPatchSettings"),
+    "WhySettings": ("settings", "WhySettings"),
+    "CompositionSettings": ("settings", "CompositionSettings"),
+    "SpeechPatchSettings": ("settings", "SpeechPatchSettings"),
+    "SpeechRoutesSettings": ("settings", "SpeechRoutesSettings"),
+    "CrossKnockoutSettings": ("settings", "CrossKnockoutSettings"),
+    "CrossSwapSettings": ("settings", "CrossSwapSettings"),
+    "SimulateSettings": ("settings", "SimulateSettings"),
+    "TrainSettings": ("settings.learn", "TrainSettings"),
+    "InductionSettings": ("settings.learn", "InductionSettings"),
+    "ScaleSettings": ("settings.learn", "ScaleSettings"),
+    "PruneSettings": ("settings.learn", "PruneSettings"),
+    "FFSettings": ("settings.learn", "FFSettings"),
+    "CrossSettings": ("settings.learn", "CrossSettings"),
+    "KnockoutResult": ("read.experiments.knockout", "KnockoutResult"),
+    "SwapResult": ("read.experiments.swap", "SwapResult"),
+    "NeedleResult": ("read.experiments.needle", "NeedleResult"),
+    "CrossKnockoutResult": ("read.experiments.cross", "CrossKnockoutResult"),
+    "CrossSwapResult": ("read.experiments.cross", "CrossSwapResult"),
+    "SpeechPatchResult": ("read.patching.speech", "SpeechPatchResult"),
+    "SpeechRoutesResult": ("read.patching.speech_routes", "SpeechRoutesResult"),
+    "CheckRun": ("check.audit", "CheckRun"),
+    # names that follow the commands (`attnroute routes` -> routes); the older names above stay as aliases
+    "heads": ("read.heads", "read_heads"),
+    "routes": ("read.patching.route_attribution", "route_attribution"),
+    "report": ("read.report", "routing_view"),
+    "learn": ("learn", "run_experiment"),
+    "learn_induction": ("learn", "learn_induction"),
+    "learn_scale": ("learn", "learn_scale"),
+    "learn_pruning": ("learn", "learn_pruning"),
+    "learn_ff": ("learn", "learn_ff"),
+    "learn_crossattn": ("learn", "learn_crossattn"),
+    "cost_kv": ("cost.footprint", "kv"),
+    "cost_simulate": ("cost.serving", "serve_stream"),
 }
 
 
 def _load(name: str):
     module, attr = _HOMES[name]
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
-    _Package.__setattr__(sys.modules[__name__], name, value, _force=True)  # loaded once
+    value = getattr(_importlib.import_module(f"{__name__}.{module}"), attr)
+    _Package.__setattr__(_sys.modules[__name__], name, value, _force=True)  # loaded once
     return value
 
 
-class _Package(types.ModuleType):
+class _Package(_types.ModuleType):
     """attnroute's module: public names load on first use, and a subpackage that shares a public
     name (``attnroute.check``, the function, and ``attnroute/check/``) never replaces the name when
     the import system binds the subpackage on its parent."""
@@ -156,15 +192,15 @@ class _Package(types.ModuleType):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
     def __setattr__(self, name: str, value, _force: bool = False):
-        if not _force and name in _HOMES and isinstance(value, types.ModuleType):
+        if not _force and name in _HOMES and isinstance(value, _types.ModuleType):
             return  # `import attnroute.check.report` would bind the package over the function
         super().__setattr__(name, value)
 
-    def __dir__(self):
-        return sorted(set(super().__dir__()) | set(_HOMES))
+    def __dir__(self):  # the public names (and dunders): not the modules the package or its users imported
+        return sorted(set(_HOMES) | {n for n in super().__dir__() if n.startswith("__")})
 
 
-sys.modules[__name__].__class__ = _Package
+_sys.modules[__name__].__class__ = _Package
 
 # the public surface, one name per line above (tests/test_namespace.py pins its digest: a change is a decision)
 __all__ = list(_HOMES)

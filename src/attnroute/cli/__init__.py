@@ -1,7 +1,8 @@
 """attnroute's command line: each command parses its flags, builds a settings object, calls one
 function of the floors below and hands the result to show/.
 
-    attnroute report | serve | heads | knockout | swap | needle | patch | routes | check | cost | learn | bench
+    attnroute report | serve | heads | knockout | swap | needle | patch | routes | circuit | why | composition
+              | check | cost | learn | bench
 
 Exit status: 0 success, 1 a check failed, 2 bad input or a target that cannot be loaded, 130
 interrupted. Every refusal is an InputError raised below this floor; main() maps it once to one line

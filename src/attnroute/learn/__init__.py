@@ -8,6 +8,7 @@ crossattn   an encoder-decoder: heads pruned per attention mode, cross-attention
 """
 
 from ..engine import InputError
+from ..settings.base import verb
 from ..settings.learn import CrossSettings, FFSettings, InductionSettings, PruneSettings, ScaleSettings, TrainSettings
 from . import crossattn, feedforward, induction, pruning, scale
 from .result import LearnResult
@@ -32,16 +33,46 @@ def run_experiment(experiment: str, settings=None, progress=None, **fields) -> L
     if experiment not in EXPERIMENTS:
         raise InputError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {experiment!r}", field="experiment")
     fn, Settings = EXPERIMENTS[experiment]
-    if settings is not None and fields:
-        raise InputError("give settings or fields, not both", field="settings")
-    if settings is not None and not isinstance(settings, Settings):
-        raise InputError(f"settings must be {Settings.__name__}, got {type(settings).__name__}", field="settings")
-    return LearnResult.from_dict(fn(settings or Settings(**fields), progress=progress))
+    s = Settings.of(settings, None, fields)  # an unknown field or both given: refused naming it, never a TypeError
+    return LearnResult.from_dict(fn(s, progress=progress))
+
+
+# One function per experiment, named as the command (`attnroute learn induction` -> learn_induction): each
+# signature lists its settings' fields (settings.verb), so help() shows them. run_experiment(name) stays.
+@verb(InductionSettings)
+def learn_induction(*, settings: InductionSettings | None = None, progress=None, **fields) -> LearnResult:
+    """An induction circuit forms in a 2-layer TinyTransformer: phase change, head scores, ablation proof."""
+    return run_experiment("induction", settings, progress, **fields)
+
+
+@verb(ScaleSettings)
+def learn_scale(*, settings: ScaleSettings | None = None, progress=None, **fields) -> LearnResult:
+    """The 1/sqrt(d_k) scale: logit std at init, saturation, gradients, stalls."""
+    return run_experiment("scale", settings, progress, **fields)
+
+
+@verb(PruneSettings)
+def learn_pruning(*, settings: PruneSettings | None = None, progress=None, **fields) -> LearnResult:
+    """1-8 heads on a mixture of routes, pruned by importance (Michel et al.)."""
+    return run_experiment("pruning", settings, progress, **fields)
+
+
+@verb(FFSettings)
+def learn_ff(*, settings: FFSettings | None = None, progress=None, **fields) -> LearnResult:
+    """Routing alone versus routing plus feed-forward layers at the same parameter budget."""
+    return run_experiment("ff", settings, progress, **fields)
+
+
+@verb(CrossSettings)
+def learn_crossattn(*, settings: CrossSettings | None = None, progress=None, **fields) -> LearnResult:
+    """An encoder-decoder: heads pruned per attention mode, cross-attention maps swapped."""
+    return run_experiment("crossattn", settings, progress, **fields)
 
 
 __all__ = [
     "EXPERIMENTS",
     "Batch",
+    "CrossSettings",
     "FFSettings",
     "History",
     "InductionSettings",
@@ -52,6 +83,11 @@ __all__ = [
     "RepeatTask",
     "ScaleSettings",
     "TrainSettings",
+    "learn_crossattn",
+    "learn_ff",
+    "learn_induction",
+    "learn_pruning",
+    "learn_scale",
     "run_experiment",
     "train",
 ]

@@ -1,15 +1,15 @@
 """The one door for the model (door.load): what a user holds becomes a LoadedModel, or is refused naming
 `model`. Its rooms, one job each:
 
-- loaded.py: the LoadedModel type and ModelLoadError
-- door.py: the door itself — names, paths, LoadedModels and transformers objects
-- sources.py: bundled names, directories, .gguf files, CTranslate2 folders and hub ids
-- directory.py: a transformers model directory and its tokenizer
-- caches.py: converted models kept as safetensors (GGUF, CTranslate2), one converter at a time
-- safety.py: the refusals before anything is built (pickles, devices, partial weights, size)
-- facts.py: what is known before the weights load (tokenizer, kind, config)
-- discovery.py: the model's kind, its attention modules by stream, the projection after its heads
-- ct2.py, whisper.py: the speech source — CTranslate2's file format read, Whisper built from it
+    loaded     the LoadedModel type and ModelLoadError
+    door       the door itself — names, paths, LoadedModels and transformers objects
+    sources    bundled names, directories, .gguf files, CTranslate2 folders and hub ids
+    directory  a transformers model directory and its tokenizer
+    caches     converted models kept as safetensors (GGUF, CTranslate2), one converter at a time
+    safety     the refusals before anything is built (pickles, devices, partial weights, size)
+    facts      what is known before the weights load (tokenizer, kind, config)
+    discovery  the model's kind, its attention modules by stream, the projection after its heads
+    ct2, whisper  the speech source — CTranslate2's file format read, Whisper built from it
 
 In a Jupyter kernel without ipywidgets, tqdm.auto (imported by transformers and huggingface_hub) warns
 "IProgress not found" on import. Those bars are not attnroute's, so the warning is filtered by its message.

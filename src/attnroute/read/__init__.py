@@ -1,17 +1,30 @@
 """read/: real models through the engine — the transformers adapter, the run-time routing check,
 stimuli, head statistics, roles, ablation effects, and the data the routing report shows.
 
-Three tiers, each importing only those below it (tests/test_floors.py):
+Three tiers, each importing only those below it (tests/test_floors.py): the floor (the top-level modules
+and ground/), the rooms (each imports the floor, never another room), and report.py above them.
 
-    floor         the top-level modules — adapter, verify, stimuli, heads (the three passes), headtable,
-                  effects, roles, moments, capture — and ground/, what the rooms share (metrics, prompts,
-                  positions, the settle rule, the process group, checkpoints, statistics)
-    rooms         corpus/ (a corpus read), experiments/ (knockout, swap, needle), patching/ (patch, routes):
-                  each imports the floor, never another room
-    composition   report.py: the routing report's data (a text read, its weights, a corpus read)
+    adapter        a transformers model's attention routed through the engine, for the length of a `with`
+    verify         the run-time routing check: the routed model against its own eager attention
+    stimuli        texts as token ids, the tokens every verb runs
+    heads          read_heads(): where every head routes, its role and its effect (the three passes)
+    headtable      HeadTable: [L, H] statistics, roles and effects, with export
+    effects        weight versus effect: a head ablated, measured and estimated
+    roles          role labels from head statistics (names, rules, thresholds, colours)
+    moments        mergeable running statistics (count, mean, variance)
+    capture        every layer's weights of one text, kept for the page, the explorer and a map swap
+    alignment      a speech model's cross-attention heads against the audio
+    mode_ablation  heads pruned per attention mode of a speech model, scored by word error rate
+    ground/        what the rooms share: metrics, prompts, positions, the settle rule, the process group,
+                   checkpoints, statistics (its own docstring lists its modules)
+    corpus/        room: a corpus read, streamed, merged over ranks, resumable
+    experiments/   room: knockout, swap, needle, the cross-stream experiments
+    patching/      room: patch, routes, and their speech variants
+    circuits/      room: circuit, path_patch, why, composition
+    report         the composition: the routing report's data (a text read, its weights, a corpus read)
 
-Analysis only: numbers and data classes; no printing, no figures, no argparse. Models are loaded by
-attnroute.models, one floor down.
+Analysis only: numbers and data classes; no printing, no figures, no argparse. Models come through
+attnroute.models (the one door), one floor down.
 """
 
 from ..models import BUNDLED, LoadedModel, ModelLoadError, load

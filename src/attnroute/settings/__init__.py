@@ -18,6 +18,7 @@ tokens) stay with the verb.
     patching     PatchSettings, RoutesSettings, CircuitSettings, PathPatchSettings, WhySettings,
                  CompositionSettings
     tools        CheckSettings, KVSettings, SimulateSettings, ServeSettings
+    learn        TrainSettings and each learn experiment's (InductionSettings, ScaleSettings, …)
 
 Like errors.py, this package imports no torch, so a bad flag is refused before torch loads.
 """

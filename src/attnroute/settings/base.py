@@ -5,7 +5,7 @@ and the verb signature that shows them.
     class KnockoutSettings(Settings):
         window: int = opt(5, "layers per window, slid over the depth")
 
-    @verb(KnockoutSettings, "model", "text")
+    @verb(KnockoutSettings)
     def knockout(model=None, text=None, *, settings=None, progress=None, **fields): ...
 
 ``help(knockout)`` then shows every field with its default and its one line of meaning; the command

@@ -1,7 +1,13 @@
-"""A corpus read: documents streamed from files or a saved dataset (documents.py), per-document
-statistics merged over documents and ranks (accumulator.py), resumable (store.py: the accumulator in
-the ground floor's checkpoint), and the heads that matter tested (significance.py). read.py runs the
-passes; the process group comes from the ground floor (ground/group.py)."""
+"""corpus/: a corpus read — head statistics over many documents, with intervals.
+
+    documents     documents streamed from files, a directory or a saved Hugging Face dataset
+    accumulator   per-document statistics merged over documents and ranks
+    store         the accumulator in the ground floor's checkpoint (a read resumes)
+    significance  which heads matter: a paired test per candidate, Holm's correction
+    read          read_corpus(): runs the passes (the process group: ground/group.py)
+
+A corpus read is resumable and shards its documents over torchrun's ranks.
+"""
 
 from ..ground.checkpoint import CheckpointMismatch
 from .documents import Corpus, CorpusError, corpus_kind, documents

@@ -9,10 +9,16 @@
     stats        a mean with its 95 % interval; an estimate's agreement with exact values
     group        the process group under torchrun, one refusal on every rank, prompts dealt over ranks
     checkpoint   one identity (fingerprint), one file format, atomic writes
+    arrays       a verb's per-prompt arrays, gathered over ranks and kept in a checkpoint (Store)
+    norms        a norm frozen at a run's own scale: the linear map it applies
+    pool         prompts cut into runs of bounded tokens; recorded runs kept within a memory budget
+    recompute    activations recomputed in the backward instead of stored, block by block
+    taps         a tap on one attention layer: zero leaves on its q, k, v and head outputs
+    speech       what a speech model runs: log-mel features in, the transcript into the decoder
     ablation     head ablation measured with your metric on your prompts (heads --metric)
 
 The rooms (corpus/, experiments/, patching/ and those after them) import this floor and read/'s
-top-level modules, never one another (tests/test_floors.py).
+top-level modules, never each other (tests/test_floors.py).
 """
 
 __all__: list[str] = []  # each module is imported by its own name (read/ground/settle.py, …)

@@ -1,17 +1,17 @@
-"""patching/: your question, your metric — activation patching, attribution and route-level effects.
+"""patching/: activation patching and route attribution with your metric.
 
-sites              the components and the interventions that record, tap and patch them
-runs               the recorded clean / corrupt runs of one group of prompts; exact and estimated patching
-direct             direct effects (direct logit attribution) of every head
-qkfix              AtP*'s QK fix: the estimate of a patched query or key, the softmax recomputed
-patch              patch(): estimate, then exact settling, with per-prompt statistics
-routes             the streaming probe of route attribution
-route_attribution  route_attribution(): every query→key route's estimated effect, the top verified
-speech             speech_patch(): every head of a speech model patched from a clean clip into a corrupted one
-speech_routes      speech_routes(): route attribution on a clip, cross-attention routes (decoder row → frame)
+    runs               the runs behind a patching experiment, for one group of same-length prompts
+    sites              where a patch goes: the engine interventions that record, tap and exchange activations
+    patch              patch(): which heads (and which side of their routes) carry the difference
+    direct             direct effects: what each head writes straight onto the answer's logit
+    qkfix              AtP*'s QK fix for patching a query or a key
+    routes             every single query→key route's first-order effect on your metric
+    suffix             exact route knockouts that recompute only what a route can change
+    route_attribution  route_attribution(): every route estimated, the top verified exactly
+    speech             activation patching between two clips on a speech model
+    speech_routes      route attribution across streams on a speech model
 
-What the rooms of read/ share — metrics, prompt pairs as tokens, positions, the settle rule, the
-process group, checkpoints, statistics — is the ground floor, read/ground/.
+Each module imports read/'s floor, never another room (tests/test_floors.py).
 """
 
 from .patch import PatchResult, patch
