@@ -120,3 +120,42 @@ def test_no_verb_resolves_a_model_itself():
                 private = [a.name for a in node.names if a.name in ("model_facts", "load_source", "from_object")]
                 found += [f"{path.relative_to(SRC)}:{node.lineno} imports {p}" for p in private]
     assert found == []
+
+
+PAIRS = (
+    ar.PromptPair("the cat sat on the mat and", "the dog sat on the mat and", " the", " a"),
+    ar.PromptPair("a bird flew over the house and", "a bird ran over the house and", " the", " a", row=2),
+)
+VERBS = {
+    "patch": lambda m: ar.patch(m, PAIRS, exact=0),
+    "routes": lambda m: ar.routes(m, "the cat sat on the mat and the", metric="loss", layers=[0]),
+    "circuit": lambda m: ar.circuit(m, PAIRS, exact=0, ig_steps=1),
+    "path_patch": lambda m: ar.path_patch(m, PAIRS, sender="L0.H3", receiver="L1.H1", channel="k"),
+    "why": lambda m: ar.why(m, TEXT, head="L1.H1", query="11", key="4"),
+    "composition": lambda m: ar.composition(m),
+    "knockout": lambda m: ar.knockout(m, TEXT, source="cat", target="mat", window=1),
+    "swap": lambda m: ar.swap(m, TEXT, "the dog sat on the mat . the dog sat on the", window=1),
+    "needle": lambda m: ar.needle(m, (48,)),
+}
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_takes_a_users_object_and_leaves_it_as_it_was(tiny_dir, verb):
+    obj = _user_object(tiny_dir)
+    ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7]])
+    before, logits = _state(obj), obj(ids).logits
+    VERBS[verb](obj)
+    assert _state(obj) == before
+    assert torch.equal(obj(ids).logits, logits)
+
+
+def test_a_users_metric_that_raises_leaves_the_object_as_it_was(tiny_dir):
+    obj = _user_object(tiny_dir)
+    before = _state(obj)
+
+    def broken(logits, batch):
+        raise ZeroDivisionError("the user's own bug")
+
+    with pytest.raises((ZeroDivisionError, InputError)):
+        ar.patch(obj, PAIRS, metric=broken, exact=0)
+    assert _state(obj) == before

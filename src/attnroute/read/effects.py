@@ -33,6 +33,7 @@ from .adapter import routed
 from .ground.metrics import token_loss
 from .ground.settle import SettleRule, settle
 from .ground.speech import text_loss
+from .hooks import recorded
 
 MODES = ("zero", "mean", "uniform")
 # Every forward of a sweep (the clean pass, its restart check, the ablated runs, the gradient's) lets "auto"
@@ -179,17 +180,8 @@ def clean_pass(loaded, batch: dict, effect=effect_loss):
     """Clean loss per example, per-head mean outputs, each block's output (for the restart shortcut)
     and the clean embedding (encoders)."""
     recs = [OutputMean(layer) for layer in range(loaded.n_layers)]
-    outputs: dict[int, object] = {}
-    blocks = layer_stack(loaded) or []
-    hooks = [
-        b.register_forward_hook(lambda mod, args, out, i=i: outputs.__setitem__(i, out)) for i, b in enumerate(blocks)
-    ]
-    try:
-        with routed(loaded, interventions=recs, impl=IMPL):
-            out = loaded.model(**batch)
-    finally:
-        for h in hooks:
-            h.remove()
+    with recorded(layer_stack(loaded) or []) as outputs, routed(loaded, interventions=recs, impl=IMPL):
+        out = loaded.model(**batch)
     clean_emb = None if loaded.kind != "encoder" else pooled(out.last_hidden_state, batch["attention_mask"])
     base = effect(loaded, batch, out, clean_emb)
     return base, {r.layer: r.mean for r in recs}, outputs, clean_emb

@@ -24,6 +24,7 @@ from ..audio import audio
 from ..engine import InputError
 from .adapter import routed
 from .ground.speech import clip_batch
+from .hooks import recorded
 from .stimuli import encode_text
 
 REL = {torch.float32: 1e-4, torch.float64: 1e-9, torch.float16: 2e-2, torch.bfloat16: 5e-2}
@@ -120,17 +121,8 @@ def long_batch(loaded) -> dict | None:
 
 def _run(loaded, batch: dict, context) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """(final output, each attention layer's output) for one forward under ``context``."""
-    outs: dict[int, torch.Tensor] = {}
-    hooks = [
-        m.register_forward_hook(lambda mod, a, out, i=i: outs.__setitem__(i, out[0] if isinstance(out, tuple) else out))
-        for i, m in enumerate(loaded.attention_modules)
-    ]
-    try:
-        with torch.no_grad(), context:
-            result = loaded.model(**batch)
-    finally:
-        for h in hooks:
-            h.remove()
+    with torch.no_grad(), recorded(loaded.attention_modules, first=True) as outs, context:
+        result = loaded.model(**batch)
     final = result.logits if getattr(result, "logits", None) is not None else result.last_hidden_state
     return final.float(), [outs.get(i) for i in range(loaded.n_layers)]
 

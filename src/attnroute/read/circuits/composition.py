@@ -126,13 +126,8 @@ def head_matrices(loaded, layout=None) -> dict:
     ids = _probe(loaded)
     layout = layout or discover(loaded, ids)
     graph = Graph(layout)
-    norms, hooks = record_qk_norms(loaded.attention_modules)
-    try:
-        with Forward(layout, graph) as fw, routed(loaded):
-            loaded.model(**batch_of(loaded, ids), **no_cache(loaded))
-    finally:
-        for h in hooks:
-            h.remove()
+    with record_qk_norms(loaded.attention_modules) as norms, Forward(layout, graph) as fw, routed(loaded):
+        loaded.model(**batch_of(loaded, ids), **no_cache(loaded))
     stream = layout.streams[-1]
     out: dict = {"q": [], "k": [], "v": [], "o": [], "stream": stream}
     with routed(loaded, impl="eager"):

@@ -21,6 +21,7 @@ import torch
 from ..adapter import replay, routed
 from ..ground.norms import norm_form
 from ..ground.recompute import checkpointed
+from ..hooks import Hooks
 from .headvjp import check_fused, fused_through_norm, head_vjp, linear_taps, norm_vjp
 from .products import Products
 from .qkfix import QK_LAYERS, affordable, chosen_blocks, qk_block
@@ -122,8 +123,9 @@ class GradPass:
             torch.enable_grad(),
             checkpointed(run.loaded, long),
             Forward(layout, graph, interpolate=interp, writes=False) as fw,
+            Hooks() as hooks,
         ):
-            hooks = _leaf_hooks(run, self.leaves)
+            _leaf_hooks(hooks, run, self.leaves)
             inputs = [*starts.values()]
 
             def backward(out):
@@ -131,19 +133,15 @@ class GradPass:
                 inputs.extend(self.leaves.values())  # the leaves exist once the forward has run
                 return torch.autograd.grad(total, inputs, allow_unused=True)
 
-            try:
-                grads = run._forward(
-                    run.base_ids,
-                    fw,
-                    copies,
-                    before_attend=hooks_in,
-                    after_attend=[_catch_out(self.grads, self.values)],
-                    on_attend=[lambda layer, mask, args: self.ctx.setdefault(layer, (mask, args))],
-                    then=backward,
-                )
-            finally:
-                for h in hooks:
-                    h.remove()
+            grads = run._forward(
+                run.base_ids,
+                fw,
+                copies,
+                before_attend=hooks_in,
+                after_attend=[_catch_out(self.grads, self.values)],
+                on_attend=[lambda layer, mask, args: self.ctx.setdefault(layer, (mask, args))],
+                then=backward,
+            )
         self.rec = fw.rec
         self.leaf_grads = {
             j: (torch.zeros_like(x) if d is None else d)
@@ -210,17 +208,14 @@ def _catch_out(grads: dict, values: dict):
     return hook
 
 
-def _leaf_hooks(run, leaves: dict) -> list:
+def _leaf_hooks(hooks: Hooks, run, leaves: dict) -> None:
     """Zero leaves at every MLP's input and at the final residual: their gradients are ∂M/∂(those inputs)."""
-    graph, layout, hooks = run.graph, run.layout, []
+    graph, layout = run.graph, run.layout
     for j, r in enumerate(graph.receivers):
         if r.kind == "mlp":
-            b = layout.stack(r.stream)[r.layer]
-            hooks.append(b.mlp_in.register_forward_pre_hook(_add_leaf_pre(leaves, j), with_kwargs=True))
+            hooks.before(layout.stack(r.stream)[r.layer].mlp_in, _add_leaf_pre(leaves, j), kwargs=True)
         elif r.kind == "logits":
-            last = layout.stack(r.stream)[-1].module
-            hooks.append(last.register_forward_hook(_add_leaf_post(leaves, j)))
-    return hooks
+            hooks.after(layout.stack(r.stream)[-1].module, _add_leaf_post(leaves, j))
 
 
 def _add_leaf_pre(leaves: dict, j: int):

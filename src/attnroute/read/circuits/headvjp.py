@@ -25,6 +25,7 @@ import contextlib
 
 import torch
 
+from ..hooks import Hooks
 from .stream import o_matrix  # any Linear's or Conv1D's weight as [out, in]
 
 
@@ -36,16 +37,11 @@ def _is_linear(m: torch.nn.Module) -> bool:
 def linear_taps(module: torch.nn.Module):
     """Every Linear call inside ``module`` while the block runs: [(linear, its input, its output)]."""
     taps: list = []
-    hooks = [
-        m.register_forward_hook(lambda m, args, out: taps.append((m, args[0], out)))
-        for m in module.modules()
-        if _is_linear(m)
-    ]
-    try:
+    with Hooks() as hooks:
+        for m in module.modules():
+            if _is_linear(m):
+                hooks.after(m, lambda m, args, out: taps.append((m, args[0], out)))
         yield taps
-    finally:
-        for h in hooks:
-            h.remove()
 
 
 def plain_vjp(y: torch.Tensor, x: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ import torch
 
 from ...errors import InputError
 from ..adapter import routed
+from ..hooks import Hooks
 
 TOL = 1e-4
 
@@ -105,10 +106,10 @@ class Watch:
         self.kwargs: dict[int, dict] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self.order: list[torch.nn.Module] = []
-        self._hooks = []
+        self._hooks = Hooks()
         for m in root.modules():
-            self._hooks.append(m.register_forward_pre_hook(self._pre, with_kwargs=True))
-            self._hooks.append(m.register_forward_hook(self._post))
+            self._hooks.before(m, self._pre, kwargs=True)
+            self._hooks.after(m, self._post)
 
     def _pre(self, m, args, kwargs):
         x = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("hidden_states")
@@ -122,8 +123,7 @@ class Watch:
             self.outputs[id(m)] = y.detach()
 
     def close(self) -> None:
-        for h in self._hooks:
-            h.remove()
+        self._hooks.remove()
 
 
 def stacks(loaded) -> list[tuple[str, list[torch.nn.Module]]]:

@@ -19,6 +19,7 @@ import torch
 from ..adapter import replay, routed
 from ..ground.batches import batch_of, no_cache
 from ..ground.norms import frozen_norm
+from ..hooks import Hooks
 from .layout import CircuitUnsupported, Finder, Watch, _linear_like, _same, is_norm, stacks
 
 TOL = 1e-4
@@ -37,17 +38,13 @@ class PostLNStream:
             return out
 
         watch = Watch(loaded.model)
-        hooks = [
-            m.register_forward_pre_hook(lambda m, a, k, i=i: self.calls.setdefault(i, (a, k)), with_kwargs=True)
-            for i, m in enumerate(loaded.attention_modules)
-        ]
         try:
-            with torch.no_grad(), routed(loaded, impl="eager", after_attend=[keep]):
+            with torch.no_grad(), Hooks() as hooks, routed(loaded, impl="eager", after_attend=[keep]):
+                for i, m in enumerate(loaded.attention_modules):
+                    hooks.before(m, lambda m, a, k, i=i: self.calls.setdefault(i, (a, k)), kwargs=True)
                 loaded.model(**batch_of(loaded, ids), **no_cache(loaded))
         finally:
             watch.close()
-            for h in hooks:
-                h.remove()
         self.layer_of = {id(m): i for i, m in enumerate(loaded.attention_modules)}
         self.reads: dict[tuple[int, str], dict] = {}  # (layer, "x" | "kv") -> {components, bias, x}
         self.final: dict[str, dict] = {}

@@ -25,6 +25,7 @@ import torch
 
 from ..adapter import replay
 from ..ground.norms import frozen_norm
+from ..hooks import Hooks
 from .layout import CircuitUnsupported, is_norm
 from .stream import _tile, part_of, read_value, sender_writes
 
@@ -144,16 +145,18 @@ def _sliced(obj, positions: list[int], T: int):
     return obj
 
 
-def record_qk_norms(attention_modules) -> tuple[dict, list]:
-    """Hooks recording each QK-norm's input and output on the run: ({layer: {norm module: (x, y)}}, hooks)."""
+@contextlib.contextmanager
+def record_qk_norms(attention_modules):
+    """Within the block, each QK-norm's input and output on the run: {layer: {norm module: (x, y)}}."""
     seen: dict[int, dict] = {}
-    hooks = []
-    for layer, module in enumerate(attention_modules):
-        for sub in module.modules():
-            if sub is not module and is_norm(sub):
-                put = lambda m, a, out, layer=layer: seen.setdefault(layer, {}).__setitem__(m, (a[0], out))  # noqa: E731
-                hooks.append(sub.register_forward_hook(put))
-    return seen, hooks
+    with Hooks() as hooks:
+        for layer, module in enumerate(attention_modules):
+            for sub in module.modules():
+                if sub is not module and is_norm(sub):
+                    hooks.after(
+                        sub, lambda m, a, out, layer=layer: seen.setdefault(layer, {}).__setitem__(m, (a[0], out))
+                    )
+        yield seen
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ import torch
 from ...engine import Intervention
 from ..adapter import replay
 from ..ground.norms import frozen_norm
+from ..hooks import Hooks
 from .graph import Graph, where_read
 from .layout import Block, CircuitUnsupported, Layout
 from .sliced import fit
@@ -49,7 +50,7 @@ class Forward:
         self.writes = writes  # False: the read points alone (a gradient pass reads no sender's write)
         self.interpolate = interpolate or {}  # stream -> callable(x_in of block 0) -> its replacement
         self.rec: dict[tuple, dict] = {}
-        self._hooks: list = []
+        self._hooks = Hooks()
         # only a forward that edits receivers carries interventions (edits of q, k, v: the fused kernel still runs)
         sublayers = [(b, a) for b in layout.blocks for a in (b.attn, b.cross) if a]
         self.interventions = [ReceiverEdit(self, b, a) for b, a in sublayers] if edits is not None else []
@@ -60,14 +61,13 @@ class Forward:
         return self
 
     def __exit__(self, *exc):
-        for h in self._hooks:
-            h.remove()
+        self._hooks.remove()
 
     def _hook(self, module, pre=None, post=None) -> None:
         if pre is not None:
-            self._hooks.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            self._hooks.before(module, pre, kwargs=True)
         if post is not None:
-            self._hooks.append(module.register_forward_hook(post))
+            self._hooks.after(module, post)
 
     def _install(self, b: Block) -> None:
         r = self.rec.setdefault((b.stream, b.index), {})

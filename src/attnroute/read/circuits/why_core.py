@@ -106,17 +106,14 @@ class Recorded:
                 got["mask"], got["args"] = mask, args
                 raise _Enough  # nothing after the head's attention call is read
 
-        self.qk_norms, hooks = record_qk_norms(loaded.attention_modules)
         fw = Forward(layout, graph) if layout is not None else contextlib.nullcontext()
-        try:
-            with torch.no_grad(), fw:
-                with routed(loaded, before_attend=[before], on_attend=[on]):  # any kernel: nothing is edited
-                    loaded.model(**batch_of(loaded, ids), **no_cache(loaded))
-        except _Enough:
-            pass
-        finally:
-            for hook in hooks:
-                hook.remove()
+        with record_qk_norms(loaded.attention_modules) as self.qk_norms:
+            try:
+                with torch.no_grad(), fw:
+                    with routed(loaded, before_attend=[before], on_attend=[on]):  # any kernel: nothing is edited
+                        loaded.model(**batch_of(loaded, ids), **no_cache(loaded))
+            except _Enough:
+                pass
         self.rec = fw.rec if layout is not None else {}
         self.q, self.k, self.mask, self.args = got["q"], got["k"], got["mask"], got["args"]
         self.scale = self.args.get("scale") or self.q.shape[-1] ** -0.5

@@ -26,6 +26,7 @@ import torch
 
 from ..effects import layer_stack
 from ..ground.norms import frozen_norm
+from ..hooks import Hooks
 
 TOL = 1e-4
 
@@ -51,13 +52,13 @@ class FinalRecorder:
         self.projections = [p for p in loaded.out_projections if p is not None] if self.head is not None else []
         self.inputs, self.outputs, self.y = {}, {}, None
         self.input_ptr, self.output_ptr = {}, {}  # which tensor each module read / wrote (the post-norm's match)
-        self._hooks = []
+        self._hooks = Hooks()
 
     def __enter__(self):
         for m in [*self.norms, *self.inner, *self.projections]:
-            self._hooks.append(m.register_forward_hook(self._norm_hook))
+            self._hooks.after(m, self._norm_hook)
         if self.head is not None:
-            self._hooks.append(self.head.register_forward_pre_hook(self._head_hook))
+            self._hooks.before(self.head, self._head_hook)
         return self
 
     def _norm_hook(self, module, args, out):
@@ -75,8 +76,7 @@ class FinalRecorder:
         self.y = args[0][:, -1].detach()
 
     def __exit__(self, *exc):
-        for h in self._hooks:
-            h.remove()
+        self._hooks.remove()
 
 
 def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff: torch.Tensor) -> dict:

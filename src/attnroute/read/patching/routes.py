@@ -31,6 +31,7 @@ from ..adapter import routed
 from ..effects import layer_stack, rows_of
 from ..ground.batches import metric_input, no_cache
 from ..ground.recompute import checkpointed
+from ..hooks import recorded
 
 SATURATED = 1e-6  # 1 − A_ij below this: the row's weight is all on one key
 CHECKPOINT_FROM = 8192  # tokens (prompts × length): past this the backward recomputes each block instead of storing it
@@ -186,18 +187,12 @@ def stream_routes(loaded, batch: dict, grads: dict, top: int, kwargs: dict, reco
     ``record_blocks``: ``base`` = (every layer's keys and values [B, Hkv, T, D], the logits) of a causal LM,
     what the knockouts' KV cache reads (suffix.py), recorded here instead of by another forward; else None."""
     probe = RouteProbe(grads, grams(loaded, loaded.n_heads), top, loaded.n_heads // loaded.n_kv_heads)
-    stored: dict[int, object] = {}
     kv: dict[int, tuple] = {}
     keep_kv = record_blocks and loaded.causal
     blocks = (layer_stack(loaded) or []) if record_blocks else []
-    hooks = [b.register_forward_hook(lambda m, a, out, i=i: stored.__setitem__(i, out)) for i, b in enumerate(blocks)]
     seen = [probe.capture] + ([lambda layer, m, q, k, v: kv.setdefault(layer, (k, v))] if keep_kv else [])
-    try:
-        with routed(loaded, probes=[probe], impl="blocked", before_attend=seen):
-            out = loaded.model(**batch, **{**no_cache(loaded), **kwargs})
-    finally:
-        for h in hooks:
-            h.remove()
+    with recorded(blocks) as stored, routed(loaded, probes=[probe], impl="blocked", before_attend=seen):
+        out = loaded.model(**batch, **{**no_cache(loaded), **kwargs})
     base = ([kv[l] for l in sorted(kv)], out.logits) if keep_kv and len(kv) == loaded.n_layers else None
     return probe.routes(), stored, base
 

@@ -19,6 +19,7 @@ from ..adapter import routed
 from ..effects import _repeat, layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, output_kwargs, references
 from ..ground.prompts import Group
+from ..hooks import recorded
 from .direct import FinalRecorder, direct_effects
 from .qkfix import qk_estimates
 from .sites import Component, PatchCopies, Recorder, Tap, estimate_grid
@@ -66,17 +67,12 @@ class PairRun:
     @torch.no_grad()
     def _record(self, ids: torch.Tensor):
         recs = [Recorder(layer) for layer in range(self.loaded.n_layers)]
-        stored: dict[int, object] = {}
-        blocks = layer_stack(self.loaded) or []
-        hooks = [
-            b.register_forward_hook(lambda m, a, out, i=i: stored.__setitem__(i, out)) for i, b in enumerate(blocks)
-        ]
-        try:
-            with FinalRecorder(self.loaded) as final, routed(self.loaded, interventions=recs, impl="eager"):
-                out = self.loaded.model(**self.batch(ids), **self.kwargs)
-        finally:
-            for h in hooks:
-                h.remove()
+        with (
+            recorded(layer_stack(self.loaded) or []) as stored,
+            FinalRecorder(self.loaded) as final,
+            routed(self.loaded, interventions=recs, impl="eager"),
+        ):
+            out = self.loaded.model(**self.batch(ids), **self.kwargs)
         return out, recs, stored, final
 
     def direct(self) -> dict:
