@@ -5,6 +5,7 @@ Three tiers, each importing only those below it (tests/test_floors.py): the floo
 and ground/), the rooms (each imports the floor, never another room), and report.py above them.
 
     adapter        a transformers model's attention routed through the engine, for the length of a `with`
+    hooks          hook lifetime in one home: module hooks added and removed together, outputs recorded
     verify         the run-time routing check: the routed model against its own eager attention
     stimuli        texts as token ids, the tokens every verb runs
     heads          read_heads(): where every head routes, its role and its effect (the three passes)

@@ -30,6 +30,7 @@ import torch
 from ..engine import HeadGate, Intervention
 from ..engine.interventions import uniform_over_visible
 from .adapter import routed
+from .ground.copies import repeat_batch, repeat_output
 from .ground.metrics import token_loss
 from .ground.settle import SettleRule, settle
 from .ground.speech import text_loss
@@ -141,19 +142,6 @@ def pooled(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     return (hidden * m).sum(1) / m.sum(1).clamp_min(1)
 
 
-def _repeat(batch: dict, k: int) -> dict:
-    return {key: val.repeat(k, *([1] * (val.dim() - 1))) for key, val in batch.items()}
-
-
-def _repeat_output(out, k: int):
-    """A block's output (a tensor or a tuple holding tensors) with every batch-major tensor repeated k times."""
-    if isinstance(out, torch.Tensor):
-        return out.repeat(k, *([1] * (out.dim() - 1)))
-    if isinstance(out, tuple):
-        return type(out)(_repeat_output(o, k) for o in out) if not hasattr(out, "_fields") else out
-    return out
-
-
 # ------------------------------------------------------------------------------------ the layer stack
 
 
@@ -214,7 +202,7 @@ def run_from(
     the run being edited, repeated ``copies`` times): an edit at layer ``start`` cannot change them."""
     blocks = (blocks or layer_stack(loaded)) if start > 0 else []  # callers in a loop pass theirs
     for j in range(start):
-        out = _repeat_output(stored[j], copies) if j == start - 1 else stored[j]  # only the last one is read
+        out = repeat_output(stored[j], copies) if j == start - 1 else stored[j]  # only the last one is read
         blocks[j].forward = lambda *a, _out=out, **k: _out
     try:
         with routed(loaded, interventions=interventions, impl=impl):
@@ -308,7 +296,7 @@ class Sweep:
                 for i in range(0, len(hs), self.k):
                     chunk = hs[i : i + self.k]
                     iv = BatchedAblation(layer, chunk, self.B, mode, self.means.get(layer))
-                    rep = _repeat(self.batch, len(chunk))
+                    rep = repeat_batch(self.batch, len(chunk))
                     start = layer if self.check["used"] else 0
                     per = forward_from(
                         self.loaded, start, self.stored, rep, [iv], len(chunk), self.clean_emb, self.blocks, self.effect

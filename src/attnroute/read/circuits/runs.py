@@ -36,8 +36,9 @@ import numpy as np
 import torch
 
 from ..adapter import routed
-from ..effects import _repeat, layer_stack, restart_check, run_from
+from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs, references
+from ..ground.copies import repeat_batch
 from .graph import Graph, where_read
 from .layout import CircuitUnsupported, Layout
 from .stream import Forward, part_of, read_value, sender_writes
@@ -79,7 +80,7 @@ class EdgeRun:
         restarted at block ``start`` from the base run's recorded block outputs. ``then(outputs)``, when given,
         runs inside the same routing (a backward whose checkpointed blocks rerun must attend as they did)
         and its result is returned."""
-        batch = _repeat(batch_of(self.loaded, ids), copies)
+        batch = repeat_batch(batch_of(self.loaded, ids), copies)
         ivs = [*fw.interventions, *interventions]
         # every forward here — the recordings, the gradient pass, patched runs, circuits — takes the same
         # backend: a circuit's only edits are of receivers' inputs (ReceiverEdit: q, k, v, none needing the
@@ -101,7 +102,7 @@ class EdgeRun:
         return out, fw.rec, blocks
 
     def _metric_value(self, outputs, ids, copies: int = 1) -> torch.Tensor:
-        batch = _repeat(batch_of(self.loaded, ids), copies)
+        batch = repeat_batch(batch_of(self.loaded, ids), copies)
         for name, value in self.fields.items():
             if value is not None:
                 batch[name] = value.repeat(copies, *([1] * (value.dim() - 1)))

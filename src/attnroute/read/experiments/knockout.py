@@ -28,7 +28,7 @@ from ...engine.jsonable import Result
 from ...progress import reporter
 from ...settings import KnockoutSettings, verb
 from ..adapter import routed
-from ..effects import _repeat
+from ..ground.copies import repeat_batch
 from ..ground.positions import resolve_positions, said
 from ..ground.text_metric import TextMetric
 from ..stimuli import encode_text, tokens_of
@@ -203,7 +203,7 @@ def _runs(loaded, batch: dict, cuts: list, k: int):
     batch item), run ``k`` copies of the text per forward."""
     for j in range(0, len(cuts), k):
         chunk = cuts[j : j + k]
-        copies = _repeat(batch, len(chunk))
+        copies = repeat_batch(batch, len(chunk))
         made = [iv for c, cut in enumerate(chunk) for iv in cut(c)]
         with torch.no_grad(), routed(loaded, interventions=made, impl="auto"):
             logits = loaded.model(**copies).logits.float()  # (copies, T, V)

@@ -4,6 +4,7 @@
     prompts      prompt pairs as token ids, checked (same length, single-token answers); pair positions
     positions    the one resolver of positions: indices or a word of the text
     batches      what the model runs for a group of prompts, what a metric reads from its outputs
+    copies       k copies of a batch or a block's output: k interventions in one forward
     text_metric  a metric on the runs of one text (knockout, swap)
     settle       the settle rule: exact measurement until the exact top holds
     stats        a mean with its 95 % interval; an estimate's agreement with exact values

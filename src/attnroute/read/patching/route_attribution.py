@@ -23,8 +23,9 @@ from ...progress import reporter
 from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import SETTLE_STEP, RoutesSettings, verb
 from ..adapter import routed
-from ..effects import _repeat, layer_stack, restart_check, rows_of, run_from
+from ..effects import layer_stack, restart_check, rows_of, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
+from ..ground.copies import repeat_batch
 from ..ground.metrics import resolve
 from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
 from ..ground.settle import SettleRule, settle, settle_said
@@ -294,7 +295,7 @@ def _suffix(loaded, batch, stored, blocks, base, fn, fields_, kwargs, m_base, me
     if why is not None:
         meta.restart["suffix"] = {"used": False, "reason": f"{why}: every row rerun"}
         return None
-    value = lambda logits, copies=1: fn(logits, _repeat({**batch, **fields_}, copies)).float()  # noqa: E731
+    value = lambda logits, copies=1: fn(logits, repeat_batch({**batch, **fields_}, copies)).float()  # noqa: E731
     suffix = Suffix(loaded, batch, stored, blocks, value, kwargs, getattr(fn, "last_only", False), base=base)
     check = suffix.check(m_base)
     meta.restart["suffix"] = check

@@ -16,8 +16,9 @@ from __future__ import annotations
 import torch
 
 from ..adapter import routed
-from ..effects import _repeat, layer_stack, restart_check, run_from
+from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, output_kwargs, references
+from ..ground.copies import repeat_batch
 from ..ground.prompts import Group
 from ..hooks import recorded
 from .direct import FinalRecorder, direct_effects
@@ -107,7 +108,7 @@ class PairRun:
             for j in range(0, len(idx), k):
                 chunk = idx[j : j + k]
                 iv = PatchCopies(layer, [comps[i] for i in chunk], self.n, self.source[layer])
-                rep = _repeat(self.batch(self.base_ids), len(chunk))
+                rep = repeat_batch(self.batch(self.base_ids), len(chunk))
                 start = layer if self.shortcut["used"] else 0
                 res = run_from(self.loaded, start, self.base_blocks, rep, [iv], len(chunk), self.blocks, **self.kwargs)
                 out[chunk] = self._metric(res, self.base_ids, len(chunk)).view(len(chunk), self.n)

@@ -25,7 +25,8 @@ from __future__ import annotations
 import torch
 
 from ..adapter import routed
-from ..effects import _repeat_output, rows_of
+from ..effects import rows_of
+from ..ground.copies import repeat_output
 
 
 def _rows_from(out, i: int):
@@ -92,7 +93,7 @@ class Suffix:
         c = len(cuts)
         ids = rows_of(self.batch)
         B, T = ids.shape
-        rep = lambda t: _repeat_output(t, c)  # noqa: E731  (copy-major, as the items below)
+        rep = lambda t: repeat_output(t, c)  # noqa: E731  (copy-major, as the items below)
         kv = ((rep(k[:, :, :row]), rep(v[:, :, :row])) for k, v in self.kv)
         positions = torch.arange(row, T)
         batch = {
@@ -104,7 +105,7 @@ class Suffix:
             "use_cache": True,
         }
         for j in range(start):  # only the last one's output is read: the rows it hands on
-            out = _repeat_output(_rows_from(self.stored[j], row), c) if j == start - 1 else None
+            out = repeat_output(_rows_from(self.stored[j], row), c) if j == start - 1 else None
             self.blocks[j].forward = lambda *a, _out=out, **k: _out
         made = [iv for n, cut in enumerate(cuts) for iv in cut(list(range(n * B, (n + 1) * B)))]
         try:
