@@ -54,6 +54,18 @@ def gemma():
 MODEL_FIXTURES = {"smollm2", "minilm", "whisper", "gemma"}
 
 
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fails the test when any model loads by name or path: every load goes through the one door
+    (models/door.py), so a check said to come before the weights is tested where it must be."""
+    import attnroute.models.door as door
+
+    def fail(*args, **kwargs):
+        pytest.fail("the model loaded before the input was checked")
+
+    monkeypatch.setattr(door, "load_source", fail)
+
+
 # The longest modules (seconds of one worker, full run on 2 cores, 2026-12-03, after knockout's batched windows),
 # collected first. `make test` hands whole modules to whichever of its two workers is free, in collection order
 # (--no-loadscope-reorder; xdist's own order is by number of tests, which put these few-test, minute-long modules

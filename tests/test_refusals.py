@@ -374,10 +374,7 @@ UNWRITABLE = [
 
 
 @pytest.mark.parametrize("argv", UNWRITABLE, ids=" ".join)
-def test_unwritable_outputs_are_refused_before_the_work(capsys, monkeypatch, argv):
-    import attnroute.models as models
-
-    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the model loaded before the output was checked"))
+def test_unwritable_outputs_are_refused_before_the_work(capsys, no_model_load, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert (
@@ -490,13 +487,10 @@ def corpus_cases(tmp_path_factory):
         "a saved DatasetDict",
     ],
 )
-def test_corpus_documents_are_checked_before_the_model_loads(corpus_cases, case, capsys, monkeypatch):
-    import attnroute.models as models
-
+def test_corpus_documents_are_checked_before_the_model_loads(corpus_cases, case, capsys, no_model_load):
     t, cases = corpus_cases
     argv, words = cases[case]
     before = _digest(t)
-    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the model loaded before the corpus was checked"))
     assert main(["heads", "--corpus", *[a.format(t=t) for a in argv]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0] and "Traceback" not in err[0], err
@@ -688,17 +682,9 @@ PROMPT_CASES = [
 
 
 @pytest.mark.parametrize("case", PROMPT_CASES)
-def test_prompt_pairs_are_checked_before_the_model_loads(prompt_cases, case, capsys, monkeypatch):
-    import importlib
-
-    patch_verb = importlib.import_module("attnroute.read.patching.patch")  # the module, not the function
-    routes_verb = importlib.import_module("attnroute.read.patching.route_attribution")
-
+def test_prompt_pairs_are_checked_before_the_model_loads(prompt_cases, case, capsys, no_model_load):
     t, cases = prompt_cases
     argv, words = cases[case]
-    fail = lambda *a, **k: pytest.fail("the model loaded before the prompts were checked")  # noqa: E731
-    monkeypatch.setattr(patch_verb, "load", fail)
-    monkeypatch.setattr(routes_verb, "load", fail)
     before = _digest(t)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

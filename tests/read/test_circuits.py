@@ -519,11 +519,7 @@ def test_group_means_add_the_prompts_of_every_rank(tiny_dir):
     torch.testing.assert_close(split.read(9, logits)[0], final.mean(0), rtol=0, atol=1e-6)
 
 
-def test_mean_ablation_of_a_prompt_alone_at_its_length_is_refused_before_the_model_loads(capsys, monkeypatch):
-    import importlib
-
-    verb = importlib.import_module("attnroute.read.circuits.circuit")
-    monkeypatch.setattr(verb, "load", lambda *a, **k: pytest.fail("the model loaded before the prompts were checked"))
+def test_mean_ablation_of_a_prompt_alone_at_its_length_is_refused_before_the_model_loads(capsys, no_model_load):
     argv = ["circuit", "--clean", "The cat sat on the", "--corrupt", "The dog sat on the", "--ablation", "mean"]
     assert main([*argv, "--answer", " mat", "--wrong", " rug"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -545,11 +541,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize("extra, flag", REFUSED)
-def test_every_circuit_flag_is_refused_in_one_line_before_the_model_loads(extra, flag, capsys, monkeypatch):
-    import importlib
-
-    verb = importlib.import_module("attnroute.read.circuits.circuit")
-    monkeypatch.setattr(verb, "load", lambda *a, **k: pytest.fail("the model loaded before the flag was checked"))
+def test_every_circuit_flag_is_refused_in_one_line_before_the_model_loads(extra, flag, capsys, no_model_load):
     assert main(["circuit", "--prompts", "ioi", *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {flag}"), err

@@ -18,26 +18,20 @@ Edges are ranked for circuits by their exact effect where measured, by the estim
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ...engine.jsonable import Meta, Result
-from ...errors import Interrupted
-from ...models import facts_of, load
-from ...progress import reporter
 from ...promptset import finite
-from ...settings import SETTLE_STEP, CircuitSettings, verb
+from ...settings import CircuitSettings, verb
 from ..ground.arrays import Store, pairs_key
-from ..ground.checkpoint import exclusive
-from ..ground.group import Shard, agree, process_group
+from ..ground.group import Shard
 from ..ground.metrics import resolve
 from ..ground.pool import RunPool, chunk_groups
-from ..ground.prompts import tokenize_pairs
-from ..ground.settle import SettleRule, measure_first, settle
+from ..ground.settle import SettleRule, measure_exact, settle_as_asked
 from ..ground.stats import agreement, mean_ci, mean_ci_rows
+from ..study import Study
 from .clips import clip_run_inputs
 from .composition import weight_scores
 from .estimate import eap
@@ -155,39 +149,26 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
     """Circuit discovery; the fields are CircuitSettings' (or pass ``settings``). See the module docstring.
     Under torchrun the prompts are sharded over the ranks; every rank returns the same result."""
     s = CircuitSettings.of(settings, model, fields, prompts=prompts)
-    say = reporter(progress)
-    metric_name, fn = resolve(s.metric)
+    study = Study(s, progress, "circuit discovery")
     if s.clips:
-        return _clip_circuit(s, fn, metric_name, say)
-    pairs = s.read_pairs()  # the prompts are read and checked before the weights load
-    if (facts := facts_of(s.model)) is not None:
-        _check_groups(s, pairs, tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)[0])
-        check_sizes(s.edges or (), facts)
-    with process_group() as (rank, world), contextlib.ExitStack() as held:
-        ck = Path(s.checkpoint) if rank == 0 and s.checkpoint is not None else None
-        agree(world, lambda: held.enter_context(exclusive(ck)))  # one writer per checkpoint, before the weights
-        loaded = load(s.model, progress=lambda m: say("load", m))
-        groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)
-        _check_groups(s, pairs, groups)
-        for g in groups:
-            loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
-        say("stage", "finding the residual stream's writers and readers (one short forward)")
-        layout = discover(loaded, groups[0].clean[:1])
+        return _clip_circuit(study)
+    study.prompts(
+        check=lambda facts, groups: (_check_groups(s, study.pairs, groups), check_sizes(s.edges or (), facts))
+    )
+    with study:
+        _check_groups(s, study.pairs, study.groups)
+        study.say("stage", "finding the residual stream's writers and readers (one short forward)")
+        layout = discover(study.loaded, study.groups[0].clean[:1])
         graph = Graph(layout)
         asked = resolve_edges(graph, s.edges or ())
-        shard = Shard(len(pairs), rank, world)
-        mine = _shard_groups(loaded, pairs, shard, s.metric)
-        key = _key(s, pairs, loaded, metric_name)
-        try:
-            return _run(loaded, layout, graph, s, mine, shard, (fn, metric_name), asked, record, say, key)
-        except KeyboardInterrupt:
-            if s.checkpoint is None:
-                raise
-            raise Interrupted(
-                f"circuit discovery stopped; what was measured is saved in {s.checkpoint}: rerun the same command "
-                "to resume",
-                resume=str(s.checkpoint),
-            ) from None
+        key = _key(s, study.pairs, study.loaded, study.metric_name)
+        return _run(study, layout, graph, study.mine(), asked, key)
+
+
+def _before_weights(study: Study, facts, groups) -> None:
+    """What the tokenizer and config can refuse: unequal lengths under mean ablation, edges naming what is not."""
+    _check_groups(study.s, study.pairs, groups)
+    check_sizes(study.s.edges or (), facts)
 
 
 def _check_groups(s: CircuitSettings, pairs, groups) -> None:
@@ -217,27 +198,23 @@ def check_sizes(labels, facts) -> None:
                 )
 
 
-def _clip_circuit(s: CircuitSettings, fn, metric_name: str, say) -> CircuitResult:
+def _clip_circuit(study: Study) -> CircuitResult:
     """A circuit between two clips on a speech model (clips.py): one pair, one rank, no checkpoint."""
-    loaded, group, record = clip_run_inputs(s, say)
-    say("stage", "finding the residual stream's writers and readers (one short forward)")
-    layout = discover(loaded, group.clean)
+    s = study.s
+    study.metric_name, study.metric = resolve(s.metric)
+    study.loaded, group, study.record = clip_run_inputs(s, study.say)
+    study.shard = Shard(1, 0, 1)
+    study.say("stage", "finding the residual stream's writers and readers (one short forward)")
+    layout = discover(study.loaded, group.clean)
     graph = Graph(layout)
-    asked = resolve_edges(graph, s.edges or ())
-    return _run(loaded, layout, graph, s, [group], Shard(1, 0, 1), (fn, metric_name), asked, record, say, None)
+    return _run(study, layout, graph, [group], resolve_edges(graph, s.edges or ()), None)
 
 
-def _shard_groups(loaded, pairs, shard: Shard, metric) -> list:
-    """This rank's prompts as groups of one length, their rows indexing the whole prompt set."""
-    mine = tuple(pairs[i] for i in shard.rows)
-    groups = tokenize_pairs(loaded.tokenizer, loaded.kind, mine, metric)[0] if mine else []
-    for g in groups:
-        g.rows = [shard.rows[i] for i in g.rows]
-    return groups
-
-
-def _run(loaded, layout, graph, s: CircuitSettings, groups, shard, metric, asked, record, say, key):
-    (fn, metric_name), N, E = metric, shard.n, len(graph)
+def _run(study: Study, layout, graph, groups, asked, key) -> CircuitResult:
+    """Estimate every edge, settle the top exactly, run the top circuits whole, and describe them."""
+    loaded, s, shard, say = study.loaded, study.s, study.shard, study.say
+    N, E = shard.n, len(graph)
+    fn = study.metric
     chunks = chunk_groups(groups, RUN_TOKENS)
     means = GroupMeans(layout, graph) if s.ablation == "mean" else None
     make = lambda g: EdgeRun(loaded, layout, graph, g, fn, s.direction, s.ablation, means)  # noqa: E731
@@ -255,7 +232,7 @@ def _run(loaded, layout, graph, s: CircuitSettings, groups, shard, metric, asked
     say("stage", "circuits of the top edges, run whole: the faithfulness curve")
     value = _ranking_value(st["est"], st["values.edges"], base)
     circ = Curve(pool, shard, N, E, say).run(np.argsort(-np.abs(value), kind="stable"), s, st)
-    meta = _meta(loaded, layout, graph, s, metric_name, record, st, settled, checks, chunks)
+    meta = _meta(study, layout, graph, st, settled, checks, chunks)
     meta.ranks, meta.resumed = shard.world, store.resumed
     result = CircuitResult(loaded.name, meta, circuit=circ)
     result.edges = _rows(graph, layout, st, base, value)
@@ -328,33 +305,14 @@ def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say) -> dict:
 
 def _settle(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, base, asked: list[int], say) -> dict:
     est, values = store.state["est"], store.state["values.edges"]
-    measure = lambda idx: _measure(pool, idx, store, values, say)  # noqa: E731
+    measure = lambda idx: measure_exact(pool, idx, store, values, say, ("path patching", "edges"))  # noqa: E731
     if asked:
         measure(asked)
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
-    if s.exact == "all" or isinstance(s.exact, int):
-        n = len(order) if s.exact == "all" else min(int(s.exact), len(order))
-        block = lambda e: where_read(graph.receivers[graph.pairs[e][1]])  # noqa: E731  (EdgeRun.measure groups by it)
-        return {"rule": str(s.exact), **measure_first(order, n, measure, 3 * SETTLE_STEP, group=block)}
-    rule = SettleRule(top=s.top, limit=s.limit)
+    block = lambda e: where_read(graph.receivers[graph.pairs[e][1]])  # noqa: E731  (EdgeRun.measure groups by it)
     delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731
-    return {"rule": rule.describe(), **settle(order, measure, delta, rule, estimate=est.mean(1))}
-
-
-def _measure(pool: RunPool, idx, store: Store, values: np.ndarray, say) -> None:
-    """Exact values of edges ``idx`` for every prompt (each rank its own, gathered); measured ones skipped."""
-    todo = [int(i) for i in idx if not np.isfinite(values[i]).all()]
-    if not todo:
-        return
-    local = np.full((len(todo), values.shape[1]), np.nan)
-    done = int(np.isfinite(values).all(1).sum())
-    say("patch", f"path patching {len(todo)} more edges exactly ({done} done)", done=done, total=len(values))
-    for i in range(len(pool)):
-        r = pool.get(i)
-        local[:, r.group.rows] = r.measure(todo).numpy()
-        pool.done(i)
-    values[todo] = store.shard.merge(local)
-    store.save()
+    rule = SettleRule(top=s.top, limit=s.limit)
+    return settle_as_asked(s.exact, order, measure, delta, rule, est.mean(1), group=block)
 
 
 def _ranking_value(est: np.ndarray, values: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -495,7 +453,8 @@ class Curve:
         return {"full": full, "empty": empty}
 
 
-def _meta(loaded, layout, graph, s, metric_name, record, st, settled, checks, chunks) -> CircuitMeta:
+def _meta(study: Study, layout, graph, st, settled, checks, chunks) -> CircuitMeta:
+    s, metric_name, record = study.s, study.metric_name, study.record
     c_mean, c_ci = mean_ci(st["m_clean"])
     x_mean, x_ci = mean_ci(st["m_corrupt"])
     return CircuitMeta(

@@ -152,4 +152,44 @@ def measure_first(
     return {"measured": len(order), "rounds": max(1, rounds)}
 
 
-__all__ = ["Band", "SettleRule", "band", "exact_top", "measure_first", "settle", "settle_said"]
+def settle_as_asked(exact, order, measure, delta, rule: SettleRule, estimate, group: Callable | None = None) -> dict:
+    """The switch every settling verb makes on its ``exact`` setting: "all" or N measures the first N of
+    ``order`` (rounds of whole ``group``s, measure_first), anything else ("settle") the settle rule. Returns the
+    rule said, with what measure_first or settle returned."""
+    if exact == "all" or isinstance(exact, int):
+        n = len(order) if exact == "all" else min(int(exact), len(order))
+        return {"rule": str(exact), **measure_first(order, n, measure, 3 * SETTLE_STEP, group=group)}
+    return {"rule": rule.describe(), **settle(order, measure, delta, rule, estimate=estimate)}
+
+
+def measure_exact(pool, idx, store, values: np.ndarray, say, said: tuple[str, str], picked=None) -> None:
+    """Exact values of components ``idx`` for every prompt (each rank its own runs, gathered by the store's
+    shard); those measured already (a resumed checkpoint, an earlier round) are skipped, the round is saved.
+    ``said``: the progress line's verb and noun (("head: patching", "components")), ``picked(todo)`` what a
+    run's ``measure`` takes for those indices (default: the indices)."""
+    todo = [int(i) for i in idx if not np.isfinite(values[i]).all()]
+    if not todo:
+        return
+    local = np.full((len(todo), values.shape[1]), np.nan)
+    done = int(np.isfinite(values).all(1).sum())
+    say("patch", f"{said[0]} {len(todo)} more {said[1]} exactly ({done} done)", done=done, total=len(values))
+    chosen = todo if picked is None else picked(todo)
+    for i in range(len(pool)):
+        r = pool.get(i)
+        local[:, r.group.rows] = r.measure(chosen).numpy()  # (k, n)
+        pool.done(i)
+    values[todo] = store.shard.merge(local)
+    store.save()
+
+
+__all__ = [
+    "Band",
+    "SettleRule",
+    "band",
+    "exact_top",
+    "measure_exact",
+    "measure_first",
+    "settle",
+    "settle_as_asked",
+    "settle_said",
+]

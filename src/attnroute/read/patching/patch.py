@@ -18,27 +18,22 @@ and per site the estimate's agreement with exact patching (Spearman ρ, R², slo
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from ...engine.jsonable import Meta, Result
-from ...errors import InputError, Interrupted
-from ...models import facts_of, load
-from ...progress import reporter
+from ...errors import InputError
 from ...promptset import finite
-from ...settings import SETTLE_STEP, PatchSettings, verb
+from ...settings import PatchSettings, verb
 from ..ground.arrays import Store, pairs_key
-from ..ground.checkpoint import exclusive
-from ..ground.group import Shard, agree, process_group
-from ..ground.metrics import resolve
+from ..ground.group import Shard
 from ..ground.pool import RunPool, chunk_groups, recorded_bytes
-from ..ground.prompts import pair_positions, tokenize_pairs
-from ..ground.settle import SettleRule, measure_first, settle
+from ..ground.prompts import pair_positions
+from ..ground.settle import SettleRule, measure_exact, settle_as_asked
 from ..ground.stats import agreement, mean_ci
+from ..study import Study
 from .runs import PairRun
 from .sites import Component, components, pick
 
@@ -139,50 +134,33 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
     """Activation patching; the fields are PatchSettings' (or pass ``settings``). See the module docstring.
     Under torchrun the prompts are sharded over the ranks (ground/arrays.py); every rank returns the same result."""
     s = PatchSettings.of(settings, model, fields, prompts=prompts)
-    say = reporter(progress)
-    metric_name, fn = resolve(s.metric)
-    pairs = s.read_pairs()  # the prompts are read and checked before the weights load
-    if (facts := facts_of(s.model)) is not None:  # the prompts are checked before the weights load
-        groups, _ = tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)
-        refuse_unsupported(facts.kind, pair_positions(facts.tokenizer, facts.kind, s.positions, pairs, groups)[0])
-    with process_group() as (rank, world), contextlib.ExitStack() as held:
-        ck = Path(s.checkpoint) if rank == 0 and s.checkpoint is not None else None  # rank 0 writes it
-        agree(world, lambda: held.enter_context(exclusive(ck)))  # one writer per checkpoint, before the weights
-        loaded = load(s.model, progress=lambda m: say("load", m))
-        groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)  # every rank checks all
-        mode, positions, resolved = pair_positions(loaded.tokenizer, loaded.kind, s.positions, pairs, groups)
-        refuse_unsupported(loaded.kind, mode)
-        for g in groups:
-            loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
-        shard = Shard(len(pairs), rank, world)
-        try:
-            return _run(loaded, s, pairs, fn, metric_name, positions, shard, say, record, resolved)
-        except KeyboardInterrupt:
-            if s.checkpoint is None:
-                raise
-            raise Interrupted(
-                f"patching stopped; what was measured is saved in {s.checkpoint}: rerun the same command to resume",
-                resume=str(s.checkpoint),
-            ) from None
+    st = Study(s, progress, "patching")
+    st.prompts(check=lambda facts, groups: refuse_unsupported(facts.kind, _positions(st, facts, groups)[0]))
+    with st:
+        mode, positions, resolved = _positions(st, st.loaded, st.groups)
+        refuse_unsupported(st.loaded.kind, mode)
+        return _run(st, positions, resolved)
 
 
-def _run(
-    loaded, s: PatchSettings, pairs, fn, metric_name, positions, shard: Shard, say, record, resolved
-) -> PatchResult:
-    N = len(pairs)
-    mine = tuple(pairs[i] for i in shard.rows)
-    groups = tokenize_pairs(loaded.tokenizer, loaded.kind, mine, s.metric)[0] if mine else []
-    for g in groups:
-        g.rows = [shard.rows[i] for i in g.rows]  # indices of the whole prompt set
-    chunks = chunk_groups(groups)
+def _positions(st: Study, model, groups) -> tuple:
+    """(mode, positions, resolved) of the settings' positions on ``model``'s tokenizer (its facts, or itself)."""
+    return pair_positions(model.tokenizer, model.kind, st.s.positions, st.pairs, groups)
+
+
+def _run(st: Study, positions, resolved) -> PatchResult:
+    loaded, s, pairs, shard, say = st.loaded, st.s, st.pairs, st.shard, st.say
+    N, metric_name = len(pairs), st.metric_name
+    chunks = chunk_groups(st.mine())
     pool = RunPool(
-        lambda g: PairRun(loaded, g, fn, s.direction), chunks, lambda g: recorded_bytes(loaded, len(g.rows) * g.length)
+        lambda g: PairRun(loaded, g, st.metric, s.direction),
+        chunks,
+        lambda g: recorded_bytes(loaded, len(g.rows) * g.length),
     )
     comps = {site: components(site, loaded.n_layers, loaded.n_heads, loaded.n_kv_heads, positions) for site in s.sites}
     store = Store("patch", _key(s, pairs, loaded, metric_name), s.checkpoint, _shapes(comps, len(pairs)), shard)
     say(
         "stage",
-        f"recording clean and corrupt runs of {len(mine)} prompts in {len(chunks)} runs, and the "
+        f"recording clean and corrupt runs of {len(shard.rows)} prompts in {len(chunks)} runs, and the "
         "attribution estimate (one forward and one backward per run)",
     )
     first = _first_pass(pool, s, comps, store, metric_name == "logit-diff", say)
@@ -194,7 +172,7 @@ def _run(
     )
     settle = {site: _settle(pool, comps[site], store, site, s, say) for site in s.sites}
     den = float(np.mean(m_clean - m_corrupt))
-    meta = _meta(loaded, metric_name, s, N, record, resolved, m_clean, m_corrupt, chunks, first["shortcut"], settle)
+    meta = _meta(st, resolved, m_clean, m_corrupt, chunks, first["shortcut"], settle)
     meta.ranks, meta.resumed, meta.top = shard.world, store.resumed, s.top
     result = PatchResult(loaded.name, meta)
     m_base = m_corrupt if s.direction == "denoising" else m_clean
@@ -275,32 +253,11 @@ def _settle(pool: RunPool, comps, store: Store, site: str, s: PatchSettings, say
     est, values = store.state[f"est.{site}"], store.state[f"values.{site}"]
     base = store.state["m_corrupt" if s.direction == "denoising" else "m_clean"]
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
-    measure = lambda idx: _measure(pool, comps, idx, store, values, say, site)  # noqa: E731
-    if s.exact == "all" or isinstance(s.exact, int):
-        n = len(order) if s.exact == "all" else min(int(s.exact), len(order))
-        layer = lambda i: comps[i].layer  # noqa: E731  (one restarted forward per layer of a round)
-        return {"rule": f"{s.exact}", **measure_first(order, n, measure, 3 * SETTLE_STEP, group=layer)}
-    rule = SettleRule(top=s.top)
+    picked = lambda todo: [comps[i] for i in todo]  # noqa: E731
+    measure = lambda idx: measure_exact(pool, idx, store, values, say, (f"{site}: patching", "components"), picked)  # noqa: E731
     delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731  (what the estimate estimates)
-    info = settle(order, measure, delta, rule, estimate=est.mean(1))
-    return {"rule": rule.describe(), **info}
-
-
-def _measure(pool: RunPool, comps, idx, store: Store, values: np.ndarray, say, site: str) -> None:
-    """Exact values of components ``idx`` for every prompt (each rank its own, gathered); resumed ones skipped."""
-    todo = [int(i) for i in idx if not np.isfinite(values[i]).all()]
-    if not todo:
-        return
-    picked = [comps[i] for i in todo]
-    local = np.full((len(todo), values.shape[1]), np.nan)
-    done = int(np.isfinite(values).all(1).sum())
-    say("patch", f"{site}: patching {len(picked)} more components exactly ({done} done)", done=done, total=len(comps))
-    for i in range(len(pool)):
-        r = pool.get(i)
-        local[:, r.group.rows] = r.measure(picked).numpy()  # (k, n)
-        pool.done(i)
-    values[todo] = store.shard.merge(local)
-    store.save()
+    layer = lambda i: comps[i].layer  # noqa: E731  (one restarted forward per layer of a round)
+    return settle_as_asked(s.exact, order, measure, delta, SettleRule(top=s.top), est.mean(1), group=layer)
 
 
 def _row(loaded, c: Component, est: np.ndarray, patched: np.ndarray, m_base, m_corrupt, den: float) -> dict:
@@ -378,17 +335,16 @@ def _direct(parts: list[dict], chunks: list, N: int, loaded, shard: Shard) -> di
     return out
 
 
-def _meta(
-    loaded, metric_name, s, n_prompts, record, resolved, m_clean, m_corrupt, chunks, shortcut, settle
-) -> PatchMeta:
+def _meta(st: Study, resolved, m_clean, m_corrupt, chunks, shortcut, settle) -> PatchMeta:
+    loaded, s = st.loaded, st.s
     c_mean, c_ci = mean_ci(m_clean)
     x_mean, x_ci = mean_ci(m_corrupt)
     return PatchMeta(
         **{
-            "metric": metric_name,
+            "metric": st.metric_name,
             "direction": s.direction,
             "sites": list(s.sites),
-            "n_prompts": n_prompts,
+            "n_prompts": len(st.pairs),
             "m_clean": c_mean,
             "m_clean_ci": c_ci,
             "m_corrupt": x_mean,
@@ -398,7 +354,7 @@ def _meta(
             "normalized_defined": abs(float(np.mean(m_clean - m_corrupt))) > 1e-9,
             "positions": resolved,
             "lengths": sorted({g.length for g in chunks}),
-            "prompts": record,
+            "prompts": st.record,
             "exact": settle,
             "shortcut": shortcut,
             "layers": loaded.n_layers,

@@ -1,0 +1,116 @@
+"""One run object per verb (Study): what every verb does before its own work, written once.
+
+    st = Study(settings, progress, "patching")
+    st.prompts(check=lambda facts, groups: ...)   # prompts and metric read, checked on the tokenizer: no weights
+    with st:                                      # process group and rank, checkpoint lock, the model, the
+        ...st.loaded, st.groups, st.shard, st.metric, st.say ...   # prompts tokenized and fitted, the shard
+    # a Ctrl-C inside the block leaves as Interrupted naming the checkpoint to resume from (when there is one)
+
+Its first half needs no `with` and opens no process group: the text verbs (heads, the experiments, why,
+composition) take the model through ``st.load()`` — the one door (models.load) with the verb's progress.
+
+The order is the contract every verb keeps: the checks that need no weights (prompts, metric, the tokenizer's
+facts) before the weights load; every rank takes the checkpoint's lock before the weights, and refuses together
+(ground/group.agree); the model through the door, never resolved here; then the prompts on the real tokenizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import Interrupted
+from ..models import LoadedModel, facts_of, load
+from ..progress import reporter
+from .ground.checkpoint import exclusive
+from .ground.group import Shard, agree, process_group
+from .ground.metrics import resolve
+from .ground.prompts import tokenize_pairs
+
+
+class Study:
+    """One verb's run. ``what`` names the work in the Interrupted line ("patching stopped; …");
+    ``checkpoint(rank, world)`` is the file this rank writes (default: rank 0 writes ``settings.checkpoint``)."""
+
+    def __init__(self, settings, progress=None, what: str = "the run", checkpoint: Callable | None = None):
+        self.s, self.progress, self.what = settings, progress, what
+        self.say = reporter(progress)
+        self._checkpoint = checkpoint or _rank_zero_writes
+        self.loaded: LoadedModel | None = None
+        self.pairs: tuple = ()
+        self.groups: list = []
+        self.record: list = []
+        self.metric_name: str | None = None
+        self.metric: Callable | None = None
+        self.rank, self.world = 0, 1
+        self.shard: Shard | None = None
+        self._held: contextlib.ExitStack | None = None
+
+    # ---------------------------------------------------------------- the first half: no weights, no ranks
+
+    def facts(self):
+        """The model's tokenizer, kind and config before its weights load (None: load() must say why)."""
+        return facts_of(self.s.model)
+
+    def load(self) -> LoadedModel:
+        """The settings' model through the one door, once."""
+        if self.loaded is None:
+            self.loaded = load(self.s.model, progress=lambda m: self.say("load", m))
+        return self.loaded
+
+    def prompts(self, check: Callable | None = None) -> tuple:
+        """The metric resolved and the prompt pairs read; ``check(facts, groups)`` runs on the tokenizer's
+        groups before the weights load, where the model's facts can be had."""
+        self.metric_name, self.metric = resolve(self.s.metric)
+        self.pairs = self.s.read_pairs()
+        facts = self.facts()
+        if facts is not None:
+            groups, _ = tokenize_pairs(facts.tokenizer, facts.kind, self.pairs, self.s.metric)
+            if check is not None:
+                check(facts, groups)
+        return self.pairs
+
+    # ---------------------------------------------------------------- the second half: ranks, lock, model
+
+    def __enter__(self) -> Study:
+        with contextlib.ExitStack() as held:  # anything below that raises unwinds what was entered before it
+            self.rank, self.world = held.enter_context(process_group())
+            path = self._checkpoint(self.s, self.rank, self.world)
+            agree(self.world, lambda: held.enter_context(exclusive(path)))  # one writer, before the weights
+            loaded = self.load()
+            if self.pairs:
+                self.groups, self.record = tokenize_pairs(loaded.tokenizer, loaded.kind, self.pairs, self.s.metric)
+                for g in self.groups:
+                    loaded.fit(g.length, "prompts", f"prompt row {self.pairs[g.rows[0]].row}")
+                self.shard = Shard(len(self.pairs), self.rank, self.world)
+            self._held = held.pop_all()
+        return self
+
+    def __exit__(self, kind, error, tb) -> bool:
+        held, self._held = self._held, None
+        if held is not None:
+            held.__exit__(kind, error, tb)
+        ck = getattr(self.s, "checkpoint", None)
+        if kind is KeyboardInterrupt and ck is not None:
+            raise Interrupted(
+                f"{self.what} stopped; what was measured is saved in {ck}: rerun the same command to resume",
+                resume=str(ck),
+            ) from None
+        return False
+
+    def mine(self) -> list:
+        """This rank's prompts as groups of one length, their rows indexing the whole prompt set."""
+        picked = tuple(self.pairs[i] for i in self.shard.rows)
+        groups = tokenize_pairs(self.loaded.tokenizer, self.loaded.kind, picked, self.s.metric)[0] if picked else []
+        for g in groups:
+            g.rows = [self.shard.rows[i] for i in g.rows]
+        return groups
+
+
+def _rank_zero_writes(s, rank: int, world: int) -> Path | None:
+    ck = getattr(s, "checkpoint", None)
+    return Path(ck) if rank == 0 and ck is not None else None
+
+
+__all__ = ["Study"]
