@@ -139,7 +139,8 @@ def test_a_window_model_is_never_shortcut_and_says_why(tmp_path):
     mistral, llama = (load(str(build(a, tmp_path))) for a in ("mistral", "llama"))
     assert windowed(mistral) and not windowed(llama)
     meta = SimpleNamespace(restart={"used": True})
-    assert RA._suffix(mistral, {}, {}, [], ([], None), None, {}, {}, None, meta) is None
+    run = RA.RouteRun(mistral, {}, None, {}, {}, None)
+    assert RA._suffix(run, {}, [], ([], None), meta) is None
     assert meta.restart["suffix"]["used"] is False and "sliding windows" in meta.restart["suffix"]["reason"]
 
 

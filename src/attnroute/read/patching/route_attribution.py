@@ -18,8 +18,6 @@ from scipy.stats import spearmanr
 
 from ...engine import InputError
 from ...engine.jsonable import Meta, Result
-from ...models import facts_of, load
-from ...progress import reporter
 from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import SETTLE_STEP, RoutesSettings, verb
 from ..adapter import routed
@@ -31,6 +29,7 @@ from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
 from ..ground.settle import SettleRule, settle, settle_said
 from ..ground.stats import agreement
 from ..stimuli import tokens_of
+from ..study import Study
 from .routes import CHECKPOINT_FROM, MAX_TOKENS, knockout_one, output_gradients, stream_routes
 from .suffix import Suffix, cache_differs, windowed
 
@@ -132,7 +131,8 @@ class RoutesResult(Result):
 def route_attribution(model=None, text=None, *, settings: RoutesSettings | None = None, progress=None, **fields):
     """Route attribution; the fields are RoutesSettings' (or pass ``settings``). See the module docstring."""
     s = RoutesSettings.of(settings, model, fields, text=text)
-    say = reporter(progress)
+    st = Study(s, progress, "route attribution")
+    say = st.say
     name, fn = resolve(s.metric)
     if name in FLAT_AT_CLEAN:  # refused before anything loads: its estimate would be 0 for every route
         raise InputError(
@@ -141,7 +141,7 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
             "give your own metric of the pooled embedding (a Python callable)",
             field="metric",
         )
-    facts = facts_of(s.model)
+    facts = st.facts()
     if facts is not None:  # the metric first: on an encoder the missing answer is not the problem
         check_metric_kind(s.metric, facts.kind, True)
     pairs = s.read_pairs()  # read and checked before the weights load
@@ -149,7 +149,7 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
         _one_length(tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric, gradient=True)[0])
         if facts.n_layers is not None:
             _layers(facts.n_layers, s.layers)
-    loaded = load(s.model, progress=lambda m: say("load", m))
+    loaded = st.load()
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric, gradient=True)
     g = _one_length(groups)
     loaded.fit(g.length, "text" if s.single else "prompts", "the text" if s.single else "the prompts")
@@ -160,13 +160,15 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     fields_ = {k: v for k, v in fields_.items() if v is not None}
     say("stage", f"route attribution: forward + backward on {g.clean.shape[0]} × {g.length} tokens")
     grads, m_base = output_gradients(loaded, batch, fn, fields_, kwargs, layers)
+    run = RouteRun(loaded, batch, fn, fields_, kwargs, m_base)
     say("stage", f"streaming the routes of {len(layers)} layers block by block (top {s.top} kept)")
     routes, *recorded = stream_routes(loaded, batch, grads, s.top, kwargs, record_blocks=s.verify > 0)
     del grads
     m_corrupt = None if s.single else _corrupt_metric(loaded, g, fn, fields_, kwargs)
-    result = RoutesResult(loaded.name, _meta(loaded, name, s, g, record, m_base, m_corrupt, layers))
+    st.metric_name, st.record = name, record
+    result = RoutesResult(loaded.name, _meta(st, run, g, m_corrupt, layers))
     _label(loaded, result.meta, routes)
-    exact = _verify(loaded, batch, routes, s.verify, recorded, fn, fields_, kwargs, m_base, result.meta, say)
+    exact = _verify(run, routes, s.verify, recorded, result.meta, say)
     for r, e in zip(routes, exact):
         r["exact"] = e
         if m_corrupt is not None:
@@ -215,8 +217,24 @@ def _corrupt_metric(loaded, g, fn, fields_, kwargs) -> torch.Tensor:
     return fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()
 
 
+@dataclass(frozen=True)
+class RouteRun:
+    """The run every route is measured against: the model, its batch and metric (with the metric's fields and
+    the forward's keyword arguments), and the metric's base value per prompt."""
+
+    loaded: object
+    batch: dict
+    fn: object
+    fields: dict
+    kwargs: dict
+    m_base: torch.Tensor
+
+    def value(self, out) -> torch.Tensor:
+        return self.fn(metric_input(self.loaded, out, self.batch), {**self.batch, **self.fields}).float()
+
+
 @torch.no_grad()
-def _verify(loaded, batch, routes, verify, recorded, fn, fields_, kwargs, m_base, meta, say) -> list[float | None]:
+def _verify(run: RouteRun, routes, verify, recorded, meta, say) -> list[float | None]:
     """Exact: knock routes out (−inf before the softmax, the row renormalized) and rerun from their layer,
     under the settle rule (ground/settle.py): the exact top ``verify`` among the kept routes must hold and no
     kept route's estimate, within the error band, could still enter it. None where not measured.
@@ -224,15 +242,15 @@ def _verify(loaded, batch, routes, verify, recorded, fn, fields_, kwargs, m_base
     exact: list[float | None] = [None] * len(routes)
     if verify == 0 or not routes:
         return exact
+    loaded, batch, m_base = run.loaded, run.batch, run.m_base
     stored, base = recorded
     blocks = layer_stack(loaded)
     meta.restart = {"used": bool(blocks) and bool(stored)}
     suffix = None
     if meta.restart["used"]:
-        suffix = _suffix(loaded, batch, stored, blocks, base, fn, fields_, kwargs, m_base, meta)
+        suffix = _suffix(run, stored, blocks, base, meta)
     if suffix is None and meta.restart["used"]:  # every row rerun from the route's layer: that restart checked
-        value = lambda out: fn(metric_input(loaded, out, batch), {**batch, **fields_})  # noqa: E731
-        check = restart_check(loaded, stored, batch, value, m_base, blocks, impl="auto", **kwargs)
+        check = restart_check(loaded, stored, batch, run.value, m_base, blocks, impl="auto", **run.kwargs)
         meta.restart.update(used=check["used"], max_abs_diff=check.get("restart_check_max_abs_diff"))
 
     forwards = [0]  # the knockouts' forwards (fewer than routes where they shared one as copies)
@@ -248,8 +266,8 @@ def _verify(loaded, batch, routes, verify, recorded, fn, fields_, kwargs, m_base
                 r = routes[chunk[0]]
                 start = r["layer"] if meta.restart["used"] else 0
                 cut = [knockout_one(r, loaded.attention_kinds)]
-                out = run_from(loaded, start, stored, batch, cut, 1, blocks, impl="auto", **kwargs)
-                ms = [fn(metric_input(loaded, out, batch), {**batch, **fields_}).float()]
+                out = run_from(loaded, start, stored, batch, cut, 1, blocks, impl="auto", **run.kwargs)
+                ms = [run.value(out)]
             for i, m in zip(chunk, ms, strict=True):
                 exact[i] = float((m - m_base).mean())
             done = sum(e is not None for e in exact)
@@ -285,19 +303,20 @@ def _shared(idx: list[int], routes: list[dict], shape) -> list[list[int]]:
     return chunks
 
 
-def _suffix(loaded, batch, stored, blocks, base, fn, fields_, kwargs, m_base, meta) -> Suffix | None:
+def _suffix(run: RouteRun, stored, blocks, base, meta) -> Suffix | None:
     """The knockouts' shortcut to the rows a route can change (suffix.py), when the model allows it and it
     reproduces the base run (its check restarts from the middle layer at the middle row, so it checks the
     layer restart too); else None (each knockout reruns every row from its layer), said in meta."""
+    loaded, batch, fn = run.loaded, run.batch, run.fn
     why = None if base is not None else "the streaming pass did not record every layer's keys and values"
     why = "not a causal LM without sliding windows" if not loaded.causal or windowed(loaded) else why
     why = why or cache_differs(loaded, batch, base[0])
     if why is not None:
         meta.restart["suffix"] = {"used": False, "reason": f"{why}: every row rerun"}
         return None
-    value = lambda logits, copies=1: fn(logits, repeat_batch({**batch, **fields_}, copies)).float()  # noqa: E731
-    suffix = Suffix(loaded, batch, stored, blocks, value, kwargs, getattr(fn, "last_only", False), base=base)
-    check = suffix.check(m_base)
+    value = lambda logits, copies=1: fn(logits, repeat_batch({**batch, **run.fields}, copies)).float()  # noqa: E731
+    suffix = Suffix(loaded, batch, stored, blocks, value, run.kwargs, getattr(fn, "last_only", False), base=base)
+    check = suffix.check(run.m_base)
     meta.restart["suffix"] = check
     return suffix if check["used"] else None
 
@@ -314,9 +333,10 @@ def _label(loaded, meta, routes) -> None:
             r["stream"] = kind
 
 
-def _meta(loaded, name, s, g, record, m_base, m_corrupt, layers) -> RoutesMeta:
+def _meta(st: Study, run: RouteRun, g, m_corrupt, layers) -> RoutesMeta:
+    loaded, s, record, m_base = st.loaded, st.s, st.record, run.m_base
     meta = RoutesMeta(
-        metric=name,
+        metric=st.metric_name,
         mode="text" if s.single else "pairs",
         n_prompts=int(g.clean.shape[0]),
         T=g.length,
