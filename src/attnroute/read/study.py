@@ -30,10 +30,11 @@ from .ground.prompts import tokenize_pairs
 
 
 class Study:
-    """One verb's run. ``what`` names the work in the Interrupted line ("patching stopped; …");
-    ``checkpoint(rank, world)`` is the file this rank writes (default: rank 0 writes ``settings.checkpoint``)."""
+    """One verb's run. ``what`` names the work in the Interrupted line a Ctrl-C inside the block becomes
+    ("patching stopped; …"; None: the verb ends a Ctrl-C its own way); ``checkpoint(settings, rank, world)`` is
+    the file this rank writes (default: rank 0 writes ``settings.checkpoint``)."""
 
-    def __init__(self, settings, progress=None, what: str = "the run", checkpoint: Callable | None = None):
+    def __init__(self, settings, progress=None, what: str | None = None, checkpoint: Callable | None = None):
         self.s, self.progress, self.what = settings, progress, what
         self.say = reporter(progress)
         self._checkpoint = checkpoint or _rank_zero_writes
@@ -92,7 +93,7 @@ class Study:
         if held is not None:
             held.__exit__(kind, error, tb)
         ck = getattr(self.s, "checkpoint", None)
-        if kind is KeyboardInterrupt and ck is not None:
+        if kind is KeyboardInterrupt and ck is not None and self.what is not None:
             raise Interrupted(
                 f"{self.what} stopped; what was measured is saved in {ck}: rerun the same command to resume",
                 resume=str(ck),

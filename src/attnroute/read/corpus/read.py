@@ -24,22 +24,23 @@ table (other ranks return None).
 
 from __future__ import annotations
 
-import contextlib
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ...errors import Interrupted, deferred_interrupt
-from ...models import LoadedModel, load
+from ...models import LoadedModel
 from ...progress import eta, reporter
 from ...settings import CorpusSettings, verb
 from .. import effects, roles
-from ..ground.checkpoint import CheckpointMismatch, exclusive
-from ..ground.group import agree, process_group
+from ..ground.checkpoint import CheckpointMismatch
+from ..ground.group import agree
 from ..heads import ReadError, induction_loss, mean_scores, stimulus_scores, text_statistics
 from ..headtable import COLUMNS, CorpusMeta, HeadTable
 from ..stimuli import encode_text
+from ..study import Study
 from ..verify import routing_check
 from .accumulator import EMPTY_DIGEST, STATS, Accumulator, merge_ranks
 from .documents import Corpus
@@ -137,10 +138,9 @@ def read_corpus(
     total, first = docs.scanned  # the counting pass parses every document: a bad line fails here too
     if first is None:
         raise ReadError(f"the corpus {s.corpus} holds no non-empty document", field="corpus")
-    with process_group() as (rank, world), contextlib.ExitStack() as held:
-        ck = checkpoint_path(s.checkpoint, rank, world) if s.checkpoint else None  # one writer per checkpoint,
-        agree(world, lambda: held.enter_context(exclusive(ck)))  # before the weights; every rank refuses together
-        loaded = load(s.model, progress=lambda m: say("load", m))
+    st = Study(s, progress, checkpoint=_rank_checkpoint)  # every rank writes its own checkpoint
+    with st:
+        loaded, rank, world = st.loaded, st.rank, st.world
         if loaded.seq2seq:
             raise ReadError(SEQ2SEQ_CORPUS, field="corpus")
         window = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else None
@@ -154,12 +154,12 @@ def read_corpus(
             "the one-backward estimate on document 0's first importance_tokens tokens (ranks the candidates)"
         )
         key = corpus_key(_key_fields(s, window, effect_tokens), loaded, world, pairs) if s.checkpoint else None
-        plan = (pairs, stimulus, window, effect_tokens)
-        acc = merge_ranks(documents_pass(loaded, docs, total, s, (rank, world), key, plan, say, stop), world)
+        plan = ReadPlan(pairs, stimulus, window, effect_tokens, s.max_weight)
+        acc = merge_ranks(documents_pass(st, docs, total, key, plan, stop), world)
     if rank != 0:
         return None
     skipped = list(docs.skipped) if s.skip_bad else None
-    table = _table(loaded, acc, stimulus, pairs, effect_tokens, meta, world, skipped)
+    table = _table(st, acc, plan, meta, skipped)
     table.columns["grad_attr"] = estimate
     return table
 
@@ -191,11 +191,27 @@ def stimulus_pass(loaded: LoadedModel, s: CorpusSettings, meta: dict, say) -> di
     return mean_scores(per_seed)
 
 
-def documents_pass(loaded, docs: Corpus, total: int, s: CorpusSettings, where, key, plan, say, stop) -> Accumulator:
+def _rank_checkpoint(s: CorpusSettings, rank: int, world: int):
+    return checkpoint_path(s.checkpoint, rank, world) if s.checkpoint else None
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What every document is read with: the candidate heads whose ablation is measured, the stimulus scores,
+    the window of tokens read at once, the tokens an ablation reads, and whether the max weight is kept."""
+
+    pairs: list
+    stimulus: dict
+    window: int
+    effect_tokens: int
+    max_weight: bool
+
+
+def documents_pass(st: Study, docs: Corpus, total: int, key, plan: ReadPlan, stop) -> Accumulator:
     """This rank's documents (i mod world == rank), streamed once, resumed from and saved to the checkpoint."""
-    (rank, world), (pairs, stimulus, window, effect_tokens) = where, plan
-    ck_path = checkpoint_path(s.checkpoint, rank, world) if s.checkpoint else None
-    shape = (loaded.n_layers, loaded.n_heads, len(pairs))
+    loaded, s, say, rank, world = st.loaded, st.s, st.say, st.rank, st.world
+    ck_path = _rank_checkpoint(s, rank, world)
+    shape = (loaded.n_layers, loaded.n_heads, len(plan.pairs))
     restored = agree(world, lambda: load_checkpoint(ck_path, key, shape) if ck_path else None)
     acc = restored or Accumulator(*shape)
     resumed, mine_total, stored = acc.docs_done, len(range(rank, total, world)), acc.documents_digest
@@ -222,7 +238,7 @@ def documents_pass(loaded, docs: Corpus, total: int, s: CorpusSettings, where, k
             if stop is not None and stop.is_set():
                 stopped = True
                 break
-            n_tok = read_document(loaded, acc, index, text, pairs, stimulus, window, effect_tokens, s.max_weight)
+            n_tok = read_document(loaded, acc, index, text, plan)
             seen, tokens_now = seen + (n_tok > 0), tokens_now + n_tok
             _say_documents(say, acc.docs_done, mine_total, seen, tokens_now, started)
             if ck_path and acc.docs_done % s.checkpoint_every == 0:
@@ -268,20 +284,20 @@ def same_documents(acc: Accumulator, stored: str, ck_path, resumed: int) -> None
         )
 
 
-def read_document(loaded, acc: Accumulator, index: int, text: str, pairs, stimulus, window, effect_tokens, max_weight):
+def read_document(loaded, acc: Accumulator, index: int, text: str, plan: ReadPlan) -> int:
     """One document into the accumulator, its text chained into the documents' digest at the same moment
     (Ctrl-C waits for both: a document counts whole or not at all, so a resume starts on it again); its
     token count (0 for a document too short to read)."""
-    wins = windows(loaded, text, window)
+    wins = windows(loaded, text, plan.window)
     if not wins:
         with deferred_interrupt():
             acc.docs_done += 1
             acc.saw(text)
         return 0
-    stats = document_statistics(loaded, wins, max_weight)
-    delta = document_delta(loaded, text, pairs, effect_tokens) if pairs else None
+    stats = document_statistics(loaded, wins, plan.max_weight)
+    delta = document_delta(loaded, text, plan.pairs, plan.effect_tokens) if plan.pairs else None
     n_tok = sum(w.shape[1] for w in wins)
-    roles_of = document_roles(stats, stimulus)
+    roles_of = document_roles(stats, plan.stimulus)
     with deferred_interrupt():
         acc.add(index, stats, roles_of, delta, n_tok)
         acc.saw(text)
@@ -303,7 +319,14 @@ def _say_documents(say, done: int, total: int, seen: int, tokens: int, started: 
     )
 
 
-def _table(loaded, acc: Accumulator, stimulus, pairs, importance_tokens: int, meta, world, skipped=None) -> HeadTable:
+def _table(st: Study, acc: Accumulator, plan: ReadPlan, meta, skipped=None) -> HeadTable:
+    loaded, world, stimulus, pairs, importance_tokens = (
+        st.loaded,
+        st.world,
+        plan.stimulus,
+        plan.pairs,
+        plan.effect_tokens,
+    )
     L, H = loaded.n_layers, loaded.n_heads
     cols = {c: np.full((L, H), np.nan) for c in COLUMNS}
     for c in STATS:
