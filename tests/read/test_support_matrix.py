@@ -186,8 +186,8 @@ def test_a_wrong_shortcut_is_caught_and_full_forwards_are_used(monkeypatch):
     lm = loaded("qwen2")
     batch = effect_batch(lm)
     truth = effects.exact_sweep(lm, batch, reuse_residual=False)["zero"]
-    real = effects._repeat_output
-    monkeypatch.setattr(effects, "_repeat_output", lambda out, k: real(out, k) * 1.01)  # a subtly wrong replay
+    real = effects.repeat_output  # the name effects looks up (from read/ground/copies.py)
+    monkeypatch.setattr(effects, "repeat_output", lambda out, k: real(out, k) * 1.01)  # a subtly wrong replay
     info: dict = {}
     got = effects.exact_sweep(lm, batch, info=info)["zero"]
     assert info["shortcut"]["used"] is False and "differed from the full forward by" in info["shortcut"]["reason"]

@@ -7,6 +7,7 @@ and ground/), the rooms (each imports the floor, never another room), and report
     adapter        a transformers model's attention routed through the engine, for the length of a `with`
     hooks          hook lifetime in one home: module hooks added and removed together, outputs recorded
     verify         the run-time routing check: the routed model against its own eager attention
+    study          one run object per verb: the checks before the weights, the model, ranks, checkpoint, shard
     stimuli        texts as token ids, the tokens every verb runs
     heads          read_heads(): where every head routes, its role and its effect (the three passes)
     headtable      HeadTable: [L, H] statistics, roles and effects, with export

@@ -30,7 +30,7 @@ from ..engine import InputError, UnsupportedRequest
 from ..engine.fused_probes import FusedKeyMass, FusedRowStats
 from ..engine.probes import KeyVectors, PerLayer, Probe, row_stats_probe, value_norms
 from ..engine.repeats import DEFAULT_LEN, Repeated, diagonal_scores, repeat_probe, repeated_random_tokens, special_ids
-from ..models import LoadedModel, load
+from ..models import LoadedModel
 from ..progress import eta, reporter
 from ..settings import HeadsSettings, verb
 from . import effects, roles
@@ -41,6 +41,7 @@ from .ground.metrics import token_loss
 from .ground.speech import decoder_ids, prompt_length, speech_batch, transcribe
 from .headtable import COLUMNS, OFFSET_BUCKETS, HeadTable, TextMeta
 from .stimuli import encode_text, tokens_of
+from .study import Study
 from .verify import model_inputs, routing_check
 
 DEFAULT_TEXT = (
@@ -83,10 +84,11 @@ def read_heads(
     model's Reuse, from ``reusable``) skips the routing check and the repeated tokens: they do not
     depend on the text."""
     s = HeadsSettings.of(settings, model, fields, text=inputs)
-    say = reporter(progress)
+    st = Study(s, progress)
+    say = st.say
     pairs = s.read_pairs() if s.ablation and s.own_metric else ()  # your prompts, read before the weights load
     clip = audio(s.audio) if s.audio is not None else None  # likewise the audio
-    loaded = load(s.model, progress=lambda m: say("load", m))
+    loaded = st.load()
     ids, cut, limit, speech = _inputs(loaded, s, clip, say)
     meta = {
         "kind": loaded.kind,

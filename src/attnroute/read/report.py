@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
 from ..engine import InputError
-from ..models import LoadedModel, load
+from ..models import LoadedModel
 from ..progress import reporter
 from ..settings import PAGE_TOKENS, HeadsSettings, ReportSettings, verb
 from .capture import capture_weights, generate_with_weights, sink_positions
@@ -26,6 +27,7 @@ from .corpus.read import SEQ2SEQ_CORPUS, read_corpus
 from .heads import DEFAULT_TEXT, read_heads
 from .headtable import HeadTable
 from .stimuli import encode_text
+from .study import Study
 from .verify import model_inputs
 
 
@@ -63,11 +65,13 @@ def routing_view(
     """Read the model on the text and capture its weights: the `attnroute report` pipeline, and the
     corpus read beside it when ``settings.corpus`` names one (the model is loaded once). The fields
     are ReportSettings' (or pass ``settings``)."""
-    s, t0, say = ReportSettings.of(settings, model, fields, text=text), time.perf_counter(), reporter(progress)
+    s, t0 = ReportSettings.of(settings, model, fields, text=text), time.perf_counter()
+    st = Study(s, progress)
+    say = st.say
     corpus = s.corpus and Corpus(s.corpus.corpus, s.corpus.field, s.corpus.per_line, s.corpus.limit, s.corpus.skip_bad)
     if corpus and corpus.scanned[1] is None:  # every document checked before the model loads (count reused)
         raise InputError(f"the corpus {s.corpus.corpus} holds no non-empty document", field="corpus")
-    loaded = load(s.model, progress=lambda m: say("load", m))
+    loaded = st.load()
     if s.generate and not loaded.causal:  # before minutes of reading
         raise InputError("generate: only a causal LM continues a text", field="generate")
     if corpus and loaded.seq2seq:  # read_corpus would refuse it too, but only after the whole text report
@@ -133,7 +137,7 @@ def speech_view(model, clip, text: str | None = None, ablation: bool = True, ver
 
     t0, say = time.perf_counter(), reporter(progress)
     heard = audio(clip)  # before the weights load
-    loaded = load(model, progress=lambda m: say("load", m))
+    loaded = Study(SimpleNamespace(model=model), say=say).load()
     hs = HeadsSettings.from_name("report", model=loaded, audio=clip, text=text, ablation=ablation, verify=verify)
     table = read_heads(settings=hs, progress=progress)
     ids = decoder_ids(loaded, table.meta.audio["transcript"])

@@ -32,11 +32,12 @@ from .ground.prompts import tokenize_pairs
 class Study:
     """One verb's run. ``what`` names the work in the Interrupted line a Ctrl-C inside the block becomes
     ("patching stopped; …"; None: the verb ends a Ctrl-C its own way); ``checkpoint(settings, rank, world)`` is
-    the file this rank writes (default: rank 0 writes ``settings.checkpoint``)."""
+    the file this rank writes (default: rank 0 writes ``settings.checkpoint``). ``say``: a reporter a caller
+    already made (ground/speech's helpers take one), instead of one made from ``progress``."""
 
-    def __init__(self, settings, progress=None, what: str | None = None, checkpoint: Callable | None = None):
+    def __init__(self, settings, progress=None, what: str | None = None, checkpoint: Callable | None = None, say=None):
         self.s, self.progress, self.what = settings, progress, what
-        self.say = reporter(progress)
+        self.say = say or reporter(progress)
         self._checkpoint = checkpoint or _rank_zero_writes
         self.loaded: LoadedModel | None = None
         self.pairs: tuple = ()

@@ -19,7 +19,8 @@ import time
 import uvicorn
 
 from ..errors import InputError
-from ..models import facts_of, load
+from ..models import facts_of
+from ..read.study import Study
 from ..settings import ServeSettings, verb
 from ..show.explorer import page_html
 from .app import LOOPBACK_HOSTS, build
@@ -92,16 +93,16 @@ def prepare(s, progress=None):
     """Everything before the first request, for ServeSettings ``s``: the socket first (a taken port is
     said before the model loads), the model, the explorer's startup read, the app.
     Returns (uvicorn server, socket, URL with token, token)."""
-    from ..progress import reporter
 
-    say = reporter(progress)
+    st = Study(s, progress)
+    say = st.say
     sock = free_socket(s.host, s.port)
     try:
         facts = facts_of(s.model)
         if facts is not None:
             refuse_kind(facts.kind)  # before the weights load
         clips = clips_of(s.audio)  # read and checked before the weights load
-        loaded = load(s.model, progress=lambda m: say("load", m))
+        loaded = st.load()
         explorer = _explorer(loaded, s, clips, progress, say)
     except BaseException:
         sock.close()

@@ -15,8 +15,8 @@ tokens) stay with the verb.
     base         validators, the Settings base, opt(), the @verb signature
     read         HeadsSettings, CorpusSettings, ReportSettings (and the settle rule's counts)
     experiments  KnockoutSettings, SwapSettings, NeedleSettings
-    patching     PatchSettings, RoutesSettings, CircuitSettings, PathPatchSettings, WhySettings,
-                 CompositionSettings
+    patching     PatchSettings, RoutesSettings, CircuitSettings, EvaluateSettings, PathPatchSettings,
+                 WhySettings, CompositionSettings
     tools        CheckSettings, KVSettings, SimulateSettings, ServeSettings
     learn        TrainSettings and each learn experiment's (InductionSettings, ScaleSettings, …)
 
@@ -39,6 +39,7 @@ from .patching import (
     PATCH_SITES,
     CircuitSettings,
     CompositionSettings,
+    EvaluateSettings,
     PatchSettings,
     PathPatchSettings,
     RoutesSettings,
@@ -92,6 +93,7 @@ __all__ = [
     "CircuitSettings",
     "CompositionSettings",
     "CorpusSettings",
+    "EvaluateSettings",
     "HeadsSettings",
     "KVSettings",
     "KnockoutSettings",

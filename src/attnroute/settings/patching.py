@@ -251,6 +251,25 @@ class CircuitSettings(ClipPairSettings):
 
 
 @dataclass(frozen=True)
+class EvaluateSettings(PairSettings):
+    """A circuit you chose — circuit()'s chosen edges, an ACDC result, one drawn by hand or edited — evaluated
+    on prompt pairs with circuit()'s own checks: the full edge set gives the clean run, the empty set the
+    corrupt run (or the mean-ablated one)."""
+
+    edges: tuple[str, ...] = opt((), "the circuit: SENDER>RECEIVER edges (none: the empty circuit)")
+    ablation: str = opt("corrupt", "what edges outside the circuit carry: corrupt (the corrupt run) or mean")
+
+    def __post_init__(self):
+        self.check_metric_direction()
+        if self.ablation not in ABLATIONS:
+            raise InputError(f"ablation {self.ablation!r} is not one of {', '.join(ABLATIONS)}", field="ablation")
+        if self.edges is None:
+            raise InputError("edges: give the circuit's edges as SENDER>RECEIVER labels", field="edges")
+        set_field(self, "edges", tuple(dict.fromkeys(f"{a}>{b}" for a, b in edge_labels(self.edges))))
+        pair_fields(self)
+
+
+@dataclass(frozen=True)
 class PathPatchSettings(ClipPairSettings):
     """One edge path-patched exactly, beside its estimate: the sender's change reaches the receiver directly."""
 
@@ -342,6 +361,7 @@ def _node(value, name: str, pattern, examples: str) -> str:
 
 
 __all__ = [
+    "EvaluateSettings",
     "ABLATIONS",
     "DIRECTIONS",
     "PATCH_SITES",

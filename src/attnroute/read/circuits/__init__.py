@@ -12,6 +12,7 @@ carries your behaviour — estimated for every edge at once, settled exactly.
     products     the edges' scores from senders' deltas and receivers' gradients, a chunk at a time
     estimate     EAP and EAP-IG for every edge
     qkfix        AtP*'s QK fix for edges into a self-attention's queries and keys
+    evaluate     a circuit run whole: the faithfulness curve (Curve) and evaluate_circuit() on any edge set
     circuit      circuit(): estimate, settle, the faithfulness curve
     clips        circuits on a speech model: one pair of clips is the prompt set
     path         path_patch(): one edge, exactly

@@ -35,6 +35,7 @@ from ..study import Study
 from .clips import clip_run_inputs
 from .composition import weight_scores
 from .estimate import eap
+from .evaluate import Curve
 from .graph import Graph, where_read
 from .layout import discover
 from .means import GroupMeans, check_lengths
@@ -43,7 +44,6 @@ from .qkfix import QK_BUDGET
 from .runs import EdgeRun
 
 RUN_TOKENS = 512  # prompts × tokens per run: a run keeps every sender's delta for them
-FRACTIONS = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # MIB's circuit sizes
 
 
 @dataclass(kw_only=True)
@@ -112,6 +112,21 @@ class CircuitResult(Result):
     edges: list[dict] = field(default_factory=list)
     circuit: dict = field(default_factory=dict)
     agreement: dict = field(default_factory=dict)
+
+    def top(self, k: int) -> list[str]:
+        """The labels of the ``k`` most important edges (the rows' order: exact |Δ| where measured, else
+        |estimate|) — a circuit to give evaluate_circuit."""
+        return [r["label"] for r in self.edges[: max(0, int(k))]]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The edge table as arrays indexed by edge (the graph's order, each row's ``edge``): estimate [E] and
+        exact [E] (NaN where not measured), in the metric's units."""
+        E = len(self.edges)
+        out = {"estimate": np.full(E, np.nan), "exact": np.full(E, np.nan)}
+        for r in self.edges:
+            out["estimate"][r["edge"]] = r["estimate"]
+            out["exact"][r["edge"]] = np.nan if r["exact"] is None else r["exact"]
+        return out
 
     def to_dict(self) -> dict:
         m, c = self.meta, self.circuit
@@ -321,136 +336,6 @@ def _ranking_value(est: np.ndarray, values: np.ndarray, base: np.ndarray) -> np.
     out = est.mean(1).copy()
     out[measured] = (values[measured] - base).mean(1)
     return out
-
-
-class Curve:
-    """Circuits of the top k edges run whole, over every prompt: the curve, its areas, the smallest circuit."""
-
-    BISECT = 6  # at most this many more circuits to narrow the smallest one reaching the target (its bracket said)
-
-    def __init__(self, pool: RunPool, shard: Shard, N: int, E: int, say):
-        self.pool, self.shard, self.N, self.E, self.say = pool, shard, N, E, say
-        self.M: dict[int, np.ndarray] = {}  # k -> M per prompt [N]
-
-    def measure(self, ks: list[int], order: np.ndarray) -> None:
-        todo = [k for k in dict.fromkeys(ks) if k not in self.M]
-        if not todo:
-            return
-        masks = []
-        for k in todo:
-            mask = np.zeros(self.E, dtype=bool)
-            mask[order[:k]] = True
-            masks.append(mask)
-        local = np.full((len(todo), self.N), np.nan)
-        for i in range(len(self.pool)):
-            r = self.pool.get(i)
-            local[:, r.group.rows] = r.circuits(masks).numpy()
-            self.pool.done(i)
-        merged = self.shard.merge(local)
-        for k, row in zip(todo, merged, strict=True):
-            self.M[k] = row
-        self.say("circuit", f"{len(self.M)} circuits run", done=len(self.M), total=len(FRACTIONS) + self.BISECT)
-
-    def faithfulness(self, k: int) -> tuple[float | None, float | None]:
-        den = float(np.mean(self.M[self.E] - self.M[0]))
-        if abs(den) < 1e-9:
-            return None, None
-        mean, ci = mean_ci(self.M[k] - self.M[0])
-        return mean / den, None if ci is None else ci / abs(den)
-
-    def run(self, order: np.ndarray, s: CircuitSettings, st: dict) -> dict:
-        ks = sorted({int(round(f * self.E)) for f in FRACTIONS})
-        self.measure(ks, order)
-        curve = []
-        for k in ks:
-            f, ci = self.faithfulness(k)
-            curve.append(
-                {
-                    "k": k,
-                    "fraction": k / self.E,
-                    "m": float(np.mean(self.M[k])),
-                    "faithfulness": f,
-                    "faithfulness_ci": ci,
-                }
-            )
-        x = np.array([c["fraction"] for c in curve])
-        y = np.array([np.nan if c["faithfulness"] is None else c["faithfulness"] for c in curve])
-        chosen = self._smallest(ks, order, s.faithfulness)
-        return {
-            "curve": curve,
-            "cpr": finite(float(np.trapezoid(y, x))),
-            "cmd": finite(float(np.trapezoid(np.abs(1 - y), x))),
-            "target": s.faithfulness,
-            "ablation": s.ablation,
-            "ranking": "exact Δ where measured, else the estimate, by magnitude",
-            "chosen": chosen,
-            "checks": self._checks(st, s.ablation),
-        }
-
-    def _smallest(self, ks: list[int], order: np.ndarray, target: float) -> dict:
-        f = {k: self.faithfulness(k)[0] for k in ks}
-        if f[self.E] is None:
-            m = float(np.mean(self.M[self.E]))
-            return {
-                "k": None,
-                "reason": f"the full and the empty circuit give the same metric ({m:.4g}): no gap to close",
-            }
-        hit = next((i for i, k in enumerate(ks) if f[k] is not None and f[k] >= target), None)
-        if hit is None:
-            return {"k": None, "reason": f"no circuit on the curve reached faithfulness {target}"}
-        lo, hi = (ks[hit - 1], ks[hit]) if hit else (0, ks[0])
-        for _ in range(self.BISECT):
-            if hi - lo <= 1:
-                break
-            mid = (lo + hi) // 2
-            self.measure([mid], order)
-            fm = self.faithfulness(mid)[0]
-            lo, hi = (lo, mid) if fm is not None and fm >= target else (mid, hi)
-        fk, ci = self.faithfulness(hi)
-        return {
-            "k": hi,
-            "faithfulness": fk,
-            "faithfulness_ci": ci,
-            "exact_k": hi - lo <= 1,  # False: the bisection stopped with a bracket [lo, hi]
-            "bracket": [lo, hi],
-            "edges": [int(e) for e in order[:hi]],
-            "per_prompt": self._spread(hi),
-        }
-
-    def _spread(self, k: int) -> dict:
-        """The chosen circuit's faithfulness prompt by prompt (where the prompt's own clean/corrupt gap is not 0)."""
-        den = self.M[self.E] - self.M[0]
-        ok = np.abs(den) > 1e-6 * max(1e-12, float(np.abs(den).max()))
-        f = (self.M[k][ok] - self.M[0][ok]) / den[ok]
-        if not len(f):
-            return {"n": 0}
-        q = np.quantile(f, [0.0, 0.25, 0.5, 0.75, 1.0])
-        return {
-            "n": int(len(f)),
-            "min": float(q[0]),
-            "q25": float(q[1]),
-            "median": float(q[2]),
-            "q75": float(q[3]),
-            "max": float(q[4]),
-            "below_0": float(np.mean(f < 0)),
-            "above_1": float(np.mean(f > 1)),
-            "values": [finite(v) for v in f],
-        }
-
-    def _checks(self, st: dict, ablation: str) -> dict:
-        full = {
-            "m": float(np.mean(self.M[self.E])),
-            "clean": float(np.mean(st["m_clean"])),
-            "max_abs_diff": float(np.max(np.abs(self.M[self.E] - st["m_clean"]))),
-        }
-        empty = {"m": float(np.mean(self.M[0]))}
-        if ablation == "corrupt":
-            empty.update(
-                corrupt=float(np.mean(st["m_corrupt"])), max_abs_diff=float(np.max(np.abs(self.M[0] - st["m_corrupt"])))
-            )
-        else:
-            empty["note"] = "mean ablation: the empty circuit is the model with every write at its mean over prompts"
-        return {"full": full, "empty": empty}
 
 
 def _meta(study: Study, layout, graph, st, settled, checks, chunks) -> CircuitMeta:

@@ -13,14 +13,15 @@ be read; after: a model without an audio encoder.
 from __future__ import annotations
 
 from ...audio import audio
-from ...models import LoadedModel, load
+from ...models import LoadedModel
 from ..ground.speech import ClipGroup, clip_pair
+from ..study import Study
 
 
 def clip_run_inputs(s, say) -> tuple[LoadedModel, ClipGroup, list[dict]]:
     """(the model, the clips as one group, what the result records of them) for settings with clips."""
     a, b = audio(s.audio_clean), audio(s.audio_corrupt)  # read and checked before the weights load
-    loaded = load(s.model, progress=lambda m: say("load", m))
+    loaded = Study(s, say=say).load()
     pair = clip_pair(loaded, a, b, s.text, s.answer, s.wrong)
     return loaded, pair.group(loaded), pair.record(loaded)
 

@@ -28,14 +28,13 @@ import numpy as np
 import torch
 
 from ...engine.jsonable import Meta, Result
-from ...models import load
-from ...progress import reporter
 from ...settings import CompositionSettings, verb
 from ..adapter import replay, routed
 from ..ground.batches import batch_of, no_cache
 from ..ground.norms import frozen_norm
 from ..ground.speech import Clips, prompt_ids, text_ids
 from ..stimuli import encode_text
+from ..study import Study
 from .graph import Graph
 from .layout import discover
 from .qk import _frozen_qk_norms, _sliced, record_qk_norms
@@ -104,8 +103,9 @@ def _top(a: np.ndarray, n: int = 20) -> list[dict]:
 def composition(model=None, *, settings: CompositionSettings | None = None, progress=None, **fields):
     """Q-, K- and V-composition between every pair of heads; see the module docstring."""
     s = CompositionSettings.of(settings, model, fields)
-    say = reporter(progress)
-    loaded = load(s.model, progress=lambda m: say("load", m))
+    st = Study(s, progress)
+    say = st.say
+    loaded = st.load()
     say("stage", "composition: each head's matrices read by replaying its attention on unit vectors")
     mats = head_matrices(loaded)
     scores = scores_of(mats)

@@ -16,14 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...engine.jsonable import Meta, Result
-from ...models import facts_of, load
-from ...progress import reporter
 from ...promptset import finite
 from ...settings import PathPatchSettings, verb
 from ..ground.metrics import resolve
 from ..ground.pool import RunPool, chunk_groups
 from ..ground.prompts import tokenize_pairs
 from ..ground.stats import mean_ci
+from ..study import Study
 from .clips import clip_run_inputs
 from .estimate import eap
 from .graph import Graph
@@ -76,9 +75,10 @@ class PathPatchResult(Result):
 def path_patch(model=None, prompts=None, *, settings: PathPatchSettings | None = None, progress=None, **fields):
     """Path patching of one edge; the fields are PathPatchSettings'. See the module docstring."""
     s = PathPatchSettings.of(settings, model, fields, prompts=prompts)
-    say = reporter(progress)
+    st = Study(s, progress)
+    say = st.say
     metric_name, fn = resolve(s.metric)
-    loaded, groups, record = _inputs(s, say)
+    loaded, groups, record = _inputs(st)
     layout = discover(loaded, groups[0].clean[:1])
     graph = Graph(layout)
     (e,) = resolve_edges(graph, [_kv_named(s.edge, layout.heads // max(1, layout.kv_heads))])
@@ -97,17 +97,15 @@ def path_patch(model=None, prompts=None, *, settings: PathPatchSettings | None =
     return _result(loaded, layout, graph, e, s, metric_name, m, record)
 
 
-def _inputs(s: PathPatchSettings, say) -> tuple:
+def _inputs(st: Study) -> tuple:
     """(the model, the prompts as groups of one length, each prompt's record): prompt pairs, or two clips
-    (clips.py). What can be checked is checked before the weights load."""
-    if s.clips:
-        loaded, group, record = clip_run_inputs(s, say)
+    (clips.py). What can be checked is checked before the weights load (Study.prompts)."""
+    if st.s.clips:
+        loaded, group, record = clip_run_inputs(st.s, st.say)
         return loaded, [group], record
-    pairs = s.read_pairs()
-    if (facts := facts_of(s.model)) is not None:
-        tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric)
-    loaded = load(s.model, progress=lambda m: say("load", m))
-    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric)
+    pairs = st.prompts()
+    loaded = st.load()
+    groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, st.s.metric)
     for g in groups:
         loaded.fit(g.length, "prompts", f"prompt row {pairs[g.rows[0]].row}")
     return loaded, groups, record

@@ -22,12 +22,11 @@ from pathlib import Path
 import torch
 
 from ...errors import InputError
-from ...models import load
-from ...progress import reporter
 from ...settings import WhySettings, verb
 from ..adapter import routed
 from ..ground.positions import resolve_positions
 from ..stimuli import encode_text
+from ..study import Study
 from .graph import Graph
 from .layout import CircuitUnsupported, discover, stacks
 from .postln import PostLNStream, side_parts
@@ -43,11 +42,12 @@ def why(model=None, text: str | None = None, *, settings: WhySettings | None = N
     """The route's score split into (query side, key side) pairs; see the module docstring. The fields are
     WhySettings' (head, query, key, routes, top), or pass ``settings``."""
     s = WhySettings.of(settings, model, fields, text=text)
-    say = reporter(progress)
+    st = Study(s, progress)
+    say = st.say
     if s.audio is not None:
         return why_speech(s, say)
     listed = _routes_file(s.routes, s.head) if s.routes not in (None, "induction") else None
-    loaded = load(s.model, progress=lambda m: say("load", m))
+    loaded = st.load()
     ids, _ = encode_text(loaded.tokenizer, s.text, None, add_bos=loaded.causal)
     loaded.fit(ids.shape[1], "text", "the text")
     say("stage", f"why {s.head} attends where it does: one forward, then its query and key split")

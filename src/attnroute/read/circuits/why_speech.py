@@ -22,11 +22,11 @@ import torch
 
 from ...audio import audio
 from ...errors import InputError
-from ...models import load
 from ..adapter import routed
 from ..alignment import alignment, frame_span, word_positions
 from ..ground.speech import Clips, decoder_ids, prompt_length, speech_batch, transcribe
 from ..stimuli import tokens_of
+from ..study import Study
 from .graph import Graph
 from .layout import discover
 from .qk import split_side
@@ -38,7 +38,7 @@ INDICES = re.compile(r"\s*\d+(\s*,\s*\d+)*\s*")
 def why_speech(s, say):
     """why() with ``s.audio``: see the module docstring."""
     heard = audio(s.audio)  # before the weights load
-    loaded = load(s.model, progress=lambda m: say("load", m))
+    loaded = Study(s, say=say).load()
     if not loaded.audio:
         raise InputError(f"{loaded.name} has no audio encoder: `audio` needs a speech model", field="audio")
     feats = heard.features(int(loaded.model.config.num_mel_bins))

@@ -320,19 +320,15 @@ def _say_documents(say, done: int, total: int, seen: int, tokens: int, started: 
 
 
 def _table(st: Study, acc: Accumulator, plan: ReadPlan, meta, skipped=None) -> HeadTable:
-    loaded, world, stimulus, pairs, importance_tokens = (
-        st.loaded,
-        st.world,
-        plan.stimulus,
-        plan.pairs,
-        plan.effect_tokens,
-    )
+    """The corpus's HeadTable: per-document means with their intervals, roles and their stability, the
+    stimulus scores, and the candidates' ablation tested over documents."""
+    loaded = st.loaded
     L, H = loaded.n_layers, loaded.n_heads
     cols = {c: np.full((L, H), np.nan) for c in COLUMNS}
     for c in STATS:
         cols[c] = acc.moments[c].mean
         cols[f"{c}_ci"] = acc.moments[c].ci95()
-    cols.update(stimulus)
+    cols.update(plan.stimulus)
     corpus_roles = roles.label_grid(cols)
     n_docs = int(acc.moments["entropy"].n.max()) if acc.docs_done else 0
     counts = acc.role_counts
@@ -342,39 +338,13 @@ def _table(st: Study, acc: Accumulator, plan: ReadPlan, meta, skipped=None) -> H
             for layer in range(L)
         ]
     )
-    cols["ablation_delta_ci"] = np.full((L, H), np.nan)
-    cols["ablation_p_holm"] = np.full((L, H), np.nan)
-    order = np.argsort(acc.doc_index)  # documents in corpus order, however the ranks interleaved them
-    deltas = acc.deltas[order]
-    meta_imp: dict = {"candidates": [list(p) for p in pairs], "documents": int(deltas.shape[0])}
-    if pairs and deltas.shape[0]:
-        sig = significance(deltas)
-        for j, (layer, h) in enumerate(pairs):
-            cols["ablation_delta"][layer, h] = sig["mean"][j]
-            cols["ablation_delta_ci"][layer, h] = sig["ci"][j]
-            cols["ablation_p_holm"][layer, h] = sig["p_holm"][j]
-        tested = deltas.shape[0] >= 2  # a test over documents needs two of them: below that, no verdict
-        significant = [list(p) for p, s in zip(pairs, sig["significant"]) if s] if tested else None
-        meta_imp.update(
-            {
-                "test": "paired t-test of ablated vs clean loss over documents (one-sample on the per-document Δ), "
-                "two-sided",
-                "correction": f"Holm step-down over the {len(pairs)} candidates, α = {ALPHA}",
-                "significant_heads": significant,
-                "n_significant": len(significant) if tested else None,
-                "effect_tokens": importance_tokens,
-                "michel_et_al_2019": MICHEL_2019,
-            }
-        )
-        if not tested:
-            meta_imp["note"] = "one document: no test over documents can run, so no head is called significant"
     meta.update(
         {
             "n_documents": n_docs,
             "n_tokens": int(acc.tokens),
-            "ranks": world,
+            "ranks": st.world,
             "max_tokens": meta.pop("window_tokens"),
-            "importance": meta_imp,
+            "importance": _importance(cols, acc, plan),
             "interval": "95 % interval of the mean over documents (Student's t; NaN below 2 documents)",
             "column_paths": {c: "corpus: per-document mean, then mean over documents" for c in STATS},
             "role_thresholds": roles.THRESHOLDS,
@@ -384,6 +354,39 @@ def _table(st: Study, acc: Accumulator, plan: ReadPlan, meta, skipped=None) -> H
     offsets = acc.offsets.mean  # NaN where not observed (no max_weight)
     meta = CorpusMeta.from_dict(meta)
     return HeadTable(loaded.name, L, H, cols, corpus_roles, offsets, meta, attention=list(loaded.attention_kinds))
+
+
+def _importance(cols: dict, acc: Accumulator, plan: ReadPlan) -> dict:
+    """The candidates' ablation Δ over documents into ``cols`` (mean, interval, Holm's p), and what was tested."""
+    L, H = cols["entropy"].shape
+    cols["ablation_delta_ci"] = np.full((L, H), np.nan)
+    cols["ablation_p_holm"] = np.full((L, H), np.nan)
+    order = np.argsort(acc.doc_index)  # documents in corpus order, however the ranks interleaved them
+    deltas, pairs = acc.deltas[order], plan.pairs
+    meta_imp: dict = {"candidates": [list(p) for p in pairs], "documents": int(deltas.shape[0])}
+    if not (pairs and deltas.shape[0]):
+        return meta_imp
+    sig = significance(deltas)
+    for j, (layer, h) in enumerate(pairs):
+        cols["ablation_delta"][layer, h] = sig["mean"][j]
+        cols["ablation_delta_ci"][layer, h] = sig["ci"][j]
+        cols["ablation_p_holm"][layer, h] = sig["p_holm"][j]
+    tested = deltas.shape[0] >= 2  # a test over documents needs two of them: below that, no verdict
+    significant = [list(p) for p, s in zip(pairs, sig["significant"]) if s] if tested else None
+    meta_imp.update(
+        {
+            "test": "paired t-test of ablated vs clean loss over documents (one-sample on the per-document Δ), "
+            "two-sided",
+            "correction": f"Holm step-down over the {len(pairs)} candidates, α = {ALPHA}",
+            "significant_heads": significant,
+            "n_significant": len(significant) if tested else None,
+            "effect_tokens": plan.effect_tokens,
+            "michel_et_al_2019": MICHEL_2019,
+        }
+    )
+    if not tested:
+        meta_imp["note"] = "one document: no test over documents can run, so no head is called significant"
+    return meta_imp
 
 
 __all__ = ["SEQ2SEQ_CORPUS", "CorpusInterrupted", "read_corpus"]

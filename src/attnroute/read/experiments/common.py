@@ -3,15 +3,16 @@ heads an intervention slides over, checked against the model."""
 
 from __future__ import annotations
 
-from ...models import LoadedModel, facts_of, load
+from ...models import LoadedModel, facts_of
 from ..ground.text_metric import check_text_metric
+from ..study import Study
 
 
 def load_checked(s, say) -> LoadedModel:
     """The settings' model; a metric's answer tokens are checked on the tokenizer before the weights load."""
     if getattr(s, "metric", None) is not None and (facts := facts_of(s.model)) is not None:
         check_text_metric(facts.tokenizer, s.metric, s.answer, s.wrong)
-    return load(s.model, progress=lambda m: say("load", m))
+    return Study(s, say=say).load()
 
 
 def check_window_heads(loaded, window: int, heads, error) -> None:

@@ -21,11 +21,11 @@ from ...engine import InputError
 from ...engine.fused_probes import FusedKeyMass, FusedRowStats
 from ...engine.jsonable import Result
 from ...engine.probes import PerLayer
-from ...models import LoadedModel, load
-from ...progress import reporter
+from ...models import LoadedModel
 from ...settings import NeedleSettings, verb
 from ..adapter import routed
 from ..stimuli import encode_text
+from ..study import Study
 
 NEEDLE = " The secret code is {code}."
 QUESTION = " What is the secret code? The secret code is"
@@ -99,8 +99,9 @@ def needle(
     """The probe at each length (see the module docstring). The fields are NeedleSettings' (lengths, seed,
     code, top), or pass ``settings``."""
     s = NeedleSettings.of(settings, model, fields, **({} if lengths is None else {"lengths": tuple(lengths)}))
-    say = reporter(progress)
-    loaded = load(s.model, progress=lambda m: say("load", m))
+    st = Study(s, progress)
+    say = st.say
+    loaded = st.load()
     if not loaded.causal:
         raise InputError("the needle probe asks a causal LM to answer; this model is not one", field="model")
     lengths, code, seed, top = list(s.lengths), s.code, s.seed, s.top

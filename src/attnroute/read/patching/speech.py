@@ -22,11 +22,10 @@ import torch
 
 from ...audio import audio
 from ...engine.jsonable import Result
-from ...models import load
-from ...progress import reporter
 from ...settings import SpeechPatchSettings, verb
 from ..adapter import routed
 from ..ground.speech import ClipPairError, clip_pair, last_logit_diff
+from ..study import Study
 from .sites import Component, PatchCopies, Recorder
 
 COPIES = 3  # patched copies per forward: an encoder head's copy holds 6 × 1,500² eager scores
@@ -99,9 +98,10 @@ def _record(loaded, batch: dict) -> tuple[list[Recorder], object, torch.Tensor]:
 def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progress=None, **fields) -> SpeechPatchResult:
     """Patch every head's clean output into the corrupted clip's run; see the module docstring."""
     s = SpeechPatchSettings.of(settings, model, fields, clean=clean, corrupt=corrupt)
-    say = reporter(progress)
+    st = Study(s, progress)
+    say = st.say
     a, b = audio(s.clean), audio(s.corrupt)  # before the weights load
-    loaded = load(s.model, progress=lambda m: say("load", m))
+    loaded = st.load()
     pair = clip_pair(loaded, a, b, s.text, s.answer, s.wrong)
     (fa, fb), ids, metric = pair.features, pair.ids, last_logit_diff(pair.answer, pair.wrong)
     clean_recs, _, clean_logits = _record(loaded, {"input_features": fa, "decoder_input_ids": ids})

@@ -22,12 +22,11 @@ import torch
 from ...audio import FRAME_SECONDS, audio
 from ...engine import InputError
 from ...engine.jsonable import Result
-from ...models import load
-from ...progress import reporter
 from ...settings import SpeechRoutesSettings, verb
 from ..ground.speech import last_logit_diff, prompt_ids, speech_batch, text_ids, transcribe_batch, word_token
 from ..stimuli import tokens_of
-from .route_attribution import _agreements, _verify
+from ..study import Study
+from .route_attribution import RouteRun, _agreements, _verify
 from .routes import output_gradients, stream_routes
 
 
@@ -103,9 +102,10 @@ def _label(loaded, routes: list[dict], tokens: list[str]) -> None:
 def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fields) -> SpeechRoutesResult:
     """Every route of the chosen layers estimated on a clip; see the module docstring."""
     s = SpeechRoutesSettings.of(settings, model, fields, audio=clip)
-    say = reporter(progress)
+    st = Study(s, progress)
+    say = st.say
     heard = audio(s.audio)  # before the weights load
-    loaded = load(s.model, progress=lambda m: say("load", m))
+    loaded = st.load()
     if not loaded.audio:
         raise SpeechRoutesError(f"{loaded.name} has no audio encoder: routes across streams need a speech model")
     feats = heard.features(int(loaded.model.config.num_mel_bins))
@@ -127,7 +127,8 @@ def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fiel
     say("stage", f"streaming every route of layers {layers}")
     routes, _, _ = stream_routes(loaded, batch, grads, s.top, {}, record_blocks=False)
     meta = SimpleNamespace(top=s.top, settle=None, restart=None)
-    exact = _verify(loaded, batch, routes, s.verify, ({}, None), fn, {}, {}, m, meta, say)  # no restart: full reruns
+    run = RouteRun(loaded, batch, fn, {}, {}, m)
+    exact = _verify(run, routes, s.verify, ({}, None), meta, say)  # no restart: full reruns
     for r, e in zip(routes, exact):
         r["exact"] = e
     tokens = tokens_of(loaded.tokenizer, ids[0])
