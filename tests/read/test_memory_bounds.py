@@ -21,7 +21,7 @@ from attnroute.read.ground.prompts import tokenize_pairs
 from .zoo import build
 
 # the modules (the package re-exports functions of the same names)
-patch_module = importlib.import_module("attnroute.read.patching.patch")
+study_module = importlib.import_module("attnroute.read.study")
 routes_module = importlib.import_module("attnroute.read.patching.route_attribution")
 
 WORDS = ["cat", "dog", "bird", "fish", "cow", "hen", "fox", "owl"]
@@ -62,8 +62,9 @@ def test_the_pool_keeps_runs_within_its_budget_and_remakes_the_rest():
 def test_patch_gives_the_same_numbers_whatever_the_runs_and_the_budget(tiny_llama, monkeypatch):
     """Nine prompts as one run each, nothing kept between rounds: every number equals the one-batch run."""
     whole = ar.patch(tiny_llama, PAIRS, metric="logit-diff", exact="all", sites=("head", "v"))
-    monkeypatch.setattr(patch_module, "chunk_groups", functools.partial(pool_module.chunk_groups, max_tokens=1))
-    monkeypatch.setattr(patch_module, "RunPool", functools.partial(pool_module.RunPool, keep_bytes=0))
+    # the run object cuts the runs and keeps them (read/study.py): one token per run, nothing kept
+    monkeypatch.setattr(study_module, "chunk_groups", lambda groups, max_tokens: pool_module.chunk_groups(groups, 1))
+    monkeypatch.setattr(study_module, "RunPool", functools.partial(pool_module.RunPool, keep_bytes=0))
     cut = ar.patch(tiny_llama, PAIRS, metric="logit-diff", exact="all", sites=("head", "v"))
     assert len(whole.rows) == len(cut.rows) > 0
     for a, b in zip(whole.rows, cut.rows, strict=True):

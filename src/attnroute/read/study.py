@@ -4,6 +4,8 @@
     st.prompts(check=lambda facts, groups: ...)   # prompts and metric read, checked on the tokenizer: no weights
     with st:                                      # process group and rank, checkpoint lock, the model, the
         ...st.loaded, st.groups, st.shard, st.metric, st.say ...   # prompts tokenized and fitted, the shard
+        pool = st.pool(make_run, bytes_of)        # this rank's prompts in runs of bounded tokens and memory
+        store = st.store("patch", key, shapes)    # per-prompt arrays, gathered over ranks, checkpointed
     # a Ctrl-C inside the block leaves as Interrupted naming the checkpoint to resume from (when there is one)
 
 Its first half needs no `with` and opens no process group: the text verbs (heads, the experiments, why,
@@ -23,9 +25,11 @@ from pathlib import Path
 from ..errors import Interrupted
 from ..models import LoadedModel, facts_of, load
 from ..progress import reporter
+from .ground.arrays import Store
 from .ground.checkpoint import exclusive
 from .ground.group import Shard, agree, process_group
 from .ground.metrics import resolve
+from .ground.pool import RUN_TOKENS, RunPool, chunk_groups
 from .ground.prompts import tokenize_pairs
 
 
@@ -100,6 +104,15 @@ class Study:
                 resume=str(ck),
             ) from None
         return False
+
+    def pool(self, make: Callable, bytes_of: Callable, groups: list | None = None) -> RunPool:
+        """This rank's prompts (or ``groups``) cut into runs of at most RUN_TOKENS tokens, each made by
+        ``make(chunk)`` when first needed and kept while the kept runs' ``bytes_of`` fit the budget (pool.py)."""
+        return RunPool(make, chunk_groups(self.mine() if groups is None else groups, RUN_TOKENS), bytes_of)
+
+    def store(self, kind: str, key: str | None, shapes: dict[str, tuple]) -> Store:
+        """The per-prompt arrays of the run, gathered over ranks, resumed from and saved to the checkpoint."""
+        return Store(kind, key, getattr(self.s, "checkpoint", None), shapes, self.shard)
 
     def mine(self) -> list:
         """This rank's prompts as groups of one length, their rows indexing the whole prompt set."""

@@ -28,7 +28,7 @@ from ...settings import CircuitSettings, verb
 from ..ground.arrays import Store, pairs_key
 from ..ground.group import Shard
 from ..ground.metrics import resolve
-from ..ground.pool import RunPool, chunk_groups
+from ..ground.pool import RunPool
 from ..ground.settle import SettleRule, measure_exact, settle_as_asked
 from ..ground.stats import agreement, mean_ci, mean_ci_rows
 from ..study import Study
@@ -230,12 +230,13 @@ def _run(study: Study, layout, graph, groups, asked, key) -> CircuitResult:
     loaded, s, shard, say = study.loaded, study.s, study.shard, study.say
     N, E = shard.n, len(graph)
     fn = study.metric
-    chunks = chunk_groups(groups, RUN_TOKENS)
+
     means = GroupMeans(layout, graph) if s.ablation == "mean" else None
     make = lambda g: EdgeRun(loaded, layout, graph, g, fn, s.direction, s.ablation, means)  # noqa: E731
-    pool = RunPool(make, chunks, lambda g: _run_bytes(graph, layout, len(g.rows) * g.length))
+    pool = study.pool(make, lambda g: _run_bytes(graph, layout, g.tokens), groups)
+    chunks = pool.chunks
     shapes = {"m_clean": (N,), "m_corrupt": (N,), "est": (E, N), "values.edges": (E, N)}
-    store = Store("circuit", key, s.checkpoint, shapes, shard)
+    store = study.store("circuit", key, shapes)
     say("stage", f"{E:,} edges: recording clean and corrupt runs and estimating every edge ({_estimate_name(s)})")
     checks = _first_pass(pool, s, store, say)
     st = store.state

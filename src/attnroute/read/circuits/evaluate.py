@@ -20,7 +20,7 @@ from ...errors import InputError
 from ...promptset import finite
 from ...settings import CircuitSettings, EvaluateSettings, verb
 from ..ground.group import Shard
-from ..ground.pool import RUN_TOKENS, RunPool, chunk_groups
+from ..ground.pool import RunPool
 from ..ground.stats import mean_ci
 from ..study import Study
 from .graph import Graph
@@ -264,7 +264,7 @@ def _evaluate(st: Study, layout, graph: Graph, chosen: list[int]) -> CircuitEval
     s, N, E = st.s, st.shard.n, len(graph)
     means = GroupMeans(layout, graph) if s.ablation == "mean" else None
     make = lambda g: EdgeRun(st.loaded, layout, graph, g, st.metric, s.direction, s.ablation, means)  # noqa: E731
-    pool = RunPool(make, chunk_groups(st.mine(), RUN_TOKENS), lambda g: 0)
+    pool = st.pool(make, lambda g: 0)
     if means is not None:
         means.fill(pool, st.shard, st.say)
     ends = {"m_clean": np.full(N, np.nan), "m_corrupt": np.full(N, np.nan)}

@@ -42,6 +42,11 @@ class Group:
     def length(self) -> int:
         return int(self.clean.shape[1])
 
+    @property
+    def tokens(self) -> int:
+        """Prompts × tokens: what a run of this group holds activations for (pool.py sizes runs by it)."""
+        return len(self.rows) * self.length
+
 
 def encode(tokenizer, kind: str, text: str) -> torch.Tensor:
     """[T] ids, as every verb encodes a text (the BOS a causal LM needs included)."""

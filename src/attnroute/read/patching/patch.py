@@ -29,7 +29,7 @@ from ...promptset import finite
 from ...settings import PatchSettings, verb
 from ..ground.arrays import Store, pairs_key
 from ..ground.group import Shard
-from ..ground.pool import RunPool, chunk_groups, recorded_bytes
+from ..ground.pool import RunPool, recorded_bytes
 from ..ground.prompts import pair_positions
 from ..ground.settle import SettleRule, measure_exact, settle_as_asked
 from ..ground.stats import agreement, mean_ci
@@ -150,14 +150,10 @@ def _positions(st: Study, model, groups) -> tuple:
 def _run(st: Study, positions, resolved) -> PatchResult:
     loaded, s, pairs, shard, say = st.loaded, st.s, st.pairs, st.shard, st.say
     N, metric_name = len(pairs), st.metric_name
-    chunks = chunk_groups(st.mine())
-    pool = RunPool(
-        lambda g: PairRun(loaded, g, st.metric, s.direction),
-        chunks,
-        lambda g: recorded_bytes(loaded, len(g.rows) * g.length),
-    )
+    pool = st.pool(lambda g: PairRun(loaded, g, st.metric, s.direction), lambda g: recorded_bytes(loaded, g.tokens))
+    chunks = pool.chunks
     comps = {site: components(site, loaded.n_layers, loaded.n_heads, loaded.n_kv_heads, positions) for site in s.sites}
-    store = Store("patch", _key(s, pairs, loaded, metric_name), s.checkpoint, _shapes(comps, len(pairs)), shard)
+    store = st.store("patch", _key(s, pairs, loaded, metric_name), _shapes(comps, len(pairs)))
     say(
         "stage",
         f"recording clean and corrupt runs of {len(shard.rows)} prompts in {len(chunks)} runs, and the "
