@@ -50,8 +50,8 @@ def test_heads_reads_a_text_longer_than_the_window(gemma):
     assert all(r["mode"] == "decoder" and r["entropy"] is not None for r in rows)
     # the fused statistics (the default) agree with the blocked backend's, which reads the weights themselves,
     # on the local layers (512 keys per row at most) and the global ones alike
-    from attnroute.read.heads import text_statistics
     from attnroute.read.stimuli import encode_text
+    from attnroute.read.textpass import text_statistics
 
     ids, _ = encode_text(gemma.tokenizer, text, None)
     blocked, _, paths = text_statistics(gemma, ids, max_weight=True)

@@ -9,8 +9,9 @@ import torch
 import attnroute as ar
 from attnroute.engine.repeats import repeated_random_tokens
 from attnroute.read import effects
-from attnroute.read.heads import DEFAULT_TEXT, body, repeated_scores, text_statistics
+from attnroute.read.heads import DEFAULT_TEXT, repeated_scores
 from attnroute.read.stimuli import encode_text
+from attnroute.read.textpass import body, text_statistics
 
 
 def eager_attentions(lm, ids):
@@ -230,7 +231,7 @@ def test_after_layer_runs_once_the_probes_before_it_have_read_the_layer():
     # which relies on a fused call handing its block to the probes in list order
     from attnroute.engine.fused_probes import FusedRowStats
     from attnroute.engine.probes import PerLayer
-    from attnroute.read.heads import AfterLayer
+    from attnroute.read.textpass import AfterLayer
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 6, 4, generator=g) for _ in range(3))

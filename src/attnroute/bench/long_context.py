@@ -47,7 +47,7 @@ def tokens(tokenizer, T: int) -> torch.Tensor:
 
 def runner(lm, mode: str):
     """A function ids -> None that runs MODE once on the loaded model."""
-    from ..read.heads import text_statistics
+    from ..read.textpass import text_statistics
 
     def run(ids):
         with torch.no_grad():

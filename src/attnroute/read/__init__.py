@@ -10,6 +10,7 @@ and ground/), the rooms (each imports the floor, never another room), and report
     study          one run object per verb: the checks before the weights, the model, ranks, checkpoint, shard
     stimuli        texts as token ids, the tokens every verb runs
     heads          read_heads(): where every head routes, its role and its effect (the three passes)
+    textpass       pass 1 of a read: the text's statistics per head from the probes, block by block
     headtable      HeadTable: [L, H] statistics, roles and effects, with export
     effects        weight versus effect: a head ablated, measured and estimated
     roles          role labels from head statistics (names, rules, thresholds, colours)

@@ -15,7 +15,7 @@ from ..engine import CallbackProbe
 from ..engine.probes import value_norms
 from ..models import LoadedModel
 from .adapter import routed
-from .heads import body, key_sets
+from .textpass import body, key_sets
 from .verify import model_inputs
 
 

@@ -11,10 +11,10 @@ import hashlib
 import numpy as np
 import torch
 
-from ..heads import FUSED_COLUMNS
 from ..headtable import OFFSET_BUCKETS
 from ..moments import Moments
 from ..roles import ROLE_NAMES
+from ..textpass import FUSED_COLUMNS
 
 EMPTY_DIGEST = hashlib.sha256(b"attnroute corpus documents").hexdigest()
 

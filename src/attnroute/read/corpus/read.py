@@ -37,10 +37,11 @@ from ...settings import CorpusSettings, verb
 from .. import effects, roles
 from ..ground.checkpoint import CheckpointMismatch
 from ..ground.group import agree
-from ..heads import ReadError, induction_loss, mean_scores, stimulus_scores, text_statistics
+from ..heads import ReadError, induction_loss, mean_scores, stimulus_scores
 from ..headtable import COLUMNS, CorpusMeta, HeadTable
 from ..stimuli import encode_text
 from ..study import Study
+from ..textpass import text_statistics
 from ..verify import routing_check
 from .accumulator import EMPTY_DIGEST, STATS, Accumulator, merge_ranks
 from .documents import Corpus
