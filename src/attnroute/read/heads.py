@@ -42,7 +42,6 @@ from .study import Study
 from .textpass import (
     _fused_refusal,
     body,
-    key_sets,
     text_statistics,
 )
 from .verify import model_inputs, routing_check
