@@ -92,16 +92,7 @@ def read_heads(
     clip = audio(s.audio) if s.audio is not None else None  # likewise the audio
     loaded = st.load()
     ids, cut, limit, speech = _inputs(loaded, s, clip, say)
-    meta = {
-        "kind": loaded.kind,
-        "text_tokens": int(ids.shape[1]),
-        "tokens": tokens_of(loaded.tokenizer, ids[0]),
-        "tokens_cut": cut,
-        "max_tokens": limit,
-        "timings_s": {},
-    }
-    if speech is not None:
-        meta["audio"] = speech.describe()
+    meta = _text_meta(loaded, ids, cut, limit, speech)
     meta["routing_check"] = _verified(loaded, s, reuse, meta, say)
     if cut:
         say("warn", f"the text has {ids.shape[1] + cut} tokens; kept the first {ids.shape[1]} (cut {cut})")
@@ -123,19 +114,32 @@ def read_heads(
         cols.setdefault(c, np.full((L, H), np.nan))
     head_roles, cols["role_stability"] = label_heads(cols, per_seed)
     if s.ablation:
-        with _timed(meta, "effects"):
-            if s.own_metric:  # your metric on your prompts
-                meta.update(metric_effect_columns(loaded, cols, s, pairs, say))
-            else:
-                meta.update(
-                    effect_columns(
-                        loaded, cols, ids, s.effect_batch, s.effect_len, s.seeds[0], s.modes, s.exact, say, features
-                    )
-                )
+        with _timed(meta, "effects"):  # your metric on your prompts, or the model's own loss or embedding
+            own = s.own_metric
+            meta.update(
+                metric_effect_columns(loaded, cols, s, pairs, say)
+                if own
+                else effect_columns(loaded, cols, ids, s, say, features)
+            )
     meta["role_thresholds"] = roles.THRESHOLDS
     return HeadTable(
         loaded.name, L, H, cols, head_roles, offsets, TextMeta.from_dict(meta), attention=list(loaded.attention_kinds)
     )
+
+
+def _text_meta(loaded, ids: torch.Tensor, cut: int, limit, speech) -> dict:
+    """The read's description of what it read: the kind, the tokens (and what was cut), the clip."""
+    meta = {
+        "kind": loaded.kind,
+        "text_tokens": int(ids.shape[1]),
+        "tokens": tokens_of(loaded.tokenizer, ids[0]),
+        "tokens_cut": cut,
+        "max_tokens": limit,
+        "timings_s": {},
+    }
+    if speech is not None:
+        meta["audio"] = speech.describe()
+    return meta
 
 
 @dataclass
@@ -333,27 +337,52 @@ def label_heads(cols: dict, per_seed: list[dict]):
 # ------------------------------------------------------------------------------------ pass 3: effects
 
 
-def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, exact, say, features=None) -> dict:
-    """grad_attr for every head (one backward), then exact ablation for the ``exact`` heads the estimate
+def effect_columns(loaded, cols, ids, s: HeadsSettings, say, features=None) -> dict:
+    """grad_attr for every head (one backward), then exact ablation for the ``s.exact`` heads the estimate
     ranks highest by magnitude (or all): the columns of the modes not run stay NaN."""
-    if loaded.audio:
-        batch = speech_batch(features, ids)
-        described = "the clip; effect = Δ the decoder's loss on the transcript (teacher-forced, prompt excluded)"
-    elif loaded.causal:
-        S = stimulus_length(loaded, S)
-        stim = repeated_random_tokens(loaded.tokenizer, S=S, batch=batch_size, seed=seed, causal=True)
-        batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
-        described = stim.describe() + "; effect = Δ mean next-token loss"
-    elif loaded.seq2seq:
-        batch = model_inputs(loaded, ids, torch.ones_like(ids))
-        described = "the text; effect = Δ the decoder's loss on the text (decoder ids: the text shifted right)"
-    else:
-        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        described = "the text; effect = 1 − cosine of the mean-pooled sentence embedding"
+    batch, described = _effect_batch(loaded, ids, s, features)
     say("stage", "gradient estimate (one forward, one backward)")
     cols["grad_attr"] = effects.gradient_estimate(loaded, batch)
     L, H = cols["grad_attr"].shape
-    started = time.perf_counter()
+    deltas, info = _sweep(loaded, batch, cols["grad_attr"], s, say)
+    cols["ablation_delta"] = deltas.get("zero", cols["ablation_delta"])
+    cols["ablation_mean"] = deltas.get("mean", cols["ablation_mean"])
+    cols["ablation_uniform"] = deltas.get("uniform", cols["ablation_uniform"])
+    n = int(info.get("heads_measured", 0))
+    first = next(iter(deltas.values())) if deltas else np.full((L, H), np.nan)
+    pairs = [(int(i // H), int(i % H)) for i in np.flatnonzero(~np.isnan(first.ravel()))]
+    agree = effects.rank_agreement(cols["grad_attr"], first, k=min(10, max(1, n)))
+    statement = _measured(n, L * H, s.exact)
+    return {
+        "effect_batch": described,
+        "grad_vs_ablation": agree,
+        "ablation": {"statement": statement, "modes": list(s.modes), "exact_heads": pairs, **info},
+    }
+
+
+def _effect_batch(loaded, ids, s: HeadsSettings, features) -> tuple[dict, str]:
+    """What an ablation's effect is measured on, and how it is said: repeated random tokens' loss (a causal
+    LM), the clip's transcript loss (speech), the text's decoder loss (seq2seq), the pooled embedding (encoder)."""
+    if loaded.audio:
+        return speech_batch(features, ids), (
+            "the clip; effect = Δ the decoder's loss on the transcript (teacher-forced, prompt excluded)"
+        )
+    if loaded.causal:
+        S = stimulus_length(loaded, s.effect_len)
+        stim = repeated_random_tokens(loaded.tokenizer, S=S, batch=s.effect_batch, seed=s.seeds[0], causal=True)
+        batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
+        return batch, stim.describe() + "; effect = Δ mean next-token loss"
+    if loaded.seq2seq:
+        batch = model_inputs(loaded, ids, torch.ones_like(ids))
+        return batch, "the text; effect = Δ the decoder's loss on the text (decoder ids: the text shifted right)"
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    return batch, "the text; effect = 1 − cosine of the mean-pooled sentence embedding"
+
+
+def _sweep(loaded, batch: dict, grad_attr: np.ndarray, s: HeadsSettings, say) -> tuple[dict, dict]:
+    """The exact ablations asked: every head, none, or the estimate's top settled (10 more at a time)."""
+    L, H = grad_attr.shape
+    exact, modes, started = s.exact, s.modes, time.perf_counter()
 
     def progress(mode, layer, done, total):
         left = eta(started, time.perf_counter(), done, total)
@@ -362,35 +391,25 @@ def effect_columns(loaded, cols, ids, batch_size, S, seed, modes, exact, say, fe
     if exact == "all" or exact >= L * H:
         say("stage", f"exact {'/'.join(modes)} ablation of all {L * H} heads")
         info: dict = {}
-        deltas = effects.exact_sweep(loaded, batch, modes=modes, info=info, progress=progress)
-    elif exact == 0:
-        deltas, info = {}, {"heads_measured": 0}
-    else:
-        say("stage", f"exact {'/'.join(modes)} ablation: the top {exact} of the estimate, then 10 more at a time")
-        deltas, info = effects.settled_sweep(  # settle the exact top min(10, N): --exact 2 stays cheap
-            loaded, batch, np.abs(cols["grad_attr"]), modes=modes, rule=exact_rule(exact), progress=progress
-        )
-    cols["ablation_delta"] = deltas.get("zero", cols["ablation_delta"])
-    cols["ablation_mean"] = deltas.get("mean", cols["ablation_mean"])
-    cols["ablation_uniform"] = deltas.get("uniform", cols["ablation_uniform"])
-    n = int(info.get("heads_measured", 0))
-    first = next(iter(deltas.values())) if deltas else np.full((L, H), np.nan)
-    pairs = [(int(i // H), int(i % H)) for i in np.flatnonzero(~np.isnan(first.ravel()))]
-    agree = effects.rank_agreement(cols["grad_attr"], first, k=min(10, max(1, n)))
-    if n == L * H:
-        statement = f"exact for all {L * H} heads"
-    elif n == 0:
-        statement = f"estimated for all {L * H} heads (no exact ablation asked)"
-    else:
-        statement = (
-            f"exact for {n} heads (by |gradient estimate|: the top {exact}, then 10 more at a time until a round "
-            f"changed nothing in the exact top {min(10, exact)}), estimated for {L * H - n}"
-        )
-    return {
-        "effect_batch": described,
-        "grad_vs_ablation": agree,
-        "ablation": {"statement": statement, "modes": list(modes), "exact_heads": pairs, **info},
-    }
+        return effects.exact_sweep(loaded, batch, modes=modes, info=info, progress=progress), info
+    if exact == 0:
+        return {}, {"heads_measured": 0}
+    say("stage", f"exact {'/'.join(modes)} ablation: the top {exact} of the estimate, then 10 more at a time")
+    return effects.settled_sweep(  # settle the exact top min(10, N): --exact 2 stays cheap
+        loaded, batch, np.abs(grad_attr), modes=modes, rule=exact_rule(exact), progress=progress
+    )
+
+
+def _measured(n: int, heads: int, exact) -> str:
+    """How many heads were ablated exactly, as the read says it."""
+    if n == heads:
+        return f"exact for all {heads} heads"
+    if n == 0:
+        return f"estimated for all {heads} heads (no exact ablation asked)"
+    return (
+        f"exact for {n} heads (by |gradient estimate|: the top {exact}, then 10 more at a time until a round "
+        f"changed nothing in the exact top {min(10, exact)}), estimated for {heads - n}"
+    )
 
 
 __all__ = [

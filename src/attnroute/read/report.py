@@ -80,16 +80,8 @@ def routing_view(
     ids, _ = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, limit)
     loaded.fit(ids.shape[1] + s.generate, "generate", "the text and its continuation")
     table = read_heads(settings=s.heads(limit).replace(model=loaded), progress=progress)
-    generated_from = None
-    if s.generate:
-        say("stage", f"generating {s.generate} tokens with the KV cache, keeping every query's weights")
-        generated_from = ids.shape[1]
-        ids, weights = generate_with_weights(loaded, ids, s.generate)
-    norms: dict = {}
-    if s.generate:  # the values of a generated token are those of the whole text run again (cache or not)
-        capture_weights(loaded, ids, norms, select=lambda layer, w: None)
-    else:
-        weights = capture_weights(loaded, ids, norms)
+    generated_from = ids.shape[1] if s.generate else None
+    ids, weights, norms = _weights(loaded, ids, s.generate, say)
     tokens = loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist())
     decoder_tokens = None
     if loaded.seq2seq:
@@ -110,6 +102,18 @@ def routing_view(
         value_norms=[norms[layer] for layer in range(loaded.n_layers)],
         sink_keys=sink_positions(loaded.tokenizer, ids),
     )
+
+
+def _weights(loaded, ids: torch.Tensor, generate: int, say) -> tuple[torch.Tensor, list, dict]:
+    """(the ids shown, every layer's weights on them, the value norms): the text's, or the text and its
+    continuation of ``generate`` tokens decoded with the KV cache (every query's weights kept as it is made)."""
+    norms: dict = {}
+    if not generate:
+        return ids, capture_weights(loaded, ids, norms), norms
+    say("stage", f"generating {generate} tokens with the KV cache, keeping every query's weights")
+    ids, weights = generate_with_weights(loaded, ids, generate)
+    capture_weights(loaded, ids, norms, select=lambda layer, w: None)  # the values: the whole text run again
+    return ids, weights, norms
 
 
 @dataclass

@@ -163,23 +163,7 @@ def receivers(graph: Graph, layout, head: str):
 
 def result(loaded, s: WhySettings, run: Recorded, routes, said: str, qs, ks, heads, tokens=None) -> WhyResult:
     h, kvh = heads
-    qi = torch.tensor([qs.positions.index(i) for i, _ in routes])
-    kj = torch.tensor([ks.positions.index(j) for _, j in routes])
-    Q, K = qs.parts[:, qi], ks.parts[:, kj]  # [Cq + 1, R, D], [Ck + 1, R, D]
-    raw = (Q.sum(0) * K.sum(0)).sum(-1) * run.scale  # [R] the bilinear score, before bias and cap
-    i, j = (torch.tensor(x) for x in zip(*routes, strict=True))
-    bias = run.bias(h, i, j)
-    capped = run.capped(raw + bias)
-    factor = torch.where((raw + bias).abs() > 0, capped / (raw + bias), torch.ones_like(raw))
-    terms = torch.einsum("ard,brd,r->ab", Q, K, factor * run.scale) / len(routes)  # the mean over routes
-    actual = run.scores(h, kvh, routes)
-    split = (raw + bias) * factor
-    gap = float((split - actual).abs().max())
-    rel = gap / max(1.0, float(actual.abs().max()))
-    if rel > TOL:
-        msg = f"{s.head}'s score split into pairs misses the model's by {gap:.3g}: not printed"
-        raise InputError(msg, field="head")
-    bias_term = float((bias * factor).mean())
+    terms, bias_term, actual, gap, rel = _split(run, s, routes, qs, ks, heads)
     single = len(routes) == 1
     qc = _components(run, qs, routes[0][0] if single else None)
     kc = _components(run, ks, routes[0][1] if single else None)
@@ -203,6 +187,29 @@ def result(loaded, s: WhySettings, run: Recorded, routes, said: str, qs, ks, hea
         said=said + ("; components keyed by stream" if seq2seq else ""),
     )
     return WhyResult(loaded.name, meta, float(actual.mean()), float(terms.sum()) + bias_term, pairs, totals)
+
+
+def _split(run: Recorded, s: WhySettings, routes, qs: Side, ks: Side, heads) -> tuple:
+    """(terms [Cq + 1, Ck + 1] — the mean over routes of each (query part × key part) pair's share of the score,
+    the position bias's share, the model's own scores [R], their largest difference from the split and its
+    relative size); refused when the split misses the model's score by more than TOL."""
+    h, kvh = heads
+    qi = torch.tensor([qs.positions.index(i) for i, _ in routes])
+    kj = torch.tensor([ks.positions.index(j) for _, j in routes])
+    Q, K = qs.parts[:, qi], ks.parts[:, kj]  # [Cq + 1, R, D], [Ck + 1, R, D]
+    raw = (Q.sum(0) * K.sum(0)).sum(-1) * run.scale  # [R] the bilinear score, before bias and cap
+    i, j = (torch.tensor(x) for x in zip(*routes, strict=True))
+    bias = run.bias(h, i, j)
+    capped = run.capped(raw + bias)
+    factor = torch.where((raw + bias).abs() > 0, capped / (raw + bias), torch.ones_like(raw))
+    terms = torch.einsum("ard,brd,r->ab", Q, K, factor * run.scale) / len(routes)  # the mean over routes
+    actual = run.scores(h, kvh, routes)
+    gap = float(((raw + bias) * factor - actual).abs().max())
+    rel = gap / max(1.0, float(actual.abs().max()))
+    if rel > TOL:
+        msg = f"{s.head}'s score split into pairs misses the model's by {gap:.3g}: not printed"
+        raise InputError(msg, field="head")
+    return terms, float((bias * factor).mean()), actual, gap, rel
 
 
 def _components(run: Recorded, side: Side, position: int | None) -> list[dict]:

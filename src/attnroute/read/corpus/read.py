@@ -212,18 +212,8 @@ def documents_pass(st: Study, docs: Corpus, total: int, key, plan: ReadPlan, sto
     """This rank's documents (i mod world == rank), streamed once, resumed from and saved to the checkpoint."""
     loaded, s, say, rank, world = st.loaded, st.s, st.say, st.rank, st.world
     ck_path = _rank_checkpoint(s, rank, world)
-    shape = (loaded.n_layers, loaded.n_heads, len(plan.pairs))
-    restored = agree(world, lambda: load_checkpoint(ck_path, key, shape) if ck_path else None)
-    acc = restored or Accumulator(*shape)
-    resumed, mine_total, stored = acc.docs_done, len(range(rank, total, world)), acc.documents_digest
-    if resumed > mine_total:
-        raise CheckpointMismatch(
-            f"checkpoint {ck_path} was written for other documents: it has read {resumed}, and this rank's share of "
-            f"the corpus now holds {mine_total}; remove it to start over"
-        )
-    acc.documents_digest = EMPTY_DIGEST  # rebuilt over the documents skipped below, then compared
-    if resumed:
-        say("stage", f"resuming from {ck_path}: {resumed} documents of this rank already read")
+    mine_total = len(range(rank, total, world))
+    acc, resumed, stored = _restored(st, ck_path, key, plan, mine_total)
     say("stage", f"reading {mine_total} of {total} documents on rank {rank} of {world} ({docs.kind})")
     started, seen, tokens_now, mine, stopped = time.perf_counter(), 0, 0, 0, False
     try:
@@ -252,14 +242,31 @@ def documents_pass(st: Study, docs: Corpus, total: int, key, plan: ReadPlan, sto
         with deferred_interrupt():
             save_checkpoint(ck_path, acc, key)
     if stopped:
-        where = (
-            f"checkpoint written to {ck_path}; rerun the same command to resume"
-            if ck_path
-            else "give a `checkpoint` path to be able to resume"
-        )
+        where = f"checkpoint written to {ck_path}; rerun the same command to resume" if ck_path else NO_CHECKPOINT
         raise CorpusInterrupted(f"stopped after {acc.docs_done} of {mine_total} documents on rank {rank} ({where})")
     _say_rank(say, rank, seen, tokens_now, time.perf_counter() - started, resumed)
     return acc
+
+
+NO_CHECKPOINT = "give a `checkpoint` path to be able to resume"
+
+
+def _restored(st: Study, ck_path, key, plan: ReadPlan, mine_total: int) -> tuple[Accumulator, int, str]:
+    """(this rank's accumulator — resumed from its checkpoint or new —, the documents it had read, their
+    digest); a checkpoint that read more documents than this rank's share now holds is refused."""
+    shape = (st.loaded.n_layers, st.loaded.n_heads, len(plan.pairs))
+    restored = agree(st.world, lambda: load_checkpoint(ck_path, key, shape) if ck_path else None)
+    acc = restored or Accumulator(*shape)
+    resumed, stored = acc.docs_done, acc.documents_digest
+    if resumed > mine_total:
+        raise CheckpointMismatch(
+            f"checkpoint {ck_path} was written for other documents: it has read {resumed}, and this rank's share of "
+            f"the corpus now holds {mine_total}; remove it to start over"
+        )
+    acc.documents_digest = EMPTY_DIGEST  # rebuilt over the documents skipped below, then compared
+    if resumed:
+        st.say("stage", f"resuming from {ck_path}: {resumed} documents of this rank already read")
+    return acc, resumed, stored
 
 
 def _say_rank(say, rank: int, seen: int, tokens: int, seconds: float, resumed: int) -> None:

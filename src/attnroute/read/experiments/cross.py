@@ -174,10 +174,18 @@ def cross_knockout(model=None, clip=None, *, settings=None, progress=None, **fie
                 "p_first_control": c["p_first"],
             }
         )
-    for name, span in (("route", (a, b)), ("control", (ca, cb))):  # every row: no decoder position is special
-        with torch.no_grad(), routed(loaded, interventions=_cut(cross_layers(loaded), None, span, heads)):
-            result.transcripts[name] = transcribe_batch(loaded, feats)[0][1]
+    result.transcripts.update(_cut_transcripts(loaded, feats, {"route": (a, b), "control": (ca, cb)}, heads))
     return result
+
+
+def _cut_transcripts(loaded, feats, spans: dict, heads) -> dict[str, str]:
+    """What the model transcribes with each span's frames cut from every decoder row in every cross layer (no
+    decoder position is special here: the whole transcript is decoded again)."""
+    out = {}
+    for name, span in spans.items():
+        with torch.no_grad(), routed(loaded, interventions=_cut(cross_layers(loaded), None, span, heads)):
+            out[name] = transcribe_batch(loaded, feats)[0][1]
+    return out
 
 
 @dataclass(repr=False)

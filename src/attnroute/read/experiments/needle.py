@@ -104,19 +104,11 @@ def needle(
     loaded = st.load()
     if not loaded.causal:
         raise InputError("the needle probe asks a causal LM to answer; this model is not one", field="model")
-    lengths, code, seed, top = list(s.lengths), s.code, s.seed, s.top
-    loaded.fit(lengths[-1], "lengths", "the longest context")
-    room = (loaded.max_positions or lengths[-1] + ANSWER_TOKENS) - ANSWER_TOKENS  # the answer is decoded after
-    if lengths[-1] > room:
-        say(
-            "warn", f"contexts cut to {room} tokens so that the {ANSWER_TOKENS}-token answer fits the model's positions"
-        )
-        lengths = sorted({min(n, room) for n in lengths})
     per = []
-    for n in lengths:
+    for n in _lengths(loaded, list(s.lengths), say):
         say("stage", f"needle at {n} tokens")
-        ids, pos = haystack(loaded, n, code, seed)
-        m, e, text, ok = probe_length(loaded, ids, pos, code)
+        ids, pos = haystack(loaded, n, s.code, s.seed)
+        m, e, text, ok = probe_length(loaded, ids, pos, s.code)
         per.append(
             {
                 "length": int(ids.shape[1]),
@@ -128,31 +120,40 @@ def needle(
             }
         )
     H = loaded.n_heads
-    first = per[0]["mass"].ravel()
-    heads = [(int(i // H), int(i % H)) for i in np.argsort(-first)[:top]]
-    rows = []
-    for p in per:
-        best = int(np.argmax(p["mass"].ravel()))
-        rows.append(
+    heads = [(int(i // H), int(i % H)) for i in np.argsort(-per[0]["mass"].ravel())[: s.top]]
+    return NeedleResult(loaded.name, s.code, s.seed, heads, [_row(p, heads, H) for p in per])
+
+
+def _lengths(loaded, lengths: list[int], say) -> list[int]:
+    """The context lengths to probe, the longest fitted to the model and cut so the answer still fits."""
+    loaded.fit(lengths[-1], "lengths", "the longest context")
+    room = (loaded.max_positions or lengths[-1] + ANSWER_TOKENS) - ANSWER_TOKENS  # the answer is decoded after
+    if lengths[-1] <= room:
+        return lengths
+    say("warn", f"contexts cut to {room} tokens so that the {ANSWER_TOKENS}-token answer fits the model's positions")
+    return sorted({min(n, room) for n in lengths})
+
+
+def _row(p: dict, heads: list[tuple[int, int]], H: int) -> dict:
+    """One length's row: the answer, each retrieval head's weight on the needle, the best head."""
+    best = int(np.argmax(p["mass"].ravel()))
+    return {
+        "length": p["length"],
+        "answered": p["answered"],
+        "answer": p["answer"],
+        "needle_positions": p["needle_positions"],
+        "retrieval_heads": [
             {
-                "length": p["length"],
-                "answered": p["answered"],
-                "answer": p["answer"],
-                "needle_positions": p["needle_positions"],
-                "retrieval_heads": [
-                    {
-                        "layer": layer,
-                        "head": h,
-                        "needle_weight": float(p["mass"][layer, h]),
-                        "entropy": float(p["entropy"][layer, h]),
-                    }
-                    for layer, h in heads
-                ],
-                "best_head": {"layer": best // H, "head": best % H, "needle_weight": float(p["mass"].ravel()[best])},
-                "mean_needle_weight": float(p["mass"].mean()),
+                "layer": layer,
+                "head": h,
+                "needle_weight": float(p["mass"][layer, h]),
+                "entropy": float(p["entropy"][layer, h]),
             }
-        )
-    return NeedleResult(loaded.name, code, seed, heads, rows)
+            for layer, h in heads
+        ],
+        "best_head": {"layer": best // H, "head": best % H, "needle_weight": float(p["mass"].ravel()[best])},
+        "mean_needle_weight": float(p["mass"].mean()),
+    }
 
 
 @dataclass(repr=False)

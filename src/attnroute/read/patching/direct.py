@@ -83,10 +83,7 @@ def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff
     """Per prompt: each head's direct effect [n, L, H], the rest [n], and the checks; or a reason."""
     if final.head is None or final.y is None:
         return {"reason": "direct effects read a causal LM's output head; this model has none"}
-    found = None
-    for m in final.norms:
-        if id(m) in final.outputs and torch.allclose(final.outputs[id(m)], final.y, atol=1e-6):
-            found = m
+    found = _final_norm(final)
     if found is None:
         return {"reason": "no norm module outside the layers feeds the output head: the final norm was not found"}
     frozen = frozen_norm(found, final.inputs[id(found)], final.y)
@@ -124,6 +121,15 @@ def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff
         "writes_check_max_abs_diff": gap_w,
         "output_head_check_max_abs_diff": gap,
     }
+
+
+def _final_norm(final: FinalRecorder):
+    """The norm outside the layers whose output is the output head's input (the last one that matches), or None."""
+    found = None
+    for m in final.norms:
+        if id(m) in final.outputs and torch.allclose(final.outputs[id(m)], final.y, atol=1e-6):
+            found = m
+    return found
 
 
 def _is_norm(m) -> bool:

@@ -134,21 +134,7 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     st = Study(s, progress, "route attribution")
     say = st.say
     name, fn = resolve(s.metric)
-    if name in FLAT_AT_CLEAN:  # refused before anything loads: its estimate would be 0 for every route
-        raise InputError(
-            f"metric {name} is flat (zero gradient) on the run it compares with, so every route "
-            "estimate would be 0: use logit-diff, prob, logprob or loss on a causal LM; on an encoder "
-            "give your own metric of the pooled embedding (a Python callable)",
-            field="metric",
-        )
-    facts = st.facts()
-    if facts is not None:  # the metric first: on an encoder the missing answer is not the problem
-        check_metric_kind(s.metric, facts.kind, True)
-    pairs = s.read_pairs()  # read and checked before the weights load
-    if facts is not None:  # prompts, answers and layers are checked before the weights load
-        _one_length(tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric, gradient=True)[0])
-        if facts.n_layers is not None:
-            _layers(facts.n_layers, s.layers)
+    pairs = _before_weights(st, name)
     loaded = st.load()
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric, gradient=True)
     g = _one_length(groups)
@@ -169,14 +155,35 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     result = RoutesResult(loaded.name, _meta(st, run, g, m_corrupt, layers))
     _label(loaded, result.meta, routes)
     exact = _verify(run, routes, s.verify, recorded, result.meta, say)
+    gap = None if m_corrupt is None else float((m_corrupt - m_base).mean())
     for r, e in zip(routes, exact):
         r["exact"] = e
-        if m_corrupt is not None:
-            gap = float((m_corrupt - m_base).mean())
+        if gap is not None:  # the share of the clean-to-corrupt gap a route's removal covers
             r["toward_corrupt"] = r["estimate"] / gap if abs(gap) > 1e-9 else None
             r["exact_toward_corrupt"] = None if e is None or abs(gap) <= 1e-9 else e / gap
     result.routes, result.agreement = routes, _agreements(routes)
     return result
+
+
+def _before_weights(st: Study, name: str) -> tuple:
+    """The metric, prompts, answers and layers refused before the weights load; the prompt pairs."""
+    s = st.s
+    if name in FLAT_AT_CLEAN:  # its estimate would be 0 for every route
+        raise InputError(
+            f"metric {name} is flat (zero gradient) on the run it compares with, so every route "
+            "estimate would be 0: use logit-diff, prob, logprob or loss on a causal LM; on an encoder "
+            "give your own metric of the pooled embedding (a Python callable)",
+            field="metric",
+        )
+    facts = st.facts()
+    if facts is not None:  # the metric first: on an encoder the missing answer is not the problem
+        check_metric_kind(s.metric, facts.kind, True)
+    pairs = s.read_pairs()
+    if facts is not None:
+        _one_length(tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric, gradient=True)[0])
+        if facts.n_layers is not None:
+            _layers(facts.n_layers, s.layers)
+    return pairs
 
 
 def _one_length(groups):
@@ -243,15 +250,7 @@ def _verify(run: RouteRun, routes, verify, recorded, meta, say) -> list[float | 
     if verify == 0 or not routes:
         return exact
     loaded, batch, m_base = run.loaded, run.batch, run.m_base
-    stored, base = recorded
-    blocks = layer_stack(loaded)
-    meta.restart = {"used": bool(blocks) and bool(stored)}
-    suffix = None
-    if meta.restart["used"]:
-        suffix = _suffix(run, stored, blocks, base, meta)
-    if suffix is None and meta.restart["used"]:  # every row rerun from the route's layer: that restart checked
-        check = restart_check(loaded, stored, batch, run.value, m_base, blocks, impl="auto", **run.kwargs)
-        meta.restart.update(used=check["used"], max_abs_diff=check.get("restart_check_max_abs_diff"))
+    stored, blocks, suffix = _restart(run, recorded, meta)
 
     forwards = [0]  # the knockouts' forwards (fewer than routes where they shared one as copies)
 
@@ -282,6 +281,20 @@ def _verify(run: RouteRun, routes, verify, recorded, meta, say) -> list[float | 
     meta.settle = {**info, "rule": rule.describe(), "beyond_kept": bool(unkept and len(routes) == meta.top)}
     meta.restart["knockout_forwards"] = forwards[0]
     return exact
+
+
+def _restart(run: RouteRun, recorded, meta) -> tuple:
+    """(each block's recorded output, the blocks, the suffix shortcut or None): where a knockout's rerun
+    starts — the route's query row on (suffix.py), or every row from its layer on (that restart checked
+    against the base run), or every row from the start — said in meta.restart."""
+    stored, base = recorded
+    blocks = layer_stack(run.loaded)
+    meta.restart = {"used": bool(blocks) and bool(stored)}
+    suffix = _suffix(run, stored, blocks, base, meta) if meta.restart["used"] else None
+    if suffix is None and meta.restart["used"]:
+        check = restart_check(run.loaded, stored, run.batch, run.value, run.m_base, blocks, impl="auto", **run.kwargs)
+        meta.restart.update(used=check["used"], max_abs_diff=check.get("restart_check_max_abs_diff"))
+    return stored, blocks, suffix
 
 
 SHARED_TOKENS = 256  # rows (copies × prompts × rerun rows) a batched knockout forward may hold

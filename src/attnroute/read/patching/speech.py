@@ -119,32 +119,54 @@ def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progres
         m_clean,
         m_corrupt,
     )
+    runs = _Runs(fb, enc_b, ids, clean_recs, metric, m_clean, m_corrupt)
     for layer in range(loaded.n_layers):
         say("layer", f"{loaded.mode(layer)} layer {loaded.stream_layer(layer)}", done=layer + 1, total=loaded.n_layers)
-        base = {"input_features": fb} if loaded.mode(layer) == "encoder" else {"encoder_outputs": (enc_b,)}
-        for h0 in range(0, loaded.n_heads, COPIES):
-            heads = list(range(h0, min(loaded.n_heads, h0 + COPIES)))
-            comps = [Component(layer, "head", h, None) for h in heads]
-            k = len(heads)
-            batch = {key: v.repeat(k, *([1] * (v.dim() - 1))) for key, v in base.items() if key != "encoder_outputs"}
-            if "encoder_outputs" in base:
-                batch["encoder_outputs"] = (enc_b.repeat(k, 1, 1),)
-            batch["decoder_input_ids"] = ids.repeat(k, 1)
-            patch = PatchCopies(layer, comps, 1, clean_recs[layer])
-            with torch.no_grad(), routed(loaded, interventions=[patch], impl="auto"):
-                patched = metric(loaded.model(**batch).logits)
-            for h, m in zip(heads, patched.tolist()):
-                result.rows.append(
-                    {
-                        "layer": layer,
-                        "mode": loaded.mode(layer),
-                        "stream_layer": loaded.stream_layer(layer),
-                        "head": h,
-                        "delta": m - m_corrupt,
-                        "normalized": (m - m_corrupt) / (m_clean - m_corrupt),
-                    }
-                )
+        result.rows += _patch_layer(loaded, layer, runs)
     return result
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """What every patch reads: the corrupted clip's features and encoder output, the decoder ids, the clean
+    run's recorded heads, the metric and its value on both clips."""
+
+    features: torch.Tensor
+    encoder_out: torch.Tensor
+    ids: torch.Tensor
+    clean_recs: list
+    metric: object
+    m_clean: float
+    m_corrupt: float
+
+
+def _patch_layer(loaded, layer: int, runs: _Runs) -> list[dict]:
+    """Every head of ``layer`` patched with its clean output into the corrupted run, COPIES heads per forward."""
+    rows = []
+    enc = loaded.mode(layer) != "encoder"  # a decoder or cross layer: the corrupted encoder output is reused
+    for h0 in range(0, loaded.n_heads, COPIES):
+        heads = list(range(h0, min(loaded.n_heads, h0 + COPIES)))
+        k = len(heads)
+        batch = {"encoder_outputs": (runs.encoder_out.repeat(k, 1, 1),)} if enc else {}
+        if not enc:
+            batch["input_features"] = runs.features.repeat(k, *([1] * (runs.features.dim() - 1)))
+        batch["decoder_input_ids"] = runs.ids.repeat(k, 1)
+        patch = PatchCopies(layer, [Component(layer, "head", h, None) for h in heads], 1, runs.clean_recs[layer])
+        with torch.no_grad(), routed(loaded, interventions=[patch], impl="auto"):
+            patched = runs.metric(loaded.model(**batch).logits)
+        gap = runs.m_clean - runs.m_corrupt
+        for h, m in zip(heads, patched.tolist()):
+            rows.append(
+                {
+                    "layer": layer,
+                    "mode": loaded.mode(layer),
+                    "stream_layer": loaded.stream_layer(layer),
+                    "head": h,
+                    "delta": m - runs.m_corrupt,
+                    "normalized": (m - runs.m_corrupt) / gap,
+                }
+            )
+    return rows
 
 
 __all__ = ["SpeechPatchError", "SpeechPatchResult", "speech_patch"]
