@@ -61,14 +61,28 @@ def _body_lines(fn) -> int:
     return 0 if not body else body[-1].end_lineno - body[0].lineno + 1
 
 
-def test_no_function_body_is_over_60_lines():
-    long = [
-        f"{p.relative_to(ROOT)}:{fn.lineno} {fn.name} ({_body_lines(fn)} lines)"
+BODY_CAP = 40
+# The bodies allowed past the cap, each named with why it is one piece (a cap invites filling up to it: a new long
+# body is split, or named here with its reason, in review).
+LONG_BODIES = {
+    "src/attnroute/cli/patching.py add": "flag declarations: one parser statement per flag, nothing to split",
+    "src/attnroute/cli/experiments.py add": "flag declarations: one parser statement per flag, nothing to split",
+    "src/attnroute/engine/backends/fused.py run": "the kernel's one pass over blocks: splitting it splits the hot loop",
+    "src/attnroute/read/adapter.py _make_attention_fn": "the function transformers calls per attention layer: one path",
+    "src/attnroute/cost/serving.py simulate": "the serving simulation's event loop: one step per iteration",
+}
+
+
+def test_no_function_body_is_over_the_cap_unless_named():
+    long = {
+        f"{p.relative_to(ROOT)} {fn.name}": _body_lines(fn)
         for p in sorted((ROOT / "src").rglob("*.py"))
         for fn in _functions(p)
-        if _body_lines(fn) > 60
-    ]
-    assert long == []
+        if _body_lines(fn) > BODY_CAP
+    }
+    assert sorted(set(long) - set(LONG_BODIES)) == []
+    assert sorted(set(LONG_BODIES) - set(long)) == []  # a named body that shrank leaves the list
+    assert all(n <= 60 for n in long.values()), long  # and even a named one stays under the old cap
 
 
 def test_fmt_skip_is_kept_for_aligned_tables_only():

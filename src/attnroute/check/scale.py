@@ -71,6 +71,19 @@ def _log_spaced(lo: float, hi: float, n: int) -> list[float]:
     return [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
 
 
+def _best_cap(miss) -> float:
+    """The cap that minimises ``miss(cap)``: the best of a log grid from 0.5 to 10⁴, then 16 steps of golden
+    section on log cap between its neighbours."""
+    grid = _log_spaced(0.5, 1e4, 25)
+    i = min(range(len(grid)), key=lambda j: miss(grid[j]))
+    lo, hi = math.log(grid[max(i - 1, 0)]), math.log(grid[min(i + 1, len(grid) - 1)])
+    g = (math.sqrt(5) - 1) / 2
+    for _ in range(16):
+        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+        lo, hi = (lo, b) if miss(math.exp(a)) < miss(math.exp(b)) else (a, hi)
+    return math.exp((lo + hi) / 2)
+
+
 def find_softcap(ctx, dtype) -> tuple[float, str] | None:
     """What the target's weights say of a soft cap, when that differs from what was declared: (the cap
     the mask checks should use — 0 for none — and the sentence that says it), or None when the
@@ -99,14 +112,7 @@ def find_softcap(ctx, dtype) -> tuple[float, str] | None:
             f"; the declared soft cap {declared:g} does not fit (it misses by {said:.1e}) but plain logits fit every "
             "weight: the target does not cap; the mask checks compare without a cap"
         )
-    grid = _log_spaced(0.5, 1e4, 25)
-    i = min(range(len(grid)), key=lambda j: miss(grid[j]))
-    lo, hi = math.log(grid[max(i - 1, 0)]), math.log(grid[min(i + 1, len(grid) - 1)])
-    g = (math.sqrt(5) - 1) / 2
-    for _ in range(16):  # golden section on log cap
-        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-        lo, hi = (lo, b) if miss(math.exp(a)) < miss(math.exp(b)) else (a, hi)
-    cap = math.exp((lo + hi) / 2)
+    cap = _best_cap(miss)
     err = miss(cap)
     if err > tol or err > 0.25 * min(plain, said):
         return None

@@ -211,6 +211,12 @@ def verdict(result: dict) -> dict:
         f"{sc['max_weight'][0]:.2f} → {sc['max_weight'][-1]:.2f}); entropy {u['entropy'][0]:.2f} vs "
         f"{sc['entropy'][0]:.2f} nats at step 0."
     )
+    lines.append(_gradient_line(u, sc))
+    return {"lines": lines, "stalled_unscaled": stalled, "learned_scaled": learned_scaled}
+
+
+def _gradient_line(u: dict, sc: dict) -> str:
+    """The gradient at the logits and at W_q, W_k, unscaled against scaled (the largest head dim's curves)."""
     gl_u, gl_s = float(np.mean(u["grad_logits"])), float(np.mean(sc["grad_logits"]))
     line = (
         f"Gradient reaching the logits, mean over training: {gl_u:.2g} unscaled vs {gl_s:.2g} scaled "
@@ -222,8 +228,7 @@ def verdict(result: dict) -> dict:
             ": without the scale the chain rule is not divided by √d_k, so saturation does not show as a "
             "small gradient norm at W_q and W_k; it shows at the logits."
         )
-    lines.append(line if line.endswith(".") else line + ".")
-    return {"lines": lines, "stalled_unscaled": stalled, "learned_scaled": learned_scaled}
+    return line if line.endswith(".") else line + "."
 
 
 def summary(result: dict) -> dict:

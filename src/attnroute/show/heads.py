@@ -38,44 +38,28 @@ def headtable_tables(table) -> list[Table]:
     out = [t]
     agreement = getattr(table.meta, "grad_vs_ablation", None)
     if agreement is not None:
-        e = Table(title="weight versus effect: top heads by zero-ablation Δ")
-        for col in (
-            "head",
-            "role",
-            "sink mass",
-            "norm-weighted sink",
-            "grad estimate",
-            "Δ zero",
-            "Δ mean",
-            "Δ uniform",
-        ):
-            e.add_column(col, justify="right")
-        for l, h, _ in table.top("ablation_delta", 8):
-            e.add_row(
-                f"L{l}.H{h}",
-                table.roles[l][h],
-                *(
-                    num(table[c][l, h])
-                    for c in (
-                        "sink_mass",
-                        "norm_mass",
-                        "grad_attr",
-                        "ablation_delta",
-                        "ablation_mean",
-                        "ablation_uniform",
-                    )
-                ),
-            )
-        a = agreement
-        k = a["k"]
-        e.caption = (
-            f"gradient estimate vs exact zero-ablation: Spearman {a['spearman']:.2f}, "
-            f"top-{k} overlap {a[f'top{k}_overlap']}/{k}"
-        )
-        out.append(e)
+        out.append(_effects_table(table, agreement))
     if getattr(table.meta, "alignment", None):
         out.append(alignment_table(table.meta.alignment))
     return out
+
+
+EFFECT_COLUMNS = ("sink_mass", "norm_mass", "grad_attr", "ablation_delta", "ablation_mean", "ablation_uniform")
+
+
+def _effects_table(table, a: dict) -> Table:
+    """Weight versus effect: the top heads by zero-ablation Δ, each with its weights and every effect read."""
+    e = Table(title="weight versus effect: top heads by zero-ablation Δ")
+    for col in ("head", "role", "sink mass", "norm-weighted sink", "grad estimate", "Δ zero", "Δ mean", "Δ uniform"):
+        e.add_column(col, justify="right")
+    for l, h, _ in table.top("ablation_delta", 8):
+        e.add_row(f"L{l}.H{h}", table.roles[l][h], *(num(table[c][l, h]) for c in EFFECT_COLUMNS))
+    k = a["k"]
+    e.caption = (
+        f"gradient estimate vs exact zero-ablation: Spearman {a['spearman']:.2f}, "
+        f"top-{k} overlap {a[f'top{k}_overlap']}/{k}"
+    )
+    return e
 
 
 def alignment_table(found: dict) -> Table:

@@ -110,14 +110,9 @@ def _mark_phase(ax, phase: dict) -> None:
         ax.axvline(phase["step"], color="#444", ls="--", lw=1, label=f"phase change (step {phase['step']})")
 
 
-def scale(result: dict):
-    """Logit std at init against √d_k, and the repeat loss, saturation and logit gradient during
-    training, with (solid) and without (dashed) the 1/√d_k scale, one colour per head dim."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 4, figsize=(17, 3.9))
-    init = result["init"]
+def _init_panel(ax, init: list[dict]) -> None:
+    """Logit std at init against the √d_k prediction, with and without the scale (log-log)."""
     d = np.array([r["head_dim"] for r in init])
-    ax = axes[0]
     ax.plot(d, np.sqrt(d), color="#444", ls="--", lw=1, label="prediction √d_k")
     ax.plot(d, [r["unscaled_std"] for r in init], "o", color="#d62728", label="measured, no scale")
     ax.plot(d, [r["scaled_std"] for r in init], "s", color="#1f77b4", label="measured, 1/√d_k")
@@ -128,6 +123,14 @@ def scale(result: dict):
     ax.set_ylabel("pre-softmax logit std")
     ax.set_title("logits at init (unit-variance q, k)")
     ax.legend(fontsize=7)
+
+
+def scale(result: dict):
+    """Logit std at init against √d_k, and the repeat loss, saturation and logit gradient during
+    training, with (solid) and without (dashed) the 1/√d_k scale, one colour per head dim."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.9))
+    _init_panel(axes[0], result["init"])
     dims = result["settings"]["head_dims"]
     cmap = plt.get_cmap("viridis")
     colors = {dd: cmap(i / max(1, len(dims) - 1)) for i, dd in enumerate(dims)}

@@ -39,51 +39,54 @@ def baselines_table(result: dict) -> Table:
 
 
 def patch_tables(result: dict, rows_per_site: int = 10) -> list[Table]:
-    m = result["meta"]
+    """The baselines, each site's top components by |normalized| (with the estimate's agreement), and the
+    direct effects when the metric is a logit difference."""
     out = [baselines_table(result)]
-    for site in m["sites"]:
-        a = result["agreement"][site]
-        agree = (
-            (f"estimate vs exact over {a['n']}: Spearman {a['spearman']:.2f}, R² {a['r2']:.2f}, slope {a['slope']:.2f}")
-            if a["spearman"] is not None
-            else f"estimate vs exact: {a['n']} measured"
-        )
-        t = Table(title=f"{site}: top {rows_per_site} by |normalized| ({m['direction']}, {m['metric']}) — {agree}")
-        if m.get("exact", {}).get(site, {}).get("band") is not None:
-            t.caption = settle_said(m["exact"][site], m.get("top", 10), f"{site} components", "measure more: --exact N")
-        for col in ("component", "normalized", "Δ metric", "estimate (normalized)", "kv shared by"):
-            t.add_column(col)
-        rows = [r for r in result["rows"] if r["site"] == site and r["exact"] and r["normalized"] is not None]
-        for r in sorted(rows, key=lambda r: -abs(r["normalized"]))[:rows_per_site]:
-            shared = ",".join(map(str, r.get("query_heads", []))) or "—"
-            t.add_row(
-                component(r),
-                plus_minus(r["normalized"], r["normalized_ci"]),
-                plus_minus(r["delta"], r["delta_ci"]),
-                signed(r["estimate_normalized"]),
-                shared,
-            )
-        out.append(t)
-    d = result.get("direct", {})
-    if "rows" in d:
-        t = Table(title=f"direct effect on the logit difference (adds up to {d['adds_up_max_abs_diff']:.1e})")
-        for col in ("head", "clean", "corrupt", "clean − corrupt"):
-            t.add_column(col)
-        for r in sorted(d["rows"], key=lambda r: -abs(r["difference"] or 0))[:rows_per_site]:
-            t.add_row(
-                f"L{r['layer']} h{r['head']}",
-                plus_minus(r["clean"], r["clean_ci"]),
-                plus_minus(r["corrupt"], r["corrupt_ci"]),
-                plus_minus(r["difference"], r["difference_ci"]),
-            )
-        t.add_row(
-            "rest",
-            plus_minus(d["rest"]["clean"], d["rest"]["clean_ci"]),
-            plus_minus(d["rest"]["corrupt"], d["rest"]["corrupt_ci"]),
-            "",
-        )
-        out.append(t)
+    out += [_site_table(result, site, rows_per_site) for site in result["meta"]["sites"]]
+    if "rows" in result.get("direct", {}):
+        out.append(_direct_table(result["direct"], rows_per_site))
     return out
+
+
+def _site_table(result: dict, site: str, rows_per_site: int) -> Table:
+    m, a = result["meta"], result["agreement"][site]
+    agree = (
+        (f"estimate vs exact over {a['n']}: Spearman {a['spearman']:.2f}, R² {a['r2']:.2f}, slope {a['slope']:.2f}")
+        if a["spearman"] is not None
+        else f"estimate vs exact: {a['n']} measured"
+    )
+    t = Table(title=f"{site}: top {rows_per_site} by |normalized| ({m['direction']}, {m['metric']}) — {agree}")
+    if m.get("exact", {}).get(site, {}).get("band") is not None:
+        t.caption = settle_said(m["exact"][site], m.get("top", 10), f"{site} components", "measure more: --exact N")
+    for col in ("component", "normalized", "Δ metric", "estimate (normalized)", "kv shared by"):
+        t.add_column(col)
+    rows = [r for r in result["rows"] if r["site"] == site and r["exact"] and r["normalized"] is not None]
+    for r in sorted(rows, key=lambda r: -abs(r["normalized"]))[:rows_per_site]:
+        shared = ",".join(map(str, r.get("query_heads", []))) or "—"
+        t.add_row(
+            component(r),
+            plus_minus(r["normalized"], r["normalized_ci"]),
+            plus_minus(r["delta"], r["delta_ci"]),
+            signed(r["estimate_normalized"]),
+            shared,
+        )
+    return t
+
+
+def _direct_table(d: dict, rows_per_site: int) -> Table:
+    t = Table(title=f"direct effect on the logit difference (adds up to {d['adds_up_max_abs_diff']:.1e})")
+    for col in ("head", "clean", "corrupt", "clean − corrupt"):
+        t.add_column(col)
+    for r in sorted(d["rows"], key=lambda r: -abs(r["difference"] or 0))[:rows_per_site]:
+        t.add_row(
+            f"L{r['layer']} h{r['head']}",
+            plus_minus(r["clean"], r["clean_ci"]),
+            plus_minus(r["corrupt"], r["corrupt_ci"]),
+            plus_minus(r["difference"], r["difference_ci"]),
+        )
+    rest = d["rest"]
+    t.add_row("rest", plus_minus(rest["clean"], rest["clean_ci"]), plus_minus(rest["corrupt"], rest["corrupt_ci"]), "")
+    return t
 
 
 def component(r: dict) -> str:

@@ -92,40 +92,8 @@ class KnockoutResult(Result):
     metric: dict | None = None  # your metric: its name, clean value, and its value per window (route, control)
 
     def to_dict(self) -> dict:
-        rows = [
-            {
-                "layers": list(w),
-                "p_target_route": pr,
-                "p_target_control": pc,
-                "delta_p_route": pr - self.p_clean,
-                "delta_p_control": pc - self.p_clean,
-                "delta_nll_route": _nll(pr) - _nll(self.p_clean),  # the loss of predicting the target
-                "delta_nll_control": _nll(pc) - _nll(self.p_clean),
-                "delta_prompt_loss_route": lr - self.loss_clean,  # 0 when only the last position's edges are cut
-                "delta_prompt_loss_control": lc - self.loss_clean,
-            }
-            for w, pr, pc, lr, lc in zip(self.windows, self.p_route, self.p_control, self.loss_route, self.loss_control)
-        ]
-        if self.metric is not None:  # Δ your metric beside Δp, per window
-            m = self.metric
-            for row, mr, mc in zip(rows, m["route"], m["control"]):
-                row["delta_metric_route"], row["delta_metric_control"] = mr - m["clean"], mc - m["clean"]
-        most = max(rows, key=lambda r: abs(r["delta_p_route"])) if rows else None  # by magnitude, either sign
-        lines = [f"p({self.target_token!r}) on the clean prompt: {self.p_clean:.3f}"]
-        lines += [r["said"] for r in self.resolved.values()]
-        if most:
-            ctrl = most["delta_p_control"]
-            lines.append(
-                f"cutting the route in layers {most['layers'][0]}–{most['layers'][1]} moves it most: "
-                f"{most['delta_p_route']:+.3f} (control route: {ctrl:+.3f})"
-            )
-        control = _control_said(rows)
-        if control["note"]:
-            lines.append(control["note"])
-        summary = {"windows": len(rows), "window": self.window, "p clean": self.p_clean}
-        if self.metric is not None and rows:  # your metric speaks first: the question was asked in it
-            lines = _metric_lines(self.metric, rows) + lines
-            summary = {f"{self.metric['name']} clean": self.metric["clean"], **summary}
+        rows = self._rows()
+        lines, summary = self._verdict(rows)
         return {
             "experiment": "knockout",
             "verdict": {"lines": lines},
@@ -144,6 +112,47 @@ class KnockoutResult(Result):
             "windows": rows,
             "metric": None if self.metric is None else {"name": self.metric["name"], "clean": self.metric["clean"]},
         }
+
+    def _rows(self) -> list[dict]:
+        """One row per window of layers: Δp, Δ loss of the target and of the prompt, route and control."""
+        rows = [
+            {
+                "layers": list(w),
+                "p_target_route": pr,
+                "p_target_control": pc,
+                "delta_p_route": pr - self.p_clean,
+                "delta_p_control": pc - self.p_clean,
+                "delta_nll_route": _nll(pr) - _nll(self.p_clean),  # the loss of predicting the target
+                "delta_nll_control": _nll(pc) - _nll(self.p_clean),
+                "delta_prompt_loss_route": lr - self.loss_clean,  # 0 when only the last position's edges are cut
+                "delta_prompt_loss_control": lc - self.loss_clean,
+            }
+            for w, pr, pc, lr, lc in zip(self.windows, self.p_route, self.p_control, self.loss_route, self.loss_control)
+        ]
+        if self.metric is not None:  # Δ your metric beside Δp, per window
+            m = self.metric
+            for row, mr, mc in zip(rows, m["route"], m["control"]):
+                row["delta_metric_route"], row["delta_metric_control"] = mr - m["clean"], mc - m["clean"]
+        return rows
+
+    def _verdict(self, rows: list[dict]) -> tuple[list[str], dict]:
+        most = max(rows, key=lambda r: abs(r["delta_p_route"])) if rows else None  # by magnitude, either sign
+        lines = [f"p({self.target_token!r}) on the clean prompt: {self.p_clean:.3f}"]
+        lines += [r["said"] for r in self.resolved.values()]
+        if most:
+            ctrl = most["delta_p_control"]
+            lines.append(
+                f"cutting the route in layers {most['layers'][0]}–{most['layers'][1]} moves it most: "
+                f"{most['delta_p_route']:+.3f} (control route: {ctrl:+.3f})"
+            )
+        control = _control_said(rows)
+        if control["note"]:
+            lines.append(control["note"])
+        summary = {"windows": len(rows), "window": self.window, "p clean": self.p_clean}
+        if self.metric is not None and rows:  # your metric speaks first: the question was asked in it
+            lines = _metric_lines(self.metric, rows) + lines
+            summary = {f"{self.metric['name']} clean": self.metric["clean"], **summary}
+        return lines, summary
 
 
 def _metric_lines(metric: dict, rows: list[dict]) -> list[str]:
