@@ -102,6 +102,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "path_patch": ("read.circuits.path", "path_patch"),
     "CircuitResult": ("read.circuits.circuit", "CircuitResult"),
     "evaluate_circuit": ("read.circuits.evaluate", "evaluate_circuit"),
+    "edge_graph": ("read.circuits.graph", "edge_graph"),
     "CircuitEvaluation": ("read.circuits.evaluate", "CircuitEvaluation"),
     "EvaluateSettings": ("settings", "EvaluateSettings"),
     "PathPatchResult": ("read.circuits.path", "PathPatchResult"),

@@ -79,3 +79,13 @@ def test_arrays_index_the_edge_table_by_edge(found):
     for r in found.edges[:20]:
         assert arrays["estimate"][r["edge"]] == r["estimate"]
         assert (np.isnan(arrays["exact"][r["edge"]]) and r["exact"] is None) or arrays["exact"][r["edge"]] == r["exact"]
+
+
+def test_the_edge_graph_names_the_edges_a_circuit_result_indexes(tiny, found):
+    graph = ar.edge_graph(tiny)
+    labels = graph.labels()
+    assert len(labels) == len(graph) == len(found.edges) == found.meta["edges"]
+    for r in found.edges[:50]:
+        assert labels[r["edge"]] == r["label"]
+    first = ar.evaluate_circuit(tiny, PAIRS, labels[:3]).circuit
+    assert first["k"] == 3 and first["edges"] == labels[:3]

@@ -32,16 +32,13 @@ from ...settings import CompositionSettings, verb
 from ..adapter import replay, routed
 from ..ground.batches import batch_of, no_cache
 from ..ground.norms import frozen_norm
-from ..ground.speech import Clips, prompt_ids, text_ids
-from ..stimuli import encode_text
 from ..study import Study
 from .graph import Graph
-from .layout import discover
+from .layout import discover, probe_input
 from .qk import _frozen_qk_norms, _sliced, record_qk_norms
 from .stream import Forward, _tile, o_matrix
 
 KINDS = ("q", "k", "v")
-PROBE = "The routes of a model are read from its weights."  # a short forward: the calls replayed, the σ frozen
 AT = 1  # the position whose call is replayed (not the first token, whose activations are extreme)
 
 
@@ -123,7 +120,7 @@ def composition(model=None, *, settings: CompositionSettings | None = None, prog
 def head_matrices(loaded, layout=None) -> dict:
     """Per layer of the last stream: q [H, D, d], k [Hkv, D, d], v [Hkv, Dv, d], o [H, d, Dv] (float64).
     ``layout``: the model's, when the caller has found it already."""
-    ids = _probe(loaded)
+    ids = probe_input(loaded)
     layout = layout or discover(loaded, ids)
     graph = Graph(layout)
     with record_qk_norms(loaded.attention_modules) as norms, Forward(layout, graph) as fw, routed(loaded):
@@ -156,15 +153,6 @@ def weight_scores(loaded, layout=None) -> tuple[dict, str]:
     found = scores_of(mats), mats["stream"]
     _SCORES[loaded.model] = (key, found)
     return found
-
-
-def _probe(loaded):
-    """The probe forward's input: PROBE's tokens (a speech model's decoder reads them after its prompt, its
-    encoder a silent clip's features — any input serves: the matrices come from replays on unit vectors)."""
-    if loaded.audio:
-        feats = torch.zeros(1, int(loaded.model.config.num_mel_bins), 2 * loaded.model.config.max_source_positions)
-        return Clips(feats, torch.tensor([prompt_ids(loaded) + text_ids(loaded, PROBE)]))
-    return encode_text(loaded.tokenizer, PROBE, None, add_bos=loaded.causal)[0]
 
 
 def _projections(a, r: dict, qk_norms: dict) -> tuple[torch.Tensor, ...]:

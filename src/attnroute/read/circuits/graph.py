@@ -93,6 +93,10 @@ class Graph:
         s, r = self.pairs[e]
         return self.senders[s], self.receivers[r]
 
+    def labels(self) -> list[str]:
+        """Every edge as 'SENDER>RECEIVER', in index order (circuit()'s rows' ``edge``, CircuitResult.arrays())."""
+        return [f"{self.senders[s].label()}>{self.receivers[r].label()}" for s, r in self.pairs]
+
     def _send(self, sender: Sender, stream: str, pos: float) -> None:
         self.senders.append(sender)
         self.write_points.append((stream, pos))
@@ -137,6 +141,20 @@ class Graph:
         return [j for j, r in enumerate(self.receivers) if where_read(r) == (stream, block)]
 
 
+def edge_graph(model, progress=None) -> Graph:
+    """The residual stream's edge graph of ``model`` (anything the model door takes), found by one short forward:
+    every sender → receiver edge a circuit can hold, indexed as circuit()'s rows and evaluate_circuit() name them
+    (``graph.labels()``). The first step of the circuit pipeline: graph, scores (circuit()), top(k),
+    evaluate_circuit()."""
+    from types import SimpleNamespace
+
+    from ..study import Study
+    from .layout import discover, probe_input
+
+    loaded = Study(SimpleNamespace(model=model), progress).load()
+    return Graph(discover(loaded, probe_input(loaded)))
+
+
 def where_read(r: Receiver) -> tuple[str, int | None]:
     """(stream, block) of the block that reads ``r`` (its own block; the decoder block for cross-attention)."""
     return ("decoder", r.layer) if r.attention == "cross" else (r.stream, r.layer)
@@ -146,4 +164,4 @@ def _reaches(write: tuple[str, float], read: tuple[str, float]) -> bool:
     return write[0] == read[0] and write[1] < read[1]
 
 
-__all__ = ["Graph", "Receiver", "Sender", "where_read"]
+__all__ = ["Graph", "Receiver", "Sender", "edge_graph", "where_read"]

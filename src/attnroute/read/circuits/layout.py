@@ -145,7 +145,7 @@ def _blocks_holding(model, attns: list) -> list[torch.nn.Module]:
     raise CircuitUnsupported("circuits need the layers as one list of blocks per stack; this model has none")
 
 
-__all__ = ["Attention", "Block", "CircuitUnsupported", "Layout", "Watch", "is_norm", "stacks"]
+__all__ = ["PROBE", "Attention", "Block", "CircuitUnsupported", "Layout", "Watch", "is_norm", "probe_input", "stacks"]
 
 
 # ---------------------------------------------------------------- discovery
@@ -227,6 +227,21 @@ def _mlp(f: Finder, x_in, x_mid, x_out, scale: float, attn_norm, where: str) -> 
             "(no module's output is the MLP's write): its stream cannot be split into senders"
         )
     return {"mlp_norm": mlp_norm, "mlp_in": mlp_in, "mlp_out": out, "mlp_post": post, "parallel": parallel}
+
+
+PROBE = "The routes of a model are read from its weights."  # a short forward: the calls replayed, the σ frozen
+
+
+def probe_input(loaded):
+    """The probe forward's input: PROBE's tokens (a speech model's decoder reads them after its prompt, its
+    encoder a silent clip's features — any input serves: the matrices come from replays on unit vectors)."""
+    from ..ground.speech import Clips, prompt_ids, text_ids
+    from ..stimuli import encode_text
+
+    if loaded.audio:
+        feats = torch.zeros(1, int(loaded.model.config.num_mel_bins), 2 * loaded.model.config.max_source_positions)
+        return Clips(feats, torch.tensor([prompt_ids(loaded) + text_ids(loaded, PROBE)]))
+    return encode_text(loaded.tokenizer, PROBE, None, add_bos=loaded.causal)[0]
 
 
 def discover(loaded, ids: torch.Tensor) -> Layout:
