@@ -165,3 +165,48 @@ def test_a_users_metric_that_raises_leaves_the_object_as_it_was(tiny_dir):
     with pytest.raises((ZeroDivisionError, InputError)):
         ar.patch(obj, PAIRS, metric=broken, exact=0)
     assert _state(obj) == before
+
+
+def _bare(tiny_dir):
+    """A model built in the notebook: its weights the directory's, but nowhere to find a tokenizer."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.from_pretrained(tiny_dir)
+    cfg._name_or_path = ""
+    model = AutoModelForCausalLM.from_config(cfg)
+    model.load_state_dict(AutoModelForCausalLM.from_pretrained(tiny_dir).state_dict())
+    return model.eval()
+
+
+@pytest.mark.parametrize("verb", ["heads", "patch", "why", "knockout"])
+def test_every_verb_takes_the_tokenizer_beside_the_model(tiny_dir, verb):
+    from transformers import AutoTokenizer
+
+    bare, tok = _bare(tiny_dir), AutoTokenizer.from_pretrained(tiny_dir)
+    calls = {
+        "heads": lambda **k: ar.read_heads(bare, TEXT, exact=0, ablation=False, **k),
+        "patch": lambda **k: ar.patch(bare, PAIRS, exact=0, **k),
+        "why": lambda **k: ar.why(bare, TEXT, head="L1.H1", query="11", key="4", **k),
+        "knockout": lambda **k: ar.knockout(bare, TEXT, source="cat", target="mat", window=1, **k),
+    }
+    with pytest.raises(ModelLoadError) as e:
+        calls[verb]()  # nowhere to find one: refused naming the field, before any work
+    assert e.value.field == "tokenizer" and "\n" not in str(e.value)
+    got = calls[verb](tokenizer=tok)
+    want = {
+        "heads": lambda: ar.read_heads(str(tiny_dir), TEXT, exact=0, ablation=False),
+        "patch": lambda: ar.patch(str(tiny_dir), PAIRS, exact=0),
+        "why": lambda: ar.why(str(tiny_dir), TEXT, head="L1.H1", query="11", key="4"),
+        "knockout": lambda: ar.knockout(str(tiny_dir), TEXT, source="cat", target="mat", window=1),
+    }[verb]()
+    if verb == "heads":  # the same numbers as the model loaded by path
+        for c in ("entropy", "sink_mass"):
+            np.testing.assert_allclose(got.columns[c], want.columns[c], rtol=1e-6, atol=1e-7)
+    else:
+        assert got.to_dict()["verdict"]["lines"] == want.to_dict()["verdict"]["lines"]
+
+
+def test_a_tokenizer_given_with_a_name_to_a_verb_is_refused(tiny_dir):
+    with pytest.raises(InputError) as e:
+        ar.read_heads(str(tiny_dir), TEXT, tokenizer=object(), ablation=False)
+    assert e.value.field == "tokenizer"

@@ -28,7 +28,8 @@ def load(model, tokenizer=None, progress=None) -> LoadedModel:
     (given with a name or a LoadedModel it would be dropped, so it is refused); ``progress`` receives one-line
     messages of the load."""
     if isinstance(model, LoadedModel):
-        _no_tokenizer(tokenizer, "a LoadedModel, which holds its own")
+        if tokenizer is not model.tokenizer:
+            _no_tokenizer(tokenizer, "a LoadedModel, which holds its own")
         return model
     if isinstance(model, str | os.PathLike):
         _no_tokenizer(tokenizer, "a name or path: the tokenizer saved with the model is read")
@@ -59,8 +60,11 @@ def _is_transformers_model(obj) -> bool:
 
 
 def from_object(model, tokenizer=None) -> LoadedModel:
-    """A transformers model object the user holds, read in place (never copied, never cast, never moved)."""
+    """A transformers model object the user holds, read in place (never copied, never cast, never moved).
+    ``tokenizer`` may be a processor (Whisper's): its tokenizer is the one read."""
     quiet_transformers()
+    if tokenizer is not None and hasattr(tokenizer, "feature_extractor") and hasattr(tokenizer, "tokenizer"):
+        tokenizer = tokenizer.tokenizer
     kind = model_kind(model.config)
     tokenizer = tokenizer if tokenizer is not None else _saved_tokenizer(model)
     name = str(getattr(model, "name_or_path", "") or type(model).__name__)

@@ -71,18 +71,18 @@ def _facts(name_or_path: str, stamp: int) -> Facts | None:
         return None
 
 
-def facts_of(model) -> Facts | None:
+def facts_of(model, tokenizer=None) -> Facts | None:
     """Facts of whatever a verb was given: a name or path (model_facts, before the weights load), or what is
     already in memory — a LoadedModel or a transformers object whose tokenizer can be found. None when load()
     must say why first. The one pre-load check every verb makes, whatever it was given."""
     from .door import is_loaded_or_object, load
 
     if isinstance(model, str | os.PathLike):
-        return model_facts(os.fspath(model))
+        return None if tokenizer is not None else model_facts(os.fspath(model))  # load() refuses the pair
     if not is_loaded_or_object(model):
         return None  # load() refuses it by name
     try:
-        loaded = load(model)
+        loaded = load(model, tokenizer=tokenizer)
     except InputError:
         return None  # load() refuses it again, at its own turn
     return Facts(loaded.tokenizer, loaded.kind, loaded.model.config)

@@ -57,12 +57,13 @@ class Study:
 
     def facts(self):
         """The model's tokenizer, kind and config before its weights load (None: load() must say why)."""
-        return facts_of(self.s.model)
+        return facts_of(self.s.model, getattr(self.s, "tokenizer", None))
 
     def load(self) -> LoadedModel:
         """The settings' model through the one door, once."""
         if self.loaded is None:
-            self.loaded = load(self.s.model, progress=lambda m: self.say("load", m))
+            tokenizer = getattr(self.s, "tokenizer", None)
+            self.loaded = load(self.s.model, tokenizer=tokenizer, progress=lambda m: self.say("load", m))
         return self.loaded
 
     def prompts(self, check: Callable | None = None) -> tuple:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..promptset import METRICS, MetricArg, metric_setting
 from .base import SEED_MAX, ModelArg, Settings, integer, integers, nonempty_text, opt, position_spec, set_field
-from .read import DEFAULT_MODEL, MODEL_DOC
+from .read import DEFAULT_MODEL, MODEL_DOC, TOKENIZER_DOC
 
 
 def last_position_metric(metric) -> None:
@@ -29,6 +29,7 @@ class KnockoutSettings(Settings):
     """Cut the route source → target (query → key edges) in every window of ``window`` layers."""
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
+    tokenizer: object = opt(None, TOKENIZER_DOC)
     text: str = opt("", "the prompt")
     source: str = opt("", "query positions: a word of the text, or indices '3,4'")
     target: str = opt("", "key positions, likewise")
@@ -57,6 +58,7 @@ class SwapSettings(Settings):
     """Run prompt B with prompt A's attention maps in every window of ``window`` layers."""
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
+    tokenizer: object = opt(None, TOKENIZER_DOC)
     prompt_a: str = opt("", "the prompt whose maps are used")
     prompt_b: str = opt("", "the prompt that runs (the same number of tokens)")
     window: int = opt(1, "layers swapped together")
@@ -82,6 +84,7 @@ class CrossKnockoutSettings(Settings):
     """Cut a decoder word's routes to a span of audio frames in every window of cross-attention layers."""
 
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
+    tokenizer: object = opt(None, TOKENIZER_DOC)
     audio: str = opt("", "the clip: a .wav file or a bundled clip (paris, fox …)")
     text: str | None = opt(None, "its transcript, teacher-forced (unset: transcribed by greedy decoding)")
     source: str = opt("", "the decoder word whose routes are cut (a word of the transcript)")
@@ -105,6 +108,7 @@ class CrossSwapSettings(Settings):
     """Transcribe clip B with clip A's cross-attention maps, window by window of cross layers."""
 
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
+    tokenizer: object = opt(None, TOKENIZER_DOC)
     audio_a: str = opt("", "the clip whose maps are used")
     audio_b: str = opt("", "the clip that is transcribed")
     window: int = opt(1, "cross-attention layers swapped together")
@@ -122,6 +126,7 @@ class SpeechPatchSettings(Settings):
     """Patch every head's output from a clean clip into a corrupted one (one word spoken differently)."""
 
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
+    tokenizer: object = opt(None, TOKENIZER_DOC)
     clean: str = opt("", "the clean clip: a .wav file or a bundled clip (paris …)")
     corrupt: str = opt("", "the corrupted clip: the same words, one spoken differently (rome …)")
     text: str | None = opt(None, "the decoder text both runs read (unset: the words the transcripts share)")
@@ -141,6 +146,7 @@ class SpeechRoutesSettings(Settings):
     """Route attribution on a clip: every route of the chosen layers (default: cross-attention) estimated."""
 
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
+    tokenizer: object = opt(None, TOKENIZER_DOC)
     audio: str = opt("", "the clip: a .wav file or a bundled clip (paris, rome …)")
     answer: str = opt("", "the word whose logit is read (the decoder reads the transcript up to it)")
     wrong: str | None = opt(None, "the word it is compared with (unset: log p(answer))")
@@ -167,6 +173,7 @@ class NeedleSettings(Settings):
     """A needle at a seeded depth in growing distractor context; the retrieval heads followed."""
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
+    tokenizer: object = opt(None, TOKENIZER_DOC)
     lengths: tuple[int, ...] = opt((256, 512, 1024, 2048, 4096, 8192), "context lengths in tokens")
     seed: int = opt(0, "the needle's depth")
     code: str = opt("4729", "the secret the needle states")

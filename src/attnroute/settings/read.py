@@ -23,7 +23,11 @@ from .base import (
 DEFAULT_MODEL = "smollm2"
 MODEL_DOC = (
     "a name (smollm2, minilm, gemma3-270m, whisper-tiny), a model directory, a .gguf file, a hub id org/name, "
-    "or a LoadedModel"
+    "a LoadedModel, or a transformers model object (with tokenizer=)"
+)
+TOKENIZER_DOC = (
+    "with a transformers model object: its tokenizer (or a Whisper processor); unset: the one saved where the "
+    "model was loaded from"
 )
 DEFAULT_EXACT = 20  # heads ablated exactly by default: the top of the one-backward estimate
 # the settle rule (read/ground/settle.py): exact measurement of the estimate's first SETTLE_FIRST components,
@@ -46,6 +50,7 @@ class HeadsSettings(Settings):
     """One text read: statistics (pass 1), repeated tokens (pass 2), effects (pass 3)."""
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
+    tokenizer: object = opt(None, TOKENIZER_DOC)
     text: str | None = opt(None, "the text to read (unset: the built-in paragraph)")
     max_tokens: int | None = opt(None, "cut the text to this many tokens (unset: the model's context)")
     audio: str | None = opt(
@@ -127,6 +132,7 @@ class CorpusSettings(Settings):
     ablation of the candidate heads (read/corpus/read.py)."""
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
+    tokenizer: object = opt(None, TOKENIZER_DOC)
     corpus: str = opt("", "a .txt, .jsonl, .parquet, a folder of .txt files or a saved Hugging Face dataset")
     field: str = opt("text", "the .jsonl field / dataset column holding the text")
     per_line: bool = opt(False, "a .txt corpus holds one document per line")
@@ -160,6 +166,7 @@ class ReportSettings(Settings):
     weights, optionally a continuation (``generate``) and a corpus read."""
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
+    tokenizer: object = opt(None, TOKENIZER_DOC)
     text: str | None = opt(None, "the text to read (unset: the built-in paragraph)")
     max_tokens: int | None = opt(
         None, f"cut the text to this many tokens (unset: {PAGE_TOKENS}, or the model's positions if fewer)"

@@ -141,7 +141,7 @@ class Graph:
         return [j for j, r in enumerate(self.receivers) if where_read(r) == (stream, block)]
 
 
-def edge_graph(model, progress=None) -> Graph:
+def edge_graph(model, tokenizer=None, progress=None) -> Graph:
     """The residual stream's edge graph of ``model`` (anything the model door takes), found by one short forward:
     every sender → receiver edge a circuit can hold, indexed as circuit()'s rows and evaluate_circuit() name them
     (``graph.labels()``). The first step of the circuit pipeline: graph, scores (circuit()), top(k),
@@ -151,7 +151,7 @@ def edge_graph(model, progress=None) -> Graph:
     from ..study import Study
     from .layout import discover, probe_input
 
-    loaded = Study(SimpleNamespace(model=model), progress).load()
+    loaded = Study(SimpleNamespace(model=model, tokenizer=tokenizer), progress).load()
     return Graph(discover(loaded, probe_input(loaded)))
 
 
