@@ -17,6 +17,16 @@ TOLERANCE = {
     torch.bfloat16: 1.6e-2,
 }
 
+# What a reading of a model computed in a dtype is worth against the same weights in float32 (docs/precision.md;
+# measured on tiny Llamas, tests/read/test_low_precision.py). "weights": statistics of attention weights and
+# scores in [0, 1] or nats (entropy, sink mass, head scores), absolute. "effects": a verb's metric differences
+# (patching, ablation), relative to the largest |value| of the reading (at least 1). Sums are kept in float32.
+READ_TOLERANCE = {
+    torch.float32: {"weights": 1e-5, "effects": 1e-4},
+    torch.float16: {"weights": 2e-3, "effects": 2e-2},
+    torch.bfloat16: {"weights": 1e-2, "effects": 1e-1},
+}
+
 
 def max_error(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((x.double() - ref.double()).abs().max()) if x.numel() else 0.0

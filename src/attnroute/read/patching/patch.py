@@ -212,7 +212,7 @@ def _first_pass(pool: RunPool, s: PatchSettings, comps: dict, store: Store, dire
             grid = r.gradients(s.sites, per_position=any(c.position is not None for c in comps.get("k", [])))
             for site, cs in comps.items():
                 for j, c in enumerate(cs):
-                    est[site][j, r.group.rows] = _estimate(grid, c).numpy()
+                    est[site][j, r.group.rows] = _estimate(grid, c).float().numpy()
         parts.append(r.direct() if direct else None)
         shortcut.append(r.shortcut)
         pool.done(i)

@@ -99,8 +99,8 @@ def estimate_grid(base: Tap, source: Recorder, site: str) -> torch.Tensor:
     (source − base) · ∂M/∂base summed over the feature axis (attribution patching, Nanda 2023; Syed et al.
     2023). A whole-sequence patch of a unit is the sum over T; a layer's, the sum over units and T."""
     name = "out" if site in OUT_SITES else site
-    grad = base.leaves[name].grad
-    return ((source.tensor(site).to(grad.dtype) - base.values[name]) * grad).sum(-1)  # (B, units, T)
+    grad = base.leaves[name].grad.float()  # a bf16/fp16 model's products summed in float32
+    return ((source.tensor(site).float() - base.values[name].float()) * grad).sum(-1)  # (B, units, T)
 
 
 def pick(grid: torch.Tensor, c: Component) -> torch.Tensor:
