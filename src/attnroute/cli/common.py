@@ -37,8 +37,9 @@ def json_flag(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def model_flag(p: argparse.ArgumentParser, help: str = MODEL_HELP) -> None:
-    """--model, left out = the settings' own default model (smollm2)."""
+    """--model, left out = the settings' own default model (smollm2); --dtype, what it is loaded into."""
     p.add_argument("--model", help=help)
+    p.add_argument("--dtype", help="what the model is loaded into: auto (float32), float32, bfloat16 or float16")
 
 
 # what a parser holds beside the settings' fields: where results go, the handler, the file of a text

@@ -17,14 +17,15 @@ TOLERANCE = {
     torch.bfloat16: 1.6e-2,
 }
 
-# What a reading of a model computed in a dtype is worth against the same weights in float32 (docs/precision.md;
-# measured on tiny Llamas, tests/read/test_low_precision.py). "weights": statistics of attention weights and
+# What a reading of a model computed in a dtype is worth against the same weights in float32 (docs/precision.md:
+# measured on SmolLM2's 30 layers, where rounding builds up — 2.7e-2 of entropy in bfloat16 — and on tiny Llamas;
+# tests/read/test_low_precision.py, tests/models/test_dtype.py). "weights": statistics of attention weights and
 # scores in [0, 1] or nats (entropy, sink mass, head scores), absolute. "effects": a verb's metric differences
 # (patching, ablation), relative to the largest |value| of the reading (at least 1). Sums are kept in float32.
 READ_TOLERANCE = {
     torch.float32: {"weights": 1e-5, "effects": 1e-4},
-    torch.float16: {"weights": 2e-3, "effects": 2e-2},
-    torch.bfloat16: {"weights": 1e-2, "effects": 1e-1},
+    torch.float16: {"weights": 5e-3, "effects": 2e-2},
+    torch.bfloat16: {"weights": 5e-2, "effects": 1e-1},
 }
 
 

@@ -21,7 +21,7 @@ from .safety import (
 )
 
 
-def _load_dir(path: Path, say):
+def _load_dir(path: Path, say, dtype: torch.dtype = torch.float32):
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     if not (path / "config.json").exists():
@@ -44,14 +44,14 @@ def _load_dir(path: Path, say):
         raise ModelLoadError(
             f"transformers could not read {path}/config.json: {type(e).__name__}: {first[:200]}"
         ) from None
-    check_size(path, config, tensors)  # before anything is built: a config can ask for 100,000 layers
+    check_size(path, config, tensors, dtype)  # before anything is built: a config can ask for 100,000 layers
     kind = model_kind(config)
     cls = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "encoder": AutoModel}[kind]
     if config.model_type == "whisper":
         from transformers import AutoModelForSpeechSeq2Seq as cls
     try:
         model, info = cls.from_pretrained(
-            path, use_safetensors=True, trust_remote_code=False, dtype=torch.float32, output_loading_info=True
+            path, use_safetensors=True, trust_remote_code=False, dtype=dtype, output_loading_info=True
         )
         tokenizer = directory_tokenizer(path)
     except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a bad directory; each is a refusal)

@@ -72,7 +72,16 @@ def _finish(loaded, name: str) -> LoadedModel:
         )
     attn = [m for m, _ in found]
     kinds = [k for _, k in found]
-    return LoadedModel(model, tokenizer, name, kind, attn, [out_projection(model, m) for m in attn], kinds)
+    return LoadedModel(
+        model, tokenizer, _named(name, model), kind, attn, [out_projection(model, m) for m in attn], kinds
+    )
+
+
+def _named(name: str, model: torch.nn.Module) -> str:
+    """The model's name as every result states it: with the dtype it computes in when that is not float32
+    ("smollm2 (bfloat16)"), so that a low-precision reading never passes for a float32 one."""
+    held = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()})
+    return name if held in ([], ["float32"]) else f"{name} ({', '.join(held)})"
 
 
 CROSS_NAMES = ("encoder_attn", "encdecattention", "crossattention", "cross_attn", "encoder_decoder_attention")

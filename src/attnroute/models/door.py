@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import InputTypeError
+from ..errors import InputError, InputTypeError
 from .discovery import _finish, model_kind
 from .loaded import LoadedModel, ModelLoadError
 from .sources import load as load_source
@@ -23,20 +23,53 @@ from .sources import quiet_transformers
 TAKES = "a bundled name, a model directory, a .gguf file, a hub id, a LoadedModel or a transformers model object"
 
 
-def load(model, tokenizer=None, progress=None) -> LoadedModel:
+def load(model, tokenizer=None, progress=None, dtype=None) -> LoadedModel:
     """``model`` as a LoadedModel (see the module docstring); ``tokenizer`` goes with a transformers object
     (given with a name or a LoadedModel it would be dropped, so it is refused); ``progress`` receives one-line
-    messages of the load."""
+    messages of the load; ``dtype`` (auto, float32, bfloat16, float16) is the dtype a name or path is loaded
+    into (auto: float32) — a model already in memory is never cast, so a dtype it does not compute in is
+    refused."""
+    dtype = resolve_dtype(dtype)
     if isinstance(model, LoadedModel):
         if tokenizer is not model.tokenizer:
             _no_tokenizer(tokenizer, "a LoadedModel, which holds its own")
-        return model
+        return _in_dtype(model, dtype)
     if isinstance(model, str | os.PathLike):
         _no_tokenizer(tokenizer, "a name or path: the tokenizer saved with the model is read")
-        return load_source(os.fspath(model), progress=progress)
+        return load_source(os.fspath(model), progress=progress, dtype=dtype)
     if _is_transformers_model(model):
-        return from_object(model, tokenizer)
+        return _in_dtype(from_object(model, tokenizer), dtype)
     raise InputTypeError(f"model must be {TAKES}, got {type(model).__name__}", field="model")
+
+
+DTYPES = {"auto": None, "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def resolve_dtype(dtype):
+    """None (auto) or the torch dtype named; anything else refused naming ``dtype``."""
+    import torch
+
+    if dtype is None or dtype == "auto":
+        return None
+    if isinstance(dtype, torch.dtype) and str(dtype).removeprefix("torch.") in DTYPES:
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return getattr(torch, DTYPES[dtype])
+    raise InputTypeError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}", field="dtype")
+
+
+def _in_dtype(loaded: LoadedModel, dtype) -> LoadedModel:
+    """A model in memory, when it computes in ``dtype`` (or none was asked): attnroute never casts it."""
+    if dtype is None:
+        return loaded
+    held = sorted({str(p.dtype).removeprefix("torch.") for p in loaded.model.parameters() if p.is_floating_point()})
+    if held != [str(dtype).removeprefix("torch.")]:
+        raise InputError(
+            f"dtype {str(dtype).removeprefix('torch.')} was asked, and the model you hold computes in "
+            f"{', '.join(held)}: attnroute never casts your model; cast a copy, or leave dtype auto",
+            field="dtype",
+        )
+    return loaded
 
 
 def is_loaded_or_object(model) -> bool:
@@ -93,4 +126,4 @@ def _saved_tokenizer(model):
     )
 
 
-__all__ = ["TAKES", "from_object", "is_loaded_or_object", "load"]
+__all__ = ["DTYPES", "TAKES", "from_object", "is_loaded_or_object", "load", "resolve_dtype"]

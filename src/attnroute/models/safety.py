@@ -47,7 +47,7 @@ def check_safetensors(path: Path) -> dict[str, int]:
 LAYER_INDEX = re.compile(r"\.(?:layers|layer|h|blocks|block)\.(\d+)\.")
 
 
-def check_size(path: Path, config, tensors: dict[str, int]) -> None:
+def check_size(path: Path, config, tensors: dict[str, int], dtype=None) -> None:
     """Refuse, before the model is built, a config whose layer count the weights do not hold (the rest
     would be random, and 100,000 of them take minutes and gigabytes to make) or whose weights would not
     fit in the memory this machine has available."""
@@ -58,11 +58,15 @@ def check_size(path: Path, config, tensors: dict[str, int]) -> None:
             f"{path}: config.json says {layers} layers and the weights hold {max(held) + 1}; give the config "
             "that belongs to these weights"
         )
-    need = 4 * sum(tensors.values())  # float32, as attnroute loads every model
+    import torch
+
+    dtype = dtype or torch.float32
+    need = dtype.itemsize * sum(tensors.values())  # in the dtype the weights are loaded into
     free = available_memory()
     if free and need > free:
         raise ModelLoadError(
-            f"{path}: the weights take {need / 1e9:.1f} GB in float32 and {free / 1e9:.1f} GB of memory are available"
+            f"{path}: the weights take {need / 1e9:.1f} GB in {str(dtype).removeprefix('torch.')} and "
+            f"{free / 1e9:.1f} GB of memory are available"
         )
 
 

@@ -62,8 +62,8 @@ class Study:
     def load(self) -> LoadedModel:
         """The settings' model through the one door, once."""
         if self.loaded is None:
-            tokenizer = getattr(self.s, "tokenizer", None)
-            self.loaded = load(self.s.model, tokenizer=tokenizer, progress=lambda m: self.say("load", m))
+            tokenizer, dtype = getattr(self.s, "tokenizer", None), getattr(self.s, "dtype", None)
+            self.loaded = load(self.s.model, tokenizer, lambda m: self.say("load", m), dtype)
         return self.loaded
 
     def prompts(self, check: Callable | None = None) -> tuple:

@@ -21,7 +21,7 @@ from .base import (
     position_spec,
     set_field,
 )
-from .read import DEFAULT_MODEL, MODEL_DOC, SETTLE_TOP, TOKENIZER_DOC
+from .read import DEFAULT_MODEL, DTYPE_DOC, MODEL_DOC, SETTLE_TOP, TOKENIZER_DOC
 
 PATCH_SITES = ("head", "layer", "q", "k", "v")  # a head's output, a layer's attention output, a head's q / k / v
 DIRECTIONS = ("denoising", "noising")  # run corrupt, patch in clean / run clean, patch in corrupt
@@ -41,6 +41,7 @@ class PairSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    dtype: str = opt("auto", DTYPE_DOC)
     prompts: PromptsArg | None = opt(None, PROMPTS_DOC)
     clean: str | None = opt(None, "one clean prompt (with corrupt), instead of prompts")
     corrupt: str | None = opt(None, "its corrupted twin: the same number of tokens")
@@ -147,6 +148,7 @@ class RoutesSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    dtype: str = opt("auto", DTYPE_DOC)
     text: str | None = opt(None, "one text (the metric's fields from answer / wrong), or prompts / a pair")
     prompts: PromptsArg | None = opt(None, PROMPTS_DOC)
     clean: str | None = opt(None, "one clean prompt (with corrupt), instead of prompts")
@@ -312,6 +314,7 @@ class WhySettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    dtype: str = opt("auto", DTYPE_DOC)
     text: str | None = opt(None, "the text (an encoder-decoder's encoder input; its decoder reads its start token)")
     head: str = opt("", "the head: L18.H6 (a decoder's self-attention), E2.H0 (an encoder's), L3.xH2 (cross)")
     query: str | None = opt(None, "query positions: a word of the text or indices '3,4' (every pair with key)")
@@ -351,6 +354,7 @@ class CompositionSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    dtype: str = opt("auto", DTYPE_DOC)
 
 
 HEAD = re.compile(r"^[LE]\d+\.x?H\d+$")

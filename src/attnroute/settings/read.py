@@ -25,6 +25,7 @@ MODEL_DOC = (
     "a name (smollm2, minilm, gemma3-270m, whisper-tiny), a model directory, a .gguf file, a hub id org/name, "
     "a LoadedModel, or a transformers model object (with tokenizer=)"
 )
+DTYPE_DOC = "auto (a model you hold: its own; a name or path: float32), float32, bfloat16 or float16"
 TOKENIZER_DOC = (
     "with a transformers model object: its tokenizer (or a Whisper processor); unset: the one saved where the "
     "model was loaded from"
@@ -51,6 +52,7 @@ class HeadsSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    dtype: str = opt("auto", DTYPE_DOC)
     text: str | None = opt(None, "the text to read (unset: the built-in paragraph)")
     max_tokens: int | None = opt(None, "cut the text to this many tokens (unset: the model's context)")
     audio: str | None = opt(
@@ -133,6 +135,7 @@ class CorpusSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    dtype: str = opt("auto", DTYPE_DOC)
     corpus: str = opt("", "a .txt, .jsonl, .parquet, a folder of .txt files or a saved Hugging Face dataset")
     field: str = opt("text", "the .jsonl field / dataset column holding the text")
     per_line: bool = opt(False, "a .txt corpus holds one document per line")
@@ -167,6 +170,7 @@ class ReportSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    dtype: str = opt("auto", DTYPE_DOC)
     text: str | None = opt(None, "the text to read (unset: the built-in paragraph)")
     max_tokens: int | None = opt(
         None, f"cut the text to this many tokens (unset: {PAGE_TOKENS}, or the model's positions if fewer)"
