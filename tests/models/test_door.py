@@ -210,3 +210,19 @@ def test_a_tokenizer_given_with_a_name_to_a_verb_is_refused(tiny_dir):
     with pytest.raises(InputError) as e:
         ar.read_heads(str(tiny_dir), TEXT, tokenizer=object(), ablation=False)
     assert e.value.field == "tokenizer"
+
+
+def test_a_model_with_offloaded_weights_is_refused_by_name_not_a_traceback(tiny_dir, tmp_path):
+    """accelerate's disk offload leaves weights on the meta device between calls; most verbs read weights
+    directly and crashed deep inside torch. Refused at the door, the model untouched."""
+    from transformers import AutoModelForCausalLM
+
+    where = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.norm": "cpu"}
+    where |= {"model.rotary_emb": "cpu", "lm_head": "cpu"}
+    obj = AutoModelForCausalLM.from_pretrained(tiny_dir, device_map=where, offload_folder=str(tmp_path)).eval()
+    before = _state(obj)
+    for verb in (lambda: ar.read_heads(obj, TEXT), lambda: ar.patch(obj, PAIRS, exact=0), lambda: ar.load_model(obj)):
+        with pytest.raises(ModelLoadError) as e:
+            verb()
+        assert e.value.field == "model" and "offloaded" in str(e.value) and "\n" not in str(e.value)
+    assert _state(obj) == before
