@@ -34,6 +34,12 @@ class LoadedModel:
         )
 
     @property
+    def dtype(self) -> torch.dtype:
+        """What the model computes in: its floating-point parameters' dtype (the least precise when they differ)."""
+        held = {p.dtype for p in self.model.parameters() if p.is_floating_point()} or {torch.float32}
+        return min(held, key=lambda d: torch.finfo(d).eps * -1)
+
+    @property
     def causal(self) -> bool:
         return self.kind == "causal"
 

@@ -61,9 +61,8 @@ def circuit_tables(result: dict, rows: int = 15) -> list[Table]:
         cells = (plus_minus(r["exact"], r["exact_ci"]), signed(r["normalized"]), signed(r["estimate"]))
         t.add_row(r["label"], *cells, "" if comp is None else f"{comp:.3f}")
     t.caption = settle_said(m["exact"], m["top"], "edges", "raise --limit, or name edges with --edges")
-    curve = Table(
-        title=f"faithfulness of the top k edges (ablation: {c['ablation']}; CPR {c['cpr']:.3f}, CMD {c['cmd']:.3f})"
-    )
+    areas = "no gap: CPR, CMD undefined" if c["cpr"] is None else f"CPR {c['cpr']:.3f}, CMD {c['cmd']:.3f}"
+    curve = Table(title=f"faithfulness of the top k edges (ablation: {c['ablation']}; {areas})")
     for col in ("k", "share of edges", "faithfulness", "M"):
         curve.add_column(col, justify="right")
     for p in c["curve"]:

@@ -30,7 +30,7 @@ from ..ground.group import Shard
 from ..ground.metrics import resolve
 from ..ground.pool import RunPool
 from ..ground.settle import SettleRule, measure_exact, settle_as_asked
-from ..ground.stats import agreement, mean_ci, mean_ci_rows
+from ..ground.stats import agreement, gap, mean_ci, mean_ci_rows
 from ..study import Study
 from .clips import clip_run_inputs
 from .composition import weight_scores
@@ -379,8 +379,8 @@ def _rows(graph: Graph, layout, st: dict, base: np.ndarray, value: np.ndarray) -
     """One row per edge, most important first (its key "edge" is its index in the graph). Means and
     intervals over prompts are computed for every edge at once."""
     est, values = st["est"], st["values.edges"]
-    den = float(np.mean(st["m_clean"] - st["m_corrupt"]))
-    scale = abs(den) if abs(den) > 1e-9 else None
+    den = gap(st["m_clean"], st["m_corrupt"])  # the circuit family reads float32 (layout.refuse_low_precision)
+    scale = None if den is None else abs(den)
     seq2seq, G = len(layout.streams) > 1, layout.heads // max(1, layout.kv_heads)
     order = np.argsort(-np.abs(value), kind="stable")
     keep = set(np.argsort(-np.abs(est.mean(1)), kind="stable")[:TOP_VALUES].tolist())

@@ -21,7 +21,7 @@ from ...promptset import finite
 from ...settings import CircuitSettings, EvaluateSettings, verb
 from ..ground.group import Shard
 from ..ground.pool import RunPool
-from ..ground.stats import mean_ci
+from ..ground.stats import gap, mean_ci
 from ..study import Study
 from .graph import Graph
 from .layout import discover
@@ -30,7 +30,6 @@ from .nodes import resolve_edges
 from .runs import EdgeRun
 
 FRACTIONS = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # MIB's circuit sizes
-NO_GAP = 1e-9  # |M(full) − M(∅)| below this: no gap for a circuit to close (faithfulness undefined)
 
 
 def top_mask(E: int, order: np.ndarray, k: int) -> np.ndarray:
@@ -53,8 +52,8 @@ def run_circuits(pool: RunPool, shard: Shard, masks: list[np.ndarray], N: int) -
 
 def faithfulness(m: np.ndarray, full: np.ndarray, empty: np.ndarray) -> tuple[float | None, float | None]:
     """(faithfulness, its 95 % interval) of a circuit whose metric per prompt is ``m``; (None, None) with no gap."""
-    den = float(np.mean(full - empty))
-    if abs(den) < NO_GAP:
+    den = gap(full, empty)  # within rounding: no gap for a circuit to close (ground/stats.gap)
+    if den is None:
         return None, None
     mean, ci = mean_ci(m - empty)
     return mean / den, None if ci is None else ci / abs(den)

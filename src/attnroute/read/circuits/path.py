@@ -21,7 +21,7 @@ from ...settings import PathPatchSettings, verb
 from ..ground.metrics import resolve
 from ..ground.pool import RunPool, chunk_groups
 from ..ground.prompts import tokenize_pairs
-from ..ground.stats import mean_ci
+from ..ground.stats import gap, mean_ci
 from ..study import Study
 from .clips import clip_run_inputs
 from .estimate import eap
@@ -121,7 +121,7 @@ def _kv_named(label: str, G: int) -> str:
 def _result(loaded, layout, graph, e, s, metric_name, m, record) -> PathPatchResult:
     sender, receiver = graph.edge(e)
     seq2seq, G = len(layout.streams) > 1, layout.heads // max(1, layout.kv_heads)
-    den = float(np.mean(m["clean"] - m["corrupt"]))
+    den = gap(m["clean"], m["corrupt"])  # None: the runs agree, nothing to normalize by
     base = m["corrupt"] if s.direction == "denoising" else m["clean"]
     exact, exact_ci = mean_ci(m["exact"])
     est, est_ci = mean_ci(m["estimate"])
@@ -131,7 +131,9 @@ def _result(loaded, layout, graph, e, s, metric_name, m, record) -> PathPatchRes
         "receiver": receiver.to_dict(seq2seq, G),
         "exact": exact,
         "exact_ci": exact_ci,
-        "normalized": None if abs(den) < 1e-9 else float(np.mean(m["exact"] + base - m["corrupt"])) / den,
+        "normalized": None
+        if gap(m["clean"], m["corrupt"]) is None
+        else float(np.mean(m["exact"] + base - m["corrupt"])) / den,
         "values": [finite(v) for v in m["exact"]],
         "estimate": est,
         "estimate_ci": est_ci,

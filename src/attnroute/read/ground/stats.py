@@ -17,8 +17,23 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import rankdata
 
+from ...engine.tolerance import READ_TOLERANCE
 from ...promptset import finite
 from ..moments import Moments
+
+
+def gap(clean, corrupt, dtype=None) -> float | None:
+    """mean(clean − corrupt) over prompts when it is a gap to divide by, else None: a difference within the
+    rounding a metric of this scale carries in ``dtype`` (READ_TOLERANCE's effects bound × max(1, |M|); float32:
+    1e-4) is no gap — a pair whose runs agree has nothing for a patch, a route or a circuit to restore, and the
+    ratios that divide by it (normalized effects, faithfulness, CPR) are undefined, said as such (docs/patching.md)."""
+    import torch
+
+    clean, corrupt = np.asarray(clean, dtype=float), np.asarray(corrupt, dtype=float)
+    den = float(np.mean(clean - corrupt))
+    scale = max(1.0, float(np.max(np.abs(np.concatenate([clean.ravel(), corrupt.ravel()])))))
+    tol = READ_TOLERANCE.get(dtype or torch.float32, READ_TOLERANCE[torch.float32])["effects"]
+    return None if not np.isfinite(den) or abs(den) <= tol * scale else den
 
 
 def mean_ci(x) -> tuple[float | None, float | None]:
@@ -53,4 +68,4 @@ def agreement(estimate, exact) -> dict:
     return out
 
 
-__all__ = ["agreement", "mean_ci", "mean_ci_rows"]
+__all__ = ["gap", "agreement", "mean_ci", "mean_ci_rows"]

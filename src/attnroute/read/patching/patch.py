@@ -32,7 +32,7 @@ from ..ground.group import Shard
 from ..ground.pool import RunPool, recorded_bytes
 from ..ground.prompts import pair_positions
 from ..ground.settle import SettleRule, measure_exact, settle_as_asked
-from ..ground.stats import agreement, mean_ci
+from ..ground.stats import agreement, gap, mean_ci
 from ..study import Study
 from .runs import PairRun
 from .sites import Component, components, pick
@@ -167,7 +167,7 @@ def _run(st: Study, positions, resolved) -> PatchResult:
         "exact patching of the estimate's top, settled",
     )
     settle = {site: _settle(pool, comps[site], store, site, s, say) for site in s.sites}
-    den = float(np.mean(m_clean - m_corrupt))
+    den = gap(m_clean, m_corrupt, loaded.dtype)  # None: the runs agree, nothing to normalize by
     meta = _meta(st, resolved, m_clean, m_corrupt, chunks, first["shortcut"], settle)
     meta.ranks, meta.resumed, meta.top = shard.world, store.resumed, s.top
     result = PatchResult(loaded.name, meta)
@@ -256,9 +256,9 @@ def _settle(pool: RunPool, comps, store: Store, site: str, s: PatchSettings, say
     return settle_as_asked(s.exact, order, measure, delta, SettleRule(top=s.top), est.mean(1), group=layer)
 
 
-def _row(loaded, c: Component, est: np.ndarray, patched: np.ndarray, m_base, m_corrupt, den: float) -> dict:
+def _row(loaded, c: Component, est: np.ndarray, patched: np.ndarray, m_base, m_corrupt, den: float | None) -> dict:
     exact = bool(np.isfinite(patched).all())
-    scale = abs(den) if abs(den) > 1e-9 else None
+    scale = None if den is None else abs(den)
     delta, delta_ci = mean_ci(patched - m_base) if exact else (None, None)
     norm_mean, norm_ci = mean_ci(patched - m_corrupt) if exact else (None, None)
     est_mean, est_ci = mean_ci(est)
@@ -347,7 +347,7 @@ def _meta(st: Study, resolved, m_clean, m_corrupt, chunks, shortcut, settle) -> 
             "m_corrupt_ci": x_ci,
             "m_clean_values": [finite(v) for v in m_clean],
             "m_corrupt_values": [finite(v) for v in m_corrupt],
-            "normalized_defined": abs(float(np.mean(m_clean - m_corrupt))) > 1e-9,
+            "normalized_defined": gap(m_clean, m_corrupt, loaded.dtype) is not None,
             "positions": resolved,
             "lengths": sorted({g.length for g in chunks}),
             "prompts": st.record,

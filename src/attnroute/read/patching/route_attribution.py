@@ -27,7 +27,7 @@ from ..ground.copies import repeat_batch
 from ..ground.metrics import resolve
 from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
 from ..ground.settle import SettleRule, settle, settle_said
-from ..ground.stats import agreement
+from ..ground.stats import agreement, gap
 from ..stimuli import tokens_of
 from ..study import Study
 from .routes import CHECKPOINT_FROM, MAX_TOKENS, knockout_one, output_gradients, stream_routes
@@ -155,12 +155,12 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     result = RoutesResult(loaded.name, _meta(st, run, g, m_corrupt, layers))
     _label(loaded, result.meta, routes)
     exact = _verify(run, routes, s.verify, recorded, result.meta, say)
-    gap = None if m_corrupt is None else float((m_corrupt - m_base).mean())
+    den = None if m_corrupt is None else gap(m_corrupt.numpy(), m_base.numpy(), loaded.dtype)
     for r, e in zip(routes, exact):
         r["exact"] = e
-        if gap is not None:  # the share of the clean-to-corrupt gap a route's removal covers
-            r["toward_corrupt"] = r["estimate"] / gap if abs(gap) > 1e-9 else None
-            r["exact_toward_corrupt"] = None if e is None or abs(gap) <= 1e-9 else e / gap
+        if m_corrupt is not None:  # the share of the clean-to-corrupt gap a route's removal covers (None: no gap)
+            r["toward_corrupt"] = None if den is None else r["estimate"] / den
+            r["exact_toward_corrupt"] = None if e is None or den is None else e / den
     result.routes, result.agreement = routes, _agreements(routes)
     return result
 

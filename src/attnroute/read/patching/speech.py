@@ -25,6 +25,7 @@ from ...engine.jsonable import Result
 from ...settings import SpeechPatchSettings, verb
 from ..adapter import routed
 from ..ground.speech import ClipPairError, clip_pair, last_logit_diff
+from ..ground.stats import gap
 from ..study import Study
 from .sites import Component, PatchCopies, Recorder
 
@@ -107,7 +108,7 @@ def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progres
     clean_recs, _, clean_logits = _record(loaded, {"input_features": fa, "decoder_input_ids": ids})
     _, enc_b, corrupt_logits = _record(loaded, {"input_features": fb, "decoder_input_ids": ids})
     m_clean, m_corrupt = float(metric(clean_logits)), float(metric(corrupt_logits))
-    if abs(m_clean - m_corrupt) < 1e-6:
+    if gap([m_clean], [m_corrupt], loaded.dtype) is None:
         raise SpeechPatchError("the metric is the same on both clips: nothing to restore", field="corrupt")
     result = SpeechPatchResult(
         loaded.name,
