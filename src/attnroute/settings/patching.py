@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..errors import InputError, InputTypeError
 from ..promptset import FLAT_AT_CLEAN, MetricArg, metric_setting, pairs_of
 from .base import (
     ModelArg,
@@ -321,8 +322,8 @@ class WhySettings(Settings):
     key: str | None = opt(None, "key positions, likewise")
     routes: str | None = opt(
         None,
-        "instead of query and key: 'induction' (every token → the one after its earlier occurrence), or a "
-        "routes --json file (its rows of this head)",
+        "instead of query and key: 'induction' (every token → the one after its earlier occurrence), a "
+        "routes --json file (its rows of this head), or from Python (query, key) index pairs",
     )
     top: int = opt(20, "pairs listed, largest |term| first (the totals cover every pair)")
     audio: str | None = opt(
@@ -346,6 +347,25 @@ class WhySettings(Settings):
             raise InputError("why needs a route: give query and key (words or indices), or routes", field="query")
         if self.routes is not None and (self.query is not None or self.key is not None):
             raise InputError("give either query and key, or routes, not both", field="routes")
+        set_field(self, "routes", route_spec(self.routes))
+
+
+def route_spec(value):
+    """why's routes: None, 'induction', a file path, or (query, key) index pairs (a tuple of int pairs)."""
+    if value is None or isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    index = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
+    if isinstance(value, list | tuple) and value:
+        pairs = [tuple(p) for p in value if isinstance(p, list | tuple) and len(p) == 2 and all(map(index, p))]
+        if len(pairs) == len(value):
+            return tuple(pairs)
+    raise InputTypeError(
+        f"routes must be 'induction', a routes --json file, or (query, key) index pairs such as [(3, 0)], got "
+        f"{value!r}"[:300],
+        field="routes",
+    )
 
 
 @dataclass(frozen=True)

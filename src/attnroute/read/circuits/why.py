@@ -46,7 +46,7 @@ def why(model=None, text: str | None = None, *, settings: WhySettings | None = N
     say = st.say
     if s.audio is not None:
         return why_speech(s, say)
-    listed = _routes_file(s.routes, s.head) if s.routes not in (None, "induction") else None
+    listed = _listed(s)
     loaded = st.load()
     ids, _ = encode_text(loaded.tokenizer, s.text, None, add_bos=loaded.causal)
     loaded.fit(ids.shape[1], "text", "the text")
@@ -106,6 +106,13 @@ def _check_side(parts: torch.Tensor, actual: torch.Tensor, what: str) -> None:
         raise CircuitUnsupported(f"{what} split into components misses the model's own by {gap:.3g}")
 
 
+def _listed(s: WhySettings) -> list[tuple[int, int]] | None:
+    """The routes named one by one: index pairs given from Python, or a routes file's rows of the head."""
+    if isinstance(s.routes, tuple):
+        return [(int(i), int(j)) for i, j in s.routes]
+    return _routes_file(s.routes, s.head) if s.routes not in (None, "induction") else None
+
+
 def _routes_file(path: str, head: str) -> list[tuple[int, int]]:
     """The (query, key) rows of ``head`` in a routes --json file, read before the weights load."""
     p = Path(path)
@@ -128,7 +135,8 @@ def _routes(s: WhySettings, loaded, ids, run: Recorded, h: int, listed) -> tuple
     allowed = run.allowed(h)
     Tq, Tk = allowed.shape
     if listed is not None:
-        wanted, said = listed, f"{len(listed)} routes of {s.head} from {s.routes}"
+        source = "the pairs given" if isinstance(s.routes, tuple) else s.routes
+        wanted, said = listed, f"{len(listed)} routes of {s.head} from {source}"
     elif s.routes == "induction":
         wanted = _induction(ids[0].tolist())
         said = f"{len(wanted)} induction routes (each token → the one after its latest earlier occurrence)"

@@ -104,6 +104,11 @@ def measured(metric, x: torch.Tensor, batch: dict, n: int, name: str) -> torch.T
         )
     if tuple(out.shape) != (n,):
         raise MetricError(f"metric {name} returned shape {list(out.shape)}; expected [{n}], one value per prompt")
+    if torch.is_grad_enabled() and x.requires_grad and not out.requires_grad:
+        raise MetricError(
+            f"metric {name} returned a tensor cut from the model's graph (.detach(), .item(), numpy, a new tensor): "
+            "attnroute differentiates your metric for its estimates; compute it from the logits with torch operations"
+        )
     bad = ~torch.isfinite(out.detach())
     if bool(bad.any()):
         i = int(torch.nonzero(bad)[0])
