@@ -32,6 +32,20 @@ class InputTypeError(InputError, TypeError):
     """An argument of the wrong type (still an InputError, and a TypeError for plain Python habits)."""
 
 
+def readable_text(value: str, field: str, said: str | None = None) -> str:
+    """``value`` when a tokenizer can read it: a lone surrogate ('\\ud800' — valid in JSON and in a Python
+    string, not in UTF-8) is refused naming ``field`` (it raised inside the tokenizer)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(
+            f"{said or field} holds a lone surrogate ({value[e.start]!r} at character {e.start + 1}), which is not "
+            "text a tokenizer reads: fix the text's encoding",
+            field=field,
+        ) from None
+    return value
+
+
 class Interrupted(Exception):
     """A long read stopped on request (Ctrl-C, or a stop event): where it stopped and how to resume.
 
@@ -83,6 +97,7 @@ def exit_now(code: int) -> None:
 
 
 __all__ = [
+    "readable_text",
     "InputError",
     "InputTypeError",
     "Interrupted",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .errors import InputError, InputTypeError
+from .errors import InputError, InputTypeError, readable_text
 
 
 @dataclass(frozen=True)
@@ -199,6 +199,9 @@ def check_pairs(pairs, metric: str, where: str = "prompts", sides=("clean", "cor
                 )
             if not value.strip(" \t\r\n") and name in ("clean", "corrupt") or value == "":
                 raise InputError(f"{said} is empty: give a non-empty text", field=field)
+        for name in FIELDS:  # every text of the row, read or not, is text a tokenizer can read
+            if isinstance(getattr(p, name), str):
+                readable_text(getattr(p, name), p.blame(name)[1], p.blame(name)[0])
     return pairs
 
 

@@ -56,3 +56,34 @@ def test_routes_that_are_neither_a_name_a_file_nor_index_pairs_are_refused(tiny,
     with pytest.raises(InputError) as e:
         ar.why(tiny, TEXT, head="L1.H1", routes=bad)
     assert e.value.field == "routes" and "\n" not in str(e.value)
+
+
+SURROGATE = "the cat \ud800 sat on the mat and"
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        lambda m: ar.read_heads(m, SURROGATE),
+        lambda m: ar.knockout(m, SURROGATE, source="cat", target="the"),
+        lambda m: ar.why(m, SURROGATE, head="L1.H0", query="1", key="0"),
+        lambda m: ar.patch(m, [{"clean": SURROGATE, "corrupt": "the dog x sat on the mat and"}], metric="loss"),
+        lambda m: ar.patch(m, [ar.PromptPair("the cat sat", "the dog sat", " the", " \udfff")]),
+    ],
+    ids=["heads", "knockout", "why", "patch prompt", "patch answer"],
+)
+def test_a_lone_surrogate_is_refused_naming_the_field_before_the_tokenizer(tiny, verb):
+    """'\\ud800' is valid in JSON and in a Python string, not in UTF-8: the tokenizer raised on it."""
+    with pytest.raises(InputError) as e:
+        verb(tiny)
+    assert "surrogate" in str(e.value) and e.value.field in ("text", "prompts") and "\n" not in str(e.value)
+
+
+def test_a_prompts_file_with_a_lone_surrogate_is_refused_in_one_line(tiny, tmp_path, capsys):
+    from attnroute.cli import main
+
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"clean": "the cat \\ud800 sat", "corrupt": "the dog x sat", "answer": " the", "wrong": " a"}\n')
+    assert main(["patch", "--model", tiny.model.name_or_path, "--prompts", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "row 1 clean holds a lone surrogate" in err[0]

@@ -241,3 +241,20 @@ def test_a_routes_estimated_effect_in_every_head_is_route_attributions(client, s
     assert est == pytest.approx(r["estimate"], rel=2e-3, abs=1e-6) and w == pytest.approx(r["weight"], rel=2e-3)
     later = post(client, "/api/effect", {"text": TEXT, "query": 2, "key": 5, "target": " Maya"})
     assert later.status_code == 400 and "no such route" in later.json()["error"]
+
+
+SURROGATE_BODIES = {
+    "/api/text": {},
+    "/api/head": {"layer": 0, "head": 0},
+    "/api/token": {"index": 1},
+    "/api/why": {"layer": 0, "head": 0, "query": "1", "key": "0"},
+}
+
+
+@pytest.mark.parametrize("path", SURROGATE_BODIES)
+def test_a_lone_surrogate_is_a_400_naming_the_text_and_the_server_serves_on(client, path):
+    body = {"text": "the cat \ud800 sat", **SURROGATE_BODIES[path]}
+    raw = json.dumps(body)  # valid JSON ("\\ud800" escaped), not text a tokenizer reads; httpx cannot encode it
+    r = client.post(path, content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "surrogate" in r.json()["error"] and "text" in r.json()["error"]
+    assert post(client, "/api/text", {"text": TEXT}).status_code == 200

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..engine import KnockoutEdges, ZeroHead
-from ..errors import InputError
+from ..errors import InputError, readable_text
 from ..models import LoadedModel
 from ..read.adapter import routed
 from ..read.capture import capture_weights, sink_positions
@@ -116,6 +116,7 @@ class Explorer:
     def encode(self, text: str) -> torch.Tensor:
         if not isinstance(text, str) or not text.strip():
             raise RequestError(400, "text: expected a non-empty string")
+        readable_text(text, "text")  # a lone surrogate (valid JSON) is a 400 naming the field, not a 500
         ids, _ = encode_text(self.loaded.tokenizer, text, None)
         if ids.shape[1] > self.max_tokens:
             raise RequestError(

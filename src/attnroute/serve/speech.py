@@ -26,7 +26,7 @@ import torch
 
 from ..audio import FRAME_SECONDS, Audio, audio, bundled_clips
 from ..engine import KnockoutEdges, ZeroHead
-from ..errors import InputError
+from ..errors import InputError, readable_text
 from ..models import LoadedModel
 from ..read.adapter import routed
 from ..read.alignment import alignment, cross_weights
@@ -104,6 +104,8 @@ class SpeechExplorer:
     def state(self, name, text, job) -> ClipState:
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise RequestError(400, "text: expected the transcript as a non-empty string, or null to decode it")
+        if text is not None:
+            readable_text(text, "text")
         key = (name, text)
         if key in self._states:
             return self._states[key]

@@ -22,7 +22,7 @@ from collections.abc import Sequence  # noqa: F401  (named in PromptsArg)
 from dataclasses import MISSING, field, fields
 from typing import Union
 
-from ..errors import InputError, InputTypeError
+from ..errors import InputError, InputTypeError, readable_text
 
 SEED_MAX = 2**32 - 1  # numpy's and torch's seed range
 # what a verb's ``model`` takes: a bundled name, a directory, a .gguf file, a hub id, or an already loaded model
@@ -114,7 +114,7 @@ def nonempty_text(value, name: str, *, optional: bool = True) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"{name} is empty: give a non-empty text", field=name)
-    return value
+    return readable_text(value, name)
 
 
 def one_of(value, name: str, choices: tuple[str, ...]) -> str:
