@@ -87,3 +87,27 @@ def test_a_prompts_file_with_a_lone_surrogate_is_refused_in_one_line(tiny, tmp_p
     assert main(["patch", "--model", tiny.model.name_or_path, "--prompts", str(f)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "row 1 clean holds a lone surrogate" in err[0]
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (
+            ["patch", "--clean", "the cat sat", "--corrupt", "the dog sat"],
+            "--metric logit-diff reads next-token logits",
+        ),
+        (["circuit", "--clean", "the cat sat", "--corrupt", "the dog sat"], "--metric logit-diff reads next-token"),
+        (["routes", "the cat sat on the mat", "--metric", "cosine"], "give your own metric of the pooled embedding"),
+        (["routes", "the cat sat on the mat", "--metric", "loss"], "give your own metric of the pooled embedding"),
+    ],
+    ids=["patch default", "circuit default", "routes cosine", "routes loss"],
+)
+def test_on_an_encoder_the_metric_is_named_first_with_what_fits_an_encoder(argv, said, capsys, no_model_load):
+    """An encoder asked for the default metric was told to give --answer; routes with cosine was told to use
+    loss (a causal LM's) and with loss to use cosine. The metric is checked against the model's kind first."""
+    from attnroute.cli import main
+
+    assert main([*argv, "--model", "minilm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0] and "--answer" not in err[0] and "causal LM" not in err[0], err
+    assert not ("cosine" in argv and "use cosine" in err[0]) and not ("loss" in argv and "use loss" in err[0])

@@ -30,7 +30,7 @@ from .ground.checkpoint import exclusive
 from .ground.group import Shard, agree, process_group
 from .ground.metrics import resolve
 from .ground.pool import RUN_TOKENS, RunPool, chunk_groups
-from .ground.prompts import tokenize_pairs
+from .ground.prompts import check_metric_kind, tokenize_pairs
 
 
 class Study:
@@ -70,8 +70,10 @@ class Study:
         """The metric resolved and the prompt pairs read; ``check(facts, groups)`` runs on the tokenizer's
         groups before the weights load, where the model's facts can be had."""
         self.metric_name, self.metric = resolve(self.s.metric)
-        self.pairs = self.s.read_pairs()
         facts = self.facts()
+        if facts is not None:  # the metric first: on an encoder a missing answer is not the problem
+            check_metric_kind(self.s.metric, facts.kind)
+        self.pairs = self.s.read_pairs()
         if facts is not None:
             groups, _ = tokenize_pairs(facts.tokenizer, facts.kind, self.pairs, self.s.metric)
             if check is not None:

@@ -86,14 +86,20 @@ def write_state(path: Path, state: dict[str, np.ndarray], key: str, extra: dict 
 
 @contextlib.contextmanager
 def exclusive(path: Path | None):
-    """One writer per checkpoint: a lock beside it (``.NAME.lock``, flock) held for the command's run. A
-    second process asking for the same checkpoint is refused in one line — two writers would each resume
-    from, and overwrite, the other's work."""
+    """One writer per checkpoint: a lock beside the file it names (``.NAME.lock``, flock) held for the command's
+    run. A second process asking for the same checkpoint — by the same name, or another that resolves to it (a
+    symlink, a relative path) — is refused in one line: two writers would each resume from, and overwrite, the
+    other's work. The lock file stays after the run: removing it would let a third process lock a new file
+    while a second still held the removed one (models/caches.one_converter, the same rule)."""
     if path is None:
         yield
         return
-    lock = path.with_name(f".{path.name}.lock")
-    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666 & ~umask())
+    real = Path(os.path.realpath(path))  # every name of one checkpoint takes one lock
+    lock = real.with_name(f".{real.name}.lock")
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666 & ~umask())
+    except OSError as e:
+        raise CheckpointMismatch(f"checkpoint {path}: its lock {lock} cannot be made ({e.strerror})") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -104,7 +110,6 @@ def exclusive(path: Path | None):
     try:
         yield
     finally:
-        lock.unlink(missing_ok=True)
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 

@@ -168,16 +168,16 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
 def _before_weights(st: Study, name: str) -> tuple:
     """The metric, prompts, answers and layers refused before the weights load; the prompt pairs."""
     s = st.s
-    if name in FLAT_AT_CLEAN:  # its estimate would be 0 for every route
+    facts = st.facts()
+    if facts is not None:  # the metric first, said for this model's kind: not the missing answer
+        check_metric_kind(s.metric, facts.kind, True)
+    if name in FLAT_AT_CLEAN:  # its estimate would be 0 for every route (the model's kind unknown yet)
         raise InputError(
             f"metric {name} is flat (zero gradient) on the run it compares with, so every route "
             "estimate would be 0: use logit-diff, prob, logprob or loss on a causal LM; on an encoder "
             "give your own metric of the pooled embedding (a Python callable)",
             field="metric",
         )
-    facts = st.facts()
-    if facts is not None:  # the metric first: on an encoder the missing answer is not the problem
-        check_metric_kind(s.metric, facts.kind, True)
     pairs = s.read_pairs()
     if facts is not None:
         _one_length(tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric, gradient=True)[0])
