@@ -141,3 +141,13 @@ def test_why_an_encoder_head_reads_frames_by_seconds_or_index(whisper):
     assert r["meta"]["routes"] == 5 * 2 and abs(r["difference"]) < 1e-4 * max(1.0, abs(r["score"]))
     with pytest.raises(ar.InputError, match="not a word of the transcript"):
         ar.why(whisper, audio="rome", head="L3.xH3", query="Londres", key="Rome")
+
+
+def test_a_route_the_decoders_causal_mask_forbids_is_refused_as_on_a_text_model(whisper):
+    """The decoder row that predicts 'Paris' reading Paris's own token is a future key: Whisper's decoder
+    self-attention has no such route, so its score is not split (it was, +2.35, while text models refused)."""
+    with pytest.raises(ar.InputError) as e:
+        ar.why(whisper, audio="paris", head="L3.H3", query="Paris", key="Paris")
+    assert e.value.field == "key" and "mask forbids" in str(e.value) and "\n" not in str(e.value)
+    kept = ar.why(whisper, audio="paris", head="L3.H3", query="Paris", key="0,1,2,3,4,5,6,7").to_dict()
+    assert "masked in this head (no score) left out" in kept["meta"]["said"]  # the future keys dropped, said

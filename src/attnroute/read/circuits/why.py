@@ -31,7 +31,7 @@ from .graph import Graph
 from .layout import CircuitUnsupported, discover, stacks
 from .postln import PostLNStream, side_parts
 from .qk import TOL, Side, split_side
-from .why_core import HEAD, ROUTES_MAX, Recorded, WhyResult, receivers, result
+from .why_core import HEAD, ROUTES_MAX, Recorded, WhyResult, existing, receivers, result
 from .why_speech import why_speech
 
 DISCOVER = 16  # tokens of the text the stream's layout is found on (it does not depend on the length)
@@ -147,11 +147,7 @@ def _routes(s: WhySettings, loaded, ids, run: Recorded, h: int, listed) -> tuple
     outside = [(i, j) for i, j in wanted if not (i < Tq and j < Tk)]
     if outside:
         raise InputError(f"route {outside[0]} is outside the head's {Tq} queries × {Tk} keys", field="query")
-    routes = [(i, j) for i, j in wanted if bool(allowed[i, j])]
-    if not routes:
-        raise InputError(f"no route asked for exists in {s.head}: its mask forbids them all", field="key")
-    if len(routes) < len(wanted):
-        said += f"; {len(wanted) - len(routes)} masked in this head (no score) left out"
+    routes, said = existing(run, h, wanted, s.head, said)
     if len(routes) > ROUTES_MAX:
         raise InputError(f"{len(routes)} routes: at most {ROUTES_MAX} in one call", field="routes")
     return routes, said

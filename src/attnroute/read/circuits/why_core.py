@@ -161,6 +161,23 @@ def receivers(graph: Graph, layout, head: str):
     return labels[f"{where}H{h}.q"], labels[f"{where}KV{h // G}.k"], a
 
 
+def existing(run: Recorded, h: int, wanted: list[tuple[int, int]], head: str, said: str) -> tuple[list, str]:
+    """The routes of ``wanted`` that head ``h``'s own mask lets exist — a causal decoder's future keys, a window's
+    far keys and padding have no score to split — in every stream alike (a Whisper decoder's as a text model's);
+    refused naming the key when the mask forbids them all, the dropped ones said otherwise."""
+    allowed = run.allowed(h)
+    routes = [(i, j) for i, j in wanted if bool(allowed[i, j])]
+    if not routes:
+        raise InputError(
+            f"no route asked for exists in {head}: its mask forbids them all (e.g. query {wanted[0][0]} → key "
+            f"{wanted[0][1]}: a causal row sees only its own and earlier positions)",
+            field="key",
+        )
+    if len(routes) < len(wanted):
+        said += f"; {len(wanted) - len(routes)} masked in this head (no score) left out"
+    return routes, said
+
+
 def result(loaded, s: WhySettings, run: Recorded, routes, said: str, qs, ks, heads, tokens=None) -> WhyResult:
     h, kvh = heads
     terms, bias_term, actual, gap, rel = _split(run, s, routes, qs, ks, heads)

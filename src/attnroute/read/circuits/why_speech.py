@@ -30,7 +30,7 @@ from ..study import Study
 from .graph import Graph
 from .layout import discover
 from .qk import split_side
-from .why_core import HEAD, ROUTES_MAX, Recorded, receivers, result
+from .why_core import HEAD, ROUTES_MAX, Recorded, existing, receivers, result
 
 INDICES = re.compile(r"\s*\d+(\s*,\s*\d+)*\s*")
 
@@ -55,11 +55,11 @@ def why_speech(s, say):
     query_side, key_side = _sides(s.head)
     qs_at = places.of(s.query, query_side, "query", s.query)
     ks_at = places.of(s.key, key_side, "key", s.query)
-    routes = [(i, j) for i in qs_at for j in ks_at]
-    if len(routes) > ROUTES_MAX:
-        raise InputError(f"{len(routes)} routes: at most {ROUTES_MAX} in one call", field="key")
     said = f"query {s.query!r} → {query_side} {_span(qs_at)}, key {s.key!r} → {key_side} {_span(ks_at)}"
     said += f"; transcript {'given' if s.text is not None else 'decoded'}: {text!r}"
+    routes, said = existing(run, h, [(i, j) for i in qs_at for j in ks_at], s.head, said)  # the head's own mask
+    if len(routes) > ROUTES_MAX:
+        raise InputError(f"{len(routes)} routes: at most {ROUTES_MAX} in one call", field="key")
     with torch.no_grad(), routed(loaded, impl="eager"):
         qs = split_side(run, rq, sorted(set(qs_at)), run.q[0, h])
         ks = split_side(run, rk, sorted(set(ks_at)), run.k[0, kvh])
