@@ -307,16 +307,31 @@ def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say) -> dict:
         say("record", f"run {i + 1} of {len(pool)} recorded and estimated", done=i + 1, total=len(pool))
     for name, values in m.items():
         store.state.setdefault(name, store.shard.merge(values))
+    fixed = [c["qk_fix"] for c in checks if c["qk_fix"] is not None]
+    qk_fix = None if not fixed else sorted({layer for f in fixed for layer in f})  # the layers fixed, in any run
     if need:
         store.state["est"] = store.shard.merge(est if est is not None else np.zeros((0, N)))
+        store.state["qk_fix"] = _qk_saved(qk_fix)  # a resumed run says what the estimating run applied
         store.save()
-    fixed = [c["qk_fix"] for c in checks if c["qk_fix"] is not None]
+    else:
+        qk_fix = _qk_read(store.state.get("qk_fix"))
     return {
         "stream_sums_max_rel_diff": max((c["stream_sums_max_rel_diff"] for c in checks), default=None),
         "restart": checks[0]["restart"] if checks else None,
-        # the layers whose q and k edges got the QK fix (in any run); None: the estimates came from the checkpoint
-        "qk_fix": None if not fixed else sorted({layer for f in fixed for layer in f}),
+        "qk_fix": qk_fix,
     }
+
+
+def _qk_saved(layers: list[int] | None) -> np.ndarray:
+    """The QK fix as the checkpoint keeps it: [-1] when the fix was not tried, else [0, layer, …]."""
+    return np.array([-1.0]) if layers is None else np.array([0.0, *layers], dtype=float)
+
+
+def _qk_read(saved: np.ndarray | None) -> list[int] | None:
+    """The QK fix a checkpoint's estimates were made with (None: not tried, or a checkpoint from before)."""
+    if saved is None or saved.size == 0 or saved[0] < 0:
+        return None
+    return [int(x) for x in saved[1:]]
 
 
 def _settle(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, base, asked: list[int], say) -> dict:

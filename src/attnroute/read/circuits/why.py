@@ -25,7 +25,7 @@ from ...errors import InputError
 from ...settings import WhySettings, verb
 from ..adapter import routed
 from ..ground.positions import resolve_positions
-from ..stimuli import encode_text
+from ..stimuli import encode_text, tokens_of
 from ..study import Study
 from .graph import Graph
 from .layout import CircuitUnsupported, discover, stacks
@@ -46,10 +46,11 @@ def why(model=None, text: str | None = None, *, settings: WhySettings | None = N
     say = st.say
     if s.audio is not None:
         return why_speech(s, say)
-    listed = _listed(s)
+    listed, made_on = _listed(s)
     loaded = st.load()
     ids, _ = encode_text(loaded.tokenizer, s.text, None, add_bos=loaded.causal)
     loaded.fit(ids.shape[1], "text", "the text")
+    _same_provenance(s.routes, made_on, loaded, tokens_of(loaded.tokenizer, ids[0]))
     say("stage", f"why {s.head} attends where it does: one forward, then its query and key split")
     try:
         layout = discover(loaded, ids[:, :DISCOVER])
@@ -106,18 +107,43 @@ def _check_side(parts: torch.Tensor, actual: torch.Tensor, what: str) -> None:
         raise CircuitUnsupported(f"{what} split into components misses the model's own by {gap:.3g}")
 
 
-def _listed(s: WhySettings) -> list[tuple[int, int]] | None:
-    """The routes named one by one: index pairs given from Python, or a routes file's rows of the head."""
+def _listed(s: WhySettings) -> tuple[list[tuple[int, int]] | None, dict | None]:
+    """(the routes named one by one, what a file's routes were made on): index pairs given from Python, or a
+    routes file's rows of the head with its model and tokens; (None, None) for query/key or 'induction'."""
     if isinstance(s.routes, tuple):
-        return [(int(i), int(j)) for i, j in s.routes]
-    return _routes_file(s.routes, s.head) if s.routes not in (None, "induction") else None
+        return [(int(i), int(j)) for i, j in s.routes], None
+    return _routes_file(s.routes, s.head) if s.routes not in (None, "induction") else (None, None)
 
 
-def _routes_file(path: str, head: str) -> list[tuple[int, int]]:
-    """The (query, key) rows of ``head`` in a routes --json file, read before the weights load."""
+def _same_provenance(path, made_on: dict | None, loaded, tokens: list[str]) -> None:
+    """A routes file's positions index the tokens it was made on, with the model it was made with: on another
+    text or model they name other tokens, so the file is refused by name (not split on the wrong positions)."""
+    if made_on is None:
+        return
+    if made_on["model"] is not None and made_on["model"] != loaded.name:
+        raise InputError(
+            f"routes: {path} was made with {made_on['model']}, and this is {loaded.name}: make the routes with the "
+            "same model",
+            field="routes",
+        )
+    theirs = made_on["tokens"]
+    if theirs is not None and list(theirs) != list(tokens):
+        at = next((i for i, (a, b) in enumerate(zip(theirs, tokens)) if a != b), min(len(theirs), len(tokens)))
+        raise InputError(
+            f"routes: {path} was made on other tokens than this text's ({len(theirs)} tokens against {len(tokens)}, "
+            f"first different at position {at}): run routes on this text, or give why the text the routes were "
+            "made on",
+            field="routes",
+        )
+
+
+def _routes_file(path: str, head: str) -> tuple[list[tuple[int, int]], dict]:
+    """The (query, key) rows of ``head`` in a routes --json file, and what they were made on (model, tokens),
+    read before the weights load."""
     p = Path(path)
     try:
-        rows = json.loads(p.read_text())["routes"]
+        data = json.loads(p.read_text())
+        rows = data["routes"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise InputError(
             f"routes must be 'induction' or a routes --json file; {path!r} is not one ({type(e).__name__})",
@@ -127,7 +153,8 @@ def _routes_file(path: str, head: str) -> list[tuple[int, int]]:
     found = [(int(r["query"]), int(r["key"])) for r in rows if r.get("layer") == layer and r.get("head") == h]
     if not found:
         raise InputError(f"{path} lists no route of {head}: give a routes file of that head", field="routes")
-    return found
+    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+    return found, {"model": data.get("model"), "tokens": meta.get("tokens")}
 
 
 def _routes(s: WhySettings, loaded, ids, run: Recorded, h: int, listed) -> tuple[list[tuple[int, int]], str]:
