@@ -45,3 +45,33 @@ def test_verify_on_an_encoder_is_refused_not_measured(client):
     route = {"layer": 0, "head": 0, "query": 1, "key": 2}
     r = client.post("/api/verify", json={"clean": "a b", "corrupt": "a c", "answer": "b", "wrong": "c", "route": route})
     assert r.status_code == 400 and "causal LM" in r.json()["error"] and "\n" not in r.json()["error"]
+
+
+ROUTE = {"kind": "route", "layer": 0, "head": 0, "query": 1, "key": 5}
+EVERY_ENDPOINT = {
+    "/api/text": {"text": TEXT},
+    "/api/head": {"text": TEXT, "layer": 1, "head": 0},
+    "/api/token": {"text": TEXT, "index": 2},
+    "/api/cut": {"text": TEXT, "cuts": [ROUTE]},
+    "/api/pair": {"clean": "a b", "corrupt": "a c", "answer": "b", "wrong": "c"},
+    "/api/verify": {"clean": "a b", "corrupt": "a c", "answer": "b", "wrong": "c", "route": ROUTE},
+    "/api/report": {"text": TEXT, "cuts": [ROUTE]},
+    "/api/why": {"text": TEXT, "layer": 1, "head": 0, "query": 3, "key": 2},
+    "/api/circuit": {"clean": "a b", "corrupt": "a c", "answer": "b", "wrong": "c"},
+    "/api/effect": {"text": TEXT, "query": 3, "key": 2},
+    "/api/path": {"clean": "a b", "corrupt": "a c", "answer": "b", "wrong": "c", "edge": "embed>logits"},
+}
+
+
+@pytest.mark.parametrize("path", EVERY_ENDPOINT)
+def test_every_endpoint_works_on_an_encoder_or_says_why_never_a_500(client, path):
+    """/api/effect answered 500 (no logits on an encoder); /api/why built L1.H0 where encoders name E1.H0."""
+    r = client.post(path, json=EVERY_ENDPOINT[path])
+    assert r.status_code < 500, (path, r.status_code, r.text[:300])
+    if r.status_code >= 400:
+        said = r.json()["error"]
+        assert said and "\n" not in said and "Traceback" not in said
+    if path == "/api/why":  # the head as the encoder names it, split through its frozen LayerNorms
+        assert r.status_code == 200 and r.json()["verdict"]["lines"][0].startswith("E1.H0:")
+    if path == "/api/effect":  # an encoder has no next token: said, with what to do instead
+        assert r.status_code == 422 and "cut the route" in r.json()["error"]

@@ -68,6 +68,12 @@ def refuse_kind(kind: str) -> None:
         )
 
 
+def head_name(loaded, layer: int, head: int) -> str:
+    """A head named as the verbs name it: E2.H0 in an encoder's stack, L2.H0 in a decoder's, L2.xH0 across."""
+    mode, at = loaded.mode(layer), loaded.stream_layer(layer)
+    return {"encoder": f"E{at}.H{head}", "cross": f"L{at}.xH{head}"}.get(mode, f"L{at}.H{head}")
+
+
 class Explorer:
     def __init__(self, loaded: LoadedModel, max_tokens: int | None = None, progress=None):
         refuse_kind(loaded.kind)
@@ -150,9 +156,10 @@ class Explorer:
         st = self.state(text, job)
         T = st.ids.shape[1]
         query, key = in_range(query, "query", T, POSITION), in_range(key, "key", T, POSITION)
-        job.say(f"why L{layer}.H{head} attends {query} → {key}: one forward, its q and k split", 0, 1)
+        name = head_name(self.loaded, layer, head)
+        job.say(f"why {name} attends {query} → {key}: one forward, its q and k split", 0, 1)
         try:
-            return why(self.loaded, text, head=f"L{layer}.H{head}", query=str(query), key=str(key), top=12).to_dict()
+            return why(self.loaded, text, head=name, query=str(query), key=str(key), top=12).to_dict()
         except InputError as e:  # a masked route, a post-LN model: said to the page in one line
             raise RequestError(422, str(e)) from None
 
@@ -173,10 +180,16 @@ class Explorer:
         """The route query → key in every head: its weight A_ij, and the estimated change of p(target) at the
         last position were it cut (the row renormalized: o_i moves by A_ij (o_i − v_j) / (1 − A_ij), read by
         the gradient at the head's output — route attribution's estimate, for this one route): [L][H] each."""
+        if not self.loaded.causal:
+            raise RequestError(
+                422,
+                f"effect estimates a route's effect on the next token's probability; {self.loaded.name} is an "
+                f"{self.loaded.kind} with no next token: cut the route to see its effect on the sentence embedding",
+            )
         st = self.state(text, job)
         T = st.ids.shape[1]
         i, j = in_range(query, "query", T, POSITION), in_range(key, "key", T, POSITION)
-        if self.loaded.causal and j > i:
+        if j > i:
             raise RequestError(400, f"key {j} comes after query {i}: a causal model has no such route")
         tid = self.target_id(target, st.clean)
         job.say(f"route {i} → {j}: its weight and estimated effect in every head", 0, 1)
@@ -431,4 +444,4 @@ def _round(a: np.ndarray) -> list:
     return [None if not np.isfinite(x) else float(f"{x:.4g}") for x in np.asarray(a, dtype=np.float64)]
 
 
-__all__ = ["Explorer", "MAX_CUTS", "TOP", "TextState", "in_range"]
+__all__ = ["Explorer", "MAX_CUTS", "TOP", "TextState", "head_name", "in_range"]
