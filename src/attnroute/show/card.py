@@ -19,6 +19,15 @@ def fmt(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+LINE = 400  # characters of a verdict line shown; the whole line in its tooltip
+
+
+def _line(text: str) -> str:
+    if len(text) <= LINE:
+        return f"<li>{escape(text)}</li>"
+    return f'<li title="{escape(text)}">{escape(text[: LINE - 1])}…</li>'
+
+
 def card(
     title: str,
     *,
@@ -41,7 +50,7 @@ def card(
         src = base64.b64encode(figure).decode()
         parts.append(f'<img alt="{escape(title)}" style="max-width:100%" src="data:image/png;base64,{src}">')
     if lines:
-        parts.append("<ul>" + "".join(f"<li>{escape(str(x))}</li>" for x in lines) + "</ul>")
+        parts.append("<ul>" + "".join(_line(str(x)) for x in lines) + "</ul>")
     if summary:
         rows = "".join(
             f'<tr><td>{escape(str(k))}</td><td class="num">{escape(fmt(v))}</td></tr>' for k, v in summary.items()

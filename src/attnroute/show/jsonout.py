@@ -35,6 +35,14 @@ def write_json(data, path, indent: int | None = 2) -> Path:
 MAX_JSON_BYTES = 256 << 20  # a result file larger than this is no result attnroute wrote
 
 
+class _Constant(ValueError):
+    """A bare NaN, Infinity or -Infinity in a file: Python's json reads them, strict JSON has none."""
+
+
+def _no_constant(name: str):
+    raise _Constant(name)
+
+
 def read_json(path, field: str, written_by: str) -> dict:
     """A JSON object from a file the user named, or one line naming the field, the file and what to do: a
     missing, huge, undecodable or absurdly nested file is refused before anything is built from it."""
@@ -46,9 +54,15 @@ def read_json(path, field: str, written_by: str) -> dict:
             f"{field} {path} is {p.stat().st_size:,} bytes; a result file is at most {MAX_JSON_BYTES:,}", field=field
         )
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(p.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError(f"{field} {path}: not a JSON file ({e})", field=field) from None
+    except _Constant as e:
+        raise InputError(
+            f"{field} {path} holds a bare {e} (not JSON: attnroute writes null for a number it could not compute); "
+            f"write it again with `{written_by}`",
+            field=field,
+        ) from None
     except RecursionError:
         raise InputError(f"{field} {path}: nested too deeply to be a result of `{written_by}`", field=field) from None
     if not isinstance(data, dict):

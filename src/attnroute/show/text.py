@@ -35,4 +35,12 @@ def csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
     return buf.getvalue()
 
 
-__all__ = ["agreement_text", "csv_text", "plus_minus", "signed", "tokens_line"]
+def shortened(text: str, most: int = 48) -> str:
+    """``text`` cut to ``most`` characters with an ellipsis: a figure or a card line stays readable, and is
+    drawn in bounded time, whatever a result file holds (its full text stays in the JSON, and in a card's
+    tooltip)."""
+    text = str(text)
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+__all__ = ["agreement_text", "csv_text", "plus_minus", "shortened", "signed", "tokens_line"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from .plotting import pyplot
-from .text import signed
+from .text import shortened, signed
 
 TITLE = "Why a head attends where it does: its score split into query-side × key-side components"
 DRAWN = 20  # pairs drawn at most
@@ -55,9 +55,9 @@ def why_png(result: dict, path) -> None:
         colour = "#d62728" if p["term"] > 0 else "#1f77b4"
         ax.plot([0, 1], [-y0, -y1], color=colour, lw=0.5 + 5 * abs(p["term"]) / big, alpha=0.75)
     for y, label in enumerate(left):
-        ax.text(-0.03, -y, label, ha="right", va="center", fontsize=8)
+        ax.text(-0.03, -y, shortened(label), ha="right", va="center", fontsize=8)
     for y, label in enumerate(right):
-        ax.text(1.03, -y, label, ha="left", va="center", fontsize=8)
+        ax.text(1.03, -y, shortened(label), ha="left", va="center", fontsize=8)
     m = result["meta"]
     ax.set_title(
         f"{m['head']}: score {result['score']:+.3f} = Σ pairs {result['sum']:+.3f} over {m['routes']} route(s)\n"

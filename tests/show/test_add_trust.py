@@ -1,0 +1,80 @@
+"""`report --add` checks what it is given before drawing it: sizes and values of every result kind (why
+included), no bare NaN, nodes a residual stream has, and labels drawn in bounded time."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import attnroute as ar
+from attnroute.errors import InputError
+from attnroute.models import load
+from attnroute.show import sections
+from tests.read.zoo import build
+
+PAIRS = [ar.PromptPair("the cat sat on the mat and", "the dog sat on the mat and", " the", " a")]
+TEXT = "the cat sat on the mat . the cat sat on the"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    loaded = load(str(build("llama", tmp_path_factory.mktemp("trust"))))
+    circuit = json.loads(ar.circuit(loaded, PAIRS, exact=0).to_json())
+    why = json.loads(ar.why(loaded, TEXT, head="L1.H1", query="11", key="4").to_json())
+    return {"circuit": circuit, "why": why}
+
+
+def _add(tmp_path, data, text=None):
+    path = tmp_path / "r.json"
+    path.write_text(text if text is not None else json.dumps(data))
+    return sections.load(str(path), "add")
+
+
+def test_the_results_as_written_are_added(results, tmp_path):
+    for kind in ("circuit", "why"):
+        assert "<div" in _add(tmp_path, results[kind])
+
+
+def test_a_grid_of_heads_no_model_has_is_refused_before_it_is_drawn(results, tmp_path):
+    data = json.loads(json.dumps(results["circuit"]))
+    data["meta"]["layers"] = data["meta"]["heads"] = 4095  # each under 4,096: a 16-million-cell figure
+    with pytest.raises(InputError, match="layers × meta.heads"):
+        _add(tmp_path, data)
+
+
+def test_a_bare_nan_is_refused_naming_it(results, tmp_path):
+    text = json.dumps(results["circuit"])
+    assert '"exact": null' in text  # an unmeasured edge
+    text = text.replace('"exact": null', '"exact": NaN', 1)  # what Python's json would read as a number
+    with pytest.raises(InputError, match="bare NaN"):
+        _add(tmp_path, None, text)
+
+
+@pytest.mark.parametrize(
+    "where, value, said",
+    [
+        ("sender", {"kind": "logits"}, "sender is a 'logits'"),
+        ("receiver", {"kind": "banana"}, "receiver is a 'banana'"),
+    ],
+)
+def test_an_edge_between_nodes_no_stream_has_is_refused(results, tmp_path, where, value, said):
+    data = json.loads(json.dumps(results["circuit"]))
+    data["edges"][0][where] = {**data["edges"][0][where], **value}
+    with pytest.raises(InputError, match=said):
+        _add(tmp_path, data)
+
+
+def test_a_why_result_with_a_huge_label_is_refused_at_once_and_a_long_one_drawn_short(results, tmp_path):
+    data = json.loads(json.dumps(results["why"]))
+    data["pairs"][0]["query_side"]["label"] = "x" * 3_000_000
+    t0 = time.perf_counter()
+    with pytest.raises(InputError, match="label's length"):
+        _add(tmp_path, data)
+    assert time.perf_counter() - t0 < 5
+    data["pairs"][0]["query_side"]["label"] = "y" * 1_500
+    data["verdict"]["lines"].append("z" * 5_000)
+    t0 = time.perf_counter()
+    html = _add(tmp_path, data)
+    assert time.perf_counter() - t0 < 10 and 'title="' + "z" * 5_000 in html and "z" * 399 + "…" in html
