@@ -170,7 +170,7 @@ def existing(run: Recorded, h: int, wanted: list[tuple[int, int]], head: str, sa
     if not routes:
         raise InputError(
             f"no route asked for exists in {head}: its mask forbids them all (e.g. query {wanted[0][0]} → key "
-            f"{wanted[0][1]}: a causal row sees only its own and earlier positions)",
+            f"{wanted[0][1]}: a causal row sees only its own and earlier positions, a windowed one only its window)",
             field="key",
         )
     if len(routes) < len(wanted):

@@ -263,6 +263,7 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     check_window_heads(loaded, s.window, s.heads, KnockoutError)
     queries, keys, control, resolved = _route(loaded, s, ids)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    _refuse_absent(loaded, batch, queries, keys, s, resolved)
     clean = _logits(loaded, batch, [])  # (T, V): one clean forward gives the target and its baseline
     target_id = _target_id(loaded, s.target_token, clean)
     p_clean, loss_clean = _measure(loaded, batch, target_id, logits=clean)  # the same terms _cut_loss reads
@@ -286,6 +287,48 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     )
     _slide(loaded, batch, result, metric, clean)
     return result
+
+
+@torch.no_grad()
+def route_layers(loaded, batch: dict, queries: list[int], keys: list[int]) -> list[bool]:
+    """Per attention layer: does any query → key of the route exist under that layer's own mask (its causal
+    alignment, its sliding window, padding)? Read from one forward, as the model builds each layer's mask."""
+    from ...engine import Mask
+
+    masks: dict[int, object] = {}
+    with routed(loaded, on_attend=[lambda layer, mask, args: masks.setdefault(layer, mask)]):
+        loaded.model(**batch)
+    T = batch["input_ids"].shape[1]
+    q, k = torch.tensor(queries), torch.tensor(keys)
+    exists = []
+    for layer in range(loaded.n_layers):
+        m = masks.get(layer)
+        if m is None:
+            exists.append(True)
+            continue
+        grid = m.materialize(1, 1, T, T) if isinstance(m, Mask) else m
+        grid = grid.expand(1, grid.shape[1], T, T)[0, 0]  # [Tq, Tk] True = may attend
+        exists.append(bool(grid[q][:, k].any()))
+    return exists
+
+
+def _refuse_absent(loaded, batch: dict, queries, keys, s: KnockoutSettings, resolved: dict) -> None:
+    """A route no layer's mask lets exist is refused (a cut of it changes nothing: Δ would read 0.000, a
+    silently wrong answer); one that exists in some layers only (sliding-window layers) says which."""
+    exists = route_layers(loaded, batch, queries, keys)
+    if not any(exists):
+        raise KnockoutError(
+            f"no route from {s.source!r} to {s.target!r} exists in any layer: every layer's mask forbids it (a key "
+            "beyond the sliding window); choose words closer together",
+            field="target",
+        )
+    if not all(exists):
+        absent = [layer for layer, e in enumerate(exists) if not e]
+        resolved["mask"] = {
+            "said": f"the route does not exist in {len(absent)} of {len(exists)} layers (their window): cuts "
+            f"there change nothing ({', '.join(map(str, absent[:12]))}{', …' if len(absent) > 12 else ''})",
+            "absent_layers": absent,
+        }
 
 
 LOCAL = 3  # keys this close before a query are its local context: a control there moves the prediction itself
