@@ -41,3 +41,21 @@ def test_why_refuses_a_route_beyond_the_heads_window(zoo):
     with pytest.raises(InputError) as e:
         ar.why(zoo["mistral"], FAR, head="L1.H0", query="the", key="cat")
     assert e.value.field == "key" and "window" in str(e.value)
+
+
+def test_the_explorer_refuses_a_cut_of_a_route_beyond_the_window(zoo):
+    from starlette.testclient import TestClient
+
+    from attnroute.serve.app import build as app_of
+    from attnroute.serve.explorer import Explorer
+    from attnroute.settings import ServeSettings
+    from attnroute.show.explorer import page_html
+
+    explorer = Explorer(zoo["mistral"])
+    app = app_of(explorer, ServeSettings(model=zoo["mistral"]), "t", page_html(explorer.info()), hosts=["testserver"])
+    with TestClient(app, headers={"X-Attnroute-Token": "t"}) as c:
+        far = {"kind": "route", "layer": 1, "head": 0, "query": 13, "key": 1}
+        r = c.post("/api/cut", json={"text": FAR, "cuts": [far]})
+        assert r.status_code == 400 and "beyond layer 1's window" in r.json()["error"]
+        near = c.post("/api/cut", json={"text": FAR, "cuts": [{**far, "key": 10}]})
+        assert near.status_code == 200

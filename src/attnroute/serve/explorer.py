@@ -31,6 +31,7 @@ from ..models import LoadedModel
 from ..read.adapter import routed
 from ..read.capture import capture_weights, sink_positions
 from ..read.heads import DEFAULT_TEXT, Reuse, read_heads, reusable
+from ..read.patching.suffix import windowed
 from ..read.stimuli import encode_text, tokens_of
 from ..settings import SERVE_TOKENS, SETTLE_FIRST, HeadsSettings, integer
 from ..settings.patching import edge_labels
@@ -225,7 +226,7 @@ class Explorer:
         return dO, o, torch.stack([kept[(l, "v")] for l in range(L)])
 
     # ---------------------------------------------------------------- cuts
-    def interventions(self, cuts, T: int) -> list:
+    def interventions(self, cuts, T: int, ids: torch.Tensor | None = None) -> list:
         if not isinstance(cuts, list) or len(cuts) > MAX_CUTS:
             raise RequestError(400, f"cuts: expected a list of at most {MAX_CUTS} cuts")
         made = []
@@ -239,8 +240,18 @@ class Explorer:
             q, k = (in_range(c.get(name), f"cut {n}: {name}", T, POSITION) for name in ("query", "key"))
             if self.loaded.causal and k > q:
                 raise RequestError(400, f"cut {n}: key {k} comes after query {q}: a causal model has no such route")
+            if ids is not None and windowed(self.loaded) and not self._exists(ids, q, k)[layer]:
+                raise RequestError(
+                    400, f"cut {n}: key {k} is beyond layer {layer}'s window from query {q}: no such route"
+                )
             made.append(KnockoutEdges([q], [k], [head], layer=layer))
         return made
+
+    def _exists(self, ids: torch.Tensor, q: int, k: int) -> list[bool]:
+        """Per layer, whether the route q → k exists under that layer's own mask (a windowed model's)."""
+        from ..read.experiments.knockout import route_layers
+
+        return route_layers(self.loaded, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, [q], [k])
 
     @torch.no_grad()
     def outputs(self, ids: torch.Tensor, interventions: list) -> torch.Tensor:
@@ -276,7 +287,7 @@ class Explorer:
 
     def cut(self, text: str, cuts, target, job) -> dict:
         st = self.state(text, job)
-        made = self.interventions(cuts, st.ids.shape[1])
+        made = self.interventions(cuts, st.ids.shape[1], st.ids)
         job.say(f"running the model with {len(made)} cut(s)", 0, 1)
         after = self.outputs(st.ids, made) if made else st.clean
         if not self.loaded.causal:
@@ -384,7 +395,7 @@ class Explorer:
         if not isinstance(route, dict) or set(route) - {"layer", "head", "query", "key", "kind"}:
             raise RequestError(400, "route: expected {layer, head, query, key}")
         ids = self.encode(clean)
-        made = self.interventions([{**route, "kind": "route"}], ids.shape[1])
+        made = self.interventions([{**route, "kind": "route"}], ids.shape[1], ids)
         a, w = self.target_id(f["answer"], torch.zeros(1)), self.target_id(f["wrong"], torch.zeros(1))
         job.say("the route knocked out", 0, 1)
         base, cut = self.outputs(ids, []), self.outputs(ids, made)
