@@ -47,13 +47,31 @@ def test_a_second_writer_by_another_name_of_the_same_file_is_refused(holder, tmp
             pass
 
 
-def test_the_lock_stays_after_the_run_and_the_next_run_takes_it(tmp_path):
-    ck = tmp_path / "ck.npz"
+def test_a_lock_removed_as_it_was_locked_is_taken_again_not_shared(tmp_path, monkeypatch):
+    """The holder removes the lock file as it leaves; a process that opened the old file just before must not
+    count that as the lock (a third process would lock the new file beside it): it retries on the new one."""
+    import attnroute.read.ground.checkpoint as ck_module
+
+    ck, lock = tmp_path / "ck.npz", tmp_path / ".ck.npz.lock"
+    real_flock, swapped = ck_module.fcntl.flock, []
+
+    def flock(fd, op):  # the first lock taken: its file is removed and replaced right then (another holder left)
+        real_flock(fd, op)
+        if not swapped and op & ck_module.fcntl.LOCK_EX:
+            swapped.append(os.fstat(fd).st_ino)
+            lock.unlink()
+            lock.write_bytes(b"")
+
+    monkeypatch.setattr(ck_module.fcntl, "flock", flock)
     with exclusive(ck):
-        pass
-    assert (tmp_path / ".ck.npz.lock").exists()
-    with exclusive(ck):  # released: the next run locks the same file
-        pass
+        assert swapped and lock.stat().st_ino != swapped[0]  # the lock file was replaced as it was locked
+        other = os.open(lock, os.O_RDWR)  # a third process on the file the path names now: refused, not let in
+        try:
+            with pytest.raises(BlockingIOError):
+                real_flock(other, ck_module.fcntl.LOCK_EX | ck_module.fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    assert not lock.exists()  # and removed when the run ends
 
 
 def test_a_checkpoint_in_a_folder_that_does_not_exist_is_refused_naming_it(tmp_path):

@@ -89,29 +89,46 @@ def exclusive(path: Path | None):
     """One writer per checkpoint: a lock beside the file it names (``.NAME.lock``, flock) held for the command's
     run. A second process asking for the same checkpoint — by the same name, or another that resolves to it (a
     symlink, a relative path) — is refused in one line: two writers would each resume from, and overwrite, the
-    other's work. The lock file stays after the run: removing it would let a third process lock a new file
-    while a second still held the removed one (models/caches.one_converter, the same rule)."""
+    other's work. The lock file is removed when the run ends; a process that locked it just as its holder removed
+    it finds the path no longer names the file it locked, and takes the new one (the usual flock-and-unlink
+    rule: without the check, it and a third process could both hold "the" lock)."""
     if path is None:
         yield
         return
     real = Path(os.path.realpath(path))  # every name of one checkpoint takes one lock
     lock = real.with_name(f".{real.name}.lock")
-    try:
-        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666 & ~umask())
-    except OSError as e:
-        raise CheckpointMismatch(f"checkpoint {path}: its lock {lock} cannot be made ({e.strerror})") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise CheckpointMismatch(
-            f"checkpoint {path} is in use by another attnroute process; wait for it to end, or give another path"
-        ) from None
+    fd = _locked(lock, path)
     try:
         yield
     finally:
+        lock.unlink(missing_ok=True)  # removed while still held: a late locker sees it gone and retries
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _locked(lock: Path, path) -> int:
+    """A descriptor holding the lock ``lock`` names now; refused when another process holds it."""
+    for _ in range(8):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666 & ~umask())
+        except OSError as e:
+            raise CheckpointMismatch(f"checkpoint {path}: its lock {lock} cannot be made ({e.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise CheckpointMismatch(
+                f"checkpoint {path} is in use by another attnroute process; wait for it to end, or give another path"
+            ) from None
+        held = os.fstat(fd)
+        try:
+            named = os.stat(lock)
+        except FileNotFoundError:
+            named = None
+        if named is not None and (named.st_ino, named.st_dev) == (held.st_ino, held.st_dev):
+            return fd
+        os.close(fd)  # its holder removed it as this process locked it: the lock is the file there now
+    raise CheckpointMismatch(f"checkpoint {path}: its lock {lock} keeps being replaced; give another path")
 
 
 def read_state(path: Path, kind: str, key: str) -> tuple[dict, dict[str, np.ndarray]] | None:
