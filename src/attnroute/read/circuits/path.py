@@ -10,7 +10,6 @@ k or v receiver named by a query head (L18.H6 with channel k) is the kv head tha
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +18,6 @@ from ...engine.jsonable import Meta, Result
 from ...promptset import finite
 from ...settings import PathPatchSettings, verb
 from ..ground.metrics import resolve
-from ..ground.pool import RunPool, chunk_groups
 from ..ground.prompts import tokenize_pairs
 from ..ground.stats import gap, mean_ci
 from ..study import Study
@@ -77,32 +75,29 @@ def path_patch(model=None, prompts=None, *, settings: PathPatchSettings | None =
     s = PathPatchSettings.of(settings, model, fields, prompts=prompts)
     st = Study(s, progress)
     say = st.say
-    metric_name, fn = resolve(s.metric)
-    loaded, groups, record = _inputs(st)
+    st.metric_name, fn = resolve(s.metric)
+    loaded, groups, st.record = _inputs(st)
     layout = discover(loaded, groups[0].clean[:1])
     graph = Graph(layout)
     (e,) = resolve_edges(graph, [_kv_named(s.edge, layout.heads // max(1, layout.kv_heads))])
-    N = len(record)
-    m = {k: np.full(N, np.nan) for k in ("clean", "corrupt", "exact", "estimate")}
-    chunks = chunk_groups(groups)
-    pool = RunPool(lambda g: EdgeRun(loaded, layout, graph, g, fn, s.direction, "corrupt"), chunks, lambda g: 0)
-    with contextlib.nullcontext():
-        for i in range(len(pool)):
-            r = pool.get(i)
-            m["clean"][r.group.rows], m["corrupt"][r.group.rows] = r.m_clean.numpy(), r.m_corrupt.numpy()
-            m["exact"][r.group.rows] = (r.measure([e])[0] - r.m_base).numpy()
-            m["estimate"][r.group.rows] = eap(r, s.ig_steps)[e]
-            pool.done(i)
-            say("patch", f"run {i + 1} of {len(pool)}", done=i + 1, total=len(pool))
-    return _result(loaded, layout, graph, e, s, metric_name, m, record)
+    m = {k: np.full(len(st.record), np.nan) for k in ("clean", "corrupt", "exact", "estimate")}
+    pool = st.pool(lambda g: EdgeRun(loaded, layout, graph, g, fn, s.direction, "corrupt"), lambda g: 0, groups)
+    for i in range(len(pool)):
+        r = pool.get(i)
+        m["clean"][r.group.rows], m["corrupt"][r.group.rows] = r.m_clean.numpy(), r.m_corrupt.numpy()
+        m["exact"][r.group.rows] = (r.measure([e])[0] - r.m_base).numpy()
+        m["estimate"][r.group.rows] = eap(r, s.ig_steps)[e]
+        pool.done(i)
+        say("patch", f"run {i + 1} of {len(pool)}", done=i + 1, total=len(pool))
+    return _result(st, layout, graph, e, m)
 
 
 def _inputs(st: Study) -> tuple:
     """(the model, the prompts as groups of one length, each prompt's record): prompt pairs, or two clips
     (clips.py). What can be checked is checked before the weights load (Study.prompts)."""
     if st.s.clips:
-        loaded, group, record = clip_run_inputs(st.s, st.say)
-        return loaded, [group], record
+        st.loaded, group, record = clip_run_inputs(st.s, st.say)
+        return st.loaded, [group], record
     pairs = st.prompts()
     loaded = st.load()
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, st.s.metric)
@@ -118,8 +113,9 @@ def _kv_named(label: str, G: int) -> str:
     return re.sub(r"\.(x?)H(\d+)\.([kv])$", lambda mt: f".{mt.group(1)}KV{int(mt.group(2)) // G}.{mt.group(3)}", label)
 
 
-def _result(loaded, layout, graph, e, s, metric_name, m, record) -> PathPatchResult:
-    sender, receiver = graph.edge(e)
+def _result(st: Study, layout, graph, e: int, m: dict) -> PathPatchResult:
+    """The edge's exact Δ and estimate over the prompts (``m``: per prompt), and what the run was."""
+    s, sender, receiver = st.s, *graph.edge(e)
     seq2seq, G = len(layout.streams) > 1, layout.heads // max(1, layout.kv_heads)
     den = gap(m["clean"], m["corrupt"])  # None: the runs agree, nothing to normalize by
     base = m["corrupt"] if s.direction == "denoising" else m["clean"]
@@ -131,16 +127,14 @@ def _result(loaded, layout, graph, e, s, metric_name, m, record) -> PathPatchRes
         "receiver": receiver.to_dict(seq2seq, G),
         "exact": exact,
         "exact_ci": exact_ci,
-        "normalized": None
-        if gap(m["clean"], m["corrupt"]) is None
-        else float(np.mean(m["exact"] + base - m["corrupt"])) / den,
+        "normalized": None if den is None else float(np.mean(m["exact"] + base - m["corrupt"])) / den,
         "values": [finite(v) for v in m["exact"]],
         "estimate": est,
         "estimate_ci": est_ci,
         "estimate_values": [finite(v) for v in m["estimate"]],
     }
     meta = PathMeta(
-        metric=metric_name,
+        metric=st.metric_name,
         direction=s.direction,
         n_prompts=len(m["clean"]),
         estimate="EAP" if s.ig_steps == 1 else f"EAP-IG, {s.ig_steps} steps",
@@ -148,9 +142,9 @@ def _result(loaded, layout, graph, e, s, metric_name, m, record) -> PathPatchRes
         m_corrupt=float(np.mean(m["corrupt"])),
         m_clean_values=[finite(v) for v in m["clean"]],
         m_corrupt_values=[finite(v) for v in m["corrupt"]],
-        prompts=record,
+        prompts=st.record,
     )
-    return PathPatchResult(loaded.name, meta, edge)
+    return PathPatchResult(st.loaded.name, meta, edge)
 
 
 __all__ = ["PathPatchResult", "path_patch"]

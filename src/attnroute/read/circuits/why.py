@@ -66,7 +66,7 @@ def why(model=None, text: str | None = None, *, settings: WhySettings | None = N
     with torch.no_grad(), routed(loaded, impl="eager"):  # replay() stops the attention module at its call
         qs = split_side(run, rq, sorted({i for i, _ in routes}), run.q[0, h])
         ks = split_side(run, rk, sorted({j for _, j in routes}), run.k[0, kvh])
-    return result(loaded, s, run, routes, said, qs, ks, (h, kvh))
+    return result(s, run, routes, said, (qs, ks), (h, kvh))
 
 
 def _why_post_ln(loaded, s: WhySettings, ids, listed) -> WhyResult:
@@ -98,7 +98,7 @@ def _why_post_ln(loaded, s: WhySettings, ids, listed) -> WhyResult:
         parts, comps = side_parts(split, module, g, read, unit, channel, positions)
         _check_side(parts, actual[positions], f"{s.head}'s {channel}")
         sides.append(Side(parts, [], positions, False, components=comps))
-    return result(loaded, s, run, routes, said, sides[0], sides[1], (h, kvh))
+    return result(s, run, routes, said, (sides[0], sides[1]), (h, kvh))
 
 
 def _check_side(parts: torch.Tensor, actual: torch.Tensor, what: str) -> None:

@@ -178,7 +178,11 @@ def existing(run: Recorded, h: int, wanted: list[tuple[int, int]], head: str, sa
     return routes, said
 
 
-def result(loaded, s: WhySettings, run: Recorded, routes, said: str, qs, ks, heads, tokens=None) -> WhyResult:
+def result(s: WhySettings, run: Recorded, routes, said: str, sides: tuple, heads, tokens=None) -> WhyResult:
+    """The split of the routes' mean score into (query part × key part) pairs, checked against the model's own
+    score, with each side's totals: ``sides`` the query's and the key's split (split_side), ``heads`` the
+    query head and its kv head."""
+    loaded, (qs, ks) = run.loaded, sides
     h, kvh = heads
     terms, bias_term, actual, gap, rel = _split(run, s, routes, qs, ks, heads)
     single = len(routes) == 1

@@ -64,7 +64,7 @@ def why_speech(s, say):
         qs = split_side(run, rq, sorted(set(qs_at)), run.q[0, h])
         ks = split_side(run, rk, sorted(set(ks_at)), run.k[0, kvh])
     tokens = tokens_of(loaded.tokenizer, ids[0])
-    return result(loaded, s, run, routes, said, qs, ks, (h, kvh), tokens=tokens)
+    return result(s, run, routes, said, (qs, ks), (h, kvh), tokens=tokens)
 
 
 def _sides(head: str) -> tuple[str, str]:
