@@ -90,3 +90,17 @@ def test_every_command_has_a_python_function_of_its_name():
         names += [f"{name}_{s}" for s in inner[0].choices] if inner else [name]
     missing = [n for n in names if n not in attnroute.__all__ and n not in ("bench", "cost_bill")]
     assert missing == []
+
+
+def test_the_kinds_report_add_lists_are_the_kinds_it_draws():
+    """`report --help` listed five kinds for --add while circuit and why results were drawn too: the help, the
+    refusal's 'written by' line and the drawing all come from one list."""
+    from attnroute.cli import build_parser
+    from attnroute.settings import ADD_KINDS
+    from attnroute.show.sections import KINDS, VERBS
+
+    assert set(ADD_KINDS) == set(VERBS) and KINDS["add"][0] == tuple(VERBS)
+    report = next(a for a in build_parser()._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+    add_help = next(a.help for a in report.choices["report"]._actions if "--add" in a.option_strings)
+    assert set(re.findall(r"`(\w+)`", add_help)) == set(ADD_KINDS)
+    assert all(kind in KINDS["add"][1] for kind in ADD_KINDS)

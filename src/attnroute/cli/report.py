@@ -4,7 +4,7 @@ JSON, its main charts as PNG), with sections from learn and experiment results a
 from __future__ import annotations
 
 from ..errors import InputError
-from ..settings import CorpusSettings, ReportSettings
+from ..settings import ADD_KINDS, CorpusSettings, ReportSettings
 from .common import (
     NOT_SETTINGS,
     deliver,
@@ -38,7 +38,7 @@ def add(sub) -> None:
     r.add_argument(
         "--add",
         action="append",
-        help="add a section from a `knockout`, `swap`, `needle`, `patch` or `routes` --json result (repeatable)",
+        help=f"add a section from a {', '.join(f'`{k}`' for k in ADD_KINDS)} --json result (repeatable)",
     )
     option(r, "--generate", R, type=int)
     corpus_flags(r)

@@ -47,6 +47,7 @@ from .patching import (
 )
 from .read import (
     ABLATION_MODES,
+    ADD_KINDS,
     DEFAULT_EXACT,
     DEFAULT_MODEL,
     DEFAULT_SEEDS,
@@ -72,6 +73,7 @@ from .tools import (
 )
 
 __all__ = [
+    "ADD_KINDS",
     "ABLATIONS",
     "ABLATION_MODES",
     "CONVENTIONS",

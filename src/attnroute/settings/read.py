@@ -37,6 +37,9 @@ SETTLE_FIRST, SETTLE_STEP, SETTLE_TOP = 20, 10, 10
 ABLATION_MODES = ("zero", "mean", "uniform")
 MAX_GENERATE = 512
 PAGE_TOKENS = 256  # the report page's length when max_tokens is unset (or the model's positions, if fewer)
+# the results `report --add` draws, by the command that writes them (show/sections.VERBS draws each; a test holds
+# the two equal, so --help and the refusal never list fewer or more kinds than are read)
+ADD_KINDS = ("knockout", "swap", "needle", "patch", "routes", "circuit", "why")
 DEFAULT_SEEDS = (0, 1, 2)  # probe seeds of the repeated-token stimulus: one --seed and the next two
 
 
@@ -198,6 +201,7 @@ class ReportSettings(Settings):
 
 
 __all__ = [
+    "ADD_KINDS",
     "ABLATION_MODES",
     "DEFAULT_EXACT",
     "DEFAULT_MODEL",

@@ -1,5 +1,5 @@
 """The routing report's extra sections, from the JSON results other commands wrote: `learn` results
-(`report --learn`) and experiment results — knockout, swap, needle, patch, routes (`report --add`).
+(`report --learn`) and experiment results — every kind in settings.ADD_KINDS (`report --add`).
 
 A file is read, checked and rendered once, before any model runs: a missing file, a file that is not
 such a result, or one with a missing or malformed field is refused in one line naming the field.
@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..read.circuits import CircuitResult, WhyResult
 from ..read.experiments import KnockoutResult, NeedleResult, SwapResult
 from ..read.patching import PatchResult, RoutesResult
+from ..settings import ADD_KINDS
 from . import circuit, knockout, learn, needle, patch, routes, swap, why
 from .card import card, row
 from .jsonout import read_json
@@ -30,12 +31,12 @@ VERBS = {
 }
 KINDS = {
     "learn": (tuple(learn.TITLES), "attnroute learn … --out DIR"),
-    "add": (tuple(VERBS), "attnroute knockout|swap|needle|patch|routes|circuit|why --json"),
+    "add": (tuple(VERBS), f"attnroute {'|'.join(ADD_KINDS)} --json"),
 }
 
 
 def figure(result: dict) -> bytes:
-    """The figure of a knockout, swap, needle, patch or routes result as PNG bytes (the caller writes them)."""
+    """The figure of a result `report --add` draws (VERBS) as PNG bytes (the caller writes them)."""
     draw = VERBS[result["experiment"]][2]
     return png(lambda f: draw(result, f))
 
