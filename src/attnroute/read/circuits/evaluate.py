@@ -270,6 +270,7 @@ def _evaluate(st: Study, layout, graph: Graph, chosen: list[int]) -> CircuitEval
     for i in range(len(pool)):
         r = pool.get(i)
         ends["m_clean"][r.group.rows], ends["m_corrupt"][r.group.rows] = r.m_clean.numpy(), r.m_corrupt.numpy()
+        pool.done(i)  # kept only within the pool's memory budget
     ends = {k: st.shard.merge(v) for k, v in ends.items()}
     st.say("circuit", f"the circuit of {len(chosen):,} edges, the full and the empty one, run whole")
     circuit = np.zeros(E, dtype=bool)
