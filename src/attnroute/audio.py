@@ -168,7 +168,7 @@ def _fmt(path: Path, body: bytes) -> tuple[int, int, int, int]:
     if len(body) < 16:
         raise AudioError(f"{path}: not a PCM WAV file (a format chunk of {len(body)} bytes); {CONVERT}")
     tag, channels = int.from_bytes(body[0:2], "little"), int.from_bytes(body[2:4], "little")
-    rate, align, bits = int.from_bytes(body[4:8], "little"), int.from_bytes(body[12:14], "little"), 0
+    rate, align = int.from_bytes(body[4:8], "little"), int.from_bytes(body[12:14], "little")
     bits = int.from_bytes(body[14:16], "little")
     if tag == EXTENSIBLE and len(body) >= 26:
         tag = int.from_bytes(body[24:26], "little")  # the sub-format GUID's first two bytes: the format's tag

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .loaded import LoadedModel, ModelLoadError
+from .loaded import LoadedModel, ModelLoadError, dtype_names
 
 NON_TEXT = {  # transformers registries of models whose input is not text -> what they take
     "MODEL_FOR_IMAGE_MAPPING_NAMES": "images",
@@ -80,7 +80,7 @@ def _finish(loaded, name: str) -> LoadedModel:
 def _named(name: str, model: torch.nn.Module) -> str:
     """The model's name as every result states it: with the dtype it computes in when that is not float32
     ("smollm2 (bfloat16)"), so that a low-precision reading never passes for a float32 one."""
-    held = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()})
+    held = dtype_names(model)
     return name if held in ([], ["float32"]) else f"{name} ({', '.join(held)})"
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import InputError, InputTypeError
 from .discovery import _finish, model_kind
-from .loaded import LoadedModel, ModelLoadError
+from .loaded import LoadedModel, ModelLoadError, dtype_names
 from .sources import load as load_source
 from .sources import quiet_transformers
 
@@ -63,7 +63,7 @@ def _in_dtype(loaded: LoadedModel, dtype) -> LoadedModel:
     """A model in memory, when it computes in ``dtype`` (or none was asked): attnroute never casts it."""
     if dtype is None:
         return loaded
-    held = sorted({str(p.dtype).removeprefix("torch.") for p in loaded.model.parameters() if p.is_floating_point()})
+    held = dtype_names(loaded.model)
     if held != [str(dtype).removeprefix("torch.")]:
         raise InputError(
             f"dtype {str(dtype).removeprefix('torch.')} was asked, and the model you hold computes in "

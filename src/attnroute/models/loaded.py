@@ -10,6 +10,16 @@ import torch
 from ..errors import InputError
 
 
+def held_dtypes(model: torch.nn.Module) -> list[torch.dtype]:
+    """The floating-point dtypes a model's parameters are held in (one, unless the model mixes them)."""
+    return sorted({p.dtype for p in model.parameters() if p.is_floating_point()}, key=str)
+
+
+def dtype_names(model: torch.nn.Module) -> list[str]:
+    """held_dtypes as the messages and names say them: 'bfloat16', 'float32'."""
+    return [str(d).removeprefix("torch.") for d in held_dtypes(model)]
+
+
 class ModelLoadError(InputError):
     """A model name or path that cannot be loaded; the message says why and what to do."""
 
@@ -36,8 +46,7 @@ class LoadedModel:
     @property
     def dtype(self) -> torch.dtype:
         """What the model computes in: its floating-point parameters' dtype (the least precise when they differ)."""
-        held = {p.dtype for p in self.model.parameters() if p.is_floating_point()} or {torch.float32}
-        return min(held, key=lambda d: torch.finfo(d).eps * -1)
+        return max(held_dtypes(self.model) or [torch.float32], key=lambda d: torch.finfo(d).eps)
 
     @property
     def causal(self) -> bool:

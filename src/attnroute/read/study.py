@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import Interrupted
-from ..models import LoadedModel, facts_of, load
+from ..models import Facts, LoadedModel, facts_of, load
+from ..models.door import is_loaded_or_object
 from ..progress import reporter
 from .ground.arrays import Store
 from .ground.checkpoint import exclusive
@@ -57,6 +58,9 @@ class Study:
 
     def facts(self):
         """The model's tokenizer, kind and config before its weights load (None: load() must say why)."""
+        if is_loaded_or_object(self.s.model):  # in memory already: built once, and its facts read from it
+            loaded = self.load()
+            return Facts(loaded.tokenizer, loaded.kind, loaded.model.config)
         return facts_of(self.s.model, getattr(self.s, "tokenizer", None))
 
     def load(self) -> LoadedModel:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...errors import InputError
+from ...models.loaded import dtype_names, held_dtypes
 from ..adapter import routed
 from ..hooks import Hooks
 
@@ -251,8 +252,8 @@ def refuse_low_precision(loaded) -> None:
     """The stream's decomposition is checked against the model's own outputs to float32 rounding (TOL): in
     bfloat16 or float16 a block's output and the sum of its writes differ by the dtype's rounding (~1e-2 for
     bfloat16), which no check here is yet calibrated for. Refused by name, never blamed on the architecture."""
-    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in loaded.model.parameters() if p.is_floating_point()})
-    if any(getattr(torch, d) not in EXACT_DTYPES for d in dtypes):
+    if any(d not in EXACT_DTYPES for d in held_dtypes(loaded.model)):
+        dtypes = dtype_names(loaded.model)
         raise CircuitUnsupported(
             f"the model computes in {', '.join(dtypes)}: circuit, path_patch, why, composition and "
             "evaluate_circuit check the residual stream's decomposition to float32 rounding, which a lower "
