@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/check_gallery.py      (run from the repository root)
 
-Each row runs the whole battery (17 checks × fp32, fp16, bf16, each on several shapes) on one implementation copied into
+Each row runs the whole battery (18 checks × fp32, fp16, bf16, each on several shapes) on one implementation copied into
 tests/check/real/ (each file names its repository, path, commit and license).
 """
 

@@ -105,7 +105,7 @@ def test_the_report_leads_with_the_root_cause(targets, capsys):
     code, out, _ = run(capsys, "bugs:wrong_axis")
     assert code == 1
     first = out.splitlines()[0]
-    assert "root cause: the softmax runs over the queries" in first and "explains 51 of 51" in first
+    assert "root cause: the softmax runs over the queries" in first and "explains 54 of 54" in first
     code, out, _ = run(capsys, "bugs:inverted_past_batch_1", "--json", "-")
     rc = json.loads(out)["root_cause"]
     assert rc["mechanism"] == "inverted_mask" and rc["only"].startswith("only at batch > 1 (batch 1 is right)")

@@ -69,6 +69,7 @@ def test_correct_code_exits_0_and_buggy_code_exits_1():
         "T5 eager (no scale declared)",
         "diffusers SlicedAttnProcessor (v0.29.0)",
         "nanochat SDPA fallback (before #456)",
+        "transformers Mistral window mask (v4.34.0)",
         "CLIP4Clip cross block (mask .repeat)",
         "CLIP4Clip cross block (repeat_interleave, −1e6 mask)",  # the tiling fixed; a −1e6 mask gives way near 1e6
         "PyG softmax (before e98be78)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .conventions import TargetFailed, Unsupported
+from .decode import check_kv_decode
 from .harness import RAISED, TOL, Ctx, dtype_suffix, inputs
 from .masks import (
     check_batch_independence,
@@ -35,6 +36,7 @@ BASE = {
     "decode_alignment": check_decode_alignment,
     "q_longer_than_k": check_q_longer_than_k,
     "sliding_window": check_sliding_window,
+    "kv_decode": check_kv_decode,
     "document": check_document,
     "grouped_heads": check_grouped_heads,
     "empty_rows": check_empty_rows,

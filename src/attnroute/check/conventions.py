@@ -8,8 +8,9 @@ it returns [B, H, Tq, Dv] or a tuple whose first item is that. attnroute holds o
     mha        bool, True = masked out (nn.MultiheadAttention attn_mask)
     additive   float, 0 = may attend, -inf = masked
     hf         float, 0 = may attend, finfo(dtype).min = masked (transformers' eager 4-D mask)
-    causal     no mask argument: ``fn(q, k, v)`` always applies causal attention itself; a case whose
-               mask is not bottom-right causal cannot be said in this convention (n/a)
+    causal     no mask argument: ``fn(q, k, v)`` always applies causal attention itself (with the
+               sliding window and sinks it declares, if any); a case whose mask is not that one
+               cannot be said in this convention (n/a)
 
 Calling guards (each a lesson from a real target):
 - the target gets *copies* of q, k, v; a target that changes its inputs in place is named, and the
@@ -69,10 +70,13 @@ def _describe(e: BaseException) -> str:
 class Caller:
     """Calls one target, remembering what it accepted and whether it ever hung."""
 
-    def __init__(self, fn, convention: str, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, fn, convention: str, timeout: float = DEFAULT_TIMEOUT, own=None):
         if convention not in CONVENTIONS:
             raise ValueError(f"unknown convention {convention!r}; expected one of {CONVENTIONS}")
         self.fn, self.convention, self.timeout = fn, convention, timeout
+        # (B, Tq, Tk) -> keep: the mask a causal-convention target applies itself, when it declared one (a
+        # window, sinks); else plain causal
+        self.own = own
         self.hung: str | None = None
         # "minimal": it accepted broadcast shapes ([1, 1, Tq, Tk], [B, 1, 1, Tk]); "full": it needed [B, 1, Tq, Tk]
         self.shapes: set[str] = set()
@@ -105,9 +109,12 @@ class Caller:
 
     def _call_causal(self, q, k, v, keep):
         Tq, Tk = q.shape[2], k.shape[2]
-        expected = causal().materialize(1, 1, Tq, Tk)
+        expected = causal().materialize(1, 1, Tq, Tk) if self.own is None else self.own(1, Tq, Tk)
         if keep is None or not bool((keep == expected).all()):
-            raise Unsupported("the target takes no mask and always applies causal attention")
+            raise Unsupported(
+                "the target takes no mask and always applies "
+                + ("causal attention" if self.own is None else "its own causal window")
+            )
         return self._run(q, k, v, None, with_mask=False)
 
     def _run(self, q, k, v, mask, with_mask: bool = True) -> torch.Tensor:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..engine import attend, causal
+from ..engine import attend, causal, predicate, sliding_window
 from .conventions import Caller, TargetFailed
 from .diagnose import Explanation, explain
 from .outcome import CheckResult, Outcome
@@ -38,8 +38,12 @@ class Ctx:
         timeout: float | None = None,
         mask_family: str = "any",
         softcap: float | None = None,
+        window: int | None = None,
+        sinks: int = 0,
     ):
-        self.call = Caller(fn, convention, **({} if timeout is None else {"timeout": timeout}))
+        self.window, self.sinks = window, sinks  # a windowed decoder's W keys and leading sink keys
+        own = self.decoder_keep if window is not None else None
+        self.call = Caller(fn, convention, own=own, **({} if timeout is None else {"timeout": timeout}))
         self.declared_softcap = softcap or None  # cap·tanh(s/cap) before the mask, as declared (Gemma 2: 50)
         self.fitted_softcap: float | None = None  # what the scale check found instead (0: no cap at all)
         self.convention = convention
@@ -67,8 +71,19 @@ class Ctx:
         return 1.0 / math.sqrt(D)
 
     def base_keep(self, B: int, Tq: int, Tk: int) -> torch.Tensor | None:
-        """The mask of checks that are not about masks: none, or causal for a causal-only target."""
-        return causal().materialize(B, 1, Tq, Tk) if self.causal_only else None
+        """The mask of checks that are not about masks: none, or the decoder's own for a causal-only target."""
+        return self.decoder_keep(B, Tq, Tk) if self.causal_only else None
+
+    def decoder_keep(self, B: int, Tq: int, Tk: int, window: int | None = None) -> torch.Tensor:
+        """What a decoder's queries may see [B, 1, Tq, Tk] (bottom-right): causal, within its window of W
+        keys (``window`` or the declared one) when it has one, plus its leading sink keys."""
+        W = window or self.window
+        if W is None:
+            return causal().materialize(B, 1, Tq, Tk)
+        keep = sliding_window(W)
+        if self.sinks:
+            keep = keep | (predicate(lambda b, h, q, kv: kv < self.sinks, name="sinks") & causal())
+        return keep.materialize(B, 1, Tq, Tk)
 
     def weights(self, q, k, v, keep) -> torch.Tensor:
         out = self.call(q, k, v, keep)

@@ -69,8 +69,8 @@ class CheckReport:
         line = f"{self.target}: {verdict} ({counts}; {self.seconds:.2f} s)"
         if (rc := self.root_cause()) is not None:
             line += f" — root cause: {rc['says']} ({rc['explains']}{'; ' + rc['only'] if rc['only'] else ''})"
-        elif n and self.count(Outcome.NA) * 2 > n:
-            line += f" — most checks ({self.count(Outcome.NA)} of {n}) are not applicable to this target"
+        elif n and self.count(Outcome.NA) * 2 >= n:
+            line += f" — {self.count(Outcome.NA)} of {n} checks are not applicable to this target"
         return line
 
     def root_cause(self) -> dict | None:
@@ -192,6 +192,8 @@ def check(
         timeout=s.timeout,
         mask_family=s.mask_family or t.mask_family,
         softcap=softcap,
+        window=s.window if s.window is not None else t.window,
+        sinks=s.sinks or t.sinks,
     )
     report = CheckReport(t.name, strict=s.strict, softcap=ctx.declared_softcap)
     t0 = time.perf_counter()

@@ -7,6 +7,7 @@ attention implementation the model supports on CPU (eager, sdpa).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -34,6 +35,8 @@ class Target:
     extras: dict = field(default_factory=dict)  # name -> () -> CheckResult, checks beyond the battery
     scale: float | None = None  # the temperature the target means to use (a model's own `scaling`)
     softcap: float | None = None  # its soft cap before the mask (a model's `attn_logit_softcapping`)
+    window: int | None = None  # a decoder's sliding window of W keys (its own mask in the causal convention)
+    sinks: int = 0  # leading keys such a decoder keeps visible to every query
 
 
 def resolve(spec: str, convention: str = "sdpa") -> list[Target]:
@@ -363,38 +366,67 @@ def _hf_call(lm, real_module, attn_fn, impl: str, causal_model: bool, layer: int
     return fn
 
 
+HF_DECODE_WINDOW = 3  # a windowed model decodes with this window here, so that 9 tokens cross it
+
+
 def _cached_decode(lm, impl: str):
     """Prefill then decode token by token with the model's own cache, against recomputing the whole
-    sequence each step: the last logits must agree (the model end to end, not one attention call)."""
+    sequence each step: the last logits must agree (the model end to end, not one attention call). A
+    model with sliding windows decodes with them narrowed to 3 keys (restored after), so that its cached
+    keys cross the window — a window its cache or mask forgets for cached keys shows here."""
 
     def run() -> CheckResult:
-        from transformers import DynamicCache
-
-        model = lm.model
-        previous = model.config._attn_implementation
-        g = torch.Generator().manual_seed(0)
-        ids = torch.randint(100, min(5000, model.config.vocab_size), (1, 9), generator=g)
-        try:
-            model.set_attn_implementation(impl)
-            with torch.no_grad():
-                cache = DynamicCache(config=model.config)
-                out = model(input_ids=ids[:, :6], cache=cache, use_cache=True)
-                worst = 0.0
-                for t in range(6, 9):
-                    out = model(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
-                    full = model(input_ids=ids[:, : t + 1]).logits[:, -1]
-                    worst = max(worst, float((out.logits[:, -1] - full).abs().max()))
-        finally:
-            model.set_attn_implementation(previous)
+        with _narrowed_window(lm.model.config) as window:
+            worst = _decode_gap(lm.model, impl)
         tol = 1e-3
+        said = f", with its sliding window narrowed to {window} keys" if window else ""
         if worst <= tol:
             return CheckResult.ok(
                 "cached_decode",
-                f"3 cached decoding steps after a 6-token prefill equal full recomputation (max |Δlogit| {worst:.1e})",
+                f"3 cached decoding steps and a 3-token chunk after a 6-token prefill equal full recomputation{said} "
+                f"(max |Δlogit| {worst:.1e})",
             )
+        cause = "; the window is not applied to the cached keys as it is to a whole sequence" if window else ""
         return CheckResult.fail(
             "cached_decode",
-            f"cached decoding differs from recomputation by {worst:.3g} in the logits (tolerance {tol:g})",
+            f"cached decoding differs from recomputation by {worst:.3g} in the logits (tolerance {tol:g}){said}{cause}",
         )
 
     return run
+
+
+@contextlib.contextmanager
+def _narrowed_window(config):
+    """config.sliding_window set to HF_DECODE_WINDOW for the block when the model has one, then restored."""
+    old = getattr(config, "sliding_window", None)
+    if not old or getattr(config, "use_sliding_window", True) is False:
+        yield None
+        return
+    config.sliding_window = min(int(old), HF_DECODE_WINDOW)
+    try:
+        yield config.sliding_window
+    finally:
+        config.sliding_window = old
+
+
+def _decode_gap(model, impl: str) -> float:
+    """The largest |Δlogit| between cached decoding (a 6-token prefill, 3 steps, a chunk of 3) and
+    recomputing the whole sequence."""
+    from transformers import DynamicCache
+
+    previous = model.config._attn_implementation
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, min(5000, model.config.vocab_size), (1, 12), generator=g)
+    try:
+        model.set_attn_implementation(impl)
+        with torch.no_grad():
+            cache = DynamicCache(config=model.config)
+            model(input_ids=ids[:, :6], cache=cache, use_cache=True)
+            worst = 0.0
+            for start, end in ((6, 7), (7, 8), (8, 9), (9, 12)):  # three steps of one token, then a chunk of 3
+                out = model(input_ids=ids[:, start:end], cache=cache, use_cache=True).logits
+                full = model(input_ids=ids[:, :end]).logits[:, start:end]
+                worst = max(worst, float((out - full).abs().max()))
+    finally:
+        model.set_attn_implementation(previous)
+    return worst

@@ -47,9 +47,23 @@ def add(sub) -> None:
         "mask (Gemma 2: 50); the reference does the same. Default: none (an hf: model's own "
         "attn_logit_softcapping)",
     )
+    _decoder_flags(c)
     option(c, "--strict", C, action="store_true")
     option(c, "--timeout", C, type=float)
     c.set_defaults(fn=run)
+
+
+def _decoder_flags(c) -> None:
+    """What a decoder that builds its own mask declares, so that kv_decode judges it on its window."""
+    option(
+        c,
+        "--window",
+        C,
+        type=int,
+        help="the target is a decoder with a sliding window of W keys (its own query included): in the causal "
+        "convention it applies the window itself; kv_decode decodes through a cache with it",
+    )
+    option(c, "--sinks", C, type=int)
 
 
 def run(args) -> int:

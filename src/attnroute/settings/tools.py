@@ -28,6 +28,8 @@ class CheckSettings(Settings):
     strict: bool = opt(False, "hazards fail too, and so do shapes the target does not accept")
     timeout: float = opt(10.0, "seconds per call before the target counts as hung")
     mask_family: str | None = opt(None, "the masks the target can express: any, causal, bidirectional (unset: its own)")
+    window: int | None = opt(None, "a decoder's sliding window of W keys (its own, in the causal convention)")
+    sinks: int = opt(0, "leading keys a windowed target keeps visible to every query (StreamingLLM's sinks)")
 
     def __post_init__(self):
         if self.target is not None and (not isinstance(self.target, str) or not self.target.strip()):
@@ -47,6 +49,14 @@ class CheckSettings(Settings):
             raise InputError(f"softcap must be a positive finite number, got {self.softcap}", field="softcap")
         if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float) or not 0 < self.timeout < INF:
             raise InputError(f"timeout must be a positive number of seconds, got {self.timeout}", field="timeout")
+        integer(self.window, "window", 1, optional=True)
+        integer(self.sinks, "sinks", 0)
+        if self.sinks and self.window is None:
+            raise InputError(
+                f"sinks {self.sinks} without a window: sinks are the leading keys a windowed decoder keeps; "
+                "give --window W too",
+                field="sinks",
+            )
 
 
 @dataclass(frozen=True)

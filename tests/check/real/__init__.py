@@ -3,7 +3,7 @@ outcome per check decided from reading the code (tests/check/test_real_gallery.p
 
 
 def check(target: dict):
-    """The battery on one gallery target, with what it declares (convention, scale, soft cap, mask family)."""
+    """The battery on one gallery target, with what it declares (convention, scale, soft cap, mask family, window)."""
     import attnroute as ar
     from attnroute.check.targets import Target
 
@@ -14,5 +14,7 @@ def check(target: dict):
         mask_family=target.get("mask_family", "any"),
         scale=target.get("scale"),
         softcap=target.get("softcap"),
+        window=target.get("window"),
+        sinks=target.get("sinks", 0),
     )
     return ar.check(t)

@@ -40,6 +40,7 @@ def target(q, k, v, attn_mask=None):
 
 MASKED_FP16 = [
     "causal",
+    "kv_decode",
     "padding_right",
     "padding_left",
     "batch_independence",

@@ -143,7 +143,12 @@ TARGETS = [
         "fn": _as_called(drop_unpadded=True),
         "convention": "sdpa",
         "mask_family": "causal",
-        "expect": {**dict.fromkeys(NOT_SAID, "n/a"), **dict.fromkeys(HAZARDS, "hazard"), "decode_alignment": "fail"},
+        "expect": {
+            **dict.fromkeys(NOT_SAID, "n/a"),
+            **dict.fromkeys(HAZARDS, "hazard"),
+            "decode_alignment": "fail",
+            "kv_decode": "fail",
+        },
         "cause": "aligned top-left",
     },
     {

@@ -136,7 +136,12 @@ TARGETS = [
         "convention": "sdpa",
         "mask_family": "causal",
         # Tq > Tk: its chunk branch builds a [Tq, Tq] block into a [Tq, Tk] mask and raises: a shape it never takes
-        "expect": {**dict.fromkeys(NOT_A_WINDOW, "n/a"), "q_longer_than_k": "n/a", "sliding_window": "fail"},
+        "expect": {
+            **dict.fromkeys(NOT_A_WINDOW, "n/a"),
+            "q_longer_than_k": "n/a",
+            "sliding_window": "fail",
+            "kv_decode": "fail",
+        },
         "cause": "the window is not applied while decoding with a cache (Tq = 1 < Tk = 9)",
     },
     {

@@ -56,6 +56,7 @@ def unfused(q, k, v, attn_mask=None):
 
 MASKED = [
     "causal",
+    "kv_decode",
     "padding_right",
     "padding_left",
     "batch_independence",
