@@ -91,3 +91,10 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
     rank = {path: i for i, path in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))
+
+
+@pytest.fixture(autouse=True)
+def _own_checkpoint_cache(tmp_path_factory, monkeypatch):
+    """Each test its own checkpoint cache (runs checkpoint there by default): one test never resumes another's
+    run, and nothing lands in the user's cache."""
+    monkeypatch.setenv("ATTNROUTE_RUNS", str(tmp_path_factory.mktemp("runs")))

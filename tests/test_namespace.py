@@ -14,8 +14,8 @@ SRC = Path(attnroute.__file__).parent
 
 # Pinned: adding or removing a public name is a decision, made in __init__.py's one list and here, by its digest
 # (the names are not written twice: the failure prints them).
-PUBLIC_COUNT = 152
-PUBLIC_DIGEST = "408deeb6beb770e4"
+PUBLIC_COUNT = 154
+PUBLIC_DIGEST = "09c3cfa91fa0480d"
 
 
 def _digest(names) -> str:

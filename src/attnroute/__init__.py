@@ -173,6 +173,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "learn_pruning": ("learn", "learn_pruning"),
     "learn_ff": ("learn", "learn_ff"),
     "learn_crossattn": ("learn", "learn_crossattn"),
+    "cache_clear": ("read.ground.runs", "clear"),
+    "cache_list": ("read.ground.runs", "entries"),
     "cost_kv": ("cost.footprint", "kv"),
     "cost_simulate": ("cost.serving", "serve_stream"),
 }

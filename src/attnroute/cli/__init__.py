@@ -2,7 +2,7 @@
 function of the floors below and hands the result to show/.
 
     attnroute report | serve | heads | knockout | swap | needle | patch | routes | circuit | why | composition
-              | check | cost | learn | bench
+              | check | cost | learn | bench | cache
 
 Exit status: 0 success, 1 a check failed, 2 bad input or a target that cannot be loaded, 130
 interrupted. Every refusal is an InputError raised below this floor; main() maps it once to one line
@@ -26,10 +26,11 @@ import re
 import sys
 
 from ..errors import SEEN, InputError, Interrupted, exit_now, was_interrupted
-from . import bench, check, cost, experiments, heads, learn, patching, report, serve
+from . import bench, cache, check, cost, experiments, heads, learn, patching, report, serve
 from .common import later_rank
 
-COMMANDS = (bench, heads, experiments, patching, check, report, serve, learn, cost)  # each adds its parsers to the CLI
+# each adds its parsers to the CLI
+COMMANDS = (bench, heads, experiments, patching, check, report, serve, learn, cost, cache)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -62,8 +62,7 @@ def add(sub) -> None:
     option(h, "--max-weight", H, action="store_true")
     corpus_flags(h)
     option(h, "--importance-tokens", C, type=int)
-    option(h, "--checkpoint", C)
-    option(h, "--checkpoint-every", C, type=int)
+    _checkpoint_flags(h)
     option(
         h,
         "--metric",
@@ -75,6 +74,13 @@ def add(sub) -> None:
     option(h, "--answer", H)
     option(h, "--wrong", H)
     h.set_defaults(fn=run, fields=FIELDS)
+
+
+def _checkpoint_flags(h) -> None:
+    """A corpus read's checkpoint (by default in attnroute's cache; a rerun resumes)."""
+    option(h, "--checkpoint", C)
+    option(h, "--no-checkpoint", C, action="store_true")
+    option(h, "--checkpoint-every", C, type=int)
 
 
 def corpus_flags(p) -> None:

@@ -60,6 +60,7 @@ def add(sub) -> None:
     option(pa, "--exact", P)
     option(pa, "--top", P, type=int)
     option(pa, "--checkpoint", P)
+    option(pa, "--no-checkpoint", P, action="store_true")
     json_flag(pa, "the result")
     pa.add_argument("--csv", help="write one row per component as CSV")
     pa.add_argument("--plot", help="write the layers × heads heatmaps (PNG)")
@@ -77,6 +78,8 @@ def add(sub) -> None:
     option(ro, "--top", R, type=int)
     option(ro, "--verify", R, type=int)
     option(ro, "--layers", R, help="only these layers, comma-separated (default all)")
+    option(ro, "--checkpoint", R)
+    option(ro, "--no-checkpoint", R, action="store_true")
     json_flag(ro, "the result")
     ro.add_argument("--csv", help="write one row per kept route as CSV")
     ro.add_argument("--plot", help="write the top routes drawn on the tokens (PNG)")
@@ -100,6 +103,7 @@ def add(sub) -> None:
     option(ci, "--faithfulness", C, type=float)
     option(ci, "--ablation", C)
     option(ci, "--checkpoint", C)
+    option(ci, "--no-checkpoint", C, action="store_true")
     json_flag(ci, "the result")
     ci.add_argument("--csv", help="write one row per edge as CSV")
     ci.add_argument("--plot", help="write the circuit drawn as a graph (PNG)")
@@ -232,7 +236,7 @@ def routes(args) -> int:
         return speech_routes(args)
     outputs(
         {"model": args.model, "prompts": args.prompts, "file": args.file},
-        _files(args),
+        {**_files(args), "checkpoint": args.checkpoint},
         {"plot": (".png",), "csv": (".csv",)},
     )
     convert = {**PAIR_FLAGS, "layers": ("layers", lambda v: int_list(v, "layers"))}

@@ -26,8 +26,9 @@ from ..errors import Interrupted
 from ..models import Facts, LoadedModel, facts_of, load
 from ..models.door import is_loaded_or_object
 from ..progress import reporter
+from .ground import runs
 from .ground.arrays import Store
-from .ground.checkpoint import exclusive
+from .ground.checkpoint import CheckpointMismatch, exclusive
 from .ground.group import Shard, agree, process_group
 from .ground.metrics import resolve
 from .ground.pool import RUN_TOKENS, RunPool, chunk_groups
@@ -36,14 +37,26 @@ from .ground.prompts import check_metric_kind, tokenize_pairs
 
 class Study:
     """One verb's run. ``what`` names the work in the Interrupted line a Ctrl-C inside the block becomes
-    ("patching stopped; …"; None: the verb ends a Ctrl-C its own way); ``checkpoint(settings, rank, world)`` is
-    the file this rank writes (default: rank 0 writes ``settings.checkpoint``). ``say``: a reporter a caller
-    already made (ground/speech's helpers take one), instead of one made from ``progress``."""
+    ("patching stopped; …"; None: the verb ends a Ctrl-C its own way). ``kind``: the checkpoint's kind of a
+    verb that checkpoints by default — to ``settings.checkpoint`` when given, else to attnroute's cache
+    (ground/runs.py) unless ``settings.no_checkpoint``; ``checkpoint(base, rank, world)`` is the file this rank
+    writes (default: rank 0 writes the base). ``say``: a reporter a caller already made (ground/speech's
+    helpers take one), instead of one made from ``progress``."""
 
-    def __init__(self, settings, progress=None, what: str | None = None, checkpoint: Callable | None = None, say=None):
-        self.s, self.progress, self.what = settings, progress, what
+    def __init__(
+        self,
+        settings,
+        progress=None,
+        what: str | None = None,
+        checkpoint: Callable | None = None,
+        say=None,
+        kind: str | None = None,
+    ):
+        self.s, self.progress, self.what, self.kind = settings, progress, what, kind
         self.say = say or reporter(progress)
         self._checkpoint = checkpoint or _rank_zero_writes
+        self.checkpoint: Path | None = None  # the run's checkpoint (this rank's file: self._checkpoint of it)
+        self.cached = False  # True: the checkpoint is the cache's, not a file the user named
         self.loaded: LoadedModel | None = None
         self.pairs: tuple = ()
         self.groups: list = []
@@ -89,7 +102,8 @@ class Study:
     def __enter__(self) -> Study:
         with contextlib.ExitStack() as held:  # anything below that raises unwinds what was entered before it
             self.rank, self.world = held.enter_context(process_group())
-            path = self._checkpoint(self.s, self.rank, self.world)
+            self.checkpoint, self.cached = self._checkpoint_base()
+            path = self._checkpoint(self.checkpoint, self.rank, self.world) if self.checkpoint else None
             agree(self.world, lambda: held.enter_context(exclusive(path)))  # one writer, before the weights
             loaded = self.load()
             if self.pairs:
@@ -104,13 +118,31 @@ class Study:
         held, self._held = self._held, None
         if held is not None:
             held.__exit__(kind, error, tb)
-        ck = getattr(self.s, "checkpoint", None)
+        ck = self.checkpoint
         if kind is KeyboardInterrupt and ck is not None and self.what is not None:
+            where = f"attnroute's cache ({ck})" if self.cached else str(ck)
             raise Interrupted(
-                f"{self.what} stopped; what was measured is saved in {ck}: rerun the same command to resume",
+                f"{self.what} stopped; what was measured is saved in {where}: rerun the same command to resume",
                 resume=str(ck),
             ) from None
         return False
+
+    def _checkpoint_base(self) -> tuple[Path | None, bool]:
+        """(the run's checkpoint, whether it is the cache's): the file the user named, else the cache's for a
+        verb that checkpoints by default (none for a Python metric, which no file can name)."""
+        named = getattr(self.s, "checkpoint", None)
+        if named is not None:
+            return Path(named), False
+        if self.kind is None or getattr(self.s, "no_checkpoint", False):
+            return None, False
+        path = runs.default_checkpoint(self.kind, self.s)
+        if path is None:
+            return None, False
+        if self.rank == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            runs.prune(keep=path)
+            runs.describe(path, self.kind, self.s)
+        return path, True
 
     def pool(self, make: Callable, bytes_of: Callable, groups: list | None = None) -> RunPool:
         """This rank's prompts (or ``groups``) cut into runs of at most RUN_TOKENS tokens, each made by
@@ -118,8 +150,21 @@ class Study:
         return RunPool(make, chunk_groups(self.mine() if groups is None else groups, RUN_TOKENS), bytes_of)
 
     def store(self, kind: str, key: str | None, shapes: dict[str, tuple]) -> Store:
-        """The per-prompt arrays of the run, gathered over ranks, resumed from and saved to the checkpoint."""
-        return Store(kind, key, getattr(self.s, "checkpoint", None), shapes, self.shard)
+        """The per-prompt arrays of the run, gathered over ranks, resumed from and saved to the checkpoint
+        (a cached one written by another run is started over, said in one line)."""
+        path = self.checkpoint if key is not None else None
+        try:
+            store = Store(kind, key, path, shapes, self.shard)
+        except CheckpointMismatch as e:
+            if not self.cached:
+                raise
+            self.say("checkpoint", f"starting over: the cached checkpoint cannot be resumed ({e})")
+            store = Store(kind, key, None, shapes, self.shard)
+            store.path = path
+        if store.resumed is not None:
+            n = store.resumed["components_measured"]
+            self.say("checkpoint", f"resuming from {path}: {n} measured before" + _START_OVER * self.cached)
+        return store
 
     def mine(self) -> list:
         """This rank's prompts as groups of one length, their rows indexing the whole prompt set."""
@@ -130,9 +175,11 @@ class Study:
         return groups
 
 
-def _rank_zero_writes(s, rank: int, world: int) -> Path | None:
-    ck = getattr(s, "checkpoint", None)
-    return Path(ck) if rank == 0 and ck is not None else None
+_START_OVER = " (`attnroute cache clear` or --no-checkpoint to start over)"
+
+
+def _rank_zero_writes(base: Path, rank: int, world: int) -> Path | None:
+    return base if rank == 0 else None
 
 
 __all__ = ["Study"]

@@ -211,6 +211,7 @@ def verb(settings_cls):
 
 
 __all__ = [
+    "checkpoint_fields",
     "SEED_MAX",
     "ModelArg",
     "PromptsArg",
@@ -226,3 +227,15 @@ __all__ = [
     "set_field",
     "verb",
 ]
+
+
+def checkpoint_fields(s) -> None:
+    """``checkpoint`` (a file) and ``no_checkpoint`` (keep none) cannot both be asked."""
+    off = getattr(s, "no_checkpoint", False)
+    if not isinstance(off, bool):
+        raise InputTypeError(f"no_checkpoint must be True or False, got {off!r}", field="no_checkpoint")
+    if off and getattr(s, "checkpoint", None) is not None:
+        raise InputError(
+            f"checkpoint {s.checkpoint} and no_checkpoint both given: name a file to resume from, or keep none",
+            field="no_checkpoint",
+        )

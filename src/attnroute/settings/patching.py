@@ -12,6 +12,7 @@ from .base import (
     ModelArg,
     PromptsArg,
     Settings,
+    checkpoint_fields,
     exact_count,
     integer,
     integers,
@@ -22,7 +23,7 @@ from .base import (
     position_spec,
     set_field,
 )
-from .read import DEFAULT_MODEL, DTYPE_DOC, MODEL_DOC, SETTLE_TOP, TOKENIZER_DOC
+from .read import CHECKPOINT_DOC, DEFAULT_MODEL, DTYPE_DOC, MODEL_DOC, NO_CHECKPOINT_DOC, SETTLE_TOP, TOKENIZER_DOC
 
 PATCH_SITES = ("head", "layer", "q", "k", "v")  # a head's output, a layer's attention output, a head's q / k / v
 DIRECTIONS = ("denoising", "noising")  # run corrupt, patch in clean / run clean, patch in corrupt
@@ -69,7 +70,8 @@ class PatchSettings(PairSettings):
     positions: str = opt("all", "all, each (every position: [L, H, T]), token indices or a word of the prompt")
     exact: int | str = opt("settle", "settle (the estimate's top until the exact top holds), all, or a number")
     top: int = opt(SETTLE_TOP, "the exact top that must stop changing")
-    checkpoint: str | None = opt(None, "the per-prompt arrays, saved after every round; rerun to resume")
+    checkpoint: str | None = opt(None, CHECKPOINT_DOC)
+    no_checkpoint: bool = opt(False, NO_CHECKPOINT_DOC)
 
     def __post_init__(self):
         self.check_metric_direction()
@@ -130,6 +132,7 @@ def clip_fields(s: ClipPairSettings) -> None:
 def pair_fields(s) -> None:
     """The pair fields that can be checked without reading a file: prompts or one clean/corrupt pair (or, for
     settings that take them, two clips)."""
+    checkpoint_fields(s)
     if isinstance(s, ClipPairSettings):
         clip_fields(s)
         if s.clips:
@@ -160,9 +163,12 @@ class RoutesSettings(Settings):
     top: int = opt(20, "routes kept")
     verify: int = opt(10, "of those, knocked out exactly")
     layers: tuple[int, ...] | None = opt(None, "only these layers (unset: every layer)")
+    checkpoint: str | None = opt(None, CHECKPOINT_DOC)
+    no_checkpoint: bool = opt(False, NO_CHECKPOINT_DOC)
 
     def __post_init__(self):
         metric_setting(self.metric)
+        checkpoint_fields(self)
         integer(self.top, "top", 1, 100_000)
         integer(self.verify, "verify", 0)
         if self.verify > self.top:
@@ -233,7 +239,8 @@ class CircuitSettings(ClipPairSettings):
     edges: tuple[str, ...] | None = opt(None, "edges measured exactly whatever their estimate: SENDER>RECEIVER")
     faithfulness: float = opt(0.8, "the faithfulness the smallest circuit must reach")
     ablation: str = opt("corrupt", "what edges outside a circuit carry: corrupt (the corrupt run) or mean")
-    checkpoint: str | None = opt(None, "the per-prompt arrays, saved after every round; rerun to resume")
+    checkpoint: str | None = opt(None, CHECKPOINT_DOC)
+    no_checkpoint: bool = opt(False, NO_CHECKPOINT_DOC)
 
     def __post_init__(self):
         self.check_metric_direction()

@@ -11,6 +11,7 @@ from .base import (
     ModelArg,
     PromptsArg,
     Settings,
+    checkpoint_fields,
     exact_count,
     integer,
     integers,
@@ -25,6 +26,8 @@ MODEL_DOC = (
     "a name (smollm2, minilm, gemma3-270m, whisper-tiny), a model directory, a .gguf file, a hub id org/name, "
     "a LoadedModel, or a transformers model object (with tokenizer=)"
 )
+CHECKPOINT_DOC = "the per-prompt arrays, saved after every round; rerun to resume (unset: to attnroute's cache)"
+NO_CHECKPOINT_DOC = "keep no checkpoint (by default a run checkpoints to attnroute's cache and a rerun resumes)"
 DTYPE_DOC = "auto (a model you hold: its own; a name or path: float32), float32, bfloat16 or float16"
 TOKENIZER_DOC = (
     "with a transformers model object: its tokenizer (or a Whisper processor); unset: the one saved where the "
@@ -150,7 +153,11 @@ class CorpusSettings(Settings):
     seeds: tuple[int, ...] = opt(DEFAULT_SEEDS, "probe seeds of the repeated-random-token stimulus")
     stimulus_batch: int = opt(8, "sequences per probe seed of the repeated-token stimulus")
     max_weight: bool = opt(False, "also the row maximum and argmax offsets (a blocked pass over the weights)")
-    checkpoint: str | None = opt(None, "write the accumulator here every checkpoint_every documents; rerun to resume")
+    checkpoint: str | None = opt(
+        None,
+        "write the accumulator here every checkpoint_every documents; rerun to resume (unset: to attnroute's cache)",
+    )
+    no_checkpoint: bool = opt(False, NO_CHECKPOINT_DOC)
     checkpoint_every: int = opt(10, "documents between checkpoints")
     verify: bool = opt(True, "compare the routed model with its own eager attention before reading")
 
@@ -161,6 +168,7 @@ class CorpusSettings(Settings):
         integer(self.max_tokens, "max_tokens", 2, optional=True)
         integer(self.importance_tokens, "importance_tokens", 2)
         integer(self.checkpoint_every, "checkpoint_every", 1)
+        checkpoint_fields(self)
         integer(self.stimulus_batch, "stimulus_batch", 1)
         set_field(self, "seeds", integers(self.seeds, "seeds", 0, SEED_MAX))
         set_field(self, "exact", exact_count(self.exact))

@@ -164,7 +164,7 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
     """Circuit discovery; the fields are CircuitSettings' (or pass ``settings``). See the module docstring.
     Under torchrun the prompts are sharded over the ranks; every rank returns the same result."""
     s = CircuitSettings.of(settings, model, fields, prompts=prompts)
-    study = Study(s, progress, "circuit discovery")
+    study = Study(s, progress, "circuit discovery", kind="circuit")
     if s.clips:
         return _clip_circuit(study)
     study.prompts(
@@ -176,7 +176,7 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
         layout = discover(study.loaded, study.groups[0].clean[:1])
         graph = Graph(layout)
         asked = resolve_edges(graph, s.edges or ())
-        key = _key(s, study.pairs, study.loaded, study.metric_name)
+        key = _key(study)
         return _run(study, layout, graph, study.mine(), asked, key)
 
 
@@ -277,11 +277,12 @@ def _block_label(layout, layer: int) -> str:
     return f"{'E' if b.stream == 'encoder' else 'L'}{b.index}"
 
 
-def _key(s: CircuitSettings, pairs, loaded, metric_name: str) -> str | None:
-    if s.checkpoint is None:
+def _key(study: Study) -> str | None:
+    s = study.s
+    if study.checkpoint is None:
         return None
-    settings = [metric_name, s.direction, s.ig_steps, str(s.exact), s.top, s.limit, s.ablation]
-    return pairs_key("circuit", s, pairs, loaded, settings)
+    settings = [study.metric_name, s.direction, s.ig_steps, str(s.exact), s.top, s.limit, s.ablation]
+    return pairs_key("circuit", s, study.pairs, study.loaded, settings)
 
 
 def _run_bytes(graph: Graph, layout, tokens: int) -> int:

@@ -139,7 +139,7 @@ def read_corpus(
     total, first = docs.scanned  # the counting pass parses every document: a bad line fails here too
     if first is None:
         raise ReadError(f"the corpus {s.corpus} holds no non-empty document", field="corpus")
-    st = Study(s, progress, checkpoint=_rank_checkpoint)  # every rank writes its own checkpoint
+    st = Study(s, progress, checkpoint=_rank_checkpoint, kind="corpus")  # every rank writes its own checkpoint
     with st:
         loaded, rank, world = st.loaded, st.rank, st.world
         if loaded.seq2seq:
@@ -154,7 +154,7 @@ def read_corpus(
         meta["grad_attr"] = (
             "the one-backward estimate on document 0's first importance_tokens tokens (ranks the candidates)"
         )
-        key = corpus_key(_key_fields(s, window, effect_tokens), loaded, world, pairs) if s.checkpoint else None
+        key = corpus_key(_key_fields(s, window, effect_tokens), loaded, world, pairs) if st.checkpoint else None
         plan = ReadPlan(pairs, stimulus, window, effect_tokens, s.max_weight)
         acc = merge_ranks(documents_pass(st, docs, total, key, plan, stop), world)
     if rank != 0:
@@ -192,8 +192,8 @@ def stimulus_pass(loaded: LoadedModel, s: CorpusSettings, meta: dict, say) -> di
     return mean_scores(per_seed)
 
 
-def _rank_checkpoint(s: CorpusSettings, rank: int, world: int):
-    return checkpoint_path(s.checkpoint, rank, world) if s.checkpoint else None
+def _rank_checkpoint(base, rank: int, world: int):
+    return checkpoint_path(str(base), rank, world) if base else None
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,7 @@ class ReadPlan:
 def documents_pass(st: Study, docs: Corpus, total: int, key, plan: ReadPlan, stop) -> Accumulator:
     """This rank's documents (i mod world == rank), streamed once, resumed from and saved to the checkpoint."""
     loaded, s, say, rank, world = st.loaded, st.s, st.say, st.rank, st.world
-    ck_path = _rank_checkpoint(s, rank, world)
+    ck_path = _rank_checkpoint(st.checkpoint, rank, world)
     mine_total = len(range(rank, total, world))
     acc, resumed, stored = _restored(st, ck_path, key, plan, mine_total)
     say("stage", f"reading {mine_total} of {total} documents on rank {rank} of {world} ({docs.kind})")
@@ -255,7 +255,7 @@ def _restored(st: Study, ck_path, key, plan: ReadPlan, mine_total: int) -> tuple
     """(this rank's accumulator — resumed from its checkpoint or new —, the documents it had read, their
     digest); a checkpoint that read more documents than this rank's share now holds is refused."""
     shape = (st.loaded.n_layers, st.loaded.n_heads, len(plan.pairs))
-    restored = agree(st.world, lambda: load_checkpoint(ck_path, key, shape) if ck_path else None)
+    restored = agree(st.world, lambda: _load(st, ck_path, key, shape))
     acc = restored or Accumulator(*shape)
     resumed, stored = acc.docs_done, acc.documents_digest
     if resumed > mine_total:
@@ -267,6 +267,19 @@ def _restored(st: Study, ck_path, key, plan: ReadPlan, mine_total: int) -> tuple
     if resumed:
         st.say("stage", f"resuming from {ck_path}: {resumed} documents of this rank already read")
     return acc, resumed, stored
+
+
+def _load(st: Study, ck_path, key, shape) -> Accumulator | None:
+    """This rank's checkpoint, if any; a cached one written by another run is started over, said in a line."""
+    if not ck_path:
+        return None
+    try:
+        return load_checkpoint(ck_path, key, shape)
+    except CheckpointMismatch as e:
+        if not st.cached:
+            raise
+        st.say("checkpoint", f"starting over: the cached checkpoint cannot be resumed ({e})")
+        return None
 
 
 def _say_rank(say, rank: int, seen: int, tokens: int, seconds: float, resumed: int) -> None:

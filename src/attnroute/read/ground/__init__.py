@@ -10,6 +10,7 @@
     stats        a mean with its 95 % interval; an estimate's agreement with exact values
     group        the process group under torchrun, one refusal on every rank, prompts dealt over ranks
     checkpoint   one identity (fingerprint), one file format, atomic writes
+    runs         the checkpoint cache: where a long run checkpoints unasked, bounded, listed and cleared
     arrays       a verb's per-prompt arrays, gathered over ranks and kept in a checkpoint (Store)
     norms        a norm frozen at a run's own scale: the linear map it applies
     pool         prompts cut into runs of bounded tokens; recorded runs kept within a memory budget

@@ -44,7 +44,7 @@ def weights_digest(loaded) -> str:
     if cached is None:
         h = hashlib.sha256()
         for name, p in loaded.model.named_parameters():
-            t = p.detach().contiguous()
+            t = p.detach().to("cpu").contiguous()  # one parameter at a time off its device (bounded memory)
             h.update(name.encode())
             h.update((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().data)
         cached = loaded._weights_digest = h.hexdigest()

@@ -134,7 +134,7 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
     """Activation patching; the fields are PatchSettings' (or pass ``settings``). See the module docstring.
     Under torchrun the prompts are sharded over the ranks (ground/arrays.py); every rank returns the same result."""
     s = PatchSettings.of(settings, model, fields, prompts=prompts)
-    st = Study(s, progress, "patching")
+    st = Study(s, progress, "patching", kind="patch")
     st.prompts(check=lambda facts, groups: refuse_unsupported(facts.kind, _positions(st, facts, groups)[0]))
     with st:
         mode, positions, resolved = _positions(st, st.loaded, st.groups)
@@ -153,7 +153,7 @@ def _run(st: Study, positions, resolved) -> PatchResult:
     pool = st.pool(lambda g: PairRun(loaded, g, st.metric, s.direction), lambda g: recorded_bytes(loaded, g.tokens))
     chunks = pool.chunks
     comps = {site: components(site, loaded.n_layers, loaded.n_heads, loaded.n_kv_heads, positions) for site in s.sites}
-    store = st.store("patch", _key(s, pairs, loaded, metric_name), _shapes(comps, len(pairs)))
+    store = st.store("patch", _key(st, loaded, metric_name), _shapes(comps, len(pairs)))
     say(
         "stage",
         f"recording clean and corrupt runs of {len(shard.rows)} prompts in {len(chunks)} runs, and the "
@@ -183,8 +183,9 @@ def _run(st: Study, positions, resolved) -> PatchResult:
     return result
 
 
-def _key(s: PatchSettings, pairs, loaded, metric_name: str) -> str | None:
-    if s.checkpoint is None:
+def _key(st: Study, loaded, metric_name: str) -> str | None:
+    s, pairs = st.s, st.pairs
+    if st.checkpoint is None:
         return None
     settings = [metric_name, s.direction, list(s.sites), s.positions, str(s.exact), s.top]
     return pairs_key("patch", s, pairs, loaded, settings)

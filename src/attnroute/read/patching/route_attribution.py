@@ -18,12 +18,15 @@ from scipy.stats import spearmanr
 
 from ...engine import InputError
 from ...engine.jsonable import Meta, Result
+from ...errors import deferred_interrupt
 from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import SETTLE_STEP, RoutesSettings, verb
 from ..adapter import routed
 from ..effects import layer_stack, restart_check, rows_of, run_from
+from ..ground.arrays import pairs_key
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
 from ..ground.copies import repeat_batch
+from ..ground.group import Shard
 from ..ground.metrics import resolve
 from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
 from ..ground.settle import SettleRule, settle, settle_said
@@ -131,11 +134,15 @@ class RoutesResult(Result):
 def route_attribution(model=None, text=None, *, settings: RoutesSettings | None = None, progress=None, **fields):
     """Route attribution; the fields are RoutesSettings' (or pass ``settings``). See the module docstring."""
     s = RoutesSettings.of(settings, model, fields, text=text)
-    st = Study(s, progress, "route attribution")
-    say = st.say
+    st = Study(s, progress, "route attribution", kind="routes")
     name, fn = resolve(s.metric)
     pairs = _before_weights(st, name)
-    loaded = st.load()
+    with st:  # the checkpoint's lock, and Ctrl-C said with where the verified routes are kept
+        return _attribute(st, name, fn, pairs)
+
+
+def _attribute(st: Study, name: str, fn, pairs) -> RoutesResult:
+    s, say, loaded = st.s, st.say, st.loaded
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric, gradient=True)
     g = _one_length(groups)
     loaded.fit(g.length, "text" if s.single else "prompts", "the text" if s.single else "the prompts")
@@ -154,7 +161,8 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     st.metric_name, st.record = name, record
     result = RoutesResult(loaded.name, _meta(st, run, g, m_corrupt, layers))
     _label(loaded, result.meta, routes)
-    exact = _verify(run, routes, s.verify, recorded, result.meta, say)
+    store = _store(st, name, pairs, layers, len(routes))
+    exact = _verify(run, routes, s.verify, recorded, result.meta, say, store)
     den = None if m_corrupt is None else gap(m_corrupt.numpy(), m_base.numpy(), loaded.dtype)
     for r, e in zip(routes, exact):
         r["exact"] = e
@@ -241,20 +249,32 @@ class RouteRun:
 
 
 @torch.no_grad()
-def _verify(run: RouteRun, routes, verify, recorded, meta, say) -> list[float | None]:
+def _store(st: Study, name: str, pairs, layers, n: int):
+    """The kept routes' exact effects (NaN: not yet measured) and the knockout forwards made, checkpointed."""
+    s = st.s
+    key = None
+    if st.checkpoint is not None:
+        key = pairs_key("routes", s, pairs, st.loaded, [name, list(layers), s.top, s.verify])
+    st.shard = Shard(1, 0, 1)
+    return st.store("routes", key, {"values.routes": (n, 1), "forwards": (1,)})
+
+
+def _verify(run: RouteRun, routes, verify, recorded, meta, say, store) -> list[float | None]:
     """Exact: knock routes out (−inf before the softmax, the row renormalized) and rerun from their layer,
     under the settle rule (ground/settle.py): the exact top ``verify`` among the kept routes must hold and no
     kept route's estimate, within the error band, could still enter it. None where not measured.
     ``recorded``: (each block's output, base) from the streaming pass (routes.stream_routes)."""
-    exact: list[float | None] = [None] * len(routes)
+    kept = store.state["values.routes"][:, 0]  # a resumed run's measured routes
+    exact: list[float | None] = [None if np.isnan(v) else float(v) for v in kept]
     if verify == 0 or not routes:
         return exact
     loaded, batch, m_base = run.loaded, run.batch, run.m_base
     stored, blocks, suffix = _restart(run, recorded, meta)
 
-    forwards = [0]  # the knockouts' forwards (fewer than routes where they shared one as copies)
+    forwards = [int(store.state.get("forwards", [0])[0])]  # the knockouts' forwards (fewer where routes shared one)
 
     def measure(idx: list[int]) -> None:
+        idx = [i for i in idx if exact[i] is None]  # what a resumed run measured is kept
         for chunk in _shared(idx, routes, rows_of(batch).shape) if suffix is not None else [[i] for i in idx]:
             forwards[0] += 1
             if suffix is not None:  # only the rows from the routes' first query on, from their first layer on
@@ -268,7 +288,10 @@ def _verify(run: RouteRun, routes, verify, recorded, meta, say) -> list[float | 
                 out = run_from(loaded, start, stored, batch, cut, 1, blocks, impl="auto", **run.kwargs)
                 ms = [run.value(out)]
             for i, m in zip(chunk, ms, strict=True):
-                exact[i] = float((m - m_base).mean())
+                exact[i] = kept[i] = float((m - m_base).mean())
+            store.state["forwards"] = np.array([forwards[0]], dtype=np.float64)
+            with deferred_interrupt():  # a checkpoint is written whole
+                store.save()
             done = sum(e is not None for e in exact)
             say("verify", f"{done} routes knocked out exactly (of {len(routes)} kept)", done=done, total=len(routes))
 
