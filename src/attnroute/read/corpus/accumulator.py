@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-import torch
 
+from ..ground.wire import gather
 from ..headtable import OFFSET_BUCKETS
 from ..moments import Moments
 from ..roles import ROLE_NAMES
@@ -116,8 +116,7 @@ def merge_ranks(acc: Accumulator, world: int) -> Accumulator:
     """Gather every rank's accumulator and merge them in rank order (the same on every rank)."""
     if world == 1:
         return acc
-    states = [None] * world
-    torch.distributed.all_gather_object(states, dict(acc.state()))
+    states = gather(dict(acc.state()), world)  # tensors on the wire, never pickles (ground/wire.py)
     merged = Accumulator.from_state(states[0])
     for s in states[1:]:
         merged.merge(Accumulator.from_state(s))

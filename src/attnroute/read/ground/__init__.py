@@ -9,6 +9,7 @@
     settle       the settle rule: exact measurement until the exact top holds
     stats        a mean with its 95 % interval; an estimate's agreement with exact values
     group        the process group under torchrun, one refusal on every rank, prompts dealt over ranks
+    wire         every rank's value gathered as tensors (bytes, safetensors), never pickled objects
     checkpoint   one identity (fingerprint), one file format, atomic writes
     runs         the checkpoint cache: where a long run checkpoints unasked, bounded, listed and cleared
     arrays       a verb's per-prompt arrays, gathered over ranks and kept in a checkpoint (Store)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ...errors import InputError
+from .wire import gather
 
 
 @contextlib.contextmanager
@@ -55,8 +56,7 @@ def agree(world: int, fn):
         if mine is not None:
             raise mine
         return result
-    said = [None] * world
-    torch.distributed.all_gather_object(said, None if mine is None else (str(mine), mine.field))
+    said = gather(None if mine is None else (str(mine), mine.field), world)
     first = next(((r, s) for r, s in enumerate(said) if s is not None), None)
     if first is not None:
         rank, (message, field) = first
@@ -76,8 +76,7 @@ class Shard:
         """[..., n] arrays with NaN outside this rank's prompts -> the whole array, the same on every rank."""
         if self.world == 1:
             return local
-        parts = [None] * self.world
-        torch.distributed.all_gather_object(parts, np.asarray(local))
+        parts = gather(np.asarray(local), self.world)
         out = np.full_like(parts[0], np.nan, dtype=np.float64)
         for r, part in enumerate(parts):
             out[..., r :: self.world] = part[..., r :: self.world]
@@ -87,16 +86,14 @@ class Shard:
         """Every rank's values, concatenated (for a worst case over all prompts)."""
         if self.world == 1:
             return list(values) or [float("nan")]
-        parts = [None] * self.world
-        torch.distributed.all_gather_object(parts, list(values))
+        parts = gather([float(v) for v in values], self.world)
         return [v for p in parts for v in p] or [float("nan")]
 
     def gather(self, values: list) -> list:
         """Every rank's list of objects, concatenated in rank order (the same on every rank)."""
         if self.world == 1:
             return list(values)
-        parts = [None] * self.world
-        torch.distributed.all_gather_object(parts, list(values))
+        parts = gather(list(values), self.world)
         return [v for p in parts for v in p]
 
 

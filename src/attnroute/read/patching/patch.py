@@ -33,6 +33,7 @@ from ..ground.pool import RunPool, recorded_bytes
 from ..ground.prompts import pair_positions
 from ..ground.settle import SettleRule, measure_exact, settle_as_asked
 from ..ground.stats import agreement, gap, mean_ci
+from ..ground.wire import gather
 from ..study import Study
 from .runs import PairRun
 from .sites import Component, components, pick
@@ -301,9 +302,7 @@ def _direct(parts: list[dict], chunks: list, N: int, loaded, shard: Shard) -> di
     ``parts``: each run's direct effects (PairRun.direct), in the order of ``chunks``."""
     reasons = [p[side]["reason"] for p in parts for side in ("clean", "corrupt") if "reason" in p[side]]
     if shard.world > 1:  # every rank says the same
-        said = [None] * shard.world
-        torch.distributed.all_gather_object(said, reasons[:1])
-        reasons = [r for rs in said for r in rs]
+        reasons = [r for rs in gather(reasons[:1], shard.world) for r in rs]
     if reasons:
         return {"reason": reasons[0]}
     L, H = loaded.n_layers, loaded.n_heads
