@@ -22,6 +22,7 @@ LISTED = [
     "read/patching",
     "read/corpus",
     "read/experiments",
+    "read/speech",
     "show",
     "serve",
     "engine/backends",

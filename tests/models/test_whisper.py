@@ -169,7 +169,7 @@ def test_cutting_a_words_routes_to_its_frames_moves_it_in_the_last_cross_layer(t
 
 
 def test_swapping_maps_between_clips_of_one_timing_leaves_the_words_to_the_values():
-    from attnroute.read.experiments import cross_swap
+    from attnroute.read.speech import cross_swap
 
     r = cross_swap("whisper-tiny", "paris", "rome", window=4).to_dict()
     assert r["transcript_a"] == "The capital of France is Paris."

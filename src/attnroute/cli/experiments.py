@@ -95,7 +95,7 @@ def cross_knockout(args) -> int:
         raise InputError("`plot` draws a text knockout; a cross-stream knockout writes --json", field="plot")
     text = read_text_arg(args.text, args.file)
     settings = settings_from(CK, args, convert=HEADS, skip=("plot",), elsewhere="applies to a text knockout", text=text)
-    from ..read.experiments import cross_knockout as run
+    from ..read.speech import cross_knockout as run
 
     with read_progress() as progress:
         result = run(settings=settings, progress=progress).to_dict()
@@ -123,7 +123,7 @@ def swap(args) -> int:
 def cross_swap(args) -> int:
     outputs({"model": args.model, "audio_a": args.audio_a, "audio_b": args.audio_b}, {"json": args.json})
     settings = settings_from(CS, args, convert=HEADS, elsewhere="applies to a swap of text prompts")
-    from ..read.experiments import cross_swap as run
+    from ..read.speech import cross_swap as run
 
     with read_progress() as progress:
         result = run(settings=settings, progress=progress).to_dict()

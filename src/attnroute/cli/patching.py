@@ -141,7 +141,7 @@ def _files(args) -> dict:
 
 
 def speech(args) -> int:
-    """patch --audio-clean A --audio-corrupt B: every head of a speech model, exactly (read/patching/speech.py)."""
+    """patch --audio-clean A --audio-corrupt B: every head of a speech model, exactly (read/speech/patch.py)."""
     outputs({"model": args.model, "audio_clean": args.audio_clean, "audio_corrupt": args.audio_corrupt}, _files(args))
     keep = {"audio_clean", "audio_corrupt", "model", "text", "answer", "wrong", "json", "csv"}
     extra = [k for k, v in vars(args).items() if v is not None and k not in keep and k not in NOT_SETTINGS]
@@ -155,7 +155,7 @@ def speech(args) -> int:
         answer=args.answer,
         wrong=args.wrong,
     )
-    from ..read.patching import speech_patch
+    from ..read.speech import speech_patch
 
     with read_progress() as progress:
         result = speech_patch(settings=settings, progress=progress).to_dict()
@@ -183,10 +183,10 @@ def patch(args) -> int:
 
 
 def speech_routes(args) -> int:
-    """routes --audio CLIP: route attribution across streams (read/patching/speech_routes.py)."""
+    """routes --audio CLIP: route attribution across streams (read/speech/routes.py)."""
     outputs({"model": args.model, "audio": args.audio, "file": args.file}, _files(args), {"csv": (".csv",)})
     settings = speech_routes_settings(args)
-    from ..read.patching import speech_routes as run
+    from ..read.speech import speech_routes as run
 
     with read_progress() as progress:
         result = run(settings=settings, progress=progress).to_dict()
@@ -257,7 +257,7 @@ def circuit(args) -> int:
     convert = {**PAIR_FLAGS, "edges": ("edges", lambda v: some_names(v, "edges", "edges (L5.H1>L18.KV2.k)"))}
     speech = args.model is None and any(v is not None for v in clips.values())
     settings = settings_from(C, args, convert=convert, model=SP.model if speech else None)
-    from ..read.circuits import circuit as run
+    from ..read.verbs import circuit as run
 
     with read_progress() as progress:
         result = run(settings=settings, progress=progress).to_dict()
@@ -277,7 +277,7 @@ def why(args) -> int:
     text = read_text_arg(args.text, args.file, required=args.audio is None)
     speech = args.model is None and args.audio is not None
     settings = settings_from(WhySettings, args, text=text, model=SP.model if speech else None)
-    from ..read.circuits.why import why as run
+    from ..read.verbs import why as run
 
     with read_progress() as progress:
         result = run(settings=settings, progress=progress).to_dict()

@@ -2,7 +2,8 @@
 stimuli, head statistics, roles, ablation effects, and the data the routing report shows.
 
 Three tiers, each importing only those below it (tests/test_floors.py): the floor (the top-level modules
-and ground/), the rooms (each imports the floor, never another room), and report.py above them.
+and ground/), the rooms (each imports the floor, never another room), and the compositions above them
+(report.py, the speech wing, verbs.py).
 
     adapter        a transformers model's attention routed through the engine, for the length of a `with`
     hooks          hook lifetime in one home: module hooks added and removed together, outputs recorded
@@ -21,10 +22,12 @@ and ground/), the rooms (each imports the floor, never another room), and report
     ground/        what the rooms share: metrics, prompts, positions, the settle rule, the process group,
                    checkpoints, statistics (its own docstring lists its modules)
     corpus/        room: a corpus read, streamed, merged over ranks, resumable
-    experiments/   room: knockout, swap, needle, the cross-stream experiments
-    patching/      room: patch, routes, and their speech variants
+    experiments/   room: knockout, swap, needle
+    patching/      room: patch, routes
     circuits/      room: circuit, path_patch, why, composition
-    report         the composition: the routing report's data (a text read, its weights, a corpus read)
+    report         composition: the routing report's data (a text read, its weights, a corpus read)
+    speech/        composition, the speech wing: every verb's variant for clips (its own docstring lists them)
+    verbs          composition: circuit, path_patch and why, each sent once to its text room or the wing
 
 Analysis only: numbers and data classes; no printing, no figures, no argparse. Models come through
 attnroute.models (the one door), one floor down.

@@ -151,7 +151,7 @@ class Explorer:
     def why(self, text: str, layer, head, query, key, job) -> dict:
         """Why head L.H attends from ``query`` to ``key``: the route's score split into (query side, key side)
         pairs (ar.why), on the text as the explorer reads it."""
-        from ..read.circuits import why
+        from ..read.verbs import why
 
         layer, head = self._layer_head(layer, head)
         st = self.state(text, job)
@@ -350,7 +350,7 @@ class Explorer:
     def circuit(self, clean, corrupt, answer, wrong, job) -> dict:
         """The pair's circuit (ar.circuit: every edge estimated, the first round of the estimate's top measured
         exactly, the faithfulness curve): the SHOWN strongest edges for the page's graph, and the summary."""
-        from ..read.circuits import circuit
+        from ..read.verbs import circuit
 
         f = self._pair_fields(clean, corrupt, answer, wrong)
         if not self.loaded.causal:
@@ -370,7 +370,7 @@ class Explorer:
 
     def path(self, clean, corrupt, answer, wrong, edge, job) -> dict:
         """One edge of the pair path-patched exactly (ar.path_patch), ``edge`` as the circuit names it."""
-        from ..read.circuits import path_patch
+        from ..read.verbs import path_patch
 
         f = self._pair_fields(clean, corrupt, answer, wrong)
         try:

@@ -14,15 +14,14 @@ carries your behaviour — estimated for every edge at once, settled exactly.
     qkfix        AtP*'s QK fix for edges into a self-attention's queries and keys
     evaluate     a circuit run whole: the faithfulness curve (Curve) and evaluate_circuit() on any edge set
     circuit      circuit(): estimate, settle, the faithfulness curve
-    clips        circuits on a speech model: one pair of clips is the prompt set
     path         path_patch(): one edge, exactly
     qk           a head's query and key split into the stream's components (norm scales frozen)
     postln       a post-LN model's stream split for why (every LayerNorm frozen at its σ)
     why_core     the split behind why(): one forward recorded at the head's attention call
     why          why(): a route's score as (query side × key side) pairs that add up to it
-    why_speech   why() on a speech model's clip
     composition  composition(): how strongly each head's output can feed each later head's q, k or v
 
+Their speech variants (a pair of clips, a route over a clip) are read/speech's.
 Definitions and the method: docs/circuits.md.
 """
 

@@ -26,13 +26,10 @@ from ...engine.jsonable import Meta, Result
 from ...promptset import finite
 from ...settings import CircuitSettings, verb
 from ..ground.arrays import Store, pairs_key
-from ..ground.group import Shard
-from ..ground.metrics import resolve
 from ..ground.pool import RunPool
 from ..ground.settle import SettleRule, measure_exact, settle_as_asked
 from ..ground.stats import agreement, gap, mean_ci, mean_ci_rows
 from ..study import Study
-from .clips import clip_run_inputs
 from .composition import weight_scores
 from .estimate import eap
 from .evaluate import Curve
@@ -165,8 +162,6 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
     Under torchrun the prompts are sharded over the ranks; every rank returns the same result."""
     s = CircuitSettings.of(settings, model, fields, prompts=prompts)
     study = Study(s, progress, "circuit discovery", kind="circuit")
-    if s.clips:
-        return _clip_circuit(study)
     study.prompts(
         check=lambda facts, groups: (_check_groups(s, study.pairs, groups), check_sizes(s.edges or (), facts))
     )
@@ -177,7 +172,7 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
         graph = Graph(layout)
         asked = resolve_edges(graph, s.edges or ())
         key = _key(study)
-        return _run(study, layout, graph, study.mine(), asked, key)
+        return run_circuit(study, layout, graph, study.mine(), asked, key)
 
 
 def _before_weights(study: Study, facts, groups) -> None:
@@ -213,19 +208,7 @@ def check_sizes(labels, facts) -> None:
                 )
 
 
-def _clip_circuit(study: Study) -> CircuitResult:
-    """A circuit between two clips on a speech model (clips.py): one pair, one rank, no checkpoint."""
-    s = study.s
-    study.metric_name, study.metric = resolve(s.metric)
-    study.loaded, group, study.record = clip_run_inputs(s, study.say)
-    study.shard = Shard(1, 0, 1)
-    study.say("stage", "finding the residual stream's writers and readers (one short forward)")
-    layout = discover(study.loaded, group.clean)
-    graph = Graph(layout)
-    return _run(study, layout, graph, [group], resolve_edges(graph, s.edges or ()), None)
-
-
-def _run(study: Study, layout, graph, groups, asked, key) -> CircuitResult:
+def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResult:
     """Estimate every edge, settle the top exactly, run the top circuits whole, and describe them."""
     loaded, s, shard, say = study.loaded, study.s, study.shard, study.say
     N, E = shard.n, len(graph)

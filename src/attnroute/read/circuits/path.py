@@ -21,7 +21,6 @@ from ..ground.metrics import resolve
 from ..ground.prompts import tokenize_pairs
 from ..ground.stats import gap, mean_ci
 from ..study import Study
-from .clips import clip_run_inputs
 from .estimate import eap
 from .graph import Graph
 from .layout import discover
@@ -74,9 +73,15 @@ def path_patch(model=None, prompts=None, *, settings: PathPatchSettings | None =
     """Path patching of one edge; the fields are PathPatchSettings'. See the module docstring."""
     s = PathPatchSettings.of(settings, model, fields, prompts=prompts)
     st = Study(s, progress)
-    say = st.say
     st.metric_name, fn = resolve(s.metric)
     loaded, groups, st.record = _inputs(st)
+    return measure_edge(st, groups, fn)
+
+
+def measure_edge(st: Study, groups: list, fn) -> PathPatchResult:
+    """The edge's exact Δ and estimate on ``groups`` (the study holds the model, metric name and records):
+    what path_patch does once its inputs are had — prompt pairs here, two clips in read/speech."""
+    s, say, loaded = st.s, st.say, st.loaded
     layout = discover(loaded, groups[0].clean[:1])
     graph = Graph(layout)
     (e,) = resolve_edges(graph, [_kv_named(s.edge, layout.heads // max(1, layout.kv_heads))])
@@ -93,11 +98,8 @@ def path_patch(model=None, prompts=None, *, settings: PathPatchSettings | None =
 
 
 def _inputs(st: Study) -> tuple:
-    """(the model, the prompts as groups of one length, each prompt's record): prompt pairs, or two clips
-    (clips.py). What can be checked is checked before the weights load (Study.prompts)."""
-    if st.s.clips:
-        st.loaded, group, record = clip_run_inputs(st.s, st.say)
-        return st.loaded, [group], record
+    """(the model, the prompts as groups of one length, each prompt's record), from prompt pairs checked
+    before the weights load (Study.prompts); two clips are read/speech's."""
     pairs = st.prompts()
     loaded = st.load()
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, st.s.metric)

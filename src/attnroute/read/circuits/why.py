@@ -32,7 +32,6 @@ from .layout import CircuitUnsupported, discover, stacks
 from .postln import PostLNStream, side_parts
 from .qk import TOL, Side, split_side
 from .why_core import HEAD, ROUTES_MAX, Recorded, WhyResult, existing, receivers, result
-from .why_speech import why_speech
 
 DISCOVER = 16  # tokens of the text the stream's layout is found on (it does not depend on the length)
 
@@ -44,8 +43,6 @@ def why(model=None, text: str | None = None, *, settings: WhySettings | None = N
     s = WhySettings.of(settings, model, fields, text=text)
     st = Study(s, progress)
     say = st.say
-    if s.audio is not None:
-        return why_speech(s, say)
     listed, made_on = _listed(s)
     loaded = st.load()
     ids, _ = encode_text(loaded.tokenizer, s.text, None, add_bos=loaded.causal)

@@ -4,22 +4,16 @@
     knockout  cut a route (Geva et al. 2023)
     swap      run a prompt with another's maps
     needle    does long context dilute retrieval
-    cross     knockout and swap across streams on a speech model
 
-Each returns a typed result whose to_dict() is the command's JSON.
+Each returns a typed result whose to_dict() is the command's JSON. Knockout and swap across a speech
+model's streams are read/speech's.
 """
 
-from .cross import CrossError, CrossKnockoutResult, CrossSwapResult, cross_knockout, cross_swap
 from .knockout import KnockoutError, KnockoutResult, knockout
 from .needle import NeedleResult, needle
 from .swap import SwapError, SwapResult, swap
 
 __all__ = [
-    "CrossError",
-    "CrossKnockoutResult",
-    "CrossSwapResult",
-    "cross_knockout",
-    "cross_swap",
     "KnockoutError",
     "KnockoutResult",
     "NeedleResult",

@@ -8,24 +8,18 @@
     routes             every single query→key route's first-order effect on your metric
     suffix             exact route knockouts that recompute only what a route can change
     route_attribution  route_attribution(): every route estimated, the top verified exactly
-    speech             activation patching between two clips on a speech model
-    speech_routes      route attribution across streams on a speech model
+
+Their speech variants (two clips, routes across streams) are read/speech's.
 
 Each module imports read/'s floor, never another room (tests/test_floors.py).
 """
 
 from .patch import PatchResult, patch
 from .route_attribution import RoutesResult, route_attribution
-from .speech import SpeechPatchResult, speech_patch
-from .speech_routes import SpeechRoutesResult, speech_routes
 
 __all__ = [
     "PatchResult",
     "RoutesResult",
-    "SpeechPatchResult",
-    "SpeechRoutesResult",
     "patch",
     "route_attribution",
-    "speech_patch",
-    "speech_routes",
 ]

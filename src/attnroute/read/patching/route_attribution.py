@@ -23,7 +23,7 @@ from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import SETTLE_STEP, RoutesSettings, verb
 from ..adapter import routed
 from ..effects import layer_stack, restart_check, rows_of, run_from
-from ..ground.arrays import pairs_key
+from ..ground.arrays import Store, pairs_key
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
 from ..ground.copies import repeat_batch
 from ..ground.group import Shard
@@ -259,11 +259,13 @@ def _store(st: Study, name: str, pairs, layers, n: int):
     return st.store("routes", key, {"values.routes": (n, 1), "forwards": (1,)})
 
 
-def _verify(run: RouteRun, routes, verify, recorded, meta, say, store) -> list[float | None]:
+def _verify(run: RouteRun, routes, verify, recorded, meta, say, store=None) -> list[float | None]:
     """Exact: knock routes out (−inf before the softmax, the row renormalized) and rerun from their layer,
     under the settle rule (ground/settle.py): the exact top ``verify`` among the kept routes must hold and no
     kept route's estimate, within the error band, could still enter it. None where not measured.
     ``recorded``: (each block's output, base) from the streaming pass (routes.stream_routes)."""
+    if store is None:  # no checkpoint (a speech model's routes): nothing kept between runs
+        store = Store("routes", None, None, {"values.routes": (len(routes), 1)}, Shard(1, 0, 1))
     kept = store.state["values.routes"][:, 0]  # a resumed run's measured routes
     exact: list[float | None] = [None if np.isnan(v) else float(v) for v in kept]
     if verify == 0 or not routes:

@@ -33,9 +33,9 @@ from ...progress import reporter
 from ...settings import CrossKnockoutSettings, CrossSwapSettings, verb
 from ..adapter import routed
 from ..alignment import SpanError, alignment, frame_span, word_positions
+from ..experiments.common import load_checked
 from ..ground.speech import decoder_ids, prompt_ids, prompt_length, speech_batch, suppressed, transcribe_batch
 from ..mode_ablation import wer
-from .common import load_checked
 
 GAP = 5  # frames (100 ms) between the route's span and its control: a word's edge is not sharper
 

@@ -24,13 +24,13 @@ from ...audio import audio
 from ...errors import InputError
 from ..adapter import routed
 from ..alignment import alignment, frame_span, word_positions
+from ..circuits.graph import Graph
+from ..circuits.layout import discover
+from ..circuits.qk import split_side
+from ..circuits.why_core import HEAD, ROUTES_MAX, Recorded, existing, receivers, result
 from ..ground.speech import Clips, decoder_ids, prompt_length, speech_batch, transcribe
 from ..stimuli import tokens_of
 from ..study import Study
-from .graph import Graph
-from .layout import discover
-from .qk import split_side
-from .why_core import HEAD, ROUTES_MAX, Recorded, existing, receivers, result
 
 INDICES = re.compile(r"\s*\d+(\s*,\s*\d+)*\s*")
 

@@ -26,8 +26,8 @@ from ...settings import SpeechPatchSettings, verb
 from ..adapter import routed
 from ..ground.speech import ClipPairError, clip_pair, last_logit_diff
 from ..ground.stats import gap
+from ..patching.sites import Component, PatchCopies, Recorder
 from ..study import Study
-from .sites import Component, PatchCopies, Recorder
 
 COPIES = 3  # patched copies per forward: an encoder head's copy holds 6 × 1,500² eager scores
 

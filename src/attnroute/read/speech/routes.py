@@ -24,10 +24,10 @@ from ...engine import InputError
 from ...engine.jsonable import Result
 from ...settings import SpeechRoutesSettings, verb
 from ..ground.speech import last_logit_diff, prompt_ids, speech_batch, text_ids, transcribe_batch, word_token
+from ..patching.route_attribution import RouteRun, _agreements, _verify
+from ..patching.routes import output_gradients, stream_routes
 from ..stimuli import tokens_of
 from ..study import Study
-from .route_attribution import RouteRun, _agreements, _verify
-from .routes import output_gradients, stream_routes
 
 
 class SpeechRoutesError(InputError):
