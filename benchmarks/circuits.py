@@ -61,7 +61,10 @@ def edge_runs(lm, pairs):
     layout = discover(lm, groups[0].clean[:1])
     graph = Graph(layout)
     t0 = time.perf_counter()
-    runs = [EdgeRun(lm, layout, graph, g, logit_diff, "denoising", "corrupt") for g in chunk_groups(groups, 512)]
+    runs = [
+        EdgeRun(lm, layout, graph, g, logit_diff, direction="denoising", ablation="corrupt")
+        for g in chunk_groups(groups, 512)
+    ]
     return groups, graph, runs, time.perf_counter() - t0
 
 
@@ -200,7 +203,7 @@ def _eap_long(lm, ids, shuffled) -> dict:
     group = Group(rows=[0], clean=ids, corrupt=corrupt, answer=None, wrong=None)
     layout = discover(lm, ids[:, :8])
     graph = Graph(layout)
-    run = EdgeRun(lm, layout, graph, group, loss, "denoising", "corrupt")
+    run = EdgeRun(lm, layout, graph, group, loss, direction="denoising", ablation="corrupt")
     est = eap(run, 1)
     return {"edges": len(graph), "qk_fix_layers": run.qk_fixed, "top_estimate": float(np.abs(est).max())}
 

@@ -35,7 +35,7 @@ def edge_run(loaded, pairs=PAIRS, direction="denoising", ablation="corrupt"):
     groups, _ = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, "logit-diff")
     layout = discover(loaded, groups[0].clean[:1])
     graph = Graph(layout)
-    return EdgeRun(loaded, layout, graph, groups[0], logit_diff, direction, ablation)
+    return EdgeRun(loaded, layout, graph, groups[0], logit_diff, direction=direction, ablation=ablation)
 
 
 # ---------------------------------------------------------------- a reference by hooks on transformers' modules

@@ -34,12 +34,23 @@ def _setup(loaded, ids, recorded=True):
     assert base is not None and len(base[0]) == loaded.n_layers
     blocks = layer_stack(loaded)
     value = lambda lg, copies=1: _loss(lg, batch)  # noqa: E731  (metric() runs one copy)
-    suffix = Suffix(loaded, batch, stored, blocks, value, no_cache(loaded), False, base=base if recorded else None)
+    suffix = Suffix(
+        loaded,
+        batch,
+        stored,
+        blocks,
+        value=value,
+        kwargs=no_cache(loaded),
+        last_only=False,
+        base=base if recorded else None,
+    )
     return batch, stored, blocks, suffix
 
 
 def _full(loaded, batch, stored, blocks, layer, cut):
-    out = run_from(loaded, layer, stored, batch, cut, 1, blocks, impl="auto", **no_cache(loaded))
+    out = run_from(
+        loaded, layer, stored, batch, interventions=cut, copies=1, blocks=blocks, impl="auto", **no_cache(loaded)
+    )
     return _loss(out.logits, batch)
 
 
@@ -67,7 +78,7 @@ def test_cuts_sharing_one_forward_as_copies_each_equal_their_own_rerun(tiny, cut
     layer and row any of them needs — each equals its own rerun of every row from its layer (fp32)."""
     loaded, ids, (batch, stored, blocks, _) = tiny
     losses = lambda lg, copies=1: torch.cat([_loss(lg[c : c + 1], batch) for c in range(copies)])  # noqa: E731
-    suffix = Suffix(loaded, batch, stored, blocks, losses, no_cache(loaded), False)
+    suffix = Suffix(loaded, batch, stored, blocks, value=losses, kwargs=no_cache(loaded), last_only=False)
     cuts = [(layer, row, min(key, row), head) for layer, row, key, head in cuts] or [(1, 22, 0, 0)]
 
     def made(layer, row, key, head):
@@ -110,6 +121,7 @@ def test_short_prompt_knockouts_share_forwards_and_equal_one_at_a_time(smollm2):
     SHARED_TOKENS) and equal the same knockouts run one per forward (fp32: 2.3e-5 measured on a 1.9 logit
     difference), and meta says how many forwards they took."""
     pair = dict(clean=IOI[0], corrupt=IOI[1], answer=" Mary", wrong=" John")
+    pair["no_checkpoint"] = True  # the second run must measure, not resume the first's (the same settings)
     shared = RA.route_attribution(smollm2, top=12, verify=4, **pair)
     try:
         RA.SHARED_TOKENS, alone = 0, None

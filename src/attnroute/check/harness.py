@@ -95,7 +95,7 @@ class Ctx:
         return out[..., : k.shape[2]]
 
 
-def inputs(B=2, H=2, Hkv=None, Tq=8, Tk=8, dtype=torch.float32, seed=0, spread=1.0, D=None, Dv=None):
+def inputs(*, B=2, H=2, Hkv=None, Tq=8, Tk=8, dtype=torch.float32, seed=0, spread=1.0, D=None, Dv=None):
     """Random q, k (distinctive, not uniform scores) and one-hot values; D = max(Tk, 8) unless given."""
     Hkv = Hkv or H
     D = D or max(Tk, 8)
@@ -153,7 +153,7 @@ def first_difference(obs, exp, keep, tol, why_masked) -> str | None:
     )
 
 
-def judge(name, obs, exp, keep, tol, why_masked, explain_cause=None, rows=None) -> CheckResult:
+def judge(name, obs, exp, keep, tol, why_masked, *, explain_cause=None, rows=None) -> CheckResult:
     """Rows that may see a key must match the reference (else fail, with the cause when one is
     found); rows that may see nothing must be zeros — NaN/inf there fails (it reaches every
     gradient), a finite average of masked keys is a hazard. ``rows`` limits the judgement to
@@ -191,7 +191,7 @@ def judge(name, obs, exp, keep, tol, why_masked, explain_cause=None, rows=None) 
 
 
 def compare(
-    ctx: Ctx, name, q, k, v, keep, why_masked, extra=None, causal_case=False, rows=None, first=()
+    ctx: Ctx, name, q, k, v, keep, why_masked, *, extra=None, causal_case=False, rows=None, first=()
 ) -> CheckResult:
     """Run the target on one case and judge every row against the reference."""
     obs = ctx.weights(q, k, v, keep)
@@ -205,7 +205,7 @@ def compare(
         )
         return why or (extra(obs) if extra else None)
 
-    return judge(name, obs, exp, keep, tol, why_masked, cause, rows)
+    return judge(name, obs, exp, keep, tol, why_masked, explain_cause=cause, rows=rows)
 
 
 def future(b, i, j):

@@ -124,7 +124,7 @@ def _overflowed(w, keep) -> tuple[int, int]:
     return int(bad.sum()), int(seen.sum())
 
 
-def _overflow_case(ctx, dtype, B, H, Tq, Tk, logit, seed, spread, Dv=None):
+def _overflow_case(ctx, dtype, *, B, H, Tq, Tk, logit, seed, spread, Dv=None):
     """(rows that overflowed, rows, the same at ordinary logits): the control says whether the shape itself
     already breaks the target (then the large logits are not to blame)."""
     q, k, v = case_inputs(ctx, B=B, H=H, Tq=Tq, Tk=Tk, dtype=torch.float32, seed=seed, spread=spread, D=Dv or 8, Dv=Dv)
@@ -149,7 +149,9 @@ def check_overflow(ctx, dtype):
     ]
     found = []
     for what, B, H, Tq, Tk_, logit, seed, spread, Dv in cases:
-        bad, rows, control = _overflow_case(ctx, dtype, B, H, Tq, Tk_, logit, seed, spread, Dv)
+        bad, rows, control = _overflow_case(
+            ctx, dtype, B=B, H=H, Tq=Tq, Tk=Tk_, logit=logit, seed=seed, spread=spread, Dv=Dv
+        )
         if control:
             return CheckResult.fail(
                 "overflow",

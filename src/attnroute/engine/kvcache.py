@@ -20,6 +20,7 @@ class KVCache:
         kv_heads: int,
         head_dim: int,
         max_len: int,
+        *,
         dtype: torch.dtype = torch.float32,
         device=None,
         value_dim: int | None = None,

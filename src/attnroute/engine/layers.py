@@ -32,6 +32,7 @@ class MultiHeadAttention(nn.Module):
         n_heads: int,
         n_kv_heads: int | None = None,
         head_dim: int | None = None,
+        *,
         bias: bool = False,
         out_proj: bool = True,
         rope: RoPE | None = None,

@@ -181,6 +181,7 @@ def forward_from(
     start: int,
     stored: dict,
     batch: dict,
+    *,
     interventions,
     copies: int,
     clean_emb=None,
@@ -190,13 +191,24 @@ def forward_from(
     """The model's own forward on ``batch`` (``copies`` repeats of the effect batch), with blocks 0 … start−1
     replaced by their clean outputs: everything else — masks, position embeddings, the output head with
     its soft-cap or logit scaling — is the model's own code. Returns the effect per example."""
-    result = run_from(loaded, start, stored, batch, interventions, copies, blocks, impl=IMPL)
+    result = run_from(
+        loaded, start, stored, batch, interventions=interventions, copies=copies, blocks=blocks, impl=IMPL
+    )
     return effect(loaded, batch, result, clean_emb)
 
 
 @torch.no_grad()
 def run_from(
-    loaded, start: int, stored: dict, batch: dict, interventions, copies: int, blocks=None, impl="eager", **model_kwargs
+    loaded,
+    start: int,
+    stored: dict,
+    batch: dict,
+    *,
+    interventions,
+    copies: int,
+    blocks=None,
+    impl="eager",
+    **model_kwargs,
 ):
     """The model's outputs on ``batch`` with blocks 0 … start−1 answering with ``stored`` (their outputs on
     the run being edited, repeated ``copies`` times): an edit at layer ``start`` cannot change them."""
@@ -222,7 +234,7 @@ def restart_check(
     if blocks is None:
         return {"used": False, "reason": "no single stack of layers (encoder-decoder): full forwards"}
     start = max(1, loaded.n_layers // 2)
-    out = run_from(loaded, start, stored, batch, [], 1, blocks, impl=impl, **model_kwargs)
+    out = run_from(loaded, start, stored, batch, interventions=[], copies=1, blocks=blocks, impl=impl, **model_kwargs)
     diff = float((value(out) - base).abs().max())
     tol = 1e-4 * max(1.0, float(base.abs().max()))
     if diff <= tol:
@@ -299,7 +311,15 @@ class Sweep:
                     rep = repeat_batch(self.batch, len(chunk))
                     start = layer if self.check["used"] else 0
                     per = forward_from(
-                        self.loaded, start, self.stored, rep, [iv], len(chunk), self.clean_emb, self.blocks, self.effect
+                        self.loaded,
+                        start,
+                        self.stored,
+                        rep,
+                        interventions=[iv],
+                        copies=len(chunk),
+                        clean_emb=self.clean_emb,
+                        blocks=self.blocks,
+                        effect=self.effect,
                     )
                     per = per.view(len(chunk), self.B)  # (k, B)
                     self.deltas[mode][layer, chunk] = (per - self.base[None]).mean(1).numpy()
@@ -314,6 +334,7 @@ def exact_sweep(
     batch: dict,
     modes=("zero",),
     heads: list[tuple[int, int]] | None = None,
+    *,
     progress=None,
     reuse_residual: bool = True,
     info: dict | None = None,
@@ -335,6 +356,7 @@ def settled_sweep(
     batch: dict,
     ranking: np.ndarray,
     modes=("zero",),
+    *,
     rule: SettleRule = SIGNED,
     progress=None,
     effect=effect_loss,

@@ -126,12 +126,12 @@ class SpeechExplorer:
         P = prompt_length(m, batch["decoder_input_ids"])
         lp = self._logprobs(batch, P, [])
         source = "given (teacher-forced)" if text is not None else "greedy decoding"
-        page = self._page(heard, batch, P, said, source, weights, found, lp)
+        page = self._page(heard, batch, P, said, source=source, weights=weights, found=found, lp=lp)
         st = ClipState(heard, batch, P, said, source, page, lp)
         self._states = {**dict(list(self._states.items())[-3:]), key: st}  # the last four clips
         return st
 
-    def _page(self, heard, batch, P, said, source, weights, found, lp) -> dict:
+    def _page(self, heard, batch, P, said, *, source, weights, found, lp) -> dict:
         ids = batch["decoder_input_ids"][0]
         tokens = [self.loaded.tokenizer.decode([int(t)]) for t in ids[P:]]  # the last: <|endoftext|>
         mel = batch["input_features"][0, :, : 2 * heard.frames].numpy()

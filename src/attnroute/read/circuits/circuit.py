@@ -215,7 +215,10 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     fn = study.metric
 
     means = GroupMeans(layout, graph) if s.ablation == "mean" else None
-    make = lambda g: EdgeRun(loaded, layout, graph, g, fn, s.direction, s.ablation, means)  # noqa: E731
+
+    def make(g):
+        return EdgeRun(loaded, layout, graph, g, fn, direction=s.direction, ablation=s.ablation, means=means)
+
     pool = study.pool(make, lambda g: _run_bytes(graph, layout, g.tokens), groups)
     chunks = pool.chunks
     shapes = {"m_clean": (N,), "m_corrupt": (N,), "est": (E, N), "values.edges": (E, N)}

@@ -158,7 +158,9 @@ class GradPass:
                 for a in (b.attn, b.cross):
                     if a is not None:
                         left = ("q", "k") if (b.stream, b.index) in skip and not a.cross else ()
-                        grads = _attention_grads(run, self.rec, b, a, self.grads, checked, self.copies, left)
+                        grads = _attention_grads(
+                            run, self.rec, b, a, self.grads, checked=checked, copies=self.copies, skip=left
+                        )
                         yield from grads.items()
         for j, g in self.leaf_grads.items():
             yield [j], _fold(_through_norm(run, self.rec, j, g)[None], self.copies)
@@ -253,7 +255,7 @@ def _through_norm(run, rec: dict, j: int, g: torch.Tensor) -> torch.Tensor:
 
 
 def _attention_grads(
-    run, rec, b, a, qkv: dict, checked: dict, copies: int, skip: tuple = ()
+    run, rec, b, a, qkv: dict, *, checked: dict, copies: int, skip: tuple = ()
 ) -> dict[tuple, torch.Tensor]:
     """The q, k, v receivers of one attention sublayer by the point they read: {(receivers): [r, n, T, d]}
     (not those of the channels in ``skip``). ``checked``: headvjp's structure checks, per attention class."""
@@ -289,8 +291,8 @@ def _attention_grads(
                 cot = qkv[(a.layer, ch)].to(fresh[ch].dtype)  # [B, H, T, D]: every head's; each receiver's own
                 key = (type(a.module), a.cross, side, ch)
                 y = fresh[ch]
-                g = fused_through_norm(y, n, cot, units, taps, form, copies, checked, key)
-                if g is None or not check_fused(g, normed, x, y, n, cot, units, copies, checked, key):
+                g = fused_through_norm(y, n, cot, units, taps, form, copies=copies, memo=checked, key=key)
+                if g is None or not check_fused(g, normed, x, y, n, cot, units, copies=copies, memo=checked, key=key):
                     gn = head_vjp(y, n, cot, units, taps, checked, key)
                     # then through the norm (none: the read point is the projections' input)
                     g = _fold(gn if norm is None else norm_vjp(normed, x, gn, form, checked, type(norm)), copies)

@@ -262,7 +262,10 @@ def evaluate_circuit(
 def _evaluate(st: Study, layout, graph: Graph, chosen: list[int]) -> CircuitEvaluation:
     s, N, E = st.s, st.shard.n, len(graph)
     means = GroupMeans(layout, graph) if s.ablation == "mean" else None
-    make = lambda g: EdgeRun(st.loaded, layout, graph, g, st.metric, s.direction, s.ablation, means)  # noqa: E731
+
+    def make(g):
+        return EdgeRun(st.loaded, layout, graph, g, st.metric, direction=s.direction, ablation=s.ablation, means=means)
+
     pool = st.pool(make, lambda g: 0)
     if means is not None:
         means.fill(pool, st.shard, st.say)

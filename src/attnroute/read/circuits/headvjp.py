@@ -166,7 +166,7 @@ def norm_vjp(normed, x, gn: torch.Tensor, form, memo: dict, key) -> torch.Tensor
     return g if memo[key] else plain_vjp(normed, x, gn)
 
 
-def fused_through_norm(y, n, cot, units: list[int], taps: list, form, copies: int, memo: dict, key):
+def fused_through_norm(y, n, cot, units: list[int], taps: list, form, *, copies: int, memo: dict, key):
     """[r, n, T, d]: the receivers' gradients at the norm's input, summed over ``copies`` stacked IG steps —
     head_vjp and norm_vjp in one, with the sums over steps taken where they are cheap. For an identified
     LayerNorm/RMSNorm (``form``: c, σ, scale; a = 1/σ) and one projection W whose columns the heads own
@@ -231,7 +231,7 @@ def _columns(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     return X[:, C]
 
 
-def check_fused(g, normed, x, y, n, cot, units: list[int], copies: int, memo: dict, key) -> bool:
+def check_fused(g, normed, x, y, n, cot, units: list[int], *, copies: int, memo: dict, key) -> bool:
     """The fused gradients, summed over receivers, against autograd's backward of the summed cotangent
     through the projection and the norm (folded over the steps); the verdict kept for ``key``."""
     fkey = ("fused", key)

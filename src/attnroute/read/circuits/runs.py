@@ -49,7 +49,9 @@ DELTA_BYTES = 512 << 20  # senders' deltas kept between uses (the rest recompute
 
 
 class EdgeRun:
-    def __init__(self, loaded, layout: Layout, graph: Graph, group, metric, direction: str, ablation: str, means=None):
+    def __init__(
+        self, loaded, layout: Layout, graph: Graph, group, metric, *, direction: str, ablation: str, means=None
+    ):
         self.loaded, self.layout, self.graph, self.group = loaded, layout, graph, group
         self.metric, self.direction, self.ablation = metric, direction, ablation
         self.means = means  # mean ablation: the means over every clean prompt of this length (means.py)
@@ -89,7 +91,17 @@ class EdgeRun:
         # encoder frames was a quarter of a clip circuit's time (65.6 s → 49.6 s, the same numbers).
         impl = "auto"
         if start:
-            return run_from(self.loaded, start, self.base_blocks, batch, ivs, copies, self.blocks, impl, **self.kwargs)
+            return run_from(
+                self.loaded,
+                start,
+                self.base_blocks,
+                batch,
+                interventions=ivs,
+                copies=copies,
+                blocks=self.blocks,
+                impl=impl,
+                **self.kwargs,
+            )
         with routed(self.loaded, interventions=ivs, impl=impl, **hooks):
             out = self.loaded.model(**batch, **self.kwargs)
             return out if then is None else then(out)

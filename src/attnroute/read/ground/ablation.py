@@ -101,7 +101,9 @@ def metric_effect_columns(loaded, cols: dict, s, pairs, say) -> dict:
     elif exact == 0:
         info = {"heads_measured": 0}
     else:
-        _, info = settled_sweep(loaded, None, np.abs(cols["grad_attr"]), s.modes, exact_rule(exact), sweep=sweeps)
+        _, info = settled_sweep(
+            loaded, None, np.abs(cols["grad_attr"]), modes=s.modes, rule=exact_rule(exact), sweep=sweeps
+        )
     for mode, column in (("zero", "ablation_delta"), ("mean", "ablation_mean"), ("uniform", "ablation_uniform")):
         if mode in s.modes and info.get("heads_measured"):
             cols[column] = sweeps.deltas[mode]

@@ -270,7 +270,7 @@ def _verify(run: RouteRun, routes, verify, recorded, meta, say, store=None) -> l
     exact: list[float | None] = [None if np.isnan(v) else float(v) for v in kept]
     if verify == 0 or not routes:
         return exact
-    loaded, batch, m_base = run.loaded, run.batch, run.m_base
+    batch, m_base = run.batch, run.m_base
     stored, blocks, suffix = _restart(run, recorded, meta)
 
     forwards = [int(store.state.get("forwards", [0])[0])]  # the knockouts' forwards (fewer where routes shared one)
@@ -279,16 +279,7 @@ def _verify(run: RouteRun, routes, verify, recorded, meta, say, store=None) -> l
         idx = [i for i in idx if exact[i] is None]  # what a resumed run measured is kept
         for chunk in _shared(idx, routes, rows_of(batch).shape) if suffix is not None else [[i] for i in idx]:
             forwards[0] += 1
-            if suffix is not None:  # only the rows from the routes' first query on, from their first layer on
-                start, row = min(routes[i]["layer"] for i in chunk), min(routes[i]["query"] for i in chunk)
-                cuts = [lambda items, r=routes[i]: [knockout_one(r, loaded.attention_kinds, items)] for i in chunk]
-                ms = suffix.metrics(start, row, cuts)
-            else:
-                r = routes[chunk[0]]
-                start = r["layer"] if meta.restart["used"] else 0
-                cut = [knockout_one(r, loaded.attention_kinds)]
-                out = run_from(loaded, start, stored, batch, cut, 1, blocks, impl="auto", **run.kwargs)
-                ms = [run.value(out)]
+            ms = _knocked_out(run, [routes[i] for i in chunk], suffix, stored, blocks, meta.restart["used"])
             for i, m in zip(chunk, ms, strict=True):
                 exact[i] = kept[i] = float((m - m_base).mean())
             store.state["forwards"] = np.array([forwards[0]], dtype=np.float64)
@@ -306,6 +297,23 @@ def _verify(run: RouteRun, routes, verify, recorded, meta, say, store=None) -> l
     meta.settle = {**info, "rule": rule.describe(), "beyond_kept": bool(unkept and len(routes) == meta.top)}
     meta.restart["knockout_forwards"] = forwards[0]
     return exact
+
+
+def _knocked_out(run: RouteRun, chunk: list[dict], suffix, stored, blocks, restarts: bool) -> list:
+    """The metric with each route of ``chunk`` knocked out: copies in one forward over the suffix of rows from
+    their first query and layer on, or one route rerun from its layer (every row)."""
+    loaded = run.loaded
+    if suffix is not None:
+        start, row = min(r["layer"] for r in chunk), min(r["query"] for r in chunk)
+        cuts = [lambda items, r=r: [knockout_one(r, loaded.attention_kinds, items)] for r in chunk]
+        return suffix.metrics(start, row, cuts)
+    r = chunk[0]
+    cut = [knockout_one(r, loaded.attention_kinds)]
+    start = r["layer"] if restarts else 0
+    out = run_from(
+        loaded, start, stored, run.batch, interventions=cut, copies=1, blocks=blocks, impl="auto", **run.kwargs
+    )
+    return [run.value(out)]
 
 
 def _restart(run: RouteRun, recorded, meta) -> tuple:
@@ -353,7 +361,16 @@ def _suffix(run: RouteRun, stored, blocks, base, meta) -> Suffix | None:
         meta.restart["suffix"] = {"used": False, "reason": f"{why}: every row rerun"}
         return None
     value = lambda logits, copies=1: fn(logits, repeat_batch({**batch, **run.fields}, copies)).float()  # noqa: E731
-    suffix = Suffix(loaded, batch, stored, blocks, value, run.kwargs, getattr(fn, "last_only", False), base=base)
+    suffix = Suffix(
+        loaded,
+        batch,
+        stored,
+        blocks,
+        value=value,
+        kwargs=run.kwargs,
+        last_only=getattr(fn, "last_only", False),
+        base=base,
+    )
     check = suffix.check(run.m_base)
     meta.restart["suffix"] = check
     return suffix if check["used"] else None

@@ -110,7 +110,16 @@ class PairRun:
                 iv = PatchCopies(layer, [comps[i] for i in chunk], self.n, self.source[layer])
                 rep = repeat_batch(self.batch(self.base_ids), len(chunk))
                 start = layer if self.shortcut["used"] else 0
-                res = run_from(self.loaded, start, self.base_blocks, rep, [iv], len(chunk), self.blocks, **self.kwargs)
+                res = run_from(
+                    self.loaded,
+                    start,
+                    self.base_blocks,
+                    rep,
+                    interventions=[iv],
+                    copies=len(chunk),
+                    blocks=self.blocks,
+                    **self.kwargs,
+                )
                 out[chunk] = self._metric(res, self.base_ids, len(chunk)).view(len(chunk), self.n)
         return out
 

@@ -67,7 +67,7 @@ class Suffix:
     """The base run's keys and values (and logits, for a metric of every position), and knockouts rerun on
     the rows a route can change. ``stored``: each block's output on the base run; ``blocks``: the stack."""
 
-    def __init__(self, loaded, batch: dict, stored: dict, blocks: list, value, kwargs, last_only: bool, base=None):
+    def __init__(self, loaded, batch: dict, stored: dict, blocks: list, *, value, kwargs, last_only: bool, base=None):
         """``base``: (keys and values [B, Hkv, T, D] per layer, logits [B, T, V]) recorded on the base run by
         its caller (route attribution's streaming pass records both); without it one forward fills them."""
         self.loaded, self.batch, self.stored, self.blocks, self.value = loaded, batch, stored, blocks, value
