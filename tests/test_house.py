@@ -106,3 +106,15 @@ def test_every_file_the_package_reads_is_in_its_package_data():
     files = [p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     missing = [f for f in files if not f.endswith(".py") and not any(fnmatch.fnmatchcase(f, pat) for pat in patterns)]
     assert missing == []
+
+
+def test_no_function_takes_eight_positional_parameters():
+    """Run state travels as the run object or as named keywords, never as a long positional list (issue 51:
+    29 functions took 8–11)."""
+    many = [
+        f"{p.relative_to(ROOT)} {fn.name}"
+        for p in sorted((ROOT / "src").rglob("*.py"))
+        for fn in _functions(p)
+        if len([a for a in fn.args.posonlyargs + fn.args.args if a.arg not in ("self", "cls")]) >= 8
+    ]
+    assert many == []
