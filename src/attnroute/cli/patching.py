@@ -48,6 +48,7 @@ def pair_flags(p, prompts_help: str) -> None:
     option(p, "--metric", P, help=METRICS_HELP)
     option(p, "--answer", P)
     option(p, "--wrong", P)
+    option(p, "--skip-bad", P, action="store_true")
     model_flag(p)
 
 

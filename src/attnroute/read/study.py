@@ -32,7 +32,7 @@ from .ground.checkpoint import CheckpointMismatch, exclusive
 from .ground.group import Shard, agree, process_group
 from .ground.metrics import resolve
 from .ground.pool import RUN_TOKENS, RunPool, chunk_groups
-from .ground.prompts import check_metric_kind, tokenize_pairs
+from .ground.prompts import check_metric_kind, tokenize_pairs, usable_pairs
 
 
 class Study:
@@ -61,6 +61,7 @@ class Study:
         self.pairs: tuple = ()
         self.groups: list = []
         self.record: list = []
+        self.skipped: list[dict] | None = None  # with skip_bad: the rows left out, {row, reason}
         self.metric_name: str | None = None
         self.metric: Callable | None = None
         self.rank, self.world = 0, 1
@@ -92,10 +93,23 @@ class Study:
             check_metric_kind(self.s.metric, facts.kind)
         self.pairs = self.s.read_pairs()
         if facts is not None:
+            self.keep_usable(facts.tokenizer, facts.kind)
             groups, _ = tokenize_pairs(facts.tokenizer, facts.kind, self.pairs, self.s.metric)
             if check is not None:
                 check(facts, groups)
         return self.pairs
+
+    def keep_usable(self, tokenizer, kind: str, gradient: bool = False) -> None:
+        """With ``skip_bad``, the rows this model cannot run (clean and corrupt of unequal lengths, an answer of
+        several tokens, a field the metric reads missing) leave the run, listed with their reasons in
+        ``self.skipped`` and said once; every row skipped is refused. Without it, nothing changes here."""
+        if not getattr(self.s, "skip_bad", False) or self.skipped is not None:
+            return
+        n = len(self.pairs)
+        self.pairs, self.skipped = usable_pairs(tokenizer, kind, self.pairs, self.s.metric, gradient)
+        if self.skipped:
+            rows = ", ".join(str(x["row"]) for x in self.skipped[:10]) + (" …" if len(self.skipped) > 10 else "")
+            self.say("warn", f"skipped {len(self.skipped)} of {n} prompt rows (skip_bad): rows {rows}")
 
     # ---------------------------------------------------------------- the second half: ranks, lock, model
 
@@ -107,6 +121,7 @@ class Study:
             agree(self.world, lambda: held.enter_context(exclusive(path)))  # one writer, before the weights
             loaded = self.load()
             if self.pairs:
+                self.keep_usable(loaded.tokenizer, loaded.kind)
                 self.groups, self.record = tokenize_pairs(loaded.tokenizer, loaded.kind, self.pairs, self.s.metric)
                 for g in self.groups:
                     loaded.fit(g.length, "prompts", f"prompt row {self.pairs[g.rows[0]].row}")

@@ -23,7 +23,16 @@ from .base import (
     position_spec,
     set_field,
 )
-from .read import CHECKPOINT_DOC, DEFAULT_MODEL, DTYPE_DOC, MODEL_DOC, NO_CHECKPOINT_DOC, SETTLE_TOP, TOKENIZER_DOC
+from .read import (
+    CHECKPOINT_DOC,
+    DEFAULT_MODEL,
+    DTYPE_DOC,
+    MODEL_DOC,
+    NO_CHECKPOINT_DOC,
+    SETTLE_TOP,
+    SKIP_BAD_DOC,
+    TOKENIZER_DOC,
+)
 
 PATCH_SITES = ("head", "layer", "q", "k", "v")  # a head's output, a layer's attention output, a head's q / k / v
 DIRECTIONS = ("denoising", "noising")  # run corrupt, patch in clean / run clean, patch in corrupt
@@ -51,6 +60,7 @@ class PairSettings(Settings):
     wrong: str | None = opt(None, "the metric's wrong token, likewise")
     metric: MetricArg = opt("logit-diff", "a built-in name, or metric(logits, batch) -> Tensor [B] from Python")
     direction: str = opt("denoising", "denoising: run corrupt, patch in clean; noising: the reverse")
+    skip_bad: bool = opt(False, SKIP_BAD_DOC)
 
     def check_metric_direction(self) -> None:
         metric_setting(self.metric)
@@ -105,6 +115,8 @@ def clip_fields(s: ClipPairSettings) -> None:
     for name in ("prompts", "clean", "corrupt"):
         if getattr(s, name) is not None:
             raise InputError(f"give two clips or prompts, not both: `{name}` with audio clips", field=name)
+    if s.skip_bad:
+        raise InputError("skip_bad skips prompt rows; two clips are one pair: leave it out", field="skip_bad")
     for name, other in (("audio_clean", "audio_corrupt"), ("audio_corrupt", "audio_clean")):
         if getattr(s, name) is None:
             raise InputError(f"`{other}` needs `{name}` too: a circuit compares two clips", field=name)
@@ -133,6 +145,8 @@ def pair_fields(s) -> None:
     """The pair fields that can be checked without reading a file: prompts or one clean/corrupt pair (or, for
     settings that take them, two clips)."""
     checkpoint_fields(s)
+    if not isinstance(s.skip_bad, bool):
+        raise InputError(f"skip_bad must be True or False, got {s.skip_bad!r}", field="skip_bad")
     if isinstance(s, ClipPairSettings):
         clip_fields(s)
         if s.clips:
@@ -165,6 +179,7 @@ class RoutesSettings(Settings):
     layers: tuple[int, ...] | None = opt(None, "only these layers (unset: every layer)")
     checkpoint: str | None = opt(None, CHECKPOINT_DOC)
     no_checkpoint: bool = opt(False, NO_CHECKPOINT_DOC)
+    skip_bad: bool = opt(False, SKIP_BAD_DOC)
 
     def __post_init__(self):
         metric_setting(self.metric)

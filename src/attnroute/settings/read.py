@@ -26,6 +26,7 @@ MODEL_DOC = (
     "a name (smollm2, minilm, gemma3-270m, whisper-tiny), a model directory, a .gguf file, a hub id org/name, "
     "a LoadedModel, or a transformers model object (with tokenizer=)"
 )
+SKIP_BAD_DOC = "skip (and list, with the reason) prompt rows this model cannot run, instead of refusing the file"
 CHECKPOINT_DOC = "the per-prompt arrays, saved after every round; rerun to resume (unset: to attnroute's cache)"
 NO_CHECKPOINT_DOC = "keep no checkpoint (by default a run checkpoints to attnroute's cache and a rerun resumes)"
 DTYPE_DOC = "auto (a model you hold: its own; a name or path: float32), float32, bfloat16 or float16"

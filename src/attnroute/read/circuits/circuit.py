@@ -73,6 +73,9 @@ class CircuitMeta(Meta):
     checks: dict  # the stream's decomposition and the restart
     ranks: int = 1
     resumed: dict | None = None
+    skipped: list | None = None  # with skip_bad: the prompt rows left out, {row, reason}
+
+    OPTIONAL = ("skipped",)
     stream_layers: dict | None = None  # blocks per stream ({"encoder": 4, "decoder": 4})
 
 
@@ -235,7 +238,7 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     value = _ranking_value(st["est"], st["values.edges"], base)
     circ = Curve(pool, shard, N, E, say).run(np.argsort(-np.abs(value), kind="stable"), s, st)
     meta = _meta(study, layout, graph, st, settled, checks, chunks)
-    meta.ranks, meta.resumed = shard.world, store.resumed
+    meta.ranks, meta.resumed, meta.skipped = shard.world, store.resumed, study.skipped or None
     result = CircuitResult(loaded.name, meta, circuit=circ)
     result.edges = _rows(graph, layout, st, base, value)
     say("stage", "composition scores from the weights, beside the measured edges")

@@ -191,6 +191,9 @@ class EvaluationMeta(Meta):
     m_clean: float | None
     m_corrupt: float | None
     prompts: list = field(default_factory=list)
+    skipped: list | None = None  # with skip_bad: the prompt rows left out, {row, reason}
+
+    OPTIONAL = ("skipped",)
 
 
 @dataclass(repr=False)
@@ -296,6 +299,7 @@ def _evaluate(st: Study, layout, graph: Graph, chosen: list[int]) -> CircuitEval
         m_clean=finite(float(np.mean(ends["m_clean"]))),
         m_corrupt=finite(float(np.mean(ends["m_corrupt"]))),
         prompts=st.record,
+        skipped=st.skipped or None,
     )
     return CircuitEvaluation(st.loaded.name, meta, out)
 

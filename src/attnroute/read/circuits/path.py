@@ -39,6 +39,9 @@ class PathMeta(Meta):
     m_clean_values: list
     m_corrupt_values: list
     prompts: list[dict]
+    skipped: list | None = None  # with skip_bad: the prompt rows left out, {row, reason}
+
+    OPTIONAL = ("skipped",)
 
 
 @dataclass(repr=False)
@@ -147,6 +150,7 @@ def _result(st: Study, layout, graph, e: int, m: dict) -> PathPatchResult:
         m_clean_values=[finite(v) for v in m["clean"]],
         m_corrupt_values=[finite(v) for v in m["corrupt"]],
         prompts=st.record,
+        skipped=st.skipped or None,
     )
     return PathPatchResult(st.loaded.name, meta, edge)
 

@@ -83,6 +83,28 @@ def check_metric_kind(metric, kind: str, gradient: bool = False) -> None:
     raise InputError(f"{why}: {use_instead(kind, gradient)}", field="metric")
 
 
+def usable_pairs(tokenizer, kind: str, pairs: tuple, metric, gradient: bool = False) -> tuple[tuple, list[dict]]:
+    """(the pairs this tokenizer can run, [{row, reason}] of the others) — what ``skip_bad`` keeps and lists;
+    refused when no row is left. A row is kept when tokenize_pairs takes it alone; a metric this model cannot
+    read is refused as it is, not blamed on every row."""
+    check_metric_kind(metric, kind, gradient)
+    kept, skipped = [], []
+    for p in pairs:
+        try:
+            tokenize_pairs(tokenizer, kind, (p,), metric, gradient)
+        except InputError as e:
+            skipped.append({"row": p.row, "reason": str(e)})
+        else:
+            kept.append(p)
+    if not kept:
+        first = skipped[0]
+        raise PromptError(
+            f"every one of the {len(pairs)} prompt rows was skipped (skip_bad); the first, row {first['row']}: "
+            f"{first['reason']}"
+        )
+    return tuple(kept), skipped
+
+
 def tokenize_pairs(
     tokenizer, kind: str, pairs: tuple[PromptPair, ...], metric, gradient: bool = False
 ) -> tuple[list[Group], list[dict]]:

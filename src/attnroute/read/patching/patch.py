@@ -67,6 +67,9 @@ class PatchMeta(Meta):
     top: int = 10  # the exact top the settle rule holds per site
     ranks: int = 1
     resumed: dict | None = None  # the checkpoint resumed from, and how many components it held
+    skipped: list | None = None  # with skip_bad: the prompt rows left out, {row, reason}
+
+    OPTIONAL = ("skipped",)
 
 
 @dataclass(repr=False)
@@ -170,7 +173,7 @@ def _run(st: Study, positions, resolved) -> PatchResult:
     settle = {site: _settle(pool, comps[site], store, site, s, say) for site in s.sites}
     den = gap(m_clean, m_corrupt, loaded.dtype)  # None: the runs agree, nothing to normalize by
     meta = _meta(st, resolved, m_clean, m_corrupt, chunks, first["shortcut"], settle)
-    meta.ranks, meta.resumed, meta.top = shard.world, store.resumed, s.top
+    meta.ranks, meta.resumed, meta.top, meta.skipped = shard.world, store.resumed, s.top, st.skipped or None
     result = PatchResult(loaded.name, meta)
     m_base = m_corrupt if s.direction == "denoising" else m_clean
     if metric_name == "logit-diff":
