@@ -394,6 +394,18 @@ def test_circuit_reports_every_edge_the_settled_top_and_the_curve(tiny_dir):
     assert settle["measured"] == len(measured) and (settle["settled"] or settle["could_enter"] > 0)
     for e in measured:
         assert e["exact"] == pytest.approx(float(np.mean(e["values"])), abs=1e-9)
+    zeros = [p["k"] for p in c["curve"] if p["k"] > 0 and p["faithfulness"] == 0.0]
+    said = [line for line in r["verdict"]["lines"] if "faithfulness is exactly 0" in line]
+    assert len(said) == (1 if zeros else 0)  # a zero on the curve is explained, once; no zero, no word
+
+
+def test_a_zero_on_the_curve_is_said_to_be_edges_not_yet_connected_to_the_input():
+    from attnroute.read.circuits.evaluate import zero_points_said
+
+    curve = [{"k": 0, "faithfulness": 0.0}, {"k": 3, "faithfulness": 0.0}, {"k": 9, "faithfulness": 0.4}]
+    said = zero_points_said(curve)
+    assert "k = 3" in said and "no path from the embeddings to the logits" in said
+    assert zero_points_said([{"k": 0, "faithfulness": 0.0}, {"k": 2, "faithfulness": 1e-9}]) is None
 
 
 def test_the_edges_asked_for_are_measured_whatever_their_estimate(tiny_dir):
@@ -575,7 +587,12 @@ def test_the_cli_writes_json_csv_and_the_graph_and_report_draws_it(tiny_dir, tmp
     out = capsys.readouterr().out
     assert "faithfulness of the top k edges" in out and "top edges by |exact|" in out
     from attnroute.show import sections
+    from attnroute.show.circuit import Places, node_labels
 
+    rows = sorted(d["edges"], key=lambda e: -abs(e["exact"] if e["exact"] is not None else e["estimate"]))
+    named = set(node_labels(rows, Places(d["meta"])).values())  # the figure names the strongest edges' ends
+    top_sender, top_receiver = rows[0]["label"].split(">")
+    assert top_sender in named and (top_receiver in named or top_receiver.rsplit(".", 1)[0] in named)
     assert "Circuit" in sections.load(js, "add")
     d["edges"][0]["sender"]["layer"] = 10**6
     js.write_text(json.dumps(d))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from rich.table import Table
 
+from ..read.circuits.evaluate import zero_points_said
 from ..read.ground.settle import settle_said
 from .plotting import pyplot
 from .text import plus_minus, signed
@@ -30,6 +31,7 @@ EDGE_COLUMNS = (
     "composition",
 )
 DRAWN = 60  # edges drawn at most (the strongest of the chosen circuit)
+LABELLED = 12  # the strongest drawn edges whose two ends are named on the figure
 
 
 def edge_rows(result: dict) -> list[dict]:
@@ -69,7 +71,7 @@ def circuit_tables(result: dict, rows: int = 15) -> list[Table]:
         curve.add_row(
             f"{p['k']:,}", f"{p['fraction']:.1%}", plus_minus(p["faithfulness"], p["faithfulness_ci"]), f"{p['m']:.3f}"
         )
-    curve.caption = _checks_said(c)
+    curve.caption = _checks_said(c) + (f"; {zeros}" if (zeros := zero_points_said(c["curve"])) else "")
     return [t, curve]
 
 
@@ -102,6 +104,8 @@ def circuit_png(result: dict, path):
         colour = CHANNEL_COLOURS[r["receiver"]["channel"] or r["receiver"]["kind"]]
         ax.plot([x0, x1], [y0, y1], color=colour, lw=0.4 + 4 * abs(_value(r)) / big, alpha=0.7)
     ax.scatter(*zip(*place.grid()), s=6, color="#bbbbbb", zorder=0)
+    for (x, y), name in node_labels(shown, place).items():  # the strongest edges' ends, named
+        ax.annotate(name, (x, y), xytext=(3, 3), textcoords="offset points", fontsize=6.5, color="#222222")
     if place.n_enc:
         ax.axvline(place.n_enc - 0.75, color="#999999", lw=0.6, ls="--")
         ax.text(place.n_enc - 0.75, -1.4, "encoder | decoder", ha="center", fontsize=7, color="#666666")
@@ -118,6 +122,20 @@ def circuit_png(result: dict, path):
     fig.savefig(path, dpi=110, format="png", bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def node_labels(shown: list[dict], place: Places, n: int = LABELLED) -> dict[tuple[float, float], str]:
+    """Where each end of the ``n`` strongest drawn edges sits -> its name as the edge labels say it (a receiver
+    without its channel: one name per node, however many of its channels the edges enter)."""
+    names: dict[tuple[float, float], str] = {}
+    for r in sorted(shown, key=lambda r: -abs(_value(r)))[:n]:
+        sender, receiver = r["label"].split(">", 1)
+        for node, name in (
+            (r["sender"], sender),
+            (r["receiver"], receiver.rsplit(".", 1)[0] if r["receiver"].get("channel") else receiver),
+        ):
+            names.setdefault(place.of(node), name)
+    return names
 
 
 def _value(r: dict) -> float:
@@ -172,4 +190,4 @@ class Places:
         return [self.of(n) for n in nodes]
 
 
-__all__ = ["EDGE_COLUMNS", "TITLE", "circuit_png", "circuit_tables", "edge_rows"]
+__all__ = ["EDGE_COLUMNS", "TITLE", "circuit_png", "circuit_tables", "edge_rows", "node_labels"]

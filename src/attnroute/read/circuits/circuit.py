@@ -32,7 +32,7 @@ from ..ground.stats import agreement, gap, mean_ci, mean_ci_rows
 from ..study import Study
 from .composition import weight_scores
 from .estimate import eap
-from .evaluate import Curve
+from .evaluate import Curve, zero_points_said
 from .graph import Graph, where_read
 from .layout import discover
 from .means import GroupMeans, check_lengths
@@ -147,6 +147,8 @@ class CircuitResult(Result):
             lines.append(f"faithfulness is undefined: {c['chosen'].get('reason', 'the full and empty circuits agree')}")
         elif c:
             lines.append(f"no circuit on the curve reached faithfulness {c['target']:.2f}; CPR {c['cpr']:.3f}")
+        if c and (zeros := zero_points_said(c.get("curve", []))):
+            lines.append(zeros)
         return {
             "experiment": "circuit",
             "verdict": {"lines": lines},

@@ -179,6 +179,20 @@ class Curve:
         }
 
 
+def zero_points_said(curve: list[dict]) -> str | None:
+    """The verdict's word on curve points whose faithfulness is exactly 0 with edges in the circuit: those
+    edges form no path from the embeddings to the logits yet, so every write they carry is the corrupt run's
+    and the circuit's output is the corrupt output (not a measurement that happens to land on 0)."""
+    zeros = [p["k"] for p in curve if p["k"] > 0 and p.get("faithfulness") == 0.0]
+    if not zeros:
+        return None
+    ks = ", ".join(f"{k:,}" for k in zeros[:5]) + (" …" if len(zeros) > 5 else "")
+    return (
+        f"faithfulness is exactly 0 at k = {ks}: those edges form no path from the embeddings to the logits yet "
+        "(the strongest edges are not yet connected to the input), so the circuit runs as the corrupt run"
+    )
+
+
 @dataclass(kw_only=True)
 class EvaluationMeta(Meta):
     """What an evaluation says about itself: the metric (in its own units), the prompts, the graph's size."""
@@ -305,6 +319,7 @@ def _evaluate(st: Study, layout, graph: Graph, chosen: list[int]) -> CircuitEval
 
 
 __all__ = [
+    "zero_points_said",
     "FRACTIONS",
     "CircuitEvaluation",
     "Curve",
