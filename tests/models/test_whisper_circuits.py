@@ -23,7 +23,7 @@ def test_a_circuit_between_two_clips_crosses_streams(tmp_path, capsys):
     argv += ["--edges", "E3.H0>L3.xKV3.v", "--json", str(out), "--plot", str(png), "--csv", str(csv)]
     assert main(argv) == 0  # no --model: a clip pair reads whisper-tiny
     said = capsys.readouterr()
-    assert "[2]' The'" in said.out + said.err  # the tokens both runs read, as a prompt's are shown
+    assert "[2]'␣The'" in said.out + said.err  # the tokens both runs read, as a prompt's are shown
     r = json.loads(out.read_text())
     m = r["meta"]
     assert m["streams"] == ["encoder", "decoder"] and m["stream_layers"] == {"encoder": 4, "decoder": 4}

@@ -46,3 +46,22 @@ def test_the_strongest_routes_are_labelled_with_their_heads(tmp_path, monkeypatc
     r = long_result()
     routes_png(r, tmp_path / "routes.png")
     assert said[:8] == [f"L{x['layer']}.H{x['head']}" for x in r["routes"][:8]]
+
+
+def test_a_token_is_never_wrapped_inside_a_narrow_table():
+    """' Then' wrapped at its space left a lone quote in an 80-column table: its spaces are drawn as ␣."""
+    from rich.console import Console
+
+    from attnroute.show.routes import routes_table
+
+    route = {"layer": 12, "head": 3, "query": 14, "key": 3, "query_token": " Then", "key_token": " Mary"}
+    route |= {"weight": 0.123, "norm_weight": 0.45, "estimate": 0.123, "exact": 0.111}
+    result = {
+        "agreement": {"estimate_vs_exact": {"spearman": None}},
+        "meta": {"metric": "logit-diff", "m": 1.0},
+        "routes": [route],
+    }
+    console = Console(width=60, record=True)
+    console.print(routes_table(result))
+    text = console.export_text()
+    assert "'␣Then'" in text and "'␣Mary'" in text

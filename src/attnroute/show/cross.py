@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from .text import token_text
+
 
 def cross_table(result: dict) -> Table:
     if result["experiment"] == "cross-knockout":
@@ -75,7 +77,7 @@ def speech_routes_table(result: dict) -> Table:
             r["stream"],
             str(r["stream_layer"]),
             str(r["head"]),
-            f"{r['query_token']!r} → {r['key_said']}",
+            f"{token_text(r['query_token'])} → {r['key_said']}",
             f"{r['weight']:.3f}",
             f"{r['estimate']:+.3f}",
             exact,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ..read.roles import ROLES
+from .text import token_text
 
 ROLE_COLUMNS = {r.name: r.column for r in ROLES}  # the column that ranks heads of each role
 UNITS = {  # what each ranking column's number is, said beside it
@@ -106,7 +107,7 @@ def read_notes(meta) -> list[str]:
         lines.append(f"effect: {meta.effect_batch}")
     tokens = getattr(meta, "tokens", None)
     if tokens:
-        shown = " ".join(f"[{i}]{t!r}" for i, t in enumerate(tokens[:12]))
+        shown = " ".join(f"[{i}]{token_text(t)}" for i, t in enumerate(tokens[:12]))
         lines.append(f"tokens ({len(tokens)}, as they ran): {shown}{' …' if len(tokens) > 12 else ''}")
     if getattr(meta, "tokens_cut", 0):
         lines.append(

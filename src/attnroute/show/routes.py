@@ -8,7 +8,7 @@ import numpy as np
 from rich.table import Table
 
 from .plotting import pyplot
-from .text import agreement_text, signed
+from .text import agreement_text, signed, token_text
 
 TITLE = "Route attribution: single query→key routes, estimated and verified"
 ROUTE_COLUMNS = (
@@ -31,13 +31,15 @@ def routes_table(result: dict, rows: int = 20) -> Table:
     if a["spearman"] is not None:
         title += f" — estimate vs exact over {a['n']}: {agreement_text(a)}"
     t = Table(title=title)
+    shown = result["routes"][:rows]
+    widest = max([len(token_text(r[k])) for r in shown for k in ("query_token", "key_token")] + [5])
     for col in ("layer", "head", "query → key", "weight", "norm-weighted", "estimate", "exact"):
-        t.add_column(col)
-    for r in result["routes"][:rows]:
+        t.add_column(col, min_width=min(widest, 32) if col == "query → key" else None)  # a token is never cut
+    for r in shown:
         t.add_row(
             str(r["layer"]),
             str(r["head"]),
-            f"{r['query']} {r['query_token']!r} → {r['key']} {r['key_token']!r}",
+            f"{r['query']} {token_text(r['query_token'])} → {r['key']} {token_text(r['key_token'])}",
             f"{r['weight']:.3f}",
             signed(r["norm_weight"], "{:.2f}"),
             f"{r['estimate']:+.3f}",

@@ -20,9 +20,15 @@ def agreement_text(a: dict) -> str:
     return f"Spearman {a['spearman']:.2f}, R² {a['r2']:.2f}, slope {a['slope']:.2f}"
 
 
+def token_text(token: str) -> str:
+    """A token as a terminal table shows it: quoted (repr), its spaces drawn as ␣ so that a table never wraps
+    inside a token (' Then' wrapped at its space left a lone quote in a narrow column)."""
+    return repr(token).replace(" ", "␣")
+
+
 def tokens_line(tokens: list[str]) -> str:
     """'[0]'<s>' [1]'The' …': every token with its position, as positions are typed on the command line."""
-    return " ".join(f"[{i}]{t!r}" for i, t in enumerate(tokens))
+    return " ".join(f"[{i}]{token_text(t)}" for i, t in enumerate(tokens))
 
 
 def csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
@@ -43,4 +49,4 @@ def shortened(text: str, most: int = 48) -> str:
     return text if len(text) <= most else text[: most - 1] + "…"
 
 
-__all__ = ["agreement_text", "csv_text", "plus_minus", "shortened", "signed", "tokens_line"]
+__all__ = ["token_text", "agreement_text", "csv_text", "plus_minus", "shortened", "signed", "tokens_line"]
