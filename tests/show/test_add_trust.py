@@ -78,3 +78,35 @@ def test_a_why_result_with_a_huge_label_is_refused_at_once_and_a_long_one_drawn_
     t0 = time.perf_counter()
     html = _add(tmp_path, data)
     assert time.perf_counter() - t0 < 10 and 'title="' + "z" * 5_000 in html and "z" * 399 + "…" in html
+
+
+def test_the_report_opens_on_the_head_an_added_result_names(tmp_path):
+    """The report opened on L16.H0 whatever was added: now on the head the added result is about."""
+    import json
+
+    from attnroute.show.sections import named_head, opening
+
+    patch = {
+        "experiment": "patch",
+        "rows": [
+            {"layer": 9, "head": 6, "site": "head", "exact": True, "normalized": 0.2},
+            {"layer": 18, "head": 3, "site": "q", "exact": True, "normalized": -0.7},
+            {"layer": 20, "head": 1, "site": "head", "exact": False, "normalized": None},
+            {"layer": 3, "head": 0, "site": "v", "exact": True, "normalized": 0.9},  # a kv head: not a query head
+        ],
+    }
+    assert named_head(patch) == [18, 3]
+    routes = {"experiment": "routes", "routes": [{"layer": 2, "head": 5, "stream": "cross"}, {"layer": 4, "head": 1}]}
+    assert named_head(routes) == [4, 1]
+    why = {"experiment": "why", "meta": {"head": "L3.H1"}}
+    assert named_head(why) == [3, 1] and named_head({"experiment": "why", "meta": {"head": "E2.H0"}}) is None
+    edge = {
+        "exact": 1.0,
+        "sender": {"kind": "embed"},
+        "receiver": {"kind": "head", "layer": 7, "head": 2, "channel": "v"},
+    }
+    assert named_head({"experiment": "circuit", "edges": [edge]}) == [7, 2]
+    assert named_head({"experiment": "knockout"}) is None
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(routes))
+    assert opening([str(path)]) == [[4, 1]]

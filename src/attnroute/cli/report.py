@@ -134,7 +134,9 @@ def show(view, added: list[str], args) -> int:
 
     notes(view.table.meta)
     kv = kv_card(view.config, view.table.attention, view.context, len(view.tokens))
-    rep = page.build(view, added, kv)
+    from ..show.sections import opening
+
+    rep = page.build(view, added, kv, heads=opening(args.add))
     emit_json(rep.data, args.json)  # the data first: kept even if the page cannot be written
     deliver(args.out, "out", rep.html.encode("utf-8"))
     say(f"the page is {len(rep.html.encode()) / 1e6:.2f} MB, built in {rep.data['seconds']} s")

@@ -182,10 +182,13 @@ def render(data: dict) -> str:
     return page("report.html", data, {"/*__REPORT__*/": "report.js"})
 
 
-def build(view: RoutingView, sections: list[str] = (), kv: dict | None = None) -> Report:
+def build(view: RoutingView, sections: list[str] = (), kv: dict | None = None, heads=()) -> Report:
     """The page for a RoutingView (read.capture.routing_view gathers one), with extra ``sections``
-    (show.sections.load_all: learn and experiment results) below its cards."""
+    (show.sections.load_all: learn and experiment results) below its cards, opening on ``heads`` ([layer,
+    head]: the ones the added results name, show.sections.opening) when there are any."""
     data = report_data(view, kv)
+    if heads:
+        data["open"] = {"heads": [list(h) for h in heads]}
     page = render(data)
     return Report(insert(page, list(sections)) if sections else page, data)
 

@@ -8,6 +8,8 @@ Each verb's module (show/knockout.py, …) holds its title and figure; the card 
 
 from __future__ import annotations
 
+import re
+
 from ..errors import InputError
 from ..read.circuits import CircuitResult, WhyResult
 from ..read.experiments import KnockoutResult, NeedleResult, SwapResult
@@ -188,6 +190,47 @@ def load(path, field: str) -> str:
         ) from None
 
 
+def named_head(result: dict) -> list[int] | None:
+    """The decoder self-attention head an added result is about — [layer, head] where the page can open on it:
+    patch's strongest exactly measured head (or its queries), the top route's head, the strongest circuit
+    edge's head, why's head; None for results about no head (knockout, swap, needle)."""
+    kind = result.get("experiment")
+    if kind == "patch":
+        rows = [r for r in result["rows"] if r["exact"] and r["head"] is not None and r["site"] in ("head", "q")]
+        rows = [r for r in rows if r.get("normalized") is not None]
+        return (
+            [rows[0]["layer"], rows[0]["head"]] if (rows := sorted(rows, key=lambda r: -abs(r["normalized"]))) else None
+        )
+    if kind == "routes":
+        top = next((r for r in result["routes"] if r.get("stream") is None), None)
+        return [top["layer"], top["head"]] if top else None
+    if kind == "circuit":
+        edges = sorted((e for e in result["edges"] if e["exact"] is not None), key=lambda e: -abs(e["exact"]))
+        for e in edges:
+            for node in (e["receiver"], e["sender"]):
+                if (
+                    node.get("kind") == "head"
+                    and node.get("stream") in (None, "decoder")
+                    and not node.get("attention") == "cross"
+                ):
+                    return [node["layer"], node["head"]]
+        return None
+    if kind == "why":
+        found = re.fullmatch(r"L(\d+)\.H(\d+)", str(result["meta"].get("head", "")))
+        return [int(found[1]), int(found[2])] if found else None
+    return None
+
+
+def opening(add=()) -> list[list[int]]:
+    """The heads the added results name, in the order given (the page opens on the last two, side by side)."""
+    heads = []
+    for path in add or ():
+        head = named_head(read_json(path, "add", KINDS["add"][1]))
+        if head is not None and head not in heads:
+            heads.append(head)
+    return heads
+
+
 def load_all(learn=(), add=()) -> list[str]:
     """Every section the user named, learn results first, in the order given."""
     return [load(p, "learn") for p in learn or ()] + [load(p, "add") for p in add or ()]
@@ -200,4 +243,4 @@ def insert(page: str, sections: list[str]) -> str:
     return page.replace(SECTIONS_MARK, "".join(sections) + SECTIONS_MARK, 1)
 
 
-__all__ = ["SECTIONS_MARK", "VERBS", "figure", "insert", "load", "load_all", "section"]
+__all__ = ["SECTIONS_MARK", "VERBS", "figure", "insert", "load", "load_all", "named_head", "opening", "section"]
