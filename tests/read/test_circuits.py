@@ -650,3 +650,94 @@ def test_a_checkpoint_resumes_under_another_number_of_ranks_and_equals_one_run(t
             assert f["values"] == pytest.approx(e["values"], abs=1e-5)
         assert f["estimate_values"] == pytest.approx(e["estimate_values"], abs=1e-5) if e["estimate_values"] else True
     assert [p["m"] for p in b["circuit"]["curve"]] == pytest.approx([p["m"] for p in a["circuit"]["curve"]], abs=1e-5)
+
+
+# ---------------------------------------------------------------- a circuit run whole, by the documented formula
+
+
+@torch.no_grad()
+def _whole_by_hooks(model, clean, corrupt, edges, writes_of: str) -> torch.Tensor:
+    """docs/circuits.md's formula by hooks: on the clean prompt, every receiver reads x_R(ablated) + Σ over the
+    circuit's edges into it of (w_S − w_S(ablated)), w_S the sender's write in this very forward
+    (``writes_of`` "now"; "clean": its write in the clean run — what the docs once said, for contrast)."""
+    L = len(model.model.layers)
+    ab, cl = _record(model, corrupt), _record(model, clean)
+    final_ab = {}
+    h = model.model.norm.register_forward_pre_hook(lambda m, a: final_ab.__setitem__("x", a[0]))
+    model(input_ids=corrupt, attention_mask=torch.ones_like(corrupt))
+    h.remove()
+    now: dict = {}
+    into: dict = {}
+    for sender, receiver in edges:
+        into.setdefault(receiver, []).append(sender)
+
+    def corr(receiver):
+        src = now if writes_of == "now" else cl
+        return sum(
+            (_write(model, src, *s) - _write(model, ab, *s) for s in into.get(receiver, [])),
+            torch.zeros_like(ab[("x", 0)]),
+        )
+
+    hooks = []
+    for l in range(L):
+        p = _parts(model, l)
+        hooks.append(
+            p["layer"].register_forward_pre_hook(
+                lambda m, a, k, l=l: now.__setitem__(("x", l), _x(a, k)), with_kwargs=True
+            )
+        )
+        for ch, units in (
+            ("q", model.config.num_attention_heads),
+            ("k", model.config.num_key_value_heads),
+            ("v", model.config.num_key_value_heads),
+        ):
+            D = p[ch].weight.shape[0] // units
+
+            def swap(m, a, out, l=l, ch=ch, units=units, D=D, p=p):
+                out = out.clone()
+                for u in range(units):
+                    fresh = p[ch].forward(p["attn_norm"].forward(ab[("x", l)] + corr(("head", l, u, ch))))
+                    out[..., u * D : (u + 1) * D] = fresh[..., u * D : (u + 1) * D]
+                return out
+
+            hooks.append(p[ch].register_forward_hook(swap))
+        hooks.append(p["o"].register_forward_pre_hook(lambda m, a, l=l: now.__setitem__(("z", l), a[0])))
+        mid_ab = ab[("x", l)] + ab[("o", l)]  # the residual an MLP reads: the block's input plus its attention
+        hooks.append(
+            p["mlp"].register_forward_pre_hook(
+                lambda m, a, l=l, p=p, mid_ab=mid_ab: (p["mlp_norm"].forward(mid_ab + corr(("mlp", l, None, None))),)
+            )
+        )
+        hooks.append(p["mlp"].register_forward_hook(lambda m, a, o, l=l: now.__setitem__(("mlp", l), _first(o))))
+    hooks.append(
+        model.model.norm.register_forward_pre_hook(lambda m, a: (final_ab["x"] + corr(("logits", None, None, None)),))
+    )
+    try:
+        out = model(input_ids=clean, attention_mask=torch.ones_like(clean))
+    finally:
+        for hk in hooks:
+            hk.remove()
+    return out.logits
+
+
+def test_a_circuit_run_whole_is_the_documented_formula_with_this_runs_writes(tmp_path):
+    """docs/circuits.md wrote a circuit's input with the clean run's writes; the code uses the writes of the
+    circuit's own forward. The formula as now written reproduces the code's circuit metric; the old one does not."""
+    loaded = load(str(build("llama", tmp_path)))
+    run = edge_run(loaded, pairs=PAIRS[:1])
+    rng = np.random.default_rng(0)
+    mask = rng.random(len(run.graph)) < 0.5  # half the edges: paths from the embeddings reach the logits
+    circuit = [_as_tuples(*run.graph.edge(e)) for e in np.flatnonzero(mask)]
+    code = float(run.circuits([mask])[0, 0])
+    g = run.group
+    fields = {"answer": g.answer, "wrong": g.wrong}
+    as_written = float(logit_diff(_whole_by_hooks(loaded.model, g.clean, g.corrupt, circuit, "now"), fields)[0])
+    old = float(logit_diff(_whole_by_hooks(loaded.model, g.clean, g.corrupt, circuit, "clean"), fields)[0])
+    assert abs(code - float(run.m_corrupt[0])) > 1e-2  # the circuit moves the metric: the test can tell formulas apart
+    assert abs(code - as_written) < 1e-4, (code, as_written)
+    assert abs(code - old) > 1e-3, (code, old)  # the clean run's writes would give another number
+
+
+def _as_tuples(sender, receiver) -> tuple:
+    """A graph edge as the hooks reference names its ends: (kind, layer, head), (kind, layer, unit, channel)."""
+    return (sender.kind, sender.layer, sender.head), (receiver.kind, receiver.layer, receiver.head, receiver.channel)
