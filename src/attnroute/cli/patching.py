@@ -246,9 +246,9 @@ def routes(args) -> int:
 
     with read_progress() as progress:
         result = route_attribution(settings=settings, progress=progress).to_dict()
-    from ..show.routes import ROUTE_COLUMNS, routes_table
+    from ..show.routes import ROUTE_COLUMNS, routes_tables
 
-    return show(result, [routes_table(result)], args, result["routes"], ROUTE_COLUMNS)
+    return show(result, routes_tables(result), args, result["routes"], ROUTE_COLUMNS)
 
 
 def circuit(args) -> int:

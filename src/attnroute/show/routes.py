@@ -25,13 +25,24 @@ ROUTE_COLUMNS = (
 )
 
 
-def routes_table(result: dict, rows: int = 20) -> Table:
+def routes_tables(result: dict, rows: int = 20) -> list[Table]:
+    """The top routes; when they end on an attention sink, the content routes after them (patching/sinks.py)."""
+    tables = [routes_table(result, rows)]
+    if result.get("content_routes"):
+        sink = ", ".join(f"{j} {token_text(t)}" for j, t in zip(result["sink"]["keys"], result["sink"]["tokens"]))
+        title = f"content routes: the top routes to keys other than the sink ({sink}), by |estimate|"
+        tables.append(routes_table(result, rows, key="content_routes", title=title))
+    return tables
+
+
+def routes_table(result: dict, rows: int = 20, key: str = "routes", title: str | None = None) -> Table:
     a = result["agreement"]["estimate_vs_exact"]
-    title = f"top routes by |estimate| of {result['meta']['metric']} = {result['meta']['m']:.3f}"
-    if a["spearman"] is not None:
-        title += f" — estimate vs exact over {a['n']}: {agreement_text(a)}"
+    if title is None:
+        title = f"top routes by |estimate| of {result['meta']['metric']} = {result['meta']['m']:.3f}"
+        if a["spearman"] is not None:
+            title += f" — estimate vs exact over {a['n']}: {agreement_text(a)}"
     t = Table(title=title)
-    shown = result["routes"][:rows]
+    shown = result[key][:rows]
     widest = max([len(token_text(r[k])) for r in shown for k in ("query_token", "key_token")] + [5])
     for col in ("layer", "head", "query → key", "weight", "norm-weighted", "estimate", "exact"):
         t.add_column(col, min_width=min(widest, 32) if col == "query → key" else None)  # a token is never cut
@@ -101,4 +112,4 @@ def _span(routes: list[dict], T: int, context: int = 3) -> list[int]:
     return sorted(keep) or list(range(min(T, 40)))
 
 
-__all__ = ["ROUTE_COLUMNS", "TITLE", "routes_png", "routes_table"]
+__all__ = ["routes_tables", "ROUTE_COLUMNS", "TITLE", "routes_png", "routes_table"]

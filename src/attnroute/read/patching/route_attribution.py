@@ -34,6 +34,7 @@ from ..ground.stats import agreement, gap
 from ..stimuli import tokens_of
 from ..study import Study
 from .routes import CHECKPOINT_FROM, MAX_TOKENS, knockout_one, output_gradients, stream_routes
+from .sinks import sink_said, sinks_of
 from .suffix import Suffix, cache_differs, windowed
 
 NORM_WEIGHT = "A_ij · ‖W_O^h v_j‖ (Kobayashi et al. 2020); null where the output projection is not a Linear"
@@ -93,6 +94,8 @@ class RoutesResult(Result):
     meta: RoutesMeta
     routes: list[dict] = field(default_factory=list)
     agreement: dict = field(default_factory=dict)
+    sink: dict | None = None  # keys that are attention sinks, when kept routes end there (patching/sinks.py)
+    content_routes: list[dict] | None = None  # then: the top routes to every other key (estimates)
 
     def to_dict(self) -> dict:
         m = self.meta
@@ -117,6 +120,9 @@ class RoutesResult(Result):
                 f"estimate vs exact over {a['n']} routes: Spearman {a['spearman']:.2f}, R² {a['r2']:.2f}, "
                 f"slope {a['slope']:.2f}"
             )
+        if self.sink is not None:
+            lines.append(sink_said(self.sink, len(self.routes)))
+        extra = {} if self.sink is None else {"sink": self.sink, "content_routes": self.content_routes}
         return {
             "experiment": "routes",
             "verdict": {"lines": lines},
@@ -128,6 +134,7 @@ class RoutesResult(Result):
             "meta": self.meta.to_dict(),
             "agreement": self.agreement,
             "routes": self.routes,
+            **extra,
         }
 
 
@@ -157,12 +164,14 @@ def _attribute(st: Study, name: str, fn, pairs) -> RoutesResult:
     grads, m_base = output_gradients(loaded, batch, fn, fields_, kwargs, layers)
     run = RouteRun(loaded, batch, fn, fields_, kwargs, m_base)
     say("stage", f"streaming the routes of {len(layers)} layers block by block (top {s.top} kept)")
-    routes, *recorded = stream_routes(loaded, batch, grads, s.top, kwargs, record_blocks=s.verify > 0)
-    del grads
+    shares: dict = {}
+    routes, *recorded = stream_routes(loaded, batch, grads, s.top, kwargs, record_blocks=s.verify > 0, shares=shares)
     m_corrupt = None if s.single else _corrupt_metric(loaded, g, fn, fields_, kwargs)
     st.metric_name, st.record = name, record
     result = RoutesResult(loaded.name, _meta(st, run, g, m_corrupt, layers))
     _label(loaded, result.meta, routes)
+    result.sink, result.content_routes = _past_the_sink(st, batch, grads, kwargs, shares, routes, result.meta)
+    del grads
     store = _store(st, name, pairs, layers, len(routes))
     exact = _verify(run, routes, s.verify, recorded, result.meta, say, store)
     den = None if m_corrupt is None else gap(m_corrupt.numpy(), m_base.numpy(), loaded.dtype)
@@ -173,6 +182,21 @@ def _attribute(st: Study, name: str, fn, pairs) -> RoutesResult:
             r["exact_toward_corrupt"] = None if e is None or den is None else e / den
     result.routes, result.agreement = routes, _agreements(routes)
     return result
+
+
+def _past_the_sink(st: Study, batch, grads, kwargs, shares, routes, meta) -> tuple:
+    """(the sink, the content routes) when kept routes end on a sink key — the content routes from one more
+    streaming pass that keeps no route to a sink (estimates; the exact checks stay the top routes') — else
+    (None, None)."""
+    sink = sinks_of(shares, routes, meta["tokens"])
+    if sink is None:
+        return None, None
+    st.say("stage", f"{sink_said(sink, len(routes))}: streaming again for them")
+    content, _, _ = stream_routes(st.loaded, batch, grads, st.s.top, kwargs, record_blocks=False, exclude=sink["keys"])
+    _label(st.loaded, meta, content)
+    for r in content:
+        r["exact"] = None
+    return sink, content
 
 
 def _before_weights(st: Study, name: str) -> tuple:

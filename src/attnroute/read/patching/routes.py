@@ -51,10 +51,14 @@ def complement(P: torch.Tensor, sink_mass: torch.Tensor | None = None) -> torch.
 class RouteProbe(Probe):
     """Streams −dS block by block and keeps the top ``top`` routes by |estimate| (means over the batch)."""
 
-    def __init__(self, grads: dict, grams: dict, top: int, kv_groups: int):
+    def __init__(self, grads: dict, grams: dict, top: int, kv_groups: int, exclude=(), causal: bool = True):
         self.grads, self.grams, self.top, self.G = grads, grams, top, kv_groups
         self.v: dict[int, torch.Tensor] = {}  # the current pass's values per layer, set before each call
         self.best = None  # (values [k], keys [k, 4] = layer, head, query, key, weights [k], norm weights [k])
+        self.exclude = sorted(set(exclude))  # key positions whose routes are not kept (sinks, for content routes)
+        self.causal = causal
+        self.taken = torch.zeros(0, dtype=torch.float64)  # per key position: Σ weight it took (layer, head, row)
+        self.seen = torch.zeros(0, dtype=torch.float64)  # per key position: how many (layer, head, row) see it
 
     def capture(self, layer, module, q, k, v) -> None:
         if layer in self.grads:
@@ -74,6 +78,10 @@ class RouteProbe(Probe):
         R = complement(P, block.sink_mass).clamp_min_(SATURATED)
         minus = dP.sub_(D).mul_(P).div_(R)  # −est per prompt, in place: each pass over a block costs what a matmul does
         minus = minus[0] if B == 1 else minus.mean(0)  # (H, bq, kspan): minus the mean over prompts
+        self._count_keys(P, block)
+        for j in self.exclude:
+            if block.kv0 <= j < block.kv1:
+                minus[:, :, j - block.kv0] = 0.0
         flat = self._candidates(minus.abs().flatten())
         if flat is None:
             return
@@ -83,6 +91,23 @@ class RouteProbe(Probe):
         norm_w = self._norm_weight(l, P, v, h, i, j)
         keys = torch.stack([torch.full_like(h, l), h, i + block.q0, j + block.kv0], 1)
         self._merge(-minus[h, i, j], keys, weight, norm_w)
+
+    def _count_keys(self, P: torch.Tensor, block) -> None:
+        """Each key's weight (mean over prompts) summed over the heads and rows of this block that can see it."""
+        B, H, bq, kspan = P.shape
+        if self.taken.numel() < block.kv1:
+            grow = block.kv1 - self.taken.numel()
+            self.taken = torch.cat([self.taken, torch.zeros(grow, dtype=torch.float64)])
+            self.seen = torch.cat([self.seen, torch.zeros(grow, dtype=torch.float64)])
+        rows = torch.arange(block.q0, block.q1)[:, None]
+        cols = torch.arange(block.kv0, block.kv1)[None, :]
+        sees = (cols <= rows) if self.causal else torch.ones(bq, kspan, dtype=torch.bool)
+        self.taken[block.kv0 : block.kv1] += P.mean(0).sum((0, 1)).double()
+        self.seen[block.kv0 : block.kv1] += H * sees.sum(0).double()
+
+    def key_share(self) -> dict[int, float]:
+        """Key position -> the mean weight it takes from the (layer, head, row) that can attend to it."""
+        return {j: float(self.taken[j] / self.seen[j]) for j in range(self.taken.numel()) if self.seen[j] > 0}
 
     def _candidates(self, size: torch.Tensor) -> torch.Tensor | None:
         """Indices of this block's routes that can enter the top: once ``top`` are kept, only those larger
@@ -182,11 +207,16 @@ def output_gradients(loaded, batch: dict, metric, fields: dict, kwargs: dict, la
 
 
 @torch.no_grad()
-def stream_routes(loaded, batch: dict, grads: dict, top: int, kwargs: dict, record_blocks: bool) -> tuple:
+def stream_routes(
+    loaded, batch: dict, grads: dict, top: int, kwargs: dict, record_blocks: bool, exclude=(), shares=None
+) -> tuple:
     """Pass 2: (the top routes, each block's output on this run, base) — for the exact checks, when
     ``record_blocks``: ``base`` = (every layer's keys and values [B, Hkv, T, D], the logits) of a causal LM,
-    what the knockouts' KV cache reads (suffix.py), recorded here instead of by another forward; else None."""
-    probe = RouteProbe(grads, grams(loaded, loaded.n_heads), top, loaded.n_heads // loaded.n_kv_heads)
+    what the knockouts' KV cache reads (suffix.py), recorded here instead of by another forward; else None.
+    ``exclude``: key positions whose routes are not kept (the content routes' pass); ``shares``: a dict that
+    receives each key's mean weight (RouteProbe.key_share: what sink detection reads)."""
+    G = loaded.n_heads // loaded.n_kv_heads
+    probe = RouteProbe(grads, grams(loaded, loaded.n_heads), top, G, exclude, causal=bool(loaded.causal))
     kv: dict[int, tuple] = {}
     keep_kv = record_blocks and loaded.causal
     blocks = (layer_stack(loaded) or []) if record_blocks else []
@@ -194,6 +224,8 @@ def stream_routes(loaded, batch: dict, grads: dict, top: int, kwargs: dict, reco
     with recorded(blocks) as stored, routed(loaded, probes=[probe], impl="blocked", before_attend=seen):
         out = loaded.model(**batch, **{**no_cache(loaded), **kwargs})
     base = ([kv[l] for l in sorted(kv)], out.logits) if keep_kv and len(kv) == loaded.n_layers else None
+    if shares is not None:
+        shares.update(probe.key_share())
     return probe.routes(), stored, base
 
 
