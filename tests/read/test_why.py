@@ -27,6 +27,14 @@ def _adds_up(r: dict) -> None:
     bias = r["totals"].get("position_bias", 0.0)
     assert q_total + bias == pytest.approx(r["sum"], rel=1e-6, abs=1e-9)
     assert k_total + bias == pytest.approx(r["sum"], rel=1e-6, abs=1e-9)
+    g = r["grouped"]  # a few lines per side, the rest in one: they sum to the score exactly
+    for side in ("query_side", "key_side"):
+        assert len(g[side]) <= 5 + 2 and sum(x["total"] for x in g[side]) == pytest.approx(r["sum"], abs=1e-9)
+    assert sum(p["term"] for p in r["pairs"]) + g["pairs_rest"] == pytest.approx(r["sum"], abs=1e-9)
+    for w in r["route_weights"]:
+        assert 0 <= w["weight"] <= 1 and w["weight"] == pytest.approx(
+            float(torch.exp(torch.tensor(w["score"] - w["lse"])))
+        )
 
 
 @pytest.mark.parametrize(
@@ -60,6 +68,31 @@ def test_the_pairs_add_up_to_the_score(arch, head, query, key, tmp_path):
     if "xH" in head:  # the key side is the encoder's
         assert {t["component"].get("stream") for t in r["totals"]["key_side"]} <= {"encoder", None}
         assert any(t["component"]["label"].startswith("E") for t in r["totals"]["key_side"])
+
+
+@pytest.mark.parametrize(
+    "arch, head, query, key",
+    [("llama", "L1.H3", 11, 4), ("gemma2", "L1.H2", 11, 7), ("mistral", "L1.H1", 11, 9), ("gpt_oss", "L1.H3", 11, 9)],
+)
+def test_the_routes_weight_is_the_models_own_attention_weight(arch, head, query, key, tmp_path):
+    """why says the weight its score carries against the row (soft-cap, window and sinks included): the
+    model's own eager attention probability of that route."""
+    from attnroute.read.stimuli import encode_text
+
+    loaded = load(str(build(arch, tmp_path)))
+    r = ar.why(loaded, TEXT, head=head, query=str(query), key=str(key)).to_dict()
+    (w,) = r["route_weights"]
+    assert any(line.startswith(f"weight {w['weight']:.3f}") for line in r["verdict"]["lines"])
+    ids, _ = encode_text(loaded.tokenizer, TEXT, None, add_bos=loaded.causal)
+    model, before = loaded.model, loaded.model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            att = model(input_ids=ids, output_attentions=True).attentions
+    finally:
+        model.set_attn_implementation(before)
+    layer, h = int(head[1]), int(head.split("H")[1])
+    assert w["weight"] == pytest.approx(float(att[layer][0, h, query, key]), abs=1e-5)
 
 
 def test_one_pair_against_the_definition(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from ..read.circuits.why_core import weights_said
 from .plotting import pyplot
 from .text import shortened, signed
 
@@ -37,7 +38,25 @@ def why_tables(result: dict) -> list[Table]:
     q, k = result["totals"]["query_side"], result["totals"]["key_side"]
     for a, b in zip(q[:SIDE_ROWS], k[:SIDE_ROWS], strict=False):
         sides.add_row(a["component"]["label"], signed(a["total"]), b["component"]["label"], signed(b["total"]))
-    return [t, sides]
+    tables = [t, sides]
+    if result.get("grouped"):
+        tables.append(_grouped(result))
+    return tables
+
+
+def _grouped(result: dict) -> Table:
+    """The score as a few lines per side: the largest components and the rest, summing to it exactly; under
+    it the weight the route carries against its row."""
+    g = result["grouped"]
+    t = Table(
+        title=f"{result['meta']['head']}'s score {result['score']:+.4f}, grouped: the largest components, then the rest"
+    )
+    for col in ("query side", "sum", "key side", "sum "):
+        t.add_column(col, justify="right" if col.startswith("sum") else "left")
+    for a, b in zip(g["query_side"], g["key_side"], strict=False):
+        t.add_row(a["label"], signed(a["total"]), b["label"], signed(b["total"]))
+    t.caption = weights_said(result["route_weights"]) + f"; pairs not listed above sum to {g['pairs_rest']:+.4f}"
+    return t
 
 
 def why_png(result: dict, path) -> None:

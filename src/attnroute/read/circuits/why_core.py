@@ -25,6 +25,9 @@ from .stream import Forward
 ROUTES_MAX = 4096  # routes averaged in one call
 
 
+GROUPED = 5  # components per side named in the grouped view (the rest summed in one line)
+
+
 @dataclass(kw_only=True)
 class WhyMeta(Meta):
     head: str
@@ -54,6 +57,7 @@ class WhyResult(Result):
     total: float
     pairs: list[dict]
     totals: dict
+    weights: list[dict] | None = None  # per route: score, its row's log-sum-exp, the weight it carries
 
     def to_dict(self) -> dict:
         m = self.meta
@@ -64,6 +68,9 @@ class WhyResult(Result):
         ]
         if top is not None:
             lines.append(f"largest pair: {_name(top['query_side'])} × {_name(top['key_side'])} {top['term']:+.4f}")
+        if self.weights:
+            lines.append(weights_said(self.weights))
+        extra = {} if self.weights is None else {"route_weights": self.weights, "grouped": self.grouped()}
         return {
             "experiment": "why",
             "verdict": {"lines": lines},
@@ -75,7 +82,36 @@ class WhyResult(Result):
             "difference": self.score - self.total,
             "pairs": self.pairs,
             "totals": self.totals,
+            **extra,
         }
+
+    def grouped(self, top: int = GROUPED) -> dict:
+        """Each side's ``top`` components by |total| and the rest as one line: the lines sum to the score
+        exactly (the pairs shown and "the rest of the pairs" likewise)."""
+        out = {}
+        for side in ("query_side", "key_side"):
+            rows = self.totals[side]
+            shown = [{"label": _name(r["component"]), "total": r["total"]} for r in rows[:top]]
+            bias = self.totals.get("position_bias", 0.0)
+            rest = self.total - bias - sum(r["total"] for r in rows[:top])
+            out[side] = shown + [{"label": f"the other {max(0, len(rows) - top)} components", "total": rest}]
+            if bias:
+                out[side].append({"label": "position bias", "total": bias})
+        out["pairs_rest"] = self.total - sum(p["term"] for p in self.pairs)
+        return out
+
+
+def weights_said(weights: list[dict]) -> str:
+    """One line: what the split score means for attention — the weight it carries against its row."""
+    if len(weights) == 1:
+        w = weights[0]
+        return (
+            f"weight {w['weight']:.3f}: score {w['score']:+.3f} against its row's log-sum-exp {w['lse']:+.3f} "
+            f"(log weight {w['score'] - w['lse']:+.3f})"
+        )
+    mean = sum(w["weight"] for w in weights) / len(weights)
+    low, high = min(w["weight"] for w in weights), max(w["weight"] for w in weights)
+    return f"weight {mean:.3f} on average over {len(weights)} routes ({low:.3f} to {high:.3f}) against their rows"
 
 
 def _name(c: dict) -> str:
@@ -132,6 +168,24 @@ class Recorded:
         i, j = (torch.tensor(x) for x in zip(*routes, strict=True))
         s = (self.q[0, h, i].double() * self.k[0, kvh, j].double()).sum(-1) * self.scale
         return self.capped(s + self.bias(h, i, j))
+
+    def row_weights(self, h: int, kvh: int, routes: list[tuple[int, int]]) -> list[dict]:
+        """Per route: its score, its row's log-sum-exp over the keys the row may see (and the head's sink logit,
+        where the model adds one), and the weight exp(score − lse) the route carries."""
+        allowed = self.allowed(h)
+        sinks = self.args.get("sinks")
+        out = []
+        for i, j in routes:
+            keys = torch.arange(self.k.shape[2])
+            row = (self.q[0, h, i].double() @ self.k[0, kvh].double().T) * self.scale
+            row = self.capped(row + self.bias(h, torch.full_like(keys, i), keys))
+            logits = row[allowed[i]]
+            if sinks is not None:
+                logits = torch.cat([logits, sinks.detach().reshape(-1)[h : h + 1].double()])
+            lse = float(torch.logsumexp(logits, 0))
+            score = float(row[j])
+            out.append({"query": i, "key": j, "score": score, "lse": lse, "weight": float(torch.exp(row[j] - lse))})
+        return out
 
     def bias(self, h: int, i, j) -> torch.Tensor:
         b = self.args.get("bias")
@@ -207,7 +261,8 @@ def result(s: WhySettings, run: Recorded, routes, said: str, sides: tuple, heads
         tokens=tokens if tokens is not None else tokens_of(loaded.tokenizer, run.ids[0]),
         said=said + ("; components keyed by stream" if seq2seq else ""),
     )
-    return WhyResult(loaded.name, meta, float(actual.mean()), float(terms.sum()) + bias_term, pairs, totals)
+    weights = run.row_weights(h, kvh, routes)
+    return WhyResult(loaded.name, meta, float(actual.mean()), float(terms.sum()) + bias_term, pairs, totals, weights)
 
 
 def _split(run: Recorded, s: WhySettings, routes, qs: Side, ks: Side, heads) -> tuple:
