@@ -158,6 +158,9 @@ def test_prompt_pair_mode_patches_and_verifies_a_route(smollm2_server):
         assert titles == ["query head", "kv head", "kv head"]  # k and v grids are over kv heads
         rows = page.locator("#routes tr[data-route]")
         assert rows.count() == 20
+        # SmolLM2's top routes end on its sink (key 0): the content routes follow, said so (issue 53.6)
+        assert page.locator("#routes tr[data-content-route]").count() == 20
+        assert "attention sink at key 0" in page.text_content("#routes .sink-note")
         verified = float(rows.nth(0).locator("td.exact").text_content())  # the route table's own exact knockout
         rows.nth(0).locator("button").click()
         wait_until(page, "document.querySelector('#routes tr[data-route=\"0\"] td.exact').dataset.exact !== undefined")

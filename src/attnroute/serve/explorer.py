@@ -337,10 +337,18 @@ class Explorer:
         job.say("patching heads and q/k/v", 0, 2)
         # exact for the top 20 of the estimate per site (the first round of `attnroute patch`'s settling):
         # a page answers in seconds; the table says which rows are exact
-        p = patch(self.loaded, sites=("head", "q", "k", "v"), exact=SETTLE_FIRST, progress=job.progress, **f)
+        # no checkpoint: a page answers in seconds, and a server writes nothing to the user's cache unasked
+        p = patch(
+            self.loaded,
+            sites=("head", "q", "k", "v"),
+            exact=SETTLE_FIRST,
+            progress=job.progress,
+            no_checkpoint=True,
+            **f,
+        )
         job.check()
         job.say("route attribution", 1, 2)
-        r = route_attribution(self.loaded, top=20, verify=5, progress=job.progress, **f)
+        r = route_attribution(self.loaded, top=20, verify=5, progress=job.progress, no_checkpoint=True, **f)
         return {
             "patch": p.to_dict(),
             "grid": {k: np.asarray(v).tolist() for k, v in p.grid.items()},
@@ -357,7 +365,7 @@ class Explorer:
             raise RequestError(400, "circuits of a prompt pair need a causal LM here")
         job.say("circuit: every edge estimated, the top measured exactly, circuits run whole", 0, 1)
         try:
-            d = circuit(self.loaded, exact=SETTLE_FIRST, progress=job.progress, **f).to_dict()
+            d = circuit(self.loaded, exact=SETTLE_FIRST, progress=job.progress, no_checkpoint=True, **f).to_dict()
         except InputError as e:  # a post-LN model, a stream that does not add up
             raise RequestError(422, str(e)) from None
         return {

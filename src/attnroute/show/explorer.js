@@ -232,14 +232,19 @@ async function runPair() {
   const t = $("routes"); t.innerHTML = ""; const hd = html("tr", {}, t);
   const unit = `Δ ${r.patch.meta.metric}`;  // both columns: the change of the metric when the route is cut
   for (const s of ["route", "weight", `estimate (${unit})`, `exact (${unit})`, ""]) html("th", {}, hd, s);
-  r.routes.routes.forEach((rt, n) => { const tr = html("tr", {"data-route": n}, t);
+  const row = (rt, attrs) => { const tr = html("tr", attrs, t);
     html("td", {}, tr, `L${rt.layer}.H${rt.head} ${rt.query} “${rt.query_token}” → ${rt.key} “${rt.key_token}”`);
     html("td", {class: "num"}, tr, rt.weight.toFixed(3)); html("td", {class: "num"}, tr, rt.estimate.toFixed(4));
     const ex = html("td", {class: "num exact"}, tr, rt.exact === null || rt.exact === undefined ? "" : rt.exact.toFixed(4));
     const b = html("button", {}, html("td", {}, tr), "verify");
     b.addEventListener("click", async () => { const v = await api("verify", Object.assign(pairFields(),
       {route: {layer: rt.layer, head: rt.head, query: rt.query, key: rt.key}}));
-      ex.textContent = v.exact.toFixed(4); ex.dataset.exact = v.exact; }); });
+      ex.textContent = v.exact.toFixed(4); ex.dataset.exact = v.exact; }); };
+  r.routes.routes.forEach((rt, n) => row(rt, {"data-route": n}));
+  if (r.routes.content_routes) {  // the top routes end on an attention sink: the content routes, ranked apart
+    const said = r.routes.verdict.lines.find(x => x.startsWith("attention sink")) || "attention sink";
+    html("td", {colspan: 5, class: "sink-note"}, html("tr", {}, t), said);
+    r.routes.content_routes.forEach((rt, n) => row(rt, {"data-content-route": n})); }
   $("routes-note").textContent = r.patch.verdict.lines.join(" · ");
   document.body.dataset.pair = "1";
 }
