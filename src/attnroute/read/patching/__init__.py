@@ -8,6 +8,7 @@
     routes             every single query→key route's first-order effect on your metric
     suffix             exact route knockouts that recompute only what a route can change
     route_attribution  route_attribution(): every route estimated, the top verified exactly
+    sinks              attention sinks among the routes' keys, and the content routes ranked apart
 
 Their speech variants (two clips, routes across streams) are read/speech's.
 

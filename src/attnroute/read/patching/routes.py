@@ -208,7 +208,7 @@ def output_gradients(loaded, batch: dict, metric, fields: dict, kwargs: dict, la
 
 @torch.no_grad()
 def stream_routes(
-    loaded, batch: dict, grads: dict, top: int, kwargs: dict, record_blocks: bool, exclude=(), shares=None
+    loaded, batch: dict, grads: dict, top: int, kwargs: dict, *, record_blocks: bool, exclude=(), shares=None
 ) -> tuple:
     """Pass 2: (the top routes, each block's output on this run, base) — for the exact checks, when
     ``record_blocks``: ``base`` = (every layer's keys and values [B, Hkv, T, D], the logits) of a causal LM,
