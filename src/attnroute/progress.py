@@ -32,14 +32,15 @@ class Event:
 Progress = Callable[[Event], None]
 
 
-def reporter(progress: Progress | None) -> Callable[..., None]:
+def reporter(progress: Progress | None | bool) -> Callable[..., None]:
     """``say(stage, message="", *, done=None, total=None, eta=None, **detail)`` sending Events to
-    ``progress``; when it is None, to a bar in the notebook cell where the call runs (NotebookBar), and
-    nowhere outside a notebook."""
-    if progress is None:
-        progress = NotebookBar.here()
-    if progress is None:
+    ``progress``; when it is None, to a bar in the notebook cell where the call runs (NotebookBar), or, in a
+    plain script, to lines on stderr (StderrLines: a six-minute ``ar.patch`` no longer runs silent);
+    ``progress=False``: nowhere."""
+    if progress is False:
         return lambda *a, **k: None
+    if progress is None or progress is True:
+        progress = NotebookBar.here() or StderrLines()
 
     def say(stage: str, message: str = "", *, done=None, total=None, eta=None, **detail) -> None:
         progress(Event(stage, str(message), done, total, eta, detail))
@@ -78,6 +79,30 @@ class NotebookBar:
         self._handle.update(self._html(bar_html(e, now - self._t0)))
 
 
+class StderrLines:
+    """Progress of a Python call outside a notebook: one line on stderr per stage, note or finished count
+    (``attnroute [12 s] stage: …``), counts in between at most every EVERY seconds — plain lines, so that
+    nested calls and logs read in order (the command line draws its own bars, show/progress.py)."""
+
+    EVERY = 5.0
+
+    def __init__(self):
+        import time
+
+        self._time, self._t0, self._last = time.monotonic, time.monotonic(), 0.0
+
+    def __call__(self, e: Event) -> None:
+        import sys
+
+        now = self._time()
+        counting = e.total is not None and e.done is not None
+        if counting and e.done != e.total and now - self._last < self.EVERY:
+            return
+        self._last = now
+        count = f" {e.done}/{e.total}" if counting else ""
+        print(f"attnroute [{now - self._t0:.0f} s] {e.stage}: {e.message}{count}", file=sys.stderr, flush=True)
+
+
 def bar_html(e: Event, elapsed: float) -> str:
     from html import escape
 
@@ -98,4 +123,4 @@ def eta(started: float, now: float, done: int, total: int) -> float:
     return (now - started) / max(done, 1) * max(total - done, 0)
 
 
-__all__ = ["Event", "NotebookBar", "Progress", "bar_html", "eta", "reporter"]
+__all__ = ["Event", "NotebookBar", "Progress", "StderrLines", "bar_html", "eta", "reporter"]
