@@ -184,3 +184,15 @@ def test_the_python_names_of_the_cache_command():
     assert ar.cache_list() == runs.entries() and len(ar.cache_list()) == 1
     removed, busy = ar.cache_clear()
     assert len(removed) == 1 and busy == [] and ar.cache_list() == []
+
+
+def test_a_later_rank_finds_the_cache_folder_to_lock_its_file_in(model_dir, tmp_path, monkeypatch):
+    """Under torchrun every rank locks its own file in the cache before the weights load: the folder must
+    exist for rank 1 too, whoever comes first."""
+    from attnroute.read.study import Study
+
+    monkeypatch.setenv("ATTNROUTE_RUNS", str(tmp_path / "not-yet"))
+    st = Study(ar.CorpusSettings(model=str(model_dir), corpus=str(_prompts(tmp_path))), kind="corpus")
+    st.rank = 1
+    path, cached = st._checkpoint_base()
+    assert cached and path.parent.is_dir() and runs.entries() == []  # rank 1 describes and prunes nothing

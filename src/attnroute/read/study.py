@@ -153,8 +153,8 @@ class Study:
         path = runs.default_checkpoint(self.kind, self.s)
         if path is None:
             return None, False
+        path.parent.mkdir(parents=True, exist_ok=True)  # every rank: each takes its own file's lock there
         if self.rank == 0:
-            path.parent.mkdir(parents=True, exist_ok=True)
             runs.prune(keep=path)
             runs.describe(path, self.kind, self.s)
         return path, True
