@@ -82,7 +82,6 @@ def test_a_why_result_with_a_huge_label_is_refused_at_once_and_a_long_one_drawn_
 
 def test_the_report_opens_on_the_head_an_added_result_names(tmp_path):
     """The report opened on L16.H0 whatever was added: now on the head the added result is about."""
-    import json
 
     from attnroute.show.sections import named_head, opening
 
@@ -107,6 +106,4 @@ def test_the_report_opens_on_the_head_an_added_result_names(tmp_path):
     }
     assert named_head({"experiment": "circuit", "edges": [edge]}) == [7, 2]
     assert named_head({"experiment": "knockout"}) is None
-    path = tmp_path / "r.json"
-    path.write_text(json.dumps(routes))
-    assert opening([str(path)]) == [[4, 1]]
+    assert opening([routes, why, routes]) == [[4, 1], [3, 1]]  # in the order given, each head once

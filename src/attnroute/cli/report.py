@@ -95,7 +95,7 @@ def run(args) -> int:
     settings = report_settings(args)
     from ..show import sections
 
-    added = sections.load_all(args.learn, args.add)  # bad files fail before minutes of reading
+    added = sections.load_all(args.learn, args.add)  # bad files fail before minutes of reading: (html, heads)
     from ..read.report import routing_view
 
     with read_progress() as progress:
@@ -127,16 +127,15 @@ def report_settings(args) -> ReportSettings:
     )
 
 
-def show(view, added: list[str], args) -> int:
+def show(view, added: tuple[list[str], list], args) -> int:
     from ..cost import kv_card
     from ..show import report as page
     from ..show.figures import write_pngs
 
     notes(view.table.meta)
     kv = kv_card(view.config, view.table.attention, view.context, len(view.tokens))
-    from ..show.sections import opening
-
-    rep = page.build(view, added, kv, heads=opening(args.add))
+    sections, heads = added
+    rep = page.build(view, sections, kv, heads=heads)
     emit_json(rep.data, args.json)  # the data first: kept even if the page cannot be written
     deliver(args.out, "out", rep.html.encode("utf-8"))
     say(f"the page is {len(rep.html.encode()) / 1e6:.2f} MB, built in {rep.data['seconds']} s")

@@ -93,23 +93,24 @@ class Study:
             check_metric_kind(self.s.metric, facts.kind)
         self.pairs = self.s.read_pairs()
         if facts is not None:
-            self.keep_usable(facts.tokenizer, facts.kind)
+            self.pairs = self.usable(self.pairs, facts)
             groups, _ = tokenize_pairs(facts.tokenizer, facts.kind, self.pairs, self.s.metric)
             if check is not None:
                 check(facts, groups)
         return self.pairs
 
-    def keep_usable(self, tokenizer, kind: str, gradient: bool = False) -> None:
-        """With ``skip_bad``, the rows this model cannot run (clean and corrupt of unequal lengths, an answer of
-        several tokens, a field the metric reads missing) leave the run, listed with their reasons in
-        ``self.skipped`` and said once; every row skipped is refused. Without it, nothing changes here."""
-        if not getattr(self.s, "skip_bad", False) or self.skipped is not None:
-            return
-        n = len(self.pairs)
-        self.pairs, self.skipped = usable_pairs(tokenizer, kind, self.pairs, self.s.metric, gradient)
+    def usable(self, pairs: tuple, model, gradient: bool = False) -> tuple:
+        """The ``pairs`` ``model`` (the model's facts, or the model) can run. With ``skip_bad``, the rows it
+        cannot (clean and corrupt of unequal lengths, an answer of several tokens, a field the metric reads
+        missing) are left out, listed with their reasons in ``self.skipped`` and said once; every row skipped
+        is refused. Without it, or once done, the pairs as they are."""
+        if model is None or not getattr(self.s, "skip_bad", False) or self.skipped is not None:
+            return pairs
+        kept, self.skipped = usable_pairs(model.tokenizer, model.kind, pairs, self.s.metric, gradient)
         if self.skipped:
             rows = ", ".join(str(x["row"]) for x in self.skipped[:10]) + (" …" if len(self.skipped) > 10 else "")
-            self.say("warn", f"skipped {len(self.skipped)} of {n} prompt rows (skip_bad): rows {rows}")
+            self.say("warn", f"skipped {len(self.skipped)} of {len(pairs)} prompt rows (skip_bad): rows {rows}")
+        return kept
 
     # ---------------------------------------------------------------- the second half: ranks, lock, model
 
@@ -121,7 +122,7 @@ class Study:
             agree(self.world, lambda: held.enter_context(exclusive(path)))  # one writer, before the weights
             loaded = self.load()
             if self.pairs:
-                self.keep_usable(loaded.tokenizer, loaded.kind)
+                self.pairs = self.usable(self.pairs, loaded)
                 self.groups, self.record = tokenize_pairs(loaded.tokenizer, loaded.kind, self.pairs, self.s.metric)
                 for g in self.groups:
                     loaded.fit(g.length, "prompts", f"prompt row {self.pairs[g.rows[0]].row}")

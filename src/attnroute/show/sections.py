@@ -172,6 +172,11 @@ def size_problem(kind: str, data: dict) -> str | None:
 
 def load(path, field: str) -> str:
     """The section (HTML) of one result file; ``field`` is "learn" or "add"."""
+    return _section(path, field, _checked(path, field))
+
+
+def _checked(path, field: str) -> dict:
+    """One result file read and checked against its kind's contract and sizes."""
     kinds, written_by = KINDS[field]
     data = read_json(path, field, written_by)
     kind = data.get("experiment")
@@ -182,11 +187,17 @@ def load(path, field: str) -> str:
         )
     if field == "add" and (problem := VERBS[kind][0].validate(data) or size_problem(kind, data)):
         raise InputError(f"{field} {path}: not a whole {kind} result: {problem}", field=field)  # its contract, sizes
+    return data
+
+
+def _section(path, field: str, data: dict) -> str:
     try:
         return row(learn.section(data)) if field == "learn" else section(data)
     except (KeyError, TypeError, IndexError, ValueError, AttributeError) as e:
         raise InputError(
-            f"{field} {path}: a {kind} result with a missing or malformed field ({type(e).__name__}: {e})", field=field
+            f"{field} {path}: a {data['experiment']} result with a missing or malformed field "
+            f"({type(e).__name__}: {e})",
+            field=field,
         ) from None
 
 
@@ -221,19 +232,22 @@ def named_head(result: dict) -> list[int] | None:
     return None
 
 
-def opening(add=()) -> list[list[int]]:
-    """The heads the added results name, in the order given (the page opens on the last two, side by side)."""
+def opening(results) -> list[list[int]]:
+    """The heads the added ``results`` name, in the order given (the page opens on the last two, side by side)."""
     heads = []
-    for path in add or ():
-        head = named_head(read_json(path, "add", KINDS["add"][1]))
+    for data in results:
+        head = named_head(data)
         if head is not None and head not in heads:
             heads.append(head)
     return heads
 
 
-def load_all(learn=(), add=()) -> list[str]:
-    """Every section the user named, learn results first, in the order given."""
-    return [load(p, "learn") for p in learn or ()] + [load(p, "add") for p in add or ()]
+def load_all(learn=(), add=()) -> tuple[list[str], list[list[int]]]:
+    """Every section the user named, learn results first, in the order given, and the heads the added results
+    name (``opening``): each file read once."""
+    added = [(p, _checked(p, "add")) for p in add or ()]
+    html = [load(p, "learn") for p in learn or ()] + [_section(p, "add", data) for p, data in added]
+    return html, opening(data for _, data in added)
 
 
 def insert(page: str, sections: list[str]) -> str:

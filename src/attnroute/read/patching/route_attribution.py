@@ -28,7 +28,7 @@ from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
 from ..ground.copies import repeat_batch
 from ..ground.group import Shard
 from ..ground.metrics import resolve
-from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs, usable_pairs
+from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
 from ..ground.settle import SettleRule, settle, settle_said
 from ..ground.stats import agreement, gap
 from ..stimuli import tokens_of
@@ -151,7 +151,7 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
 
 def _attribute(st: Study, name: str, fn, pairs) -> RoutesResult:
     s, say, loaded = st.s, st.say, st.loaded
-    pairs = _usable(st, pairs, loaded)  # the facts could not be had before the weights: the model's tokenizer
+    pairs = st.usable(pairs, loaded, gradient=True)  # no facts before the weights: the model's own tokenizer
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric, gradient=True)
     g = _one_length(groups)
     loaded.fit(g.length, "text" if s.single else "prompts", "the text" if s.single else "the prompts")
@@ -212,23 +212,12 @@ def _before_weights(st: Study, name: str) -> tuple:
             "give your own metric of the pooled embedding (a Python callable)",
             field="metric",
         )
-    pairs = _usable(st, s.read_pairs(), facts)
+    pairs = st.usable(s.read_pairs(), facts, gradient=True)
     if facts is not None:
         _one_length(tokenize_pairs(facts.tokenizer, facts.kind, pairs, s.metric, gradient=True)[0])
         if facts.n_layers is not None:
             _layers(facts.n_layers, s.layers)
     return pairs
-
-
-def _usable(st: Study, pairs: tuple, model) -> tuple:
-    """The pairs ``model`` (its facts, or the loaded model) can run: with skip_bad, the others left out and
-    listed in ``st.skipped`` (said once); without, all of them."""
-    if model is None or not getattr(st.s, "skip_bad", False) or st.skipped is not None:
-        return pairs
-    kept, st.skipped = usable_pairs(model.tokenizer, model.kind, pairs, st.s.metric, gradient=True)
-    if st.skipped:
-        st.say("warn", f"skipped {len(st.skipped)} of {len(pairs)} prompt rows (skip_bad)")
-    return kept
 
 
 def _one_length(groups):
