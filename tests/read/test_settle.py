@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnroute.read.ground.settle import SettleRule, measure_first, settle
+from attnroute.read.ground.settle import SettleRule, measure_first, settle, settle_said
 
 
 @given(n=st.integers(0, 60), chunk=st.integers(1, 20), groups=st.integers(1, 8), seed=st.integers(0, 99))
@@ -65,3 +65,31 @@ def test_a_fooling_estimate_is_measured_once_a_measured_error_widens_the_band():
     order = np.argsort(-np.abs(est), kind="stable")
     info = settle(order, measured.extend, lambda idx: exact[idx], SettleRule(first=3, step=2, top=3), estimate=est)
     assert 9 not in measured and info["band"] == 0.0
+
+
+def test_a_band_that_excludes_nothing_measures_the_rest_at_once_never_round_by_round():
+    """Issue 53.3: on q and k nothing mattered, the error band equalled the top, and settle measured every
+    component 10 at a time (48 min). When every unmeasured component could enter the top, the rest are
+    measured at once (grouped), said in the result; the settled top is the same as round by round."""
+    rng = np.random.default_rng(0)
+    exact = rng.normal(scale=0.01, size=120)  # nothing matters
+    est = rng.normal(scale=0.01, size=120)  # an estimate no better than noise: a band as wide as the top
+    order = np.argsort(-np.abs(est), kind="stable")
+    calls: list[list[int]] = []
+    rule = SettleRule(first=20, step=10, top=10)
+    info = settle(order, calls.append, lambda idx: exact[idx], rule, estimate=est, measure_all=lambda idx: 4)
+    assert info["all_at_once"] == 100 and info["measured"] == 120 and info["settled"]
+    assert [len(c) for c in calls] == [20] and info["rounds"] == 5  # one first round, then 4 grouped rounds
+    said = settle_said(info, 10, "heads", "measure more")
+    assert "excluded nothing: the last 100 measured at once" in said and "nothing unmeasured could enter" in said
+
+
+def test_a_limit_caps_what_is_measured_at_once_and_the_rest_is_said():
+    rng = np.random.default_rng(1)
+    exact, est = rng.normal(scale=0.01, size=300), rng.normal(scale=0.01, size=300)
+    order = np.argsort(-np.abs(est), kind="stable")
+    seen: list[int] = []
+    rule = SettleRule(first=20, step=10, top=10, limit=50)
+    info = settle(order, seen.extend, lambda idx: exact[idx], rule, estimate=est)
+    assert info["measured"] == len(seen) == 50 and info["all_at_once"] == 30
+    assert not info["settled"] and info["could_enter"] > 0

@@ -81,19 +81,30 @@ def settle(
     exact: Callable[[list[int]], np.ndarray],
     rule: SettleRule,
     estimate: np.ndarray | None = None,
+    measure_all: Callable[[list[int]], int] | None = None,
 ) -> dict:
     """Measure in rounds until the exact top holds and nothing unmeasured could enter it (see the module
-    docstring). Returns {"measured", "rounds", "settled", "band", "floor", "could_enter"}."""
+    docstring). Returns {"measured", "rounds", "settled", "band", "floor", "could_enter", "all_at_once"}.
+
+    When a round's band excludes nothing — every unmeasured component could still enter the top, as on a site
+    where nothing matters and the error is as large as the top — rounds of ``step`` would measure them all
+    anyway, one round after another: they are measured at once instead (``measure_all``, which returns its
+    rounds; by default one call of ``measure``), up to ``limit``, and ``all_at_once`` says how many."""
     order = [int(i) for i in order]
     cap = len(order) if rule.limit is None else min(len(order), max(rule.first, rule.limit))
     n = min(rule.first, cap)
     measure(order[:n])
-    rounds, stable = 1, False
+    rounds, stable, at_once = 1, False, 0
     while True:
         values = exact(order[:n])
         b = band(order, n, values, estimate, rule) if estimate is not None else Band(0.0, -np.inf, [])
         if (stable and not b.candidates) or n >= cap:
             break
+        if estimate is not None and len(b.candidates) == len(order) - n:  # the band excludes nothing
+            at_once = cap - n
+            rounds += measure_all(order[n:cap]) if measure_all is not None else measure(order[n:cap]) or 1
+            n = cap
+            continue
         before = exact_top(order[:n], values, rule.top, rule.signed)
         nxt = (b.candidates or order[n:])[: min(rule.step, cap - n)]
         order = order[:n] + nxt + [i for i in order[n:] if i not in set(nxt)]
@@ -110,6 +121,7 @@ def settle(
         "band": None if estimate is None else finite_or_none(b.width),
         "floor": None if estimate is None else finite_or_none(b.floor),
         "could_enter": left,
+        "all_at_once": at_once,
     }
 
 
@@ -118,6 +130,8 @@ def settle_said(info: dict, top: int, what: str, more: str) -> str:
     if info.get("band") is None:
         return f"exact top {top} {what}: {info['measured']} measured"
     head = f"exact top {top} {what}: {info['measured']} measured, estimate error band ±{info['band']:.3g}"
+    if info.get("all_at_once"):
+        head += f" (the band excluded nothing: the last {info['all_at_once']} measured at once, not round by round)"
     if info.get("settled"):
         return head + "; nothing unmeasured could enter it"
     return head + f"; NOT settled: {info['could_enter']} unmeasured could still enter it ({more})"
@@ -159,7 +173,8 @@ def settle_as_asked(exact, order, measure, delta, rule: SettleRule, estimate, gr
     if exact == "all" or isinstance(exact, int):
         n = len(order) if exact == "all" else min(int(exact), len(order))
         return {"rule": str(exact), **measure_first(order, n, measure, 3 * SETTLE_STEP, group=group)}
-    return {"rule": rule.describe(), **settle(order, measure, delta, rule, estimate=estimate)}
+    at_once = lambda idx: measure_first(idx, len(idx), measure, 3 * SETTLE_STEP, group=group)["rounds"]  # noqa: E731
+    return {"rule": rule.describe(), **settle(order, measure, delta, rule, estimate=estimate, measure_all=at_once)}
 
 
 def measure_exact(pool, idx, store, values: np.ndarray, say, said: tuple[str, str], picked=None) -> None:
