@@ -540,19 +540,13 @@ def test_every_experiment_schema_accepts_what_its_command_writes_and_names_what_
 def test_any_word_of_a_prompt_draws_in_a_figure():
     """mathtext is off: '$ { $' from a prompt is drawn as it is (it raised in matplotlib's parser, and the
     JSON written after the plot was lost)."""
+    from attnroute.read.experiments import KnockoutResult
     from attnroute.show.sections import figure as png_bytes
 
-    rows = [dict(layers=[0, 4], delta_p_route=-0.1, delta_p_control=0.0, delta_nll_route=0.2, delta_nll_control=0.0)]
-    result = {
-        "experiment": "knockout",
-        "model": "m",
-        "tokens": ["<s>", "$", "{", "$", "x"],
-        "route": {"queries": [4], "keys": [1, 2, 3]},
-        "target": {"token": "$ { $"},
-        "window": 5,
-        "p_target_clean": 0.5,
-        "windows": rows,
-    }
+    result = KnockoutResult(
+        "m", "x $ { $ x", ["<s>", "$", "{", "$", "x"], [4], [1, 2, 3], [0], "$ { $", 7, 5, None, 0.5, 0.7,
+        windows=[(0, 4)], p_route=[0.4], p_control=[0.5], loss_route=[0.8], loss_control=[0.7],
+    )  # fmt: skip
     assert png_bytes(result)[:4] == b"\x89PNG"
 
 

@@ -175,6 +175,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "learn_crossattn": ("learn", "learn_crossattn"),
     "cache_clear": ("read.ground.runs", "clear"),
     "cache_list": ("read.ground.runs", "entries"),
+    "load": ("show.results", "load"),  # any result's JSON back as its typed result
+    "Result": ("engine.jsonable", "Result"),
     "cost_kv": ("cost.footprint", "kv"),
     "cost_simulate": ("cost.serving", "serve_stream"),
 }

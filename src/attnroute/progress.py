@@ -13,7 +13,7 @@ Like errors.py, this module imports nothing heavy.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -24,9 +24,10 @@ class Event:
     total: int | None = None
     eta: float | None = None  # seconds left
     detail: dict = field(default_factory=dict)  # numbers behind the message (tokens/s, rank, …)
+    result: object = field(default=None, repr=False, compare=False)  # stage "partial": the result so far
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self) -> dict:  # what a stream carries: never the partial result itself (it is written whole)
+        return {k: v for k, v in asdict(replace(self, result=None)).items() if k != "result"}
 
 
 Progress = Callable[[Event], None]
@@ -42,8 +43,8 @@ def reporter(progress: Progress | None | bool) -> Callable[..., None]:
     if progress is None or progress is True:
         progress = NotebookBar.here() or StderrLines()
 
-    def say(stage: str, message: str = "", *, done=None, total=None, eta=None, **detail) -> None:
-        progress(Event(stage, str(message), done, total, eta, detail))
+    def say(stage: str, message: str = "", *, done=None, total=None, eta=None, result=None, **detail) -> None:
+        progress(Event(stage, str(message), done, total, eta, detail, result))
 
     return say
 

@@ -14,6 +14,7 @@ from attnroute.cli import main
 from attnroute.models.ct2 import CT2Error, CT2Model, read_ct2
 from attnroute.models.whisper import _split
 from attnroute.read.ground.speech import decoder_ids, prompt_length, speech_batch, transcribe
+from attnroute.show.results import load
 
 pytestmark = pytest.mark.slow
 FOLDER = model_path("whisper-tiny")
@@ -156,6 +157,7 @@ def test_cutting_a_words_routes_to_its_frames_moves_it_in_the_last_cross_layer(t
     argv = ["knockout", "--model", "whisper-tiny", "--audio", "rome", "--from", "Rome", "--to", "word"]
     assert main([*argv, "--json", str(out)]) == 0
     r = json.loads(out.read_text())
+    assert json.loads(load(out).to_json()) == r  # reloads as its typed result (issue 53.5)
     assert r["transcript"] == "The capital of France is Rome." and r["source"]["queries"] == [7]
     rows = r["windows"]
     assert [w["cross_layers"] for w in rows] == [[0], [1], [2], [3]]
@@ -168,10 +170,13 @@ def test_cutting_a_words_routes_to_its_frames_moves_it_in_the_last_cross_layer(t
     assert set(r["transcripts"]) == {"route", "control"}
 
 
-def test_swapping_maps_between_clips_of_one_timing_leaves_the_words_to_the_values():
+def test_swapping_maps_between_clips_of_one_timing_leaves_the_words_to_the_values(tmp_path):
     from attnroute.read.speech import cross_swap
 
-    r = cross_swap("whisper-tiny", "paris", "rome", window=4).to_dict()
+    result = cross_swap("whisper-tiny", "paris", "rome", window=4)
+    (tmp_path / "swap.json").write_text(result.to_json())
+    assert load(tmp_path / "swap.json").to_json() == result.to_json()
+    r = result.to_dict()
     assert r["transcript_a"] == "The capital of France is Paris."
     assert [w["transcript"] for w in r["windows"]] == ["The capital of France is Rome."]
     assert r["windows"][0]["wer_to_b"] == 0.0
@@ -201,6 +206,7 @@ def test_patching_two_clips_finds_where_the_word_is_heard(tmp_path):
     argv = ["patch", "--model", "whisper-tiny", "--audio-clean", "paris", "--audio-corrupt", "rome"]
     assert main([*argv, "--json", str(out)]) == 0
     r = json.loads(out.read_text())
+    assert json.loads(load(out).to_json()) == r
     assert r["prefix"] == "The capital of France is" and (r["answer"], r["wrong"]) == (" Paris", " Rome")
     assert r["metric"]["clean"] > 5 > -5 > r["metric"]["corrupt"]
     assert len(r["rows"]) == 72 and {row["mode"] for row in r["rows"]} == {"encoder", "decoder", "cross"}
@@ -226,6 +232,7 @@ def test_routes_across_streams_land_on_the_words_frames(tmp_path):
     argv = ["routes", "--model", "whisper-tiny", "--audio", "rome", "--answer", "Rome", "--wrong", "Paris"]
     assert main([*argv, "--top", "10", "--verify", "5", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
+    assert json.loads(load(out).to_json()) == r
     assert r["prefix"] == "The capital of France is" and r["layers"] == [8, 9, 10, 11]
     assert all(x["stream"] == "cross" and x["query_token"] == " is" for x in r["routes"])
     assert sum(1.3 <= x["key_seconds"] <= 2.0 for x in r["routes"]) >= 8

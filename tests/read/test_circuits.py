@@ -594,9 +594,9 @@ def test_the_cli_writes_json_csv_and_the_graph_and_report_draws_it(tiny_dir, tmp
     top_sender, top_receiver = rows[0]["label"].split(">")
     assert top_sender in named and (top_receiver in named or top_receiver.rsplit(".", 1)[0] in named)
     assert "Circuit" in sections.load(js, "add")
-    d["edges"][0]["sender"]["layer"] = 10**6
+    d["rows"][0]["sender"]["layer"] = 10**6  # the table (its alias "edges" is not read)
     js.write_text(json.dumps(d))
-    with pytest.raises(InputError, match="edges\\[\\].sender.layer"):
+    with pytest.raises(InputError, match="rows\\[\\].sender.layer"):
         sections.load(js, "add")
 
 

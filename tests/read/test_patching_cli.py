@@ -40,8 +40,9 @@ def test_patch_cli_writes_the_json_contract_csv_figure_and_a_report_section(smol
     d = json.loads(js.read_text())
     assert d["experiment"] == "patch" and ar.PatchResult.validate(d) is None
     heads = [r for r in d["rows"] if r["site"] == "head"]
-    assert len(heads) == 270 and sum(r["exact"] for r in heads) == 6
-    exact = next(r for r in heads if r["exact"])
+    assert len(heads) == 270 and sum(r["exact"] is not None for r in heads) == 6  # exact: the measured Δ, or null
+    exact = next(r for r in heads if r["exact"] is not None)
+    assert exact["exact"] == exact["delta"]
     assert {"layer", "head", "site", "normalized", "normalized_ci", "delta", "values"} <= set(exact)
     assert len(exact["values"]) == 1 and exact["normalized_ci"] is None  # one prompt: no interval
     m = d["meta"]

@@ -21,7 +21,8 @@ def test_a_sink_is_whichever_key_takes_the_weight():
 
 
 def test_smollm2s_top_routes_end_on_its_sink_and_the_content_routes_are_ranked_apart(smollm2, capsys):
-    r = ar.routes(smollm2, IOI, answer=" Mary", wrong=" John", verify=2, no_checkpoint=True).to_dict()
+    result = ar.routes(smollm2, IOI, answer=" Mary", wrong=" John", verify=2, no_checkpoint=True)
+    r = result.to_dict()
     sink = r["sink"]
     assert 0 in sink["keys"] and all(w >= SINK_SHARE for w in sink["mean_weight"]) and sink["share_of_top"] > 0.5
     content = r["content_routes"]
@@ -36,5 +37,5 @@ def test_smollm2s_top_routes_end_on_its_sink_and_the_content_routes_are_ranked_a
     assert any("attention sink at key 0" in line for line in r["verdict"]["lines"])
     from attnroute.show.routes import routes_tables
 
-    tables = routes_tables(r)
+    tables = routes_tables(result)
     assert len(tables) == 2 and "content routes" in tables[1].title and "<|im_start|>" in tables[1].title

@@ -61,49 +61,50 @@ def test_a_bare_nan_is_refused_naming_it(results, tmp_path):
 )
 def test_an_edge_between_nodes_no_stream_has_is_refused(results, tmp_path, where, value, said):
     data = json.loads(json.dumps(results["circuit"]))
-    data["edges"][0][where] = {**data["edges"][0][where], **value}
+    data["rows"][0][where] = {**data["rows"][0][where], **value}  # the table (format 1: rows)
     with pytest.raises(InputError, match=said):
         _add(tmp_path, data)
 
 
 def test_a_why_result_with_a_huge_label_is_refused_at_once_and_a_long_one_drawn_short(results, tmp_path):
     data = json.loads(json.dumps(results["why"]))
-    data["pairs"][0]["query_side"]["label"] = "x" * 3_000_000
+    data["rows"][0]["query_side"]["label"] = "x" * 3_000_000
     t0 = time.perf_counter()
     with pytest.raises(InputError, match="label's length"):
         _add(tmp_path, data)
     assert time.perf_counter() - t0 < 5
-    data["pairs"][0]["query_side"]["label"] = "y" * 1_500
-    data["verdict"]["lines"].append("z" * 5_000)
+    data["rows"][0]["query_side"]["label"] = "z" * 1_500  # the verdict names the largest pair: a long line
     t0 = time.perf_counter()
     html = _add(tmp_path, data)
-    assert time.perf_counter() - t0 < 10 and 'title="' + "z" * 5_000 in html and "z" * 399 + "…" in html
+    assert time.perf_counter() - t0 < 10 and "z" * 1_500 in html and "z" * 380 + "…" in html
 
 
 def test_the_report_opens_on_the_head_an_added_result_names(tmp_path):
     """The report opened on L16.H0 whatever was added: now on the head the added result is about."""
 
+    from types import SimpleNamespace as typed  # what named_head reads of a typed result
+
     from attnroute.show.sections import named_head, opening
 
-    patch = {
-        "experiment": "patch",
-        "rows": [
-            {"layer": 9, "head": 6, "site": "head", "exact": True, "normalized": 0.2},
-            {"layer": 18, "head": 3, "site": "q", "exact": True, "normalized": -0.7},
-            {"layer": 20, "head": 1, "site": "head", "exact": False, "normalized": None},
-            {"layer": 3, "head": 0, "site": "v", "exact": True, "normalized": 0.9},  # a kv head: not a query head
+    patch = typed(
+        KIND="patch",
+        rows=[
+            {"layer": 9, "head": 6, "site": "head", "exact": 0.1, "normalized": 0.2},
+            {"layer": 18, "head": 3, "site": "q", "exact": -0.3, "normalized": -0.7},
+            {"layer": 20, "head": 1, "site": "head", "exact": None, "normalized": None},
+            {"layer": 3, "head": 0, "site": "v", "exact": 0.5, "normalized": 0.9},  # a kv head: not a query head
         ],
-    }
+    )
     assert named_head(patch) == [18, 3]
-    routes = {"experiment": "routes", "routes": [{"layer": 2, "head": 5, "stream": "cross"}, {"layer": 4, "head": 1}]}
+    routes = typed(KIND="routes", routes=[{"layer": 2, "head": 5, "stream": "cross"}, {"layer": 4, "head": 1}])
     assert named_head(routes) == [4, 1]
-    why = {"experiment": "why", "meta": {"head": "L3.H1"}}
-    assert named_head(why) == [3, 1] and named_head({"experiment": "why", "meta": {"head": "E2.H0"}}) is None
+    why = typed(KIND="why", meta=typed(head="L3.H1"))
+    assert named_head(why) == [3, 1] and named_head(typed(KIND="why", meta=typed(head="E2.H0"))) is None
     edge = {
         "exact": 1.0,
         "sender": {"kind": "embed"},
         "receiver": {"kind": "head", "layer": 7, "head": 2, "channel": "v"},
     }
-    assert named_head({"experiment": "circuit", "edges": [edge]}) == [7, 2]
-    assert named_head({"experiment": "knockout"}) is None
+    assert named_head(typed(KIND="circuit", edges=[edge])) == [7, 2]
+    assert named_head(typed(KIND="knockout")) is None
     assert opening([routes, why, routes]) == [[4, 1], [3, 1]]  # in the order given, each head once

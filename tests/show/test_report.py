@@ -252,14 +252,14 @@ def test_report_adds_knockout_swap_and_needle_sections(tmp_path, open_page, caps
         imgs = page.eval_on_selector_all("div.finding img", "els => els.map(e => e.naturalWidth)")
     assert kinds == ["knockout", "swap", "needle"] and all(w > 300 for w in imgs) and events["errors"] == []
     bad = tmp_path / "bad.json"
-    bad.write_text('{"experiment": "knockout"}')
+    bad.write_text('{"experiment": "knockout", "attnroute": {"result": "knockout", "format": 1}}')
     capsys.readouterr()
     code = main(["report", "--model", model, "--out", str(tmp_path / "x.html"), "--add", str(bad)])
     err = capsys.readouterr().err
     assert code == 2 and "not a whole knockout result: the field verdict is missing" in err
     assert not (tmp_path / "x.html").exists()
     broken = json.loads(ko.read_text())
-    broken["windows"][1]["delta_p_route"] = "0.3"  # a number written as text
+    broken["rows"][1]["delta_p_route"] = "0.3"  # a number written as text
     bad.write_text(json.dumps(broken))
     assert main(["report", "--model", model, "--out", str(tmp_path / "x.html"), "--add", str(bad)]) == 2
-    assert "the field windows[1].delta_p_route is str, expected float" in capsys.readouterr().err
+    assert "the field rows[1].delta_p_route is str, expected float" in capsys.readouterr().err

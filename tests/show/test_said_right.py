@@ -3,6 +3,8 @@ its unit, and a routes figure of bounded width over a long text with its stronge
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import matplotlib.image
 
 from attnroute.cli import main
@@ -19,13 +21,14 @@ def test_heads_tables_say_a_dash_for_modes_not_run_and_give_units(capsys, monkey
     assert UNITS["entropy_norm"] in out and UNITS["prev_token"] in out
 
 
-def long_result(T: int = 3000) -> dict:
+def long_result(T: int = 3000) -> SimpleNamespace:
+    """What the routes figure reads of a RoutesResult (its meta read like its JSON), over a long text."""
     tokens = [f"w{i}" for i in range(T)]
     routes = [
         {"layer": i % 7, "head": i % 3, "query": T - 1 - i, "key": (i * 97) % (T - 40), "estimate": (-1) ** i / (i + 1)}
         for i in range(20)
     ]
-    return {"meta": {"tokens": tokens, "metric": "logit-diff", "m": 1.0}, "routes": routes}
+    return SimpleNamespace(meta={"tokens": tokens, "metric": "logit-diff", "m": 1.0}, routes=routes)
 
 
 def test_a_routes_figure_over_a_long_text_is_at_most_its_width(tmp_path):
@@ -45,7 +48,7 @@ def test_the_strongest_routes_are_labelled_with_their_heads(tmp_path, monkeypatc
     )
     r = long_result()
     routes_png(r, tmp_path / "routes.png")
-    assert said[:8] == [f"L{x['layer']}.H{x['head']}" for x in r["routes"][:8]]
+    assert said[:8] == [f"L{x['layer']}.H{x['head']}" for x in r.routes[:8]]
 
 
 def test_a_token_is_never_wrapped_inside_a_narrow_table():
@@ -56,11 +59,9 @@ def test_a_token_is_never_wrapped_inside_a_narrow_table():
 
     route = {"layer": 12, "head": 3, "query": 14, "key": 3, "query_token": " Then", "key_token": " Mary"}
     route |= {"weight": 0.123, "norm_weight": 0.45, "estimate": 0.123, "exact": 0.111}
-    result = {
-        "agreement": {"estimate_vs_exact": {"spearman": None}},
-        "meta": {"metric": "logit-diff", "m": 1.0},
-        "routes": [route],
-    }
+    result = SimpleNamespace(
+        agreement={"estimate_vs_exact": {"spearman": None}}, meta={"metric": "logit-diff", "m": 1.0}, routes=[route]
+    )
     console = Console(width=60, record=True)
     console.print(routes_table(result))
     text = console.export_text()

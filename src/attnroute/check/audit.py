@@ -16,6 +16,9 @@ from .targets import resolve
 class CheckRun(Result):
     """The reports of one `check` call: one per target function (an `hf:` model can give several)."""
 
+    KIND = "check"
+    TABLE = "checks"  # its table's key before format 1 (an alias of rows until 0.3)
+
     target: str
     strict: bool
     reports: list[CheckReport] = field(default_factory=list)
@@ -24,7 +27,7 @@ class CheckRun(Result):
     def passed(self) -> bool:
         return all(r.passed for r in self.reports)
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         if len(self.reports) == 1:
             return self.reports[0].to_dict()
         causes = [{"target": r.target, **rc} for r in self.reports if (rc := r.root_cause()) is not None]
@@ -36,6 +39,11 @@ class CheckRun(Result):
             "targets": [r.to_dict() for r in self.reports],
             "checks": [c for r in self.reports for c in r.to_dict()["checks"]],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CheckRun:
+        targets = data.get("targets") or [data]  # one target's run is its report's JSON
+        return cls(data["target"], data["strict"], [CheckReport.from_dict(t) for t in targets])
 
     def summaries(self) -> list[str]:
         return [r.summary() for r in self.reports]

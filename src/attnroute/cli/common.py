@@ -323,11 +323,25 @@ def emit_json(data, path: str | None, field: str = "json") -> None:
     deliver(path, field, text.encode("utf-8"))
 
 
-def read_progress():
-    """Rich progress bars (on a terminal) or one line per stage (in a log) for a long read."""
+def read_progress(json_path: str | None = None, shown=None):
+    """Rich progress bars (on a terminal) or one line per stage (in a log) for a long read. With
+    ``json_path`` (a file), each partial result the verb says — a site, a stage, a settle round — is written
+    there as it finishes, marked partial until the end, and ``shown(result, event)``'s tables for what just
+    finished are printed on stderr: a killed run leaves what it had measured."""
     from ..show.progress import ReadProgress
 
-    return ReadProgress(console())
+    def on_partial(event) -> None:
+        if later_rank():
+            return
+        from ..show.jsonout import write_json
+
+        if json_path not in (None, STDOUT):
+            write_json(event.result.to_dict(), json_path)
+        for t in shown(event.result, event) if shown is not None else ():
+            console().print(t)
+
+    wants = json_path not in (None, STDOUT) or shown is not None
+    return ReadProgress(console(), on_partial=on_partial if wants else None)
 
 
 def notes(meta: dict) -> None:

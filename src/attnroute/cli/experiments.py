@@ -83,7 +83,7 @@ def knockout(args) -> int:
     from ..read.experiments import knockout as run
 
     with read_progress() as progress:
-        result = run(settings=settings, progress=progress).to_dict()
+        result = run(settings=settings, progress=progress)
     from ..show.knockout import knockout_table
 
     return show(result, knockout_table(result), args)
@@ -98,7 +98,7 @@ def cross_knockout(args) -> int:
     from ..read.speech import cross_knockout as run
 
     with read_progress() as progress:
-        result = run(settings=settings, progress=progress).to_dict()
+        result = run(settings=settings, progress=progress)
     from ..show.cross import cross_table
 
     return show(result, cross_table(result), args)
@@ -114,7 +114,7 @@ def swap(args) -> int:
     from ..read.experiments import swap as run
 
     with read_progress() as progress:
-        result = run(settings=settings, progress=progress).to_dict()
+        result = run(settings=settings, progress=progress)
     from ..show.swap import swap_table
 
     return show(result, swap_table(result), args)
@@ -126,7 +126,7 @@ def cross_swap(args) -> int:
     from ..read.speech import cross_swap as run
 
     with read_progress() as progress:
-        result = run(settings=settings, progress=progress).to_dict()
+        result = run(settings=settings, progress=progress)
     from ..show.cross import cross_table
 
     return show(result, cross_table(result), args)
@@ -138,24 +138,24 @@ def needle(args) -> int:
     from ..read.experiments import needle as run
 
     with read_progress() as progress:
-        result = run(settings=settings, progress=progress).to_dict()
+        result = run(settings=settings, progress=progress)
     from ..show.needle import needle_table
 
     return show(result, needle_table(result), args)
 
 
-def show(result: dict, table, args) -> int:
+def show(result, table, args) -> int:
     """The tokens that ran and what words resolved to; the table; the JSON first (minutes of work are kept
     even if drawing fails), then the figure."""
     from ..show.text import tokens_line
 
     for key, label in (("tokens", "tokens"), ("tokens_a", "tokens (A)"), ("tokens_b", "tokens (B)")):
-        if key in result:
-            say(f"{label}: {tokens_line(result[key])}")
-    for r in result.get("resolved", {}).values():
+        if getattr(result, key, None) is not None:
+            say(f"{label}: {tokens_line(getattr(result, key))}")
+    for r in getattr(result, "resolved", {}).values():
         say(r["said"])
     tables(args.json).print(table)
-    emit_json(result, args.json)
+    emit_json(result.to_dict(), args.json)
     if getattr(args, "plot", None):
         from ..show.sections import figure as png_bytes
 

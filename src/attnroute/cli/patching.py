@@ -159,10 +159,10 @@ def speech(args) -> int:
     from ..read.speech import speech_patch
 
     with read_progress() as progress:
-        result = speech_patch(settings=settings, progress=progress).to_dict()
+        result = speech_patch(settings=settings, progress=progress)
     from ..show.cross import SPEECH_COLUMNS, speech_patch_table
 
-    return show_speech(result, speech_patch_table(result), args, result["rows"], SPEECH_COLUMNS)
+    return show_speech(result, speech_patch_table(result), args, result.to_dict()["rows"], SPEECH_COLUMNS)
 
 
 def patch(args) -> int:
@@ -175,12 +175,13 @@ def patch(args) -> int:
     convert = {**PAIR_FLAGS, "sites": ("sites", lambda v: names(v) or ())}
     settings = settings_from(P, args, convert=convert)
     from ..read.patching import patch as run
+    from ..show.patch import finished_sites
 
-    with read_progress() as progress:
-        result = run(settings=settings, progress=progress).to_dict()
+    with read_progress(args.json, finished_sites()) as progress:
+        result = run(settings=settings, progress=progress)
     from ..show.patch import PATCH_COLUMNS, patch_tables
 
-    return show(result, patch_tables(result), args, result["rows"], PATCH_COLUMNS)
+    return show(result, patch_tables(result), args, result.rows, PATCH_COLUMNS)
 
 
 def speech_routes(args) -> int:
@@ -190,18 +191,18 @@ def speech_routes(args) -> int:
     from ..read.speech import speech_routes as run
 
     with read_progress() as progress:
-        result = run(settings=settings, progress=progress).to_dict()
+        result = run(settings=settings, progress=progress)
     from ..show.cross import SPEECH_ROUTE_COLUMNS, speech_routes_table
 
-    return show_speech(result, speech_routes_table(result), args, result["routes"], SPEECH_ROUTE_COLUMNS)
+    return show_speech(result, speech_routes_table(result), args, result.routes, SPEECH_ROUTE_COLUMNS)
 
 
-def show_speech(result: dict, table, args, rows: list, columns: tuple) -> int:
+def show_speech(result, table, args, rows: list, columns: tuple) -> int:
     """A clip's result: its table, then the JSON and the CSV of its rows."""
     from ..show.text import csv_text
 
     tables(args.json).print(table)
-    emit_json(result, args.json)
+    emit_json(result.to_dict(), args.json)
     if args.csv:
         deliver(args.csv, "csv", csv_text(rows, columns).encode("utf-8"))
     return 0
@@ -245,10 +246,10 @@ def routes(args) -> int:
     from ..read.patching.route_attribution import route_attribution
 
     with read_progress() as progress:
-        result = route_attribution(settings=settings, progress=progress).to_dict()
+        result = route_attribution(settings=settings, progress=progress)
     from ..show.routes import ROUTE_COLUMNS, routes_tables
 
-    return show(result, routes_tables(result), args, result["routes"], ROUTE_COLUMNS)
+    return show(result, routes_tables(result), args, result.routes, ROUTE_COLUMNS)
 
 
 def circuit(args) -> int:
@@ -260,8 +261,8 @@ def circuit(args) -> int:
     settings = settings_from(C, args, convert=convert, model=SP.model if speech else None)
     from ..read.verbs import circuit as run
 
-    with read_progress() as progress:
-        result = run(settings=settings, progress=progress).to_dict()
+    with read_progress(args.json) as progress:
+        result = run(settings=settings, progress=progress)
     from ..show.circuit import EDGE_COLUMNS, circuit_tables, edge_rows
 
     return show(result, circuit_tables(result), args, edge_rows(result), EDGE_COLUMNS)
@@ -281,22 +282,22 @@ def why(args) -> int:
     from ..read.verbs import why as run
 
     with read_progress() as progress:
-        result = run(settings=settings, progress=progress).to_dict()
+        result = run(settings=settings, progress=progress)
     return 0 if later_rank() else show_why(result, args)
 
 
-def show_why(result: dict, args) -> int:
+def show_why(result, args) -> int:
     """The tokens and routes said, the tables; the JSON, then the figure."""
     from ..show.sections import figure as png_bytes
     from ..show.text import tokens_line
     from ..show.why import why_tables
 
-    say(f"tokens: {tokens_line(result['meta']['tokens'])}")
-    say(f"routes: {result['meta']['said']}")
+    say(f"tokens: {tokens_line(result.meta.tokens)}")
+    say(f"routes: {result.meta.said}")
     out = tables(args.json)
     for t in why_tables(result):
         out.print(t)
-    emit_json(result, args.json)
+    emit_json(result.to_dict(), args.json)
     if args.plot:
         deliver(args.plot, "plot", png_bytes(result))
     return 0
@@ -308,34 +309,34 @@ def composition(args) -> int:
     from ..settings import CompositionSettings
 
     with read_progress() as progress:
-        result = run(settings=settings_from(CompositionSettings, args), progress=progress).to_dict()
+        result = run(settings=settings_from(CompositionSettings, args), progress=progress)
     from ..show.why import composition_table
 
     if later_rank():
         return 0
     tables(args.json).print(composition_table(result))
-    emit_json(result, args.json)
+    emit_json(result.to_dict(), args.json)
     return 0
 
 
-def show(result: dict, shown: list, args, rows: list, columns: tuple) -> int:
+def show(result, shown: list, args, rows: list, columns: tuple) -> int:
     """The tokens that ran, the tables; then the JSON and CSV (the work is kept), then the figure. Under
     torchrun every rank holds the same result and rank 0 alone shows and writes it."""
     from ..show.text import csv_text, tokens_line
 
     if later_rank():
         return 0
-    first = result["meta"]["prompts"][0]
+    first = result.meta["prompts"][0]
     say(f"tokens (row {first['row']}, clean): {tokens_line(first['clean'])}")
     if first["corrupt"] != first["clean"]:
         say(f"tokens (row {first['row']}, corrupt): {tokens_line(first['corrupt'])}")
-    positions = result["meta"].get("positions", {})
+    positions = result.meta.get("positions", {})
     if "resolved" in positions:
         say(f"positions {positions['positions']!r} resolved to {positions['resolved']}")
     out = tables(args.json)
     for t in shown:
         out.print(t)
-    emit_json(result, args.json)
+    emit_json(result.to_dict(), args.json)
     if args.csv:
         deliver(args.csv, "csv", csv_text(rows, columns).encode("utf-8"))
     if args.plot:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import fields
+from typing import get_type_hints
 
 
 def strict(obj):
@@ -76,25 +77,62 @@ class Meta:
         return self[key] if key in self else default
 
 
+FORMAT = 1  # the layout every result's JSON has; ar.load refuses a file of another (docs/results.md)
+STAMP = "attnroute"  # the JSON key naming the result's kind and format: {"result": KIND, "format": FORMAT}
+
+
 class Result:
     """A result that crosses floors: a dataclass whose ``to_dict()`` is its JSON contract, and
-    ``SCHEMA`` the part of it that readers of the JSON rely on (checked by ``validate``)."""
+    ``SCHEMA`` the part of it that readers of the JSON rely on (checked by ``validate``).
+
+    Subclasses write ``payload()``; ``to_dict()`` adds the stamp (STAMP: kind and format) and names the
+    table ``rows`` in every result. A table that had another key before format 1 (TABLE: routes' "routes",
+    a circuit's "edges", …) is written under that key too, for one release (to be dropped in 0.3)."""
 
     SCHEMA: dict = {}
+    KIND = ""  # the name ar.load knows the result by: "patch", "circuit", …
+    TABLE: str | None = None  # the key its table had before format 1, kept one release as an alias of rows
+    partial: dict | None = None  # a result written before its verb finished: {"done": […], "pending": […]}
 
     @classmethod
     def validate(cls, data) -> str | None:
         """Why ``data`` is not this result's JSON (the field missing or of the wrong type), or None."""
         return shape_problem(data, cls.SCHEMA)
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         raise NotImplementedError
+
+    def to_dict(self) -> dict:
+        out = {}
+        for key, value in self.payload().items():
+            if key == self.TABLE:
+                out["rows"] = value  # the one name of the table (the old key right after it)
+            out[key] = value
+        if self.partial is not None:  # marked until the verb ends: what is done, what is pending
+            out["partial"] = self.partial
+        return {**out, STAMP: {"result": self.KIND, "format": FORMAT}}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        """The typed result back from its JSON (format FORMAT, stamp checked by ar.load). Fields are read by
+        name; a Meta field through its own from_dict; the table from ``rows``. Results whose JSON is shaped
+        otherwise override this."""
+        hints = get_type_hints(cls)
+        kwargs = {}
+        for f in fields(cls):
+            key = "rows" if f.name == cls.TABLE else f.name
+            if key not in data:
+                continue
+            kind = hints.get(f.name)
+            meta = isinstance(kind, type) and issubclass(kind, Meta)
+            kwargs[f.name] = kind.from_dict(data[key]) if meta else data[key]
+        return cls(**kwargs)
 
     def to_json(self, indent: int | None = 2) -> str:
         """Strict JSON (NaN and inf as null) of ``to_dict()``."""
         return json.dumps(strict(self.to_dict()), indent=indent, allow_nan=False)
 
-    ROWS = None  # the to_dict() key of the table a notebook display shows the first rows of
+    ROWS = "rows"  # the to_dict() key of the table a notebook display shows the first rows of
 
     def __repr__(self) -> str:  # one line (subclasses are @dataclass(repr=False)): never every array
         from .display import summary_line
@@ -107,4 +145,4 @@ class Result:
         return result_html(strict(self.to_dict()), self.ROWS)
 
 
-__all__ = ["Meta", "Result", "shape_problem", "strict"]
+__all__ = ["FORMAT", "STAMP", "Meta", "Result", "shape_problem", "strict"]

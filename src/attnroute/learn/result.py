@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..engine.jsonable import Result
+from ..engine.jsonable import STAMP, Result
 
 
 @dataclass(repr=False)
@@ -20,6 +20,8 @@ class LearnResult(Result):
                 heads found, ablation shares, per-model ``runs`` …
     """
 
+    KIND = "learn"
+
     SCHEMA = {"experiment": str, "verdict": {"lines": [str]}, "summary": dict}
 
     experiment: str
@@ -31,9 +33,10 @@ class LearnResult(Result):
     @classmethod
     def from_dict(cls, d: dict) -> LearnResult:
         keys = ("experiment", "settings", "verdict", "summary")
-        return cls(*(d.get(k, {}) for k in keys), data={k: v for k, v in d.items() if k not in keys})
+        data = {k: v for k, v in d.items() if k not in (*keys, STAMP)}  # the stamp is to_dict's, not data
+        return cls(*(d.get(k, {}) for k in keys), data=data)
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         return {
             "experiment": self.experiment,
             "settings": self.settings,

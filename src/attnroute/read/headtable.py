@@ -111,6 +111,8 @@ class HeadTable(Result):
     attention       per layer: self, decoder-self or cross
     """
 
+    KIND = "heads"
+
     model: str
     layers: int
     heads: int
@@ -167,12 +169,38 @@ class HeadTable(Result):
         """Columns beyond COLUMNS (a corpus read's *_ci and ablation_p_holm), in a stable order."""
         return sorted(c for c in self.columns if c not in COLUMNS)
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         meta = self.meta.to_dict() if self.meta is not None else {}
         out = {"model": self.model, "layers": self.layers, "heads": self.heads, "meta": meta}
         if isinstance(self.meta, CorpusMeta):
             out.update(n_documents=self.meta.n_documents, n_tokens=self.meta.n_tokens)
         return {**out, "rows": self.rows()}
+
+    FIXED = ("layer", "head", "attention", "mode", "stream_layer", "role", "argmax_offsets")  # a row's non-columns
+
+    @classmethod
+    def from_dict(cls, data: dict) -> HeadTable:
+        """The table back from its JSON rows (values as written: rounded to 6 decimals, null as NaN)."""
+        L, H, rows = data["layers"], data["heads"], data["rows"]
+        names = [k for k in rows[0] if k not in cls.FIXED] if rows else list(COLUMNS)
+        nan = lambda v: np.nan if v is None else v  # noqa: E731
+        columns = {c: np.array([[nan(rows[i * H + h][c]) for h in range(H)] for i in range(L)], float) for c in names}
+        offsets = np.array(
+            [[[nan(v) for v in rows[i * H + h]["argmax_offsets"].values()] for h in range(H)] for i in range(L)]
+        )
+        attention = [rows[i * H]["attention"] for i in range(L)]
+        m = data["meta"]
+        meta = CorpusMeta if "n_documents" in m else TextMeta if "text_tokens" in m else None
+        return cls(
+            data["model"],
+            L,
+            H,
+            columns,
+            [[rows[i * H + h]["role"] for h in range(H)] for i in range(L)],
+            offsets.reshape(L, H, len(OFFSET_BUCKETS)),
+            meta.from_dict(m) if meta else None,
+            [] if set(attention) == {"self"} else attention,
+        )
 
     def to_json(self, path=None, indent: int | None = 1) -> str:
         """The strict JSON of ``to_dict()`` (NaN as null); written to ``path`` too when one is given."""

@@ -68,6 +68,21 @@ class Study:
         self.shard: Shard | None = None
         self._held: contextlib.ExitStack | None = None
 
+    def partial(self, build: Callable, done: list, pending: list, message: str, running: str | None = None) -> None:
+        """Say the result so far (a site, a stage or a settle round finished): ``build()`` makes it, marked
+        partial — what is done, what is ``running`` (a site between settle rounds, its rows so far in the
+        result) and what is pending — and a "partial" event carries it (the CLI writes its JSON
+        then). Built only for a listener that takes results: a callable of the user's, or one that says
+        ``wants_partial`` (the terminal's progress lines and the notebook bar only say the line)."""
+        if self.progress is None or self.progress is False or not getattr(self.progress, "wants_partial", True):
+            self.say("partial", message)
+            return
+        result = build()
+        result.partial = {"done": list(done), "pending": list(pending)}
+        if running is not None:
+            result.partial["running"] = running
+        self.say("partial", message, result=result)
+
     # ---------------------------------------------------------------- the first half: no weights, no ranks
 
     def facts(self):

@@ -7,6 +7,8 @@ Takes data from the analysis floors (read, check, cost, learn) and runs no model
     card           the one card builder of the report pages
     report         the routing report: one self-contained HTML page, its data as JSON, PNG charts
     sections       the report's extra cards from other commands' JSON results (--add, --learn)
+    results        ar.load: any result's JSON back as its typed result, its stamp and format checked
+    sizes          the bounds on what a result file may size (positions, layers, labels) before drawing
     speech         the audio report of a speech model's read of a clip
     explorer       the explorer's page, a text's grid data, the saved report
     figures        PNG versions of the report's main charts

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from rich.table import Table
 
+from ..read.circuits import CircuitResult
 from ..read.circuits.evaluate import zero_points_said
 from ..read.ground.settle import settle_said
 from .plotting import pyplot
@@ -34,10 +35,10 @@ DRAWN = 60  # edges drawn at most (the strongest of the chosen circuit)
 LABELLED = 12  # the strongest drawn edges whose two ends are named on the figure
 
 
-def edge_rows(result: dict) -> list[dict]:
+def edge_rows(result: CircuitResult) -> list[dict]:
     """The edges as flat rows (the CSV)."""
     out = []
-    for r in result["edges"]:
+    for r in result.edges:
         s, c = r["sender"], r["receiver"]
         out.append(
             {
@@ -52,12 +53,12 @@ def edge_rows(result: dict) -> list[dict]:
     return out
 
 
-def circuit_tables(result: dict, rows: int = 15) -> list[Table]:
-    m, c = result["meta"], result["circuit"]
+def circuit_tables(result: CircuitResult, rows: int = 15) -> list[Table]:
+    m, c = result.meta, result.circuit
     t = Table(title=f"top edges by |exact| ({m['direction']}, {m['metric']}; estimate: {m['estimate']})")
     for col in ("edge", "exact Δ", "normalized", "estimate", "composition (weights)"):
         t.add_column(col)
-    measured = sorted((r for r in result["edges"] if r["exact"] is not None), key=lambda r: -abs(r["exact"]))
+    measured = sorted((r for r in result.edges if r["exact"] is not None), key=lambda r: -abs(r["exact"]))
     for r in measured[:rows]:
         comp = r.get("composition")
         cells = (plus_minus(r["exact"], r["exact_ci"]), signed(r["normalized"]), signed(r["estimate"]))
@@ -88,12 +89,12 @@ def _checks_said(c: dict) -> str:
     return said
 
 
-def circuit_png(result: dict, path):
+def circuit_png(result: CircuitResult, path):
     """The chosen circuit (its DRAWN strongest edges) as a graph over layers × heads; an encoder–decoder's
     encoder blocks first, then its decoder's, each decoder block's cross-attention beside its self-attention."""
     plt = pyplot()
-    m, c = result["meta"], result["circuit"]
-    rows = result["edges"]
+    m, c = result.meta, result.circuit
+    rows = result.edges
     idx = c["chosen"].get("edges") or list(range(min(DRAWN, len(rows))))
     shown = sorted((rows[i] for i in idx), key=lambda r: -abs(_value(r)))[:DRAWN]
     place = Places(m)
@@ -148,7 +149,7 @@ class Places:
     encoder's blocks at 0 … E − 1, the decoder's at E …, its cross-attention read and written right of its
     self-attention (a cross key/value receiver sits in the decoder block that reads it)."""
 
-    def __init__(self, meta: dict):
+    def __init__(self, meta):  # CircuitMeta (read like its JSON)
         self.L, self.H = meta["layers"], meta["heads"]
         self.G = self.H // max(1, meta["kv_heads"])
         self.n_enc = int((meta.get("stream_layers") or {}).get("encoder", 0)) if len(meta["streams"]) > 1 else 0

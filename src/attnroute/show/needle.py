@@ -7,16 +7,18 @@ from pathlib import Path
 
 from rich.table import Table
 
+from ..read.experiments import NeedleResult
 from .plotting import pyplot
 
 TITLE = "Dilution: a needle in growing context"
 
 
-def needle_table(result: dict) -> Table:
-    table = Table(title=f"needle retrieval, retrieval heads {result['retrieval_heads']}")
+def needle_table(result: NeedleResult) -> Table:
+    heads = [list(h) for h in result.retrieval_heads]  # written as the JSON writes them
+    table = Table(title=f"needle retrieval, retrieval heads {heads}")
     for col in ("tokens", "answered", "answer", "weight on needle (retrieval heads)", "entropy", "best head"):
         table.add_column(col)
-    for r in result["lengths"]:
+    for r in result.lengths:
         best = r["best_head"]
         table.add_row(
             str(r["length"]),
@@ -29,14 +31,14 @@ def needle_table(result: dict) -> Table:
     return table
 
 
-def needle_png(result: dict, path) -> Path:
+def needle_png(result: NeedleResult, path) -> Path:
     """Weight of the last query on the needle per context length: the retrieval heads, the best head,
     and whether the model still answered (filled = answered)."""
     plt = pyplot()
-    rows = result["lengths"]
+    rows = result.lengths
     x = [r["length"] for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for i, (layer, head) in enumerate(result["retrieval_heads"]):
+    for i, (layer, head) in enumerate(result.retrieval_heads):
         a.plot(x, [r["retrieval_heads"][i]["needle_weight"] for r in rows], marker="o", ms=3, label=f"L{layer}.H{head}")
         b.plot(x, [r["retrieval_heads"][i]["entropy"] for r in rows], marker="o", ms=3, label=f"L{layer}.H{head}")
     a.plot(x, [r["best_head"]["needle_weight"] for r in rows], ls="--", color="#999", label="best head at each length")
@@ -51,7 +53,7 @@ def needle_png(result: dict, path) -> Path:
     a.set_ylim(0, 1.02)
     b.set_ylabel("entropy of that row (nats)")
     a.legend(fontsize=7)
-    fig.suptitle(f"{result['model']}: needle retrieval (markers at the bottom: answered o / missed x)")
+    fig.suptitle(f"{result.model}: needle retrieval (markers at the bottom: answered o / missed x)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

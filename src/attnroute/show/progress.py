@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-LABELS = {"load": "loading: ", "warn": "note: ", "stage": "stage: ", "checkpoint": "checkpoint: "}
+LABELS = {
+    "load": "loading: ",
+    "warn": "note: ",
+    "stage": "stage: ",
+    "checkpoint": "checkpoint: ",
+    "partial": "so far: ",
+}
 
 
 class ReadProgress:
@@ -11,9 +17,11 @@ class ReadProgress:
     file or a CI log): one line per stage and one line per ablated layer, each with elapsed time and,
     for the ablation, an ETA — never a bar that turns into megabytes of carriage returns."""
 
-    def __init__(self, console):
+    def __init__(self, console, on_partial=None):
         import time
 
+        self.on_partial = on_partial  # called with each "partial" event (its result): the CLI writes the JSON so far
+        self.wants_partial = on_partial is not None
         self.console, self.live, self.clock = console, console.is_terminal, time.perf_counter
         self.t0 = self.clock()
         self.progress, self.tasks, self._last_line = None, {}, -1e9
@@ -47,9 +55,11 @@ class ReadProgress:
         """One progress.Event: a line for load/warn/stage/rank, a bar (or a line every few seconds when
         not on a terminal) for the counters."""
         kind, text = event.stage, event.message
-        if kind in ("load", "warn", "stage", "checkpoint", "rank"):
+        if kind in ("load", "warn", "stage", "checkpoint", "rank", "partial"):
             label = LABELS.get(kind, "")
             (self.progress.console.print if self.progress else self._line)(f"{label}{text}")
+            if kind == "partial" and self.on_partial is not None and event.result is not None:
+                self.on_partial(event)
         elif kind == "layer":  # text statistics, one event per layer
             if self.progress:
                 self._advance("text statistics (layers)", event.total, completed=event.done)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from rich.table import Table
 
+from ..read.patching import RoutesResult
 from .plotting import pyplot
 from .text import agreement_text, signed, token_text
 
@@ -25,24 +26,24 @@ ROUTE_COLUMNS = (
 )
 
 
-def routes_tables(result: dict, rows: int = 20) -> list[Table]:
+def routes_tables(result: RoutesResult, rows: int = 20) -> list[Table]:
     """The top routes; when they end on an attention sink, the content routes after them (patching/sinks.py)."""
     tables = [routes_table(result, rows)]
-    if result.get("content_routes"):
-        sink = ", ".join(f"{j} {token_text(t)}" for j, t in zip(result["sink"]["keys"], result["sink"]["tokens"]))
+    if result.content_routes:
+        sink = ", ".join(f"{j} {token_text(t)}" for j, t in zip(result.sink["keys"], result.sink["tokens"]))
         title = f"content routes: the top routes to keys other than the sink ({sink}), by |estimate|"
         tables.append(routes_table(result, rows, key="content_routes", title=title))
     return tables
 
 
-def routes_table(result: dict, rows: int = 20, key: str = "routes", title: str | None = None) -> Table:
-    a = result["agreement"]["estimate_vs_exact"]
+def routes_table(result: RoutesResult, rows: int = 20, key: str = "routes", title: str | None = None) -> Table:
+    a, m = result.agreement["estimate_vs_exact"], result.meta
     if title is None:
-        title = f"top routes by |estimate| of {result['meta']['metric']} = {result['meta']['m']:.3f}"
+        title = f"top routes by |estimate| of {m['metric']} = {m['m']:.3f}"
         if a["spearman"] is not None:
             title += f" — estimate vs exact over {a['n']}: {agreement_text(a)}"
     t = Table(title=title)
-    shown = result[key][:rows]
+    shown = getattr(result, key)[:rows]
     widest = max([len(token_text(r[k])) for r in shown for k in ("query_token", "key_token")] + [5])
     for col in ("layer", "head", "query → key", "weight", "norm-weighted", "estimate", "exact"):
         t.add_column(col, min_width=min(widest, 32) if col == "query → key" else None)  # a token is never cut
@@ -62,12 +63,12 @@ def routes_table(result: dict, rows: int = 20, key: str = "routes", title: str |
 MAX_INCHES = 16.0  # the figure's width at most (1,760 px at 110 dpi), however long the text
 
 
-def routes_png(result: dict, path):
+def routes_png(result: RoutesResult, path):
     """The top routes as arcs from the key up to the query, each labelled with its head; the text is shown
     over the span the routes cover (a long text's untouched stretches are left out), at most MAX_INCHES wide."""
     plt = pyplot()
-    tokens = result["meta"]["tokens"]
-    routes = [r for r in result["routes"] if r.get("stream") is None][:20]
+    tokens = result.meta["tokens"]
+    routes = [r for r in result.routes if r.get("stream") is None][:20]
     shown = _span(routes, len(tokens))
     x_of = {t: n for n, t in enumerate(shown)}  # token position -> x
     fig, ax = plt.subplots(figsize=(min(MAX_INCHES, max(6.0, 0.42 * len(shown))), 3.8))
@@ -93,8 +94,7 @@ def routes_png(result: dict, path):
     ax.set_xlim(-0.5, len(shown) - 0.5)
     ax.set_ylim(-0.02, 0.85)
     ax.set_title(
-        f"top routes by |estimate| of {result['meta']['metric']} (red: removing it lowers the metric; "
-        "label: layer.head)",
+        f"top routes by |estimate| of {result.meta['metric']} (red: removing it lowers the metric; label: layer.head)",
         fontsize=9,
     )
     fig.tight_layout()

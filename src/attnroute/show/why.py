@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from ..read.circuits import WhyResult
+from ..read.circuits.composition import CompositionResult
 from ..read.circuits.why_core import weights_said
 from .plotting import pyplot
 from .text import shortened, signed
@@ -20,50 +22,48 @@ def _name(c: dict) -> str:
     return f"{c['label']}{at}"
 
 
-def why_tables(result: dict) -> list[Table]:
-    m = result["meta"]
+def why_tables(result: WhyResult) -> list[Table]:
+    m = result.meta
     t = Table(title=f"why {m['head']} attends where it does")
     for col in ("query side", "key side", "term"):
         t.add_column(col, justify="right" if col == "term" else "left")
-    for p in result["pairs"]:
+    for p in result.pairs:
         t.add_row(_name(p["query_side"]), _name(p["key_side"]), signed(p["term"]))
     cap = f" (soft-cap {m['softcap']:g}: terms scaled by the capped score over the raw)" if m["softcap"] else ""
     t.caption = (
-        f"score {result['score']:+.4f} (scale {m['scale']:.4g}{cap}) = Σ of every pair {result['sum']:+.4f}; "
-        f"difference {result['difference']:+.2e}"
+        f"score {result.score:+.4f} (scale {m['scale']:.4g}{cap}) = Σ of every pair {result.total:+.4f}; "
+        f"difference {result.score - result.total:+.2e}"
     )
     sides = Table(title="each component summed over the other side")
     for col in ("query side", "total", "key side", "total "):
         sides.add_column(col, justify="right" if col.startswith("total") else "left")
-    q, k = result["totals"]["query_side"], result["totals"]["key_side"]
+    q, k = result.totals["query_side"], result.totals["key_side"]
     for a, b in zip(q[:SIDE_ROWS], k[:SIDE_ROWS], strict=False):
         sides.add_row(a["component"]["label"], signed(a["total"]), b["component"]["label"], signed(b["total"]))
     tables = [t, sides]
-    if result.get("grouped"):
+    if result.weights is not None:  # the grouped view comes with the route's weight
         tables.append(_grouped(result))
     return tables
 
 
-def _grouped(result: dict) -> Table:
+def _grouped(result: WhyResult) -> Table:
     """The score as a few lines per side: the largest components and the rest, summing to it exactly; under
     it the weight the route carries against its row."""
-    g = result["grouped"]
-    t = Table(
-        title=f"{result['meta']['head']}'s score {result['score']:+.4f}, grouped: the largest components, then the rest"
-    )
+    g = result.grouped()
+    t = Table(title=f"{result.meta.head}'s score {result.score:+.4f}, grouped: the largest components, then the rest")
     for col in ("query side", "sum", "key side", "sum "):
         t.add_column(col, justify="right" if col.startswith("sum") else "left")
     for a, b in zip(g["query_side"], g["key_side"], strict=False):
         t.add_row(a["label"], signed(a["total"]), b["label"], signed(b["total"]))
-    t.caption = weights_said(result["route_weights"]) + f"; pairs not listed above sum to {g['pairs_rest']:+.4f}"
+    t.caption = weights_said(result.weights) + f"; pairs not listed above sum to {g['pairs_rest']:+.4f}"
     return t
 
 
-def why_png(result: dict, path) -> None:
+def why_png(result: WhyResult, path) -> None:
     """The top pairs as a graph: query-side components on the left, key-side on the right (each side's
     largest totals, top first), a line per pair coloured by sign (red +, blue −), its width |term|."""
     plt = pyplot()
-    pairs = result["pairs"][:DRAWN]
+    pairs = result.pairs[:DRAWN]
     left = list(dict.fromkeys(p["query_side"]["label"] for p in pairs))
     right = list(dict.fromkeys(p["key_side"]["label"] for p in pairs))
     n = max(len(left), len(right), 1)
@@ -77,9 +77,9 @@ def why_png(result: dict, path) -> None:
         ax.text(-0.03, -y, shortened(label), ha="right", va="center", fontsize=8)
     for y, label in enumerate(right):
         ax.text(1.03, -y, shortened(label), ha="left", va="center", fontsize=8)
-    m = result["meta"]
+    m = result.meta
     ax.set_title(
-        f"{m['head']}: score {result['score']:+.3f} = Σ pairs {result['sum']:+.3f} over {m['routes']} route(s)\n"
+        f"{m['head']}: score {result.score:+.3f} = Σ pairs {result.total:+.3f} over {m['routes']} route(s)\n"
         "query side (left) × key side (right); red adds to the score, blue takes away",
         fontsize=9,
     )
@@ -91,13 +91,14 @@ def why_png(result: dict, path) -> None:
     plt.close(fig)
 
 
-def composition_table(result: dict, rows: int = 12) -> Table:
+def composition_table(result: CompositionResult, rows: int = 12) -> Table:
     """The strongest Q-, K- and V-composition pairs side by side."""
-    t = Table(title=f"composition from the weights ({result['meta']['definition']})")
+    t = Table(title=f"composition from the weights ({result.meta.definition})")
     for kind in ("Q", "K", "V"):
         t.add_column(f"{kind}: sender → receiver")
         t.add_column("score", justify="right")
-    top = [result["top"][k] for k in ("q", "k", "v")]
+    strongest = result.strongest()
+    top = [strongest[k] for k in ("q", "k", "v")]
     for i in range(min(rows, max(len(x) for x in top))):
         cells = []
         for x in top:

@@ -18,6 +18,7 @@ Edges are ranked for circuits by their exact effect where measured, by the estim
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,13 +96,15 @@ class CircuitResult(Result):
     meta       CircuitMeta
     """
 
-    ROWS = "edges"
+    KIND = "circuit"
+    TABLE = "edges"  # its table's key before format 1 (an alias of rows until 0.3)
+
     SCHEMA = {
         "experiment": str,
         "verdict": {"lines": [str]},
         "summary": dict,
         "model": str,
-        "edges": [{"sender": dict, "receiver": dict, "estimate": float}],
+        "rows": [{"sender": dict, "receiver": dict, "estimate": float}],
         "circuit": {"curve": [dict], "cpr": float, "cmd": float, "chosen": dict},
         "meta": {"metric": str, "direction": str, "n_prompts": int, "prompts": [dict]},
         "agreement": dict,
@@ -128,7 +131,7 @@ class CircuitResult(Result):
             out["exact"][r["edge"]] = np.nan if r["exact"] is None else r["exact"]
         return out
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         m, c = self.meta, self.circuit
         lines = [
             f"{m['metric']}: clean {m['m_clean']:.3f}, corrupt {m['m_corrupt']:.3f} over {m['n_prompts']} prompts; "
@@ -236,16 +239,28 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     settled = _settle(pool, graph, s, store, base, asked, say)
     if means is not None:
         means.fill(pool, shard, say)
-    say("stage", "circuits of the top edges, run whole: the faithfulness curve")
     value = _ranking_value(st["est"], st["values.edges"], base)
-    circ = Curve(pool, shard, N, E, say).run(np.argsort(-np.abs(value), kind="stable"), s, st)
-    meta = _meta(study, layout, graph, st, settled, checks, chunks)
-    meta.ranks, meta.resumed, meta.skipped = shard.world, store.resumed, study.skipped or None
-    result = CircuitResult(loaded.name, meta, circuit=circ)
-    result.edges = _rows(graph, layout, st, base, value)
+    parts = {"store": store, "base": base, "value": value, "settled": settled, "checks": checks, "chunks": chunks}
+    build = lambda: _assemble(study, layout, graph, parts)  # noqa: E731  (the result so far: issue 53.4)
+    study.partial(build, ["estimate", "settle"], ["curve", "composition"], "every edge estimated, the top settled")
+    say("stage", "circuits of the top edges, run whole: the faithfulness curve")
+    parts["circuit"] = Curve(pool, shard, N, E, say).run(np.argsort(-np.abs(value), kind="stable"), s, st)
+    study.partial(build, ["estimate", "settle", "curve"], ["composition"], "the faithfulness curve run")
+    result = build()
     say("stage", "composition scores from the weights, beside the measured edges")
     with_composition(loaded, layout, result.edges)
     result.agreement = _agreements(graph, result.edges)
+    return result
+
+
+def _assemble(study: Study, layout, graph: Graph, parts: dict) -> CircuitResult:
+    """The result of the stages run so far (``parts``: the store, the settle record, the curve once run); the
+    curve's chosen edges as indices into the rows (a copy: a partial result and the last share the curve)."""
+    st = parts["store"].state
+    meta = _meta(study, layout, graph, st, parts["settled"], parts["checks"], parts["chunks"])
+    meta.ranks, meta.resumed, meta.skipped = study.shard.world, parts["store"].resumed, study.skipped or None
+    result = CircuitResult(study.loaded.name, meta, circuit=copy.deepcopy(parts.get("circuit", {})))
+    result.edges = _rows(graph, layout, st, parts["base"], parts["value"])
     _index_chosen(result)
     return result
 

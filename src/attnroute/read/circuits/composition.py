@@ -56,6 +56,8 @@ class CompositionResult(Result):
     """q, k, v: [L, H, L, H] (sender layer, sender head, receiver layer, receiver head), NaN where the sender
     does not come before the receiver; ``top``: the strongest pairs per kind."""
 
+    KIND = "composition"
+
     SCHEMA = {"experiment": str, "q": list, "k": list, "v": list, "top": dict}
     ROWS = None
 
@@ -63,8 +65,12 @@ class CompositionResult(Result):
     meta: CompositionMeta
     scores: dict
 
-    def to_dict(self) -> dict:
-        top = {k: _top(self.scores[k]) for k in KINDS}
+    def strongest(self) -> dict[str, list[dict]]:
+        """Per kind (q, k, v): the strongest sender → receiver pairs, strongest first."""
+        return {k: _top(self.scores[k]) for k in KINDS}
+
+    def payload(self) -> dict:
+        top = self.strongest()
         lines = [
             f"{k.upper()}-composition strongest: {t[0]['sender']} → {t[0]['receiver']} {t[0]['score']:.3f}"
             for k, t in top.items()
@@ -79,6 +85,11 @@ class CompositionResult(Result):
             **{k: _nested(self.scores[k]) for k in KINDS},
             "top": top,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CompositionResult:
+        scores = {k: np.array(data[k], dtype=float) for k in KINDS}  # null (no path) back to NaN
+        return cls(data["model"], CompositionMeta.from_dict(data["meta"]), scores)
 
 
 def _nested(a: np.ndarray) -> list:

@@ -220,6 +220,8 @@ class CircuitEvaluation(Result):
     meta      EvaluationMeta
     """
 
+    KIND = "evaluate_circuit"
+
     ROWS = "circuit"
     SCHEMA = {
         "experiment": str,
@@ -233,7 +235,7 @@ class CircuitEvaluation(Result):
     meta: EvaluationMeta
     circuit: dict = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         c, m = self.circuit, self.meta
         if c["faithfulness"] is None:
             said = f"faithfulness is undefined: {c['reason']}"

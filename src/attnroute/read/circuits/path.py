@@ -49,13 +49,15 @@ class PathPatchResult(Result):
     """One edge: sender and receiver (as circuit's edges name them), exact Δ metric per prompt (mean, 95 %
     interval, values [N]), normalized ((M_patched − M_corrupt) / (M_clean − M_corrupt)), the estimate."""
 
+    KIND = "path_patch"
+
     SCHEMA = {"experiment": str, "edge": dict, "meta": {"metric": str, "n_prompts": int}}
 
     model: str
     meta: PathMeta
     edge: dict
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         e, m = self.edge, self.meta
         lines = [
             f"{e['label']}: exact {e['exact']:+.3f} ± {e['exact_ci'] or 0:.3f} ({m['metric']}, {m['direction']}), "

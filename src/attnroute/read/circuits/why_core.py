@@ -48,8 +48,10 @@ class WhyMeta(Meta):
 class WhyResult(Result):
     """score, sum, difference; pairs (query_side, key_side, term), largest |term| first; totals per side."""
 
-    SCHEMA = {"experiment": str, "score": float, "sum": float, "difference": float, "pairs": list, "totals": dict}
-    ROWS = "pairs"
+    KIND = "why"
+    TABLE = "pairs"  # its table's key before format 1 (an alias of rows until 0.3)
+
+    SCHEMA = {"experiment": str, "score": float, "sum": float, "difference": float, "rows": list, "totals": dict}
 
     model: str
     meta: WhyMeta
@@ -59,7 +61,7 @@ class WhyResult(Result):
     totals: dict
     weights: list[dict] | None = None  # per route: score, its row's log-sum-exp, the weight it carries
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         m = self.meta
         top = self.pairs[0] if self.pairs else None
         lines = [
@@ -84,6 +86,13 @@ class WhyResult(Result):
             "totals": self.totals,
             **extra,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> WhyResult:
+        meta = WhyMeta.from_dict(data["meta"])
+        return cls(
+            data["model"], meta, data["score"], data["sum"], data["rows"], data["totals"], data.get("route_weights")
+        )
 
     def grouped(self, top: int = GROUPED) -> dict:
         """Each side's ``top`` components by |total| and the rest as one line: the lines sum to the score

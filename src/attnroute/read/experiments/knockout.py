@@ -51,7 +51,9 @@ class KnockoutResult(Result):
     metric     your metric: its name, clean value and its value per window (route, control), metric units
     """
 
-    ROWS = "windows"  # the table its notebook display shows
+    KIND = "knockout"
+    TABLE = "windows"  # its table's key before format 1 (an alias of rows until 0.3)
+
     SCHEMA = {
         "experiment": str,
         "verdict": {"lines": [str]},
@@ -62,7 +64,7 @@ class KnockoutResult(Result):
         "target": {"token": str},
         "window": int,
         "p_target_clean": float,
-        "windows": [
+        "rows": [
             {
                 "layers": [int],
                 **dict.fromkeys(("delta_p_route", "delta_p_control"), float),
@@ -91,8 +93,8 @@ class KnockoutResult(Result):
     resolved: dict = field(default_factory=dict)  # what --from / --to resolved to, and how often the word occurs
     metric: dict | None = None  # your metric: its name, clean value, and its value per window (route, control)
 
-    def to_dict(self) -> dict:
-        rows = self._rows()
+    def payload(self) -> dict:
+        rows = self.table()
         lines, summary = self._verdict(rows)
         return {
             "experiment": "knockout",
@@ -110,10 +112,35 @@ class KnockoutResult(Result):
             "p_target_clean": self.p_clean,
             "loss_clean": self.loss_clean,
             "windows": rows,
-            "metric": None if self.metric is None else {"name": self.metric["name"], "clean": self.metric["clean"]},
+            "metric": self.metric,  # name, clean, and its value per window: route, control
         }
 
-    def _rows(self) -> list[dict]:
+    @classmethod
+    def from_dict(cls, data: dict) -> KnockoutResult:
+        rows, route, target = data["rows"], data["route"], data["target"]
+        return cls(
+            data["model"],
+            data["text"],
+            data["tokens"],
+            route["queries"],
+            route["keys"],
+            data["control"]["keys"],
+            target["token"],
+            target["id"],
+            data["window"],
+            None if data["heads"] == "all" else data["heads"],
+            data["p_target_clean"],
+            data["loss_clean"],
+            [tuple(r["layers"]) for r in rows],
+            [r["p_target_route"] for r in rows],
+            [r["p_target_control"] for r in rows],
+            [r["prompt_loss_route"] for r in rows],
+            [r["prompt_loss_control"] for r in rows],
+            data["resolved"],
+            data["metric"],
+        )
+
+    def table(self) -> list[dict]:
         """One row per window of layers: Δp, Δ loss of the target and of the prompt, route and control."""
         rows = [
             {
@@ -126,6 +153,8 @@ class KnockoutResult(Result):
                 "delta_nll_control": _nll(pc) - _nll(self.p_clean),
                 "delta_prompt_loss_route": lr - self.loss_clean,  # 0 when only the last position's edges are cut
                 "delta_prompt_loss_control": lc - self.loss_clean,
+                "prompt_loss_route": lr,  # the values the deltas are of (ar.load rebuilds the result from them)
+                "prompt_loss_control": lc,
             }
             for w, pr, pc, lr, lc in zip(self.windows, self.p_route, self.p_control, self.loss_route, self.loss_control)
         ]

@@ -162,7 +162,8 @@ class NeedleResult(Result):
     (the last query's row, a share in 0–1) and that row's entropy (nats), and the head with most weight
     on the needle at that length. ``retrieval_heads``: [[layer, head]], chosen at the shortest length."""
 
-    ROWS = "lengths"  # the table its notebook display shows
+    KIND = "needle"
+    TABLE = "lengths"  # its table's key before format 1 (an alias of rows until 0.3)
 
     SCHEMA = {
         "experiment": str,
@@ -170,7 +171,7 @@ class NeedleResult(Result):
         "summary": dict,
         "model": str,
         "retrieval_heads": [[int]],
-        "lengths": [
+        "rows": [
             {
                 "length": int,
                 "answered": bool,
@@ -187,7 +188,7 @@ class NeedleResult(Result):
     retrieval_heads: list[tuple[int, int]]
     lengths: list[dict] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         lines = [
             f"{r['length']:,} tokens: {'answered' if r['answered'] else 'missed'}; best head "
             f"L{r['best_head']['layer']}.H{r['best_head']['head']} puts {r['best_head']['needle_weight']:.2f} "
@@ -204,6 +205,12 @@ class NeedleResult(Result):
             "retrieval_heads": self.retrieval_heads,
             "lengths": self.lengths,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> NeedleResult:
+        out = super().from_dict(data)
+        out.retrieval_heads = [tuple(h) for h in out.retrieval_heads]
+        return out
 
 
 __all__ = ["NeedleResult", "haystack", "needle", "probe_length"]

@@ -43,7 +43,9 @@ class SwapResult(Result):
     metric     your metric on B's and A's own runs (metric units)
     """
 
-    ROWS = "layers"  # the table its notebook display shows
+    KIND = "swap"
+    TABLE = "layers"  # its table's key before format 1 (an alias of rows until 0.3)
+
     SCHEMA = {
         "experiment": str,
         "verdict": {"lines": [str]},
@@ -52,7 +54,7 @@ class SwapResult(Result):
         "top_a": str,
         "top_b": str,
         "window": int,
-        "layers": [{"layers": [int], "kl_from_a": float, "kl_from_b": float, "p_top_a": float, "p_top_b": float}],
+        "rows": [{"layers": [int], "kl_from_a": float, "kl_from_b": float, "p_top_a": float, "p_top_b": float}],
     }
 
     model: str
@@ -65,7 +67,7 @@ class SwapResult(Result):
     rows: list[dict] = field(default_factory=list)
     metric: dict | None = None  # your metric: its name and its value on B's and A's own runs
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         most = max(self.rows, key=lambda r: r["kl_from_b"]) if self.rows else None
         lines = [f"top token: A {self.top_a!r}, B {self.top_b!r}"]
         if most:
@@ -87,6 +89,11 @@ class SwapResult(Result):
             "layers": self.rows,
             "metric": self.metric,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SwapResult:
+        out = super().from_dict({**data, "heads": None if data["heads"] == "all" else data["heads"]})
+        return out
 
 
 def _last_logprobs(loaded, ids, interventions=()) -> torch.Tensor:

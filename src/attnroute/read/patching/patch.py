@@ -87,13 +87,14 @@ class PatchResult(Result):
     meta       PatchMeta
     """
 
-    ROWS = "rows"  # the table its notebook display shows
+    KIND = "patch"
+
     SCHEMA = {
         "experiment": str,
         "verdict": {"lines": [str]},
         "summary": dict,
         "model": str,
-        "rows": [{"layer": int, "site": str, "exact": bool, "estimate": float}],
+        "rows": [{"layer": int, "site": str, "estimate": float}],
         "meta": {"metric": str, "direction": str, "n_prompts": int, "prompts": [dict]},
         "agreement": dict,
     }
@@ -105,8 +106,8 @@ class PatchResult(Result):
     grid: dict = field(default_factory=dict)
     direct: dict = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
-        exact = [r for r in self.rows if r["exact"] and r["normalized"] is not None]
+    def payload(self) -> dict:
+        exact = [r for r in self.rows if r["exact"] is not None and r["normalized"] is not None]
         best = sorted(exact, key=lambda r: -abs(r["normalized"]))[:3]
         m = self.meta
         lines = [
@@ -125,6 +126,15 @@ class PatchResult(Result):
             "rows": self.rows,
             "direct": self.direct or {"reason": "direct effects are given for the logit-diff metric"},
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PatchResult:
+        """The result back from its JSON: ``direct`` empty where the JSON gives its reason, the grids rebuilt
+        from the rows (they are not written)."""
+        out = super().from_dict(data)
+        out.direct = {} if set(out.direct) == {"reason"} else out.direct
+        out.grid = {site: grid_of(out.meta, site, out.rows) for site in out.meta.sites}
+        return out
 
 
 def _label(r: dict) -> str:
@@ -170,20 +180,40 @@ def _run(st: Study, positions, resolved) -> PatchResult:
         f"clean {np.nanmean(m_clean):.3f}, corrupt {np.nanmean(m_corrupt):.3f} ({metric_name}); "
         "exact patching of the estimate's top, settled",
     )
-    settle = {site: _settle(pool, comps[site], store, site, s, say) for site in s.sites}
+    direct = _direct(first["direct"], chunks, N, loaded, shard) if metric_name == "logit-diff" else {}
+    parts = {"resolved": resolved, "chunks": chunks, "shortcut": first["shortcut"], "direct": direct, "store": store}
+    settle: dict = {}
+    for k, site in enumerate(s.sites):  # each site, and each settle round, said as the result so far (53.4)
+        pending = list(s.sites[k + 1 :])
+        done = list(settle)
+
+        def so_far(site=site, done=done, pending=pending) -> None:
+            build = lambda: _assemble(st, comps, [*done, site], settle, parts)  # noqa: E731
+            st.partial(build, done, pending, f"{site}: a settle round measured", running=site)
+
+        settle[site] = _settle(pool, comps[site], store, site, s, say, after=so_far)
+        if pending:
+            build = lambda: _assemble(st, comps, list(settle), settle, parts)  # noqa: E731
+            st.partial(build, list(settle), pending, f"{site} settled; {', '.join(pending)} pending")
+    return _assemble(st, comps, list(s.sites), settle, parts)
+
+
+def _assemble(st: Study, comps: dict, sites: list[str], settle: dict, parts: dict) -> PatchResult:
+    """The result of the ``sites`` measured so far: every one when the verb ends, fewer in a partial result."""
+    loaded, s, store = st.loaded, st.s, parts["store"]
+    m_clean, m_corrupt = store.state["m_clean"], store.state["m_corrupt"]
     den = gap(m_clean, m_corrupt, loaded.dtype)  # None: the runs agree, nothing to normalize by
-    meta = _meta(st, resolved, m_clean, m_corrupt, chunks, first["shortcut"], settle)
-    meta.ranks, meta.resumed, meta.top, meta.skipped = shard.world, store.resumed, s.top, st.skipped or None
-    result = PatchResult(loaded.name, meta)
+    meta = _meta(st, parts["resolved"], m_clean, m_corrupt, parts["chunks"], parts["shortcut"], dict(settle))
+    meta.ranks, meta.resumed, meta.top, meta.skipped = st.shard.world, store.resumed, s.top, st.skipped or None
+    meta.sites = list(sites)
+    result = PatchResult(loaded.name, meta, direct=parts["direct"])
     m_base = m_corrupt if s.direction == "denoising" else m_clean
-    if metric_name == "logit-diff":
-        result.direct = _direct(first["direct"], chunks, N, loaded, shard)
-    for site, cs in comps.items():
+    for site in sites:
         est, values = store.state[f"est.{site}"], store.state[f"values.{site}"]
-        rows = [_row(loaded, c, est[i], values[i], m_base, m_corrupt, den) for i, c in enumerate(cs)]
+        rows = [_row(loaded, c, est[i], values[i], m_base, m_corrupt, den) for i, c in enumerate(comps[site])]
         result.rows += rows
         result.agreement[site] = agreement([r["estimate"] for r in rows], [r["delta"] for r in rows])
-        result.grid[site] = _grid(loaded, site, rows, positions)
+        result.grid[site] = grid_of(result.meta, site, rows)
     return result
 
 
@@ -248,21 +278,26 @@ def refuse_unsupported(kind: str, mode: str) -> None:
         )
 
 
-def _settle(pool: RunPool, comps, store: Store, site: str, s: PatchSettings, say) -> dict:
+def _settle(pool: RunPool, comps, store: Store, site: str, s: PatchSettings, say, after=None) -> dict:
     """Exact patching in the order of |mean estimate| under the settle rule (or as asked: every
-    component, or the first N), in rounds each saved to the checkpoint."""
+    component, or the first N), in rounds each saved to the checkpoint; ``after()`` once each round is in."""
     est, values = store.state[f"est.{site}"], store.state[f"values.{site}"]
     base = store.state["m_corrupt" if s.direction == "denoising" else "m_clean"]
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
     picked = lambda todo: [comps[i] for i in todo]  # noqa: E731
-    measure = lambda idx: measure_exact(pool, idx, store, values, say, (f"{site}: patching", "components"), picked)  # noqa: E731
+
+    def measure(idx) -> None:
+        measure_exact(pool, idx, store, values, say, (f"{site}: patching", "components"), picked)
+        if after is not None:
+            after()
+
     delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731  (what the estimate estimates)
     layer = lambda i: comps[i].layer  # noqa: E731  (one restarted forward per layer of a round)
     return settle_as_asked(s.exact, order, measure, delta, SettleRule(top=s.top), est.mean(1), group=layer)
 
 
 def _row(loaded, c: Component, est: np.ndarray, patched: np.ndarray, m_base, m_corrupt, den: float | None) -> dict:
-    exact = bool(np.isfinite(patched).all())
+    exact = bool(np.isfinite(patched).all())  # measured on every prompt
     scale = None if den is None else abs(den)
     delta, delta_ci = mean_ci(patched - m_base) if exact else (None, None)
     norm_mean, norm_ci = mean_ci(patched - m_corrupt) if exact else (None, None)
@@ -273,7 +308,7 @@ def _row(loaded, c: Component, est: np.ndarray, patched: np.ndarray, m_base, m_c
         "head": c.unit,
         "site": c.site,
         "position": c.position,
-        "exact": exact,
+        "exact": delta,  # the measured Δ (null where only estimated), as in every table of attnroute
         "delta": delta,
         "delta_ci": delta_ci,
         "normalized": None if not exact or scale is None else norm_mean / den,
@@ -290,14 +325,19 @@ def _row(loaded, c: Component, est: np.ndarray, patched: np.ndarray, m_base, m_c
     return row
 
 
-def _grid(loaded, site: str, rows: list[dict], positions) -> np.ndarray:
-    units = {"layer": 1, "k": loaded.n_kv_heads, "v": loaded.n_kv_heads}.get(site, loaded.n_heads)
-    T = 1 if positions is None else max(positions) + 1
-    g = np.full((loaded.n_layers, units, T), np.nan)
-    for r in rows:
+def grid_of(meta: PatchMeta, site: str, rows: list[dict]) -> np.ndarray:
+    """One site's normalized effects as [L, units] ([L, units, T] per position), NaN where only estimated;
+    units are query heads (head, q), kv heads (k, v) or 1 (layer). Rows hold every component of the site, so
+    the last position any row names is the last patched."""
+    units = {"layer": 1, "k": meta.kv_heads, "v": meta.kv_heads}.get(site, meta.heads)
+    mine = [r for r in rows if r["site"] == site]
+    per_position = any(r["position"] is not None for r in mine)
+    T = 1 + max((r["position"] for r in mine), default=0) if per_position else 1
+    g = np.full((meta.layers, units, T), np.nan)
+    for r in mine:
         if r["normalized"] is not None:
             g[r["layer"], r["head"] or 0, r["position"] or 0] = r["normalized"]
-    return g[..., 0] if positions is None else g
+    return g if per_position else g[..., 0]
 
 
 def _direct(parts: list[dict], chunks: list, N: int, loaded, shard: Shard) -> dict:

@@ -79,13 +79,15 @@ class RoutesResult(Result):
     meta       RoutesMeta
     """
 
-    ROWS = "routes"  # the table its notebook display shows
+    KIND = "routes"
+    TABLE = "routes"  # its table's key before format 1 (an alias of rows until 0.3)
+
     SCHEMA = {
         "experiment": str,
         "verdict": {"lines": [str]},
         "summary": dict,
         "model": str,
-        "routes": [{"layer": int, "head": int, "query": int, "key": int, "estimate": float, "weight": float}],
+        "rows": [{"layer": int, "head": int, "query": int, "key": int, "estimate": float, "weight": float}],
         "meta": {"metric": str, "n_prompts": int, "tokens": [str]},
         "agreement": dict,
     }
@@ -97,7 +99,7 @@ class RoutesResult(Result):
     sink: dict | None = None  # keys that are attention sinks, when kept routes end there (patching/sinks.py)
     content_routes: list[dict] | None = None  # then: the top routes to every other key (estimates)
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         m = self.meta
         lines = [f"{m['metric']} = {m['m']:.3f} over {m['n_prompts']} prompt(s) of {m['T']} tokens"]
         verified = sorted((r for r in self.routes if r.get("exact") is not None), key=lambda r: -abs(r["exact"]))

@@ -75,6 +75,9 @@ def control_span(a: int, b: int, frames: int, seed: int) -> tuple[int, int]:
 class CrossKnockoutResult(Result):
     """A decoder word's routes to a span of frames cut, window by window of cross layers, and a control."""
 
+    KIND = "cross-knockout"
+    TABLE = "windows"  # its table's key before format 1 (an alias of rows until 0.3)
+
     model: str
     clip: str
     transcript: str
@@ -87,7 +90,7 @@ class CrossKnockoutResult(Result):
     rows: list[dict] = field(default_factory=list)
     transcripts: dict = field(default_factory=dict)  # cut from every row of every cross layer: route, control
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         most = min(self.rows, key=lambda r: r["delta_logprob_route"]) if self.rows else None
         lines = [f"{self.source!r} in {self.transcript!r}: log p = {self.clean['logprob']:.3f} (clean)"]
         if most:
@@ -111,6 +114,12 @@ class CrossKnockoutResult(Result):
             "windows": self.rows,
             "transcripts": self.transcripts,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CrossKnockoutResult:
+        src, span = data["source"], data["span"]
+        head = (data["model"], data["clip"], data["transcript"], src["word"], src["queries"], span["frames"])
+        return cls(*head, data["control"]["frames"], span["found"], data["clean"], data["rows"], data["transcripts"])
 
 
 def _word_score(loaded, batch: dict, positions: list[int], interventions=()) -> dict:
@@ -192,13 +201,16 @@ def _cut_transcripts(loaded, feats, spans: dict, heads) -> dict[str, str]:
 class CrossSwapResult(Result):
     """Clip B transcribed with clip A's cross-attention maps, window by window of cross layers."""
 
+    KIND = "cross-swap"
+    TABLE = "windows"  # its table's key before format 1 (an alias of rows until 0.3)
+
     model: str
     clips: list[str]
     transcript_a: str
     transcript_b: str
     rows: list[dict] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         follows = [r for r in self.rows if r["wer_to_a"] < r["wer_to_b"]]
         lines = [f"A: {self.transcript_a!r}; B: {self.transcript_b!r}"]
         lines += [

@@ -43,6 +43,8 @@ class SpeechPatchResult(Result):
     by_mode    per mode: the largest normalized effect of one head and the sum over its heads
     """
 
+    KIND = "speech-patch"
+
     model: str
     clips: dict  # clean, corrupt: described
     transcripts: dict  # clean, corrupt
@@ -53,7 +55,7 @@ class SpeechPatchResult(Result):
     corrupt: float
     rows: list[dict] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         rows = sorted(self.rows, key=lambda r: -abs(r["normalized"]))
         modes = {}
         for r in self.rows:
@@ -84,6 +86,12 @@ class SpeechPatchResult(Result):
             "by_mode": modes,
             "rows": rows,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SpeechPatchResult:
+        keys = ("model", "clips", "transcripts", "prefix", "answer", "wrong")
+        rows = sorted(data["rows"], key=lambda r: (r["layer"], r["head"]))  # the order they were measured in
+        return cls(*(data[k] for k in keys), data["metric"]["clean"], data["metric"]["corrupt"], rows)
 
 
 def _record(loaded, batch: dict) -> tuple[list[Recorder], object, torch.Tensor]:

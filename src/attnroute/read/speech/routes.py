@@ -39,6 +39,9 @@ class SpeechRoutesResult(Result):
     """The top routes by |estimate| (Δ metric when the route is removed, its row renormalized), the top
     ``verify`` knocked out exactly; each with its stream, decoder token and frame time."""
 
+    KIND = "speech-routes"
+    TABLE = "routes"  # its table's key before format 1 (an alias of rows until 0.3)
+
     model: str
     clip: str
     transcript: str
@@ -50,7 +53,7 @@ class SpeechRoutesResult(Result):
     routes: list[dict] = field(default_factory=list)
     settle: dict | None = None
 
-    def to_dict(self) -> dict:
+    def payload(self) -> dict:
         top = self.routes[0] if self.routes else None
         lines = [f"{self.metric} after {self.prefix!r}: {self.m:.3f}"]
         if top:
@@ -74,6 +77,11 @@ class SpeechRoutesResult(Result):
             "agreement": _agreements(self.routes),
             "settle": self.settle,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SpeechRoutesResult:
+        metric = data["metric"]
+        return super().from_dict({**data, "metric": metric["name"], "m": metric["value"]})
 
 
 def _prefix(transcript: str, answer: str) -> str:
