@@ -278,8 +278,11 @@ class CircuitEdits:
         for j, point in enumerate(run.graph.read_points):
             self.at_point.setdefault(point, []).append(j)
         # read point -> (its input x, {receiver: correction}): a point's receivers are corrected together, and
-        # receivers whose circuits hold the same edges get the same object, so the forward replays them once
+        # receivers whose circuits hold the same edges get the same object, so the forward replays them once.
+        # A point's corrections are dropped once each of its receivers has read them (kept for the whole
+        # forward, every layer's [k, U, n·T·d] stayed: 10.2 GiB of IOI's circuit command, 6.3 without)
         self.done: dict[tuple, tuple[torch.Tensor, dict[int, list]]] = {}
+        self.read: dict[tuple, set[int]] = {}  # read point -> its receivers that have read this forward
 
     def _part(self, part: tuple, fw) -> None:
         """D_S = w_S(this forward) − w_S(ablated) for one part's senders, computed once per forward into its
@@ -309,8 +312,12 @@ class CircuitEdits:
         outside than inside (the same number: this forward's residual is the ablated one plus every D_S)."""
         point = self.run.graph.read_points[receiver]
         if point not in self.done or self.done[point][0] is not x:
-            self.done[point] = (x, self._corrections(self.at_point[point], x, fw))
-        return self.done[point][1].get(receiver, [])
+            self.done[point], self.read[point] = (x, self._corrections(self.at_point[point], x, fw)), set()
+        found = self.done[point][1].get(receiver, [])
+        self.read[point].add(receiver)
+        if len(self.read[point]) == len(self.at_point[point]):  # every receiver has it: computed again if asked
+            del self.done[point], self.read[point]
+        return found
 
     def _corrections(self, receivers: list[int], x, fw) -> dict[int, list]:
         """Every receiver of one read point at once: one product for all their distinct circuits (_sums; a
