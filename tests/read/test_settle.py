@@ -93,3 +93,25 @@ def test_a_limit_caps_what_is_measured_at_once_and_the_rest_is_said():
     info = settle(order, seen.extend, lambda idx: exact[idx], rule, estimate=est)
     assert info["measured"] == len(seen) == 50 and info["all_at_once"] == 30
     assert not info["settled"] and info["could_enter"] > 0
+
+
+def test_an_unsettled_circuit_names_the_channel_whose_estimate_stops_it():
+    """Issue 53.3: the recall circuit did not settle (band ±6.01) and did not say why; the verdict now names
+    the edge whose estimate error sets the band, its channel, each channel's R², and what would settle it."""
+    from attnroute.read.circuits.circuit import unsettled_said
+
+    def edge(label, channel, kind, exact, estimate):
+        return {"label": label, "receiver": {"channel": channel, "kind": kind}, "exact": exact, "estimate": estimate}
+
+    measured = [
+        edge("embed>L0.MLP", None, "mlp", 8.35, 2.34),
+        edge("L3.H1>L5.H2.v", "v", "head", 0.9, 0.8),
+        edge("L5.H2>logits", None, "logits", 1.2, 1.1),
+    ]
+    agreement = {"mlp": {"r2": 0.65}, "v": {"r2": 0.19}, "logits": {"r2": None}}
+    settle = {"band": 6.01, "settled": False, "could_enter": 70501}
+    said = unsettled_said(measured, settle, agreement)
+    assert said.startswith("not settled because of the mlp estimate: embed>L0.MLP is exact +8.350, estimated +2.340")
+    assert "band ±6.01" in said and "mlp 0.65, v 0.19" in said and "70,501 that could enter" in said
+    assert unsettled_said(measured, {**settle, "settled": True}, agreement) is None
+    assert unsettled_said(measured, {"rule": "all", "measured": 3}, agreement) is None  # no settle rule, no band

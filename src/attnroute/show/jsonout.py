@@ -14,9 +14,17 @@ from ..engine.jsonable import strict
 from ..errors import InputError
 from ..files import atomic_write
 
+INDENTED_UP_TO = 1 << 20  # a result's JSON is indented for reading up to 1 MiB; a larger one is for programs
 
-def json_text(data, indent: int | None = 2) -> str:
-    return json.dumps(strict(data), indent=indent, allow_nan=False)
+
+def json_text(data, indent: int | None | str = "auto") -> str:
+    """Strict JSON of ``data``. ``indent="auto"``: indented by 2 when that stays within INDENTED_UP_TO, else
+    compact — a circuit's 70,651 edges are 40 MB indented and 25 MB without (the table's old key, written
+    beside rows until 0.3, doubles it: docs/results.md)."""
+    if indent != "auto":
+        return json.dumps(strict(data), indent=indent, allow_nan=False)
+    compact = json.dumps(strict(data), separators=(",", ":"), allow_nan=False)
+    return compact if len(compact) > INDENTED_UP_TO // 2 else json.dumps(json.loads(compact), indent=2)
 
 
 def write_bytes(path, data: bytes) -> Path:
@@ -28,7 +36,7 @@ def write_text(path, text: str) -> Path:
     return write_bytes(path, text.encode("utf-8"))
 
 
-def write_json(data, path, indent: int | None = 2) -> Path:
+def write_json(data, path, indent: int | None | str = "auto") -> Path:
     return write_text(path, json_text(data, indent))
 
 

@@ -140,6 +140,8 @@ class CircuitResult(Result):
         measured = [r for r in self.edges if r["exact"] is not None]
         for r in sorted(measured, key=lambda r: -abs(r["exact"]))[:3]:
             lines.append(f"{r['label']}: exact {r['exact']:+.3f} (estimate {r['estimate']:+.3f})")
+        if said := unsettled_said(measured, m["exact"], self.agreement):
+            lines.append(said)
         ch = c.get("chosen", {})
         if ch.get("k") is not None:
             lines.append(
@@ -162,6 +164,23 @@ class CircuitResult(Result):
             "circuit": self.circuit,
             "edges": self.edges,
         }
+
+
+def unsettled_said(measured: list[dict], settle: dict, agreement: dict) -> str | None:
+    """When the exact top did not settle: which channel's estimate stops it — the measured edge whose error
+    sets the band, each channel's agreement — and what would settle it (issue 53.3). None when it settled."""
+    if settle.get("band") is None or settle.get("settled") or not measured:
+        return None
+    worst = max(measured, key=lambda r: abs(r["exact"] - r["estimate"]))
+    channel = worst["receiver"]["channel"] or worst["receiver"]["kind"]
+    per = ", ".join(f"{ch} {a['r2']:.2f}" for ch, a in agreement.items() if a.get("r2") is not None)
+    return (
+        f"not settled because of the {channel} estimate: {worst['label']} is exact {worst['exact']:+.3f}, "
+        f"estimated {worst['estimate']:+.3f}, which sets the band ±{settle['band']:.3g}"
+        + (f" (estimate vs exact R² per channel: {per})" if per else "")
+        + f"; to settle, measure the {settle['could_enter']:,} that could enter (--limit) or estimate "
+        "more closely (--ig-steps 5)"
+    )
 
 
 @verb(CircuitSettings)
