@@ -29,24 +29,34 @@ def _partials(run) -> tuple[list, object]:
     return [e for e in events if e.stage == "partial"], result
 
 
-def test_patch_says_each_site_and_round_and_the_last_result_is_whole(tiny, tmp_path):
-    parts, final = _partials(lambda p: ar.patch(tiny, PAIRS, sites=("head", "v"), no_checkpoint=True, progress=p))
+def test_patch_settles_its_sites_jointly_and_says_each_round(tiny, tmp_path):
+    """Under the settle rule every site's round shares one pass over the runs (53.3) and each round is said
+    as the result so far (53.4): a value once measured never changes, and the last result is whole."""
+    run = lambda p: ar.patch(tiny, PAIRS, sites=("head", "v"), positions="each", no_checkpoint=True, progress=p)  # noqa: E731
+    parts, final = _partials(run)
     assert final.partial is None and "partial" not in final.to_dict()
-    settled = [e.result for e in parts if e.result.partial == {"done": ["head"], "pending": ["v"]}]
-    assert len(settled) == 1  # the head site settled, v pending: said once
-    head = settled[0]
-    assert head.meta.sites == ["head"] and {r["site"] for r in head.rows} == {"head"}
-    want = [r for r in final.rows if r["site"] == "head"]
-    assert head.rows == want  # the numbers of a settled site never change after it is said
-    rounds = [e.result for e in parts if "running" in e.result.partial]
-    assert {r.partial["running"] for r in rounds} == {"head", "v"}  # every settle round of each site said
-    assert all(r.meta.sites == [*r.partial["done"], r.partial["running"]] for r in rounds)
+    assert len(parts) >= 2 and all(e.result.partial["running"] for e in parts)
+    assert all(e.result.meta.sites == ["head", "v"] for e in parts)
+    measured = [sum(r["exact"] is not None for r in e.result.rows) for e in parts]
+    assert measured == sorted(measured) and 0 < measured[0] < measured[-1]
+    key = lambda r: (r["site"], r["layer"], r["head"], r["position"])  # noqa: E731
+    last = {key(r): r["exact"] for r in final.rows}
+    assert all(last[key(r)] == r["exact"] for e in parts for r in e.result.rows if r["exact"] is not None)
+    for site, record in final.meta.exact.items():  # each site keeps its own rule and says it settled jointly
+        assert "settled jointly" in record["rule"] and record["settled"], site
     path = tmp_path / "so-far.json"
-    path.write_text(head.to_json())
+    path.write_text(parts[0].result.to_json())
     back = ar.load(path)
-    assert back.partial == {"done": ["head"], "pending": ["v"]} and json.loads(back.to_json()) == json.loads(
-        head.to_json()
+    assert back.partial["running"] == ["head", "v"] and json.loads(back.to_json()) == json.loads(path.read_text())
+
+
+def test_patch_with_exact_n_says_each_site_once_measured(tiny):
+    parts, final = _partials(
+        lambda p: ar.patch(tiny, PAIRS, sites=("head", "v"), exact=3, no_checkpoint=True, progress=p)
     )
+    assert [e.result.partial for e in parts] == [{"done": ["head"], "pending": ["v"]}]
+    head = parts[0].result
+    assert head.meta.sites == ["head"] and head.rows == [r for r in final.rows if r["site"] == "head"]
 
 
 def test_nothing_is_built_for_a_listener_that_takes_no_results(tiny):
@@ -74,28 +84,55 @@ def test_circuit_says_each_stage(tiny):
     assert curved.circuit["chosen"] == final.circuit["chosen"]  # indices into the rows, mapped once each
 
 
-def test_a_patch_stopped_after_its_first_site_leaves_that_site_in_its_json(tiny, tmp_path, monkeypatch, capsys):
+def _cli(tmp_path, tiny, *extra) -> tuple[list[str], object]:
+    prompts = tmp_path / "pairs.jsonl"
+    rows = [{"clean": p.clean, "corrupt": p.corrupt, "answer": p.answer, "wrong": p.wrong} for p in PAIRS]
+    prompts.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "p.json"
+    argv = ["patch", "--model", tiny, "--prompts", str(prompts), "--sites", "head,v", "--json", str(out)]
+    return [*argv, "--no-checkpoint", *extra], out
+
+
+def _patching():
     import sys
 
     import attnroute.read.patching.patch  # noqa: F401  (the package binds the function `patch` over the module)
 
-    patching = sys.modules["attnroute.read.patching.patch"]
+    return sys.modules["attnroute.read.patching.patch"]
+
+
+def test_a_patch_stopped_after_its_first_site_leaves_that_site_in_its_json(tiny, tmp_path, monkeypatch, capsys):
+    patching = _patching()
     real, calls = patching._settle, []
 
-    def stop_at_the_second_site(pool, comps, store, site, s, say, after=None):
+    def stop_at_the_second_site(pool, comps, store, site, s, say):
         calls.append(site)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(pool, comps, store, site, s, say, after=after)
+        return real(pool, comps, store, site, s, say)
 
     monkeypatch.setattr(patching, "_settle", stop_at_the_second_site)
-    out = tmp_path / "p.json"
-    prompts = tmp_path / "pairs.jsonl"
-    rows = [{"clean": p.clean, "corrupt": p.corrupt, "answer": p.answer, "wrong": p.wrong} for p in PAIRS]
-    prompts.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    argv = ["patch", "--model", tiny, "--prompts", str(prompts), "--sites", "head,v", "--json", str(out)]
-    assert main([*argv, "--no-checkpoint"]) == 130
+    argv, out = _cli(tmp_path, tiny, "--exact", "3")
+    assert main(argv) == 130
     data = json.loads(out.read_text())
     assert data["partial"] == {"done": ["head"], "pending": ["v"]} and {r["site"] for r in data["rows"]} == {"head"}
     err = capsys.readouterr().err
-    assert "head: top 10 by |normalized|" in err  # the settled site's table, when it was settled
+    assert "head: top 10 by |normalized|" in err  # the site's table, printed when it was measured
+
+
+def test_a_settling_patch_stopped_midway_leaves_its_rounds_so_far(tiny, tmp_path, monkeypatch):
+    patching = _patching()
+    real, calls = patching._measure_sites, []
+
+    def stop_in_the_second_round(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(patching, "_measure_sites", stop_in_the_second_round)
+    argv, out = _cli(tmp_path, tiny, "--positions", "each")
+    assert main(argv) == 130
+    data = json.loads(out.read_text())
+    assert data["partial"]["running"] == ["head", "v"]
+    assert 0 < sum(r["exact"] is not None for r in data["rows"]) < len(data["rows"])

@@ -68,9 +68,9 @@ class Study:
         self.shard: Shard | None = None
         self._held: contextlib.ExitStack | None = None
 
-    def partial(self, build: Callable, done: list, pending: list, message: str, running: str | None = None) -> None:
+    def partial(self, build: Callable, done: list, pending: list, message: str, running: list | None = None) -> None:
         """Say the result so far (a site, a stage or a settle round finished): ``build()`` makes it, marked
-        partial — what is done, what is ``running`` (a site between settle rounds, its rows so far in the
+        partial — what is done, what is ``running`` (sites between settle rounds, their rows so far in the
         result) and what is pending — and a "partial" event carries it (the CLI writes its JSON
         then). Built only for a listener that takes results: a callable of the user's, or one that says
         ``wants_partial`` (the terminal's progress lines and the notebook bar only say the line)."""
@@ -80,7 +80,7 @@ class Study:
         result = build()
         result.partial = {"done": list(done), "pending": list(pending)}
         if running is not None:
-            result.partial["running"] = running
+            result.partial["running"] = list(running)
         self.say("partial", message, result=result)
 
     # ---------------------------------------------------------------- the first half: no weights, no ranks

@@ -90,11 +90,53 @@ def settle(
     where nothing matters and the error is as large as the top — rounds of ``step`` would measure them all
     anyway, one round after another: they are measured at once instead (``measure_all``, which returns its
     rounds; by default one call of ``measure``), up to ``limit``, and ``all_at_once`` says how many."""
+
+    def one(idx: list[int], at_once: bool) -> int:
+        if at_once and measure_all is not None:
+            return measure_all(idx)
+        measure(idx)
+        return 1
+
+    return drive(settle_rounds(order, exact, rule, estimate), one)
+
+
+def drive(rounds, measure: Callable[[list[int], bool], int]) -> dict:
+    """Run one settle_rounds generator: each request measured by ``measure(indices, at_once)``, which returns
+    how many rounds it took."""
+    request = next(rounds)
+    while True:
+        try:
+            request = rounds.send(measure(*request))
+        except StopIteration as done:
+            return done.value
+
+
+def settle_jointly(rounds: dict, measure: Callable[[dict], None]) -> dict:
+    """Several settle_rounds generators (one per site) advanced together: each round, every unsettled site's
+    request is measured in one ``measure({site: indices})`` — one pass over the runs for all of them, a layer's
+    components of every site in the same forwards — until each site's rule ends. Returns {site: its record}."""
+    requests = {key: next(gen) for key, gen in rounds.items()}
+    out: dict = {}
+    while requests:
+        measure({key: idx for key, (idx, _) in requests.items()})
+        after = {}
+        for key, gen in rounds.items():
+            if key in requests:
+                try:
+                    after[key] = gen.send(1)
+                except StopIteration as done:
+                    out[key] = done.value
+        requests = after
+    return {key: out[key] for key in rounds}
+
+
+def settle_rounds(order: Sequence[int], exact: Callable[[list[int]], np.ndarray], rule: SettleRule, estimate=None):
+    """The settle rule as a generator: yields (indices to measure, at once?) and is sent the rounds that took;
+    returns the record settle() returns. A driver measures (drive, settle_jointly)."""
     order = [int(i) for i in order]
     cap = len(order) if rule.limit is None else min(len(order), max(rule.first, rule.limit))
     n = min(rule.first, cap)
-    measure(order[:n])
-    rounds, stable, at_once = 1, False, 0
+    rounds, stable, at_once = (yield order[:n], False), False, 0
     while True:
         values = exact(order[:n])
         b = band(order, n, values, estimate, rule) if estimate is not None else Band(0.0, -np.inf, [])
@@ -102,14 +144,14 @@ def settle(
             break
         if estimate is not None and len(b.candidates) == len(order) - n:  # the band excludes nothing
             at_once = cap - n
-            rounds += measure_all(order[n:cap]) if measure_all is not None else measure(order[n:cap]) or 1
+            rounds += yield order[n:cap], True
             n = cap
             continue
         before = exact_top(order[:n], values, rule.top, rule.signed)
         nxt = (b.candidates or order[n:])[: min(rule.step, cap - n)]
         order = order[:n] + nxt + [i for i in order[n:] if i not in set(nxt)]
-        measure(nxt)
-        n, rounds = n + len(nxt), rounds + 1
+        rounds += yield nxt, False
+        n = n + len(nxt)
         stable = exact_top(order[:n], exact(order[:n]), rule.top, rule.signed) == before
         if estimate is None and stable:
             break
@@ -204,7 +246,10 @@ __all__ = [
     "exact_top",
     "measure_exact",
     "measure_first",
+    "drive",
     "settle",
     "settle_as_asked",
+    "settle_jointly",
+    "settle_rounds",
     "settle_said",
 ]

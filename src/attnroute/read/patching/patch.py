@@ -31,7 +31,7 @@ from ..ground.arrays import Store, pairs_key
 from ..ground.group import Shard
 from ..ground.pool import RunPool, recorded_bytes
 from ..ground.prompts import pair_positions
-from ..ground.settle import SettleRule, measure_exact, settle_as_asked
+from ..ground.settle import SettleRule, measure_exact, settle_as_asked, settle_jointly, settle_rounds
 from ..ground.stats import agreement, gap, mean_ci
 from ..ground.wire import gather
 from ..study import Study
@@ -182,20 +182,71 @@ def _run(st: Study, positions, resolved) -> PatchResult:
     )
     direct = _direct(first["direct"], chunks, N, loaded, shard) if metric_name == "logit-diff" else {}
     parts = {"resolved": resolved, "chunks": chunks, "shortcut": first["shortcut"], "direct": direct, "store": store}
-    settle: dict = {}
-    for k, site in enumerate(s.sites):  # each site, and each settle round, said as the result so far (53.4)
-        pending = list(s.sites[k + 1 :])
-        done = list(settle)
-
-        def so_far(site=site, done=done, pending=pending) -> None:
-            build = lambda: _assemble(st, comps, [*done, site], settle, parts)  # noqa: E731
-            st.partial(build, done, pending, f"{site}: a settle round measured", running=site)
-
-        settle[site] = _settle(pool, comps[site], store, site, s, say, after=so_far)
-        if pending:
-            build = lambda: _assemble(st, comps, list(settle), settle, parts)  # noqa: E731
-            st.partial(build, list(settle), pending, f"{site} settled; {', '.join(pending)} pending")
+    settle = _settle_sites(st, pool, comps, parts)
     return _assemble(st, comps, list(s.sites), settle, parts)
+
+
+def _settle_sites(st: Study, pool: RunPool, comps: dict, parts: dict) -> dict:
+    """Every site's exact patching, each said as the result so far once measured (53.4). Under the settle rule
+    the sites settle jointly (53.3): a round measures every unsettled site's next components in one pass over
+    the runs. "all" or N: site by site, in rounds of whole layers."""
+    s, store = st.s, parts["store"]
+    if s.exact == "settle":
+        return _settle_jointly(st, pool, comps, parts)
+    settle: dict = {}
+    for k, site in enumerate(s.sites):
+        settle[site] = _settle(pool, comps[site], store, site, s, st.say)
+        if pending := list(s.sites[k + 1 :]):
+            build = lambda: _assemble(st, comps, list(settle), settle, parts)  # noqa: E731
+            st.partial(build, list(settle), pending, f"{site} measured; {', '.join(pending)} pending")
+    return settle
+
+
+def _settle_jointly(st: Study, pool: RunPool, comps: dict, parts: dict) -> dict:
+    """The settle rule on every site at once (ground/settle.settle_jointly): each site keeps its own order, band
+    and top; their requests of a round share the forwards (a layer's components of every site together)."""
+    s, store = st.s, parts["store"]
+    rule = SettleRule(top=s.top)
+    base = store.state["m_corrupt" if s.direction == "denoising" else "m_clean"]
+    values = {site: store.state[f"values.{site}"] for site in s.sites}
+    rounds = {}
+    for site in s.sites:
+        est = store.state[f"est.{site}"].mean(1)
+        delta = lambda idx, v=values[site]: np.nanmean(v[idx] - base, 1)  # noqa: E731  (what the estimate estimates)
+        rounds[site] = settle_rounds(np.argsort(-np.abs(est), kind="stable"), delta, rule, est)
+    settle: dict = {}
+
+    def measure(requests: dict) -> None:
+        _measure_sites(pool, requests, comps, store, values, st.say)
+        running, done = list(requests), [x for x in s.sites if x not in requests]
+        build = lambda: _assemble(st, comps, s.sites, settle, parts)  # noqa: E731
+        st.partial(build, done, [], f"a settle round of {', '.join(running)} measured", running=running)
+
+    said = rule.describe() + "; the sites settled jointly (a round measures every unsettled site's next components)"
+    for site, info in settle_jointly(rounds, measure).items():
+        settle[site] = {"rule": said, **info}
+    return settle
+
+
+def _measure_sites(pool: RunPool, requests: dict, comps: dict, store: Store, values: dict, say) -> None:
+    """Exact values of every site's requested components, in one pass over the runs (PairRun.measure groups
+    them by layer); those measured already are skipped; the round is saved to the checkpoint."""
+    todo = [(site, int(i)) for site, idx in requests.items() for i in idx if not np.isfinite(values[site][i]).all()]
+    if not todo:
+        return
+    done = sum(int(np.isfinite(v).all(1).sum()) for v in values.values())
+    total = sum(len(v) for v in values.values())
+    say("patch", f"patching {len(todo)} more components exactly ({done} done)", done=done, total=total)
+    local = np.full((len(todo), store.shard.n), np.nan)
+    chosen = [comps[site][i] for site, i in todo]
+    for i in range(len(pool)):
+        r = pool.get(i)
+        local[:, r.group.rows] = r.measure(chosen).numpy()  # (k, n)
+        pool.done(i)
+    merged = store.shard.merge(local)
+    for row, (site, i) in zip(merged, todo, strict=True):
+        values[site][i] = row
+    store.save()
 
 
 def _assemble(st: Study, comps: dict, sites: list[str], settle: dict, parts: dict) -> PatchResult:
@@ -278,18 +329,15 @@ def refuse_unsupported(kind: str, mode: str) -> None:
         )
 
 
-def _settle(pool: RunPool, comps, store: Store, site: str, s: PatchSettings, say, after=None) -> dict:
-    """Exact patching in the order of |mean estimate| under the settle rule (or as asked: every
-    component, or the first N), in rounds each saved to the checkpoint; ``after()`` once each round is in."""
+def _settle(pool: RunPool, comps, store: Store, site: str, s: PatchSettings, say) -> dict:
+    """Exact patching of one site in the order of |mean estimate| as asked (every component, or the first N;
+    the settle rule settles the sites jointly: _settle_jointly), in rounds each saved to the checkpoint."""
     est, values = store.state[f"est.{site}"], store.state[f"values.{site}"]
     base = store.state["m_corrupt" if s.direction == "denoising" else "m_clean"]
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
     picked = lambda todo: [comps[i] for i in todo]  # noqa: E731
 
-    def measure(idx) -> None:
-        measure_exact(pool, idx, store, values, say, (f"{site}: patching", "components"), picked)
-        if after is not None:
-            after()
+    measure = lambda idx: measure_exact(pool, idx, store, values, say, (f"{site}: patching", "components"), picked)  # noqa: E731
 
     delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731  (what the estimate estimates)
     layer = lambda i: comps[i].layer  # noqa: E731  (one restarted forward per layer of a round)
