@@ -136,3 +136,15 @@ def test_a_settling_patch_stopped_midway_leaves_its_rounds_so_far(tiny, tmp_path
     data = json.loads(out.read_text())
     assert data["partial"]["running"] == ["head", "v"]
     assert 0 < sum(r["exact"] is not None for r in data["rows"]) < len(data["rows"])
+
+
+def test_routes_say_their_estimates_before_the_exact_checks(tiny):
+    parts, final = _partials(
+        lambda p: ar.routes(
+            tiny, "the cat sat on the mat and the", metric="loss", verify=3, no_checkpoint=True, progress=p
+        )
+    )
+    assert [e.result.partial for e in parts] == [{"done": ["estimate"], "pending": ["verify"]}]
+    estimated = parts[0].result
+    assert all(r["exact"] is None for r in estimated.routes) and any(r["exact"] is not None for r in final.routes)
+    assert [r["estimate"] for r in estimated.routes] == [r["estimate"] for r in final.routes]

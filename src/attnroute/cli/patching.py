@@ -245,7 +245,7 @@ def routes(args) -> int:
     settings = settings_from(R, args, convert=convert, text=read_text_arg(args.text, args.file))
     from ..read.patching.route_attribution import route_attribution
 
-    with read_progress() as progress:
+    with read_progress(args.json) as progress:
         result = route_attribution(settings=settings, progress=progress)
     from ..show.routes import ROUTE_COLUMNS, routes_tables
 

@@ -174,6 +174,8 @@ def _attribute(st: Study, name: str, fn, pairs) -> RoutesResult:
     _label(loaded, result.meta, routes)
     result.sink, result.content_routes = _past_the_sink(st, batch, grads, kwargs, shares, routes, result.meta)
     del grads
+    estimated = lambda: RoutesResult(loaded.name, result.meta, [{**r, "exact": None} for r in routes])  # noqa: E731
+    st.partial(estimated, ["estimate"], ["verify"], f"{len(routes)} routes estimated; the top verified next")
     store = _store(st, name, pairs, layers, len(routes))
     exact = _verify(run, routes, s.verify, recorded, result.meta, say, store)
     den = None if m_corrupt is None else gap(m_corrupt.numpy(), m_base.numpy(), loaded.dtype)
