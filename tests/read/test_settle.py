@@ -115,3 +115,25 @@ def test_an_unsettled_circuit_names_the_channel_whose_estimate_stops_it():
     assert "band ±6.01" in said and "mlp 0.65, v 0.19" in said and "70,501 that could enter" in said
     assert unsettled_said(measured, {**settle, "settled": True}, agreement) is None
     assert unsettled_said(measured, {"rule": "all", "measured": 3}, agreement) is None  # no settle rule, no band
+
+
+def test_a_joint_round_is_measured_in_pieces_of_whole_layers():
+    """A round where the band excluded nothing asks for hundreds of components: they are measured (and saved
+    to the checkpoint) in pieces of whole layers of at least 30, every component once."""
+    import sys
+    from types import SimpleNamespace
+
+    import attnroute.read.patching.patch  # noqa: F401
+
+    by_layers = sys.modules["attnroute.read.patching.patch"]._by_layers
+    comps = {
+        site: [SimpleNamespace(layer=i // units) for i in range(30 * units)] for site, units in (("head", 9), ("k", 3))
+    }
+    requests = {"head": list(range(20, 270)), "k": list(range(10, 90))}
+    pieces = by_layers(requests, comps)
+    flat = [(site, i) for piece in pieces for site, idx in piece.items() for i in idx]
+    assert sorted(flat) == sorted((site, i) for site, idx in requests.items() for i in idx)
+    assert all(sum(map(len, p.values())) >= 30 for p in pieces[:-1])
+    layer_of = lambda site, i: comps[site][i].layer  # noqa: E731
+    seen = [{layer_of(site, i) for site, idx in p.items() for i in idx} for p in pieces]
+    assert all(a.isdisjoint(b) for k, a in enumerate(seen) for b in seen[k + 1 :])  # a layer in one piece only

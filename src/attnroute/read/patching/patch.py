@@ -26,7 +26,7 @@ import torch
 from ...engine.jsonable import Meta, Result
 from ...errors import InputError
 from ...promptset import finite
-from ...settings import PatchSettings, verb
+from ...settings import SETTLE_STEP, PatchSettings, verb
 from ..ground.arrays import Store, pairs_key
 from ..ground.group import Shard
 from ..ground.pool import RunPool, recorded_bytes
@@ -216,16 +216,33 @@ def _settle_jointly(st: Study, pool: RunPool, comps: dict, parts: dict) -> dict:
         rounds[site] = settle_rounds(np.argsort(-np.abs(est), kind="stable"), delta, rule, est)
     settle: dict = {}
 
-    def measure(requests: dict) -> None:
-        _measure_sites(pool, requests, comps, store, values, st.say)
+    def measure(requests: dict) -> None:  # a large round (a band that excludes nothing) in pieces of whole layers
         running, done = list(requests), [x for x in s.sites if x not in requests]
-        build = lambda: _assemble(st, comps, s.sites, settle, parts)  # noqa: E731
-        st.partial(build, done, [], f"a settle round of {', '.join(running)} measured", running=running)
+        for piece in _by_layers(requests, comps):
+            _measure_sites(pool, piece, comps, store, values, st.say)  # each piece saved to the checkpoint
+            build = lambda: _assemble(st, comps, s.sites, settle, parts)  # noqa: E731
+            st.partial(build, done, [], f"a settle round of {', '.join(running)} measured", running=running)
 
     said = rule.describe() + "; the sites settled jointly (a round measures every unsettled site's next components)"
     for site, info in settle_jointly(rounds, measure).items():
         settle[site] = {"rule": said, **info}
     return settle
+
+
+def _by_layers(requests: dict, comps: dict, at_least: int = 3 * SETTLE_STEP) -> list[dict]:
+    """A round's requests ({site: indices}) in pieces of whole layers, each of at least ``at_least``
+    components (the last may be short): what a Ctrl-C loses is one piece, and a layer is one forward."""
+    layers: dict[int, dict] = {}
+    for site, idx in requests.items():
+        for i in idx:
+            layers.setdefault(comps[site][i].layer, {}).setdefault(site, []).append(int(i))
+    pieces, this = [], {}
+    for layer in sorted(layers):
+        for site, idx in layers[layer].items():
+            this.setdefault(site, []).extend(idx)
+        if sum(map(len, this.values())) >= at_least:
+            pieces, this = [*pieces, this], {}
+    return [*pieces, this] if this else pieces
 
 
 def _measure_sites(pool: RunPool, requests: dict, comps: dict, store: Store, values: dict, say) -> None:
