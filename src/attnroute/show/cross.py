@@ -29,7 +29,8 @@ def cross_table(result: CrossKnockoutResult | CrossSwapResult) -> Table:
 
 
 def _knockout(result: CrossKnockoutResult) -> Table:
-    span = result.payload()["span"]["seconds"]
+    said = result.payload()  # its span in seconds and its verdict, as its JSON gives them
+    span = said["span"]["seconds"]
     t = Table(title=f"{result.source!r} → frames {span[0]:.2f}–{span[1]:.2f} s cut, per cross layer window")
     for col in ("cross layers", "Δ log p (route)", "Δ log p (control)", "p first token (route)", "(control)"):
         t.add_column(col, justify="right")
@@ -41,7 +42,7 @@ def _knockout(result: CrossKnockoutResult) -> Table:
             f"{r['p_first_route']:.3f}",
             f"{r['p_first_control']:.3f}",
         )
-    t.caption = "\n".join(_lines(result))
+    t.caption = "\n".join(said["verdict"]["lines"])
     return t
 
 

@@ -21,10 +21,11 @@ def json_text(data, indent: int | None | str = "auto") -> str:
     """Strict JSON of ``data``. ``indent="auto"``: indented by 2 when that stays within INDENTED_UP_TO, else
     compact — a circuit's 70,651 edges are 40 MB indented and 25 MB without (the table's old key, written
     beside rows until 0.3, doubles it: docs/results.md)."""
+    data = strict(data)
     if indent != "auto":
-        return json.dumps(strict(data), indent=indent, allow_nan=False)
-    compact = json.dumps(strict(data), separators=(",", ":"), allow_nan=False)
-    return compact if len(compact) > INDENTED_UP_TO // 2 else json.dumps(json.loads(compact), indent=2)
+        return json.dumps(data, indent=indent, allow_nan=False)
+    compact = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    return compact if len(compact) > INDENTED_UP_TO // 2 else json.dumps(data, indent=2, allow_nan=False)
 
 
 def write_bytes(path, data: bytes) -> Path:

@@ -18,7 +18,7 @@ Edges are ranked for circuits by their exact effect where measured, by the estim
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -264,8 +264,9 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     study.partial(build, ["estimate", "settle"], ["curve", "composition"], "every edge estimated, the top settled")
     say("stage", "circuits of the top edges, run whole: the faithfulness curve")
     parts["circuit"] = Curve(pool, shard, N, E, say).run(np.argsort(-np.abs(value), kind="stable"), s, st)
-    study.partial(build, ["estimate", "settle", "curve"], ["composition"], "the faithfulness curve run")
-    result = build()
+    result = build()  # the curve's result, said as it is before composition adds to its rows (a copy of them)
+    curved = lambda: dataclasses.replace(result, edges=[dict(r) for r in result.edges])  # noqa: E731
+    study.partial(curved, ["estimate", "settle", "curve"], ["composition"], "the faithfulness curve run")
     say("stage", "composition scores from the weights, beside the measured edges")
     with_composition(loaded, layout, result.edges)
     result.agreement = _agreements(graph, result.edges)
@@ -274,11 +275,11 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
 
 def _assemble(study: Study, layout, graph: Graph, parts: dict) -> CircuitResult:
     """The result of the stages run so far (``parts``: the store, the settle record, the curve once run); the
-    curve's chosen edges as indices into the rows (a copy: a partial result and the last share the curve)."""
+    curve's chosen edges as indices into the rows (built once with the curve: the mapping is made in place)."""
     st = parts["store"].state
     meta = _meta(study, layout, graph, st, parts["settled"], parts["checks"], parts["chunks"])
     meta.ranks, meta.resumed, meta.skipped = study.shard.world, parts["store"].resumed, study.skipped or None
-    result = CircuitResult(study.loaded.name, meta, circuit=copy.deepcopy(parts.get("circuit", {})))
+    result = CircuitResult(study.loaded.name, meta, circuit=parts.get("circuit", {}))
     result.edges = _rows(graph, layout, st, parts["base"], parts["value"])
     _index_chosen(result)
     return result

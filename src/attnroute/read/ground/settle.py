@@ -227,16 +227,20 @@ def measure_exact(pool, idx, store, values: np.ndarray, say, said: tuple[str, st
     todo = [int(i) for i in idx if not np.isfinite(values[i]).all()]
     if not todo:
         return
-    local = np.full((len(todo), values.shape[1]), np.nan)
     done = int(np.isfinite(values).all(1).sum())
     say("patch", f"{said[0]} {len(todo)} more {said[1]} exactly ({done} done)", done=done, total=len(values))
-    chosen = todo if picked is None else picked(todo)
+    values[todo] = measure_runs(pool, todo if picked is None else picked(todo), store.shard)
+    store.save()
+
+
+def measure_runs(pool, chosen: list, shard) -> np.ndarray:
+    """[len(chosen), N]: every run of the pool measures ``chosen`` (each rank its own prompts), gathered."""
+    local = np.full((len(chosen), shard.n), np.nan)
     for i in range(len(pool)):
         r = pool.get(i)
         local[:, r.group.rows] = r.measure(chosen).numpy()  # (k, n)
         pool.done(i)
-    values[todo] = store.shard.merge(local)
-    store.save()
+    return shard.merge(local)
 
 
 __all__ = [
@@ -246,6 +250,7 @@ __all__ = [
     "exact_top",
     "measure_exact",
     "measure_first",
+    "measure_runs",
     "drive",
     "settle",
     "settle_as_asked",

@@ -31,7 +31,14 @@ from ..ground.arrays import Store, pairs_key
 from ..ground.group import Shard
 from ..ground.pool import RunPool, recorded_bytes
 from ..ground.prompts import pair_positions
-from ..ground.settle import SettleRule, measure_exact, settle_as_asked, settle_jointly, settle_rounds
+from ..ground.settle import (
+    SettleRule,
+    measure_exact,
+    measure_runs,
+    settle_as_asked,
+    settle_jointly,
+    settle_rounds,
+)
 from ..ground.stats import agreement, gap, mean_ci
 from ..ground.wire import gather
 from ..study import Study
@@ -254,13 +261,7 @@ def _measure_sites(pool: RunPool, requests: dict, comps: dict, store: Store, val
     done = sum(int(np.isfinite(v).all(1).sum()) for v in values.values())
     total = sum(len(v) for v in values.values())
     say("patch", f"patching {len(todo)} more components exactly ({done} done)", done=done, total=total)
-    local = np.full((len(todo), store.shard.n), np.nan)
-    chosen = [comps[site][i] for site, i in todo]
-    for i in range(len(pool)):
-        r = pool.get(i)
-        local[:, r.group.rows] = r.measure(chosen).numpy()  # (k, n)
-        pool.done(i)
-    merged = store.shard.merge(local)
+    merged = measure_runs(pool, [comps[site][i] for site, i in todo], store.shard)
     for row, (site, i) in zip(merged, todo, strict=True):
         values[site][i] = row
     store.save()
