@@ -5,6 +5,7 @@ float64, EAP-IG's steps, the refusals, and the CLI's outputs."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from attnroute.read.circuits.nodes import resolve_edges
 from attnroute.read.circuits.runs import EdgeRun
 from attnroute.read.ground.metrics import logit_diff
 from attnroute.read.ground.prompts import tokenize_pairs
+from attnroute.read.ground.settle import BAND_MIN
 
 from .zoo import build
 
@@ -392,6 +394,16 @@ def test_circuit_reports_every_edge_the_settled_top_and_the_curve(tiny_dir):
     measured = [e for e in r["edges"] if e["exact"] is not None]
     settle = r["meta"]["exact"]
     assert settle["measured"] == len(measured) and (settle["settled"] or settle["could_enter"] > 0)
+    # a band per receiver channel (issue 53.3): the first round measured each channel's top BAND_MIN
+    channel = lambda e: e["receiver"]["channel"] or e["receiver"]["kind"]  # noqa: E731
+    sizes = Counter(channel(e) for e in r["edges"])
+    seen = Counter(channel(e) for e in measured)
+    assert set(settle["bands"]) == set(sizes) and sum(settle["could_enter_by"].values()) == settle["could_enter"]
+    for ch, n in sizes.items():
+        assert seen[ch] >= min(n, BAND_MIN)
+        worst = max(abs(e["exact"] - e["estimate"]) for e in measured if channel(e) == ch)
+        assert settle["bands"][ch] == pytest.approx(worst, rel=1e-6, abs=1e-9)
+        assert r["agreement"][ch]["band"] == settle["bands"][ch]
     for e in measured:
         assert e["exact"] == pytest.approx(float(np.mean(e["values"])), abs=1e-9)
     zeros = [p["k"] for p in c["curve"] if p["k"] > 0 and p["faithfulness"] == 0.0]
@@ -461,11 +473,18 @@ def test_mean_ablation_is_the_mean_over_every_prompt_of_a_length_however_the_run
     the mean was taken run by run: a run of one prompt ablated nothing, and the verdict crashed on the empty gap."""
     import importlib
 
-    verb = importlib.import_module("attnroute.read.circuits.circuit")
+    from attnroute.read.ground.pool import chunk_groups
+
+    study = importlib.import_module("attnroute.read.study")
     loaded = load(str(tiny_dir))
     whole = ar.circuit(loaded, MEAN_PAIRS, ablation="mean", exact=0).to_dict()
-    monkeypatch.setattr(verb, "RUN_TOKENS", 9)  # 9 tokens a prompt: one prompt per run
+    # 9 tokens a prompt: one prompt per run (a patch of a constant the pool never read once made this pass
+    # without cutting anything: the runs are counted)
+    runs = []
+    monkeypatch.setattr(study, "RUN_TOKENS", 9)
+    monkeypatch.setattr(study, "chunk_groups", lambda g, n: runs.extend(chunk_groups(g, n)) or runs)
     cut = ar.circuit(loaded, MEAN_PAIRS, ablation="mean", exact=0).to_dict()
+    assert len(runs) == len(MEAN_PAIRS) == 3
     assert [c["m"] for c in cut["circuit"]["curve"]] == pytest.approx(
         [c["m"] for c in whole["circuit"]["curve"]], abs=1e-5
     )
@@ -617,7 +636,7 @@ def test_a_checkpoint_resumes_under_another_number_of_ranks_and_equals_one_run(t
         "".join(json.dumps({"clean": c, "corrupt": x, "answer": " the", "wrong": " a"}) + "\n" for c, x in rows)
     )
     ck, one, two = tmp_path / "c.ck", tmp_path / "one.json", tmp_path / "two.json"
-    base = ["circuit", "--model", str(tiny_dir), "--prompts", str(prompts), "--limit", "40"]
+    base = ["circuit", "--model", str(tiny_dir), "--prompts", str(prompts), "--limit", "100"]
     assert main([*base, "--json", str(one)]) == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     measure, calls = runs.EdgeRun.measure, []

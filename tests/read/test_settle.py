@@ -95,6 +95,63 @@ def test_a_limit_caps_what_is_measured_at_once_and_the_rest_is_said():
     assert not info["settled"] and info["could_enter"] > 0
 
 
+@given(seed=st.integers(0, 999), noise=st.tuples(st.floats(0.0, 0.05), st.floats(0.0, 1.0)))
+def test_per_channel_bands_settle_the_true_top_when_each_channel_errs_within_what_it_measured(seed, noise):
+    """Issue 53.3: each channel's own band. Channel 0's estimate is close, channel 1's poor; each channel's
+    largest error is among its first measured (its largest estimate), so its band bounds its other errors."""
+    from attnroute.read.ground.settle import BAND_MIN
+
+    rng = np.random.default_rng(seed)
+    channels = np.array(["v", "mlp"])[rng.integers(0, 2, size=300)]
+    exact = rng.normal(size=300) * np.geomspace(3, 0.01, 300)
+    width = np.where(channels == "v", noise[0], noise[1])
+    est = exact + rng.uniform(-1, 1, size=300) * width
+    for c in ("v", "mlp"):
+        mine = np.flatnonzero(channels == c)
+        worst = mine[np.argmax(np.abs(est[mine]))]
+        w = width[worst]
+        est[worst] = exact[worst] + (w if exact[worst] >= 0 else -w)  # its error is the channel's largest
+    order = np.argsort(-np.abs(est), kind="stable")
+    measured: list[int] = []
+    rule = SettleRule(first=10, step=5, top=5)
+    info = settle(order, measured.extend, lambda idx: exact[idx], rule, estimate=est, channels=channels)
+    assert len(measured) == len(set(measured)) == info["measured"] and info["settled"]
+    assert set(sorted(measured, key=lambda i: -abs(exact[i]))[:5]) == set(np.argsort(-np.abs(exact))[:5].tolist())
+    assert all(sum(channels[i] == c for i in measured) >= BAND_MIN for c in ("v", "mlp"))  # each its own band
+    assert set(info["bands"]) == {"v", "mlp"} and info["could_enter_by"] == {"v": 0, "mlp": 0}
+
+
+def test_a_poor_channel_widens_only_its_own_reach():
+    """One MLP edge estimated −1.23 and measured −0.21 (IOI's L20.H0>L20.MLP) set one band over every channel:
+    70,501 edges could still enter. With a band per channel only the MLP's could; a channel with fewer than
+    BAND_MIN measured keeps the overall band."""
+    from attnroute.read.ground.settle import BAND_MIN, SettleRule, band
+
+    n_measured = 2 * BAND_MIN
+    channels = np.array(["mlp"] * BAND_MIN + ["q"] * BAND_MIN + ["mlp"] * 50 + ["q"] * 50 + ["k"] * 5)
+    est = np.concatenate([np.linspace(2, 1, n_measured), np.full(105, 0.6)])  # the top-10 floor is about 1.5
+    exact = est[:n_measured].copy()
+    exact[0] = est[0] - 1.02  # the MLP's estimate errs by 1.02
+    exact[BAND_MIN:n_measured] += 0.05  # q's by 0.05
+    order = list(range(len(est)))
+    b = band(order, n_measured, exact, est, SettleRule(top=10), channels)
+    assert np.allclose([b.widths["mlp"], b.widths["q"]], [1.02, 0.05]) and b.floor > 0.6 + 0.05
+    assert b.widths["k"] is None  # nothing of k measured: the overall band, 1.02
+    assert b.could_enter == {"mlp": 50, "q": 0, "k": 5}
+    whole = band(order, n_measured, exact, est, SettleRule(top=10))
+    assert len(whole.candidates) == 105 and whole.widths is None  # one band: every unmeasured edge
+
+
+def test_the_first_round_measures_each_channels_first_band_min():
+    from attnroute.read.ground.settle import BAND_MIN, settle_rounds
+
+    channels = np.array(["q"] * 100 + ["logits"] * 30)
+    est = np.concatenate([np.linspace(3, 1, 100), np.linspace(0.5, 0.1, 30)])
+    rounds = settle_rounds(range(130), lambda idx: est[idx], SettleRule(first=20, step=10, top=10), est, channels)
+    first, at_once = next(rounds)
+    assert first == list(range(20)) + list(range(100, 100 + BAND_MIN)) and not at_once
+
+
 def test_an_unsettled_circuit_names_the_channel_whose_estimate_stops_it():
     """Issue 53.3: the recall circuit did not settle (band ±6.01) and did not say why; the verdict now names
     the edge whose estimate error sets the band, its channel, each channel's R², and what would settle it."""
@@ -109,10 +166,20 @@ def test_an_unsettled_circuit_names_the_channel_whose_estimate_stops_it():
         edge("L5.H2>logits", None, "logits", 1.2, 1.1),
     ]
     agreement = {"mlp": {"r2": 0.65}, "v": {"r2": 0.19}, "logits": {"r2": None}}
-    settle = {"band": 6.01, "settled": False, "could_enter": 70501}
+    settle = {"band": 6.01, "settled": False, "could_enter": 70501, "measured": 150}
     said = unsettled_said(measured, settle, agreement)
-    assert said.startswith("not settled because of the mlp estimate: embed>L0.MLP is exact +8.350, estimated +2.340")
-    assert "band ±6.01" in said and "mlp 0.65, v 0.19" in said and "70,501 that could enter" in said
+    assert said.startswith(
+        "not settled because of the mlp estimate (70,501 could enter; band ±6.01 from embed>L0.MLP, exact +8.350, "
+        "estimated +2.340; R² 0.65)"
+    )
+    assert "measure the 70,501 that could enter (--limit 70,651)" in said
+    # a band per channel: only the channels that still let edges in are named, each with its own band
+    by = {**settle, "could_enter": 40, "bands": {"mlp": 6.01, "v": 0.1, "logits": 0.1}}
+    by["could_enter_by"] = {"mlp": 30, "v": 10, "logits": 0}
+    said = unsettled_said(measured, by, agreement)
+    assert "the mlp estimate (30 could enter; band ±6.01" in said
+    assert "the v estimate (10 could enter; band ±0.1" in said
+    assert "logits" not in said and "(--limit 190)" in said
     assert unsettled_said(measured, {**settle, "settled": True}, agreement) is None
     assert unsettled_said(measured, {"rule": "all", "measured": 3}, agreement) is None  # no settle rule, no band
 

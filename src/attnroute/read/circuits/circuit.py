@@ -19,6 +19,7 @@ Edges are ranked for circuits by their exact effect where measured, by the estim
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,8 +41,6 @@ from .means import GroupMeans, check_lengths
 from .nodes import resolve_edges
 from .qkfix import QK_BUDGET
 from .runs import EdgeRun
-
-RUN_TOKENS = 512  # prompts × tokens per run: a run keeps every sender's delta for them
 
 
 @dataclass(kw_only=True)
@@ -167,20 +166,41 @@ class CircuitResult(Result):
 
 
 def unsettled_said(measured: list[dict], settle: dict, agreement: dict) -> str | None:
-    """When the exact top did not settle: which channel's estimate stops it — the measured edge whose error
-    sets the band, each channel's agreement — and what would settle it (issue 53.3). None when it settled."""
+    """When the exact top did not settle: which channel's estimate stops it — each channel whose own band still
+    lets unmeasured edges in, the measured edge whose error sets that band, the channel's R² — and what would
+    settle it (issue 53.3). None when it settled."""
     if settle.get("band") is None or settle.get("settled") or not measured:
         return None
-    worst = max(measured, key=lambda r: abs(r["exact"] - r["estimate"]))
-    channel = worst["receiver"]["channel"] or worst["receiver"]["kind"]
-    per = ", ".join(f"{ch} {a['r2']:.2f}" for ch, a in agreement.items() if a.get("r2") is not None)
+    by = settle.get("could_enter_by") or {}
+    blocking = [c for c, n in by.items() if n] or [None]  # None: one band over every channel
+    said = []
+    for ch in blocking:
+        mine = [r for r in measured if ch is None or _channel(r) == ch] or measured
+        worst = max(mine, key=lambda r: abs(r["exact"] - r["estimate"]))
+        width = settle["band"] if ch is None else (settle.get("bands") or {}).get(ch) or settle["band"]
+        r2 = (agreement.get(_channel(worst)) or {}).get("r2")
+        n = by.get(ch, settle["could_enter"]) if ch is not None else settle["could_enter"]
+        said.append(
+            f"the {_channel(worst) if ch is None else ch} estimate ({n:,} could enter; band ±{width:.3g} from "
+            f"{worst['label']}, exact {worst['exact']:+.3f}, estimated {worst['estimate']:+.3f}"
+            + ("" if r2 is None else f"; R² {r2:.2f}")
+            + ")"
+        )
     return (
-        f"not settled because of the {channel} estimate: {worst['label']} is exact {worst['exact']:+.3f}, "
-        f"estimated {worst['estimate']:+.3f}, which sets the band ±{settle['band']:.3g}"
-        + (f" (estimate vs exact R² per channel: {per})" if per else "")
-        + f"; to settle, measure the {settle['could_enter']:,} that could enter (--limit) or estimate "
+        "not settled because of " + " and ".join(said) + f"; to settle, measure the {settle['could_enter']:,} "
+        f"that could enter (--limit {settle['measured'] + settle['could_enter']:,}{_cost(settle)}) or estimate "
         "more closely (--ig-steps 5)"
     )
+
+
+def _cost(settle: dict) -> str:
+    """What measuring the edges that could enter would take, at the pace this run measured its edges."""
+    per = settle.get("seconds_per_edge")
+    return "" if not per else f", about {per * settle['could_enter'] / 60:,.0f} min at this run's pace"
+
+
+def _channel(row: dict) -> str:
+    return row["receiver"]["channel"] or row["receiver"]["kind"]
 
 
 @verb(CircuitSettings)
@@ -269,7 +289,7 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     study.partial(curved, ["estimate", "settle", "curve"], ["composition"], "the faithfulness curve run")
     say("stage", "composition scores from the weights, beside the measured edges")
     with_composition(loaded, layout, result.edges)
-    result.agreement = _agreements(graph, result.edges)
+    result.agreement = _agreements(graph, result.edges, result.meta.exact)
     return result
 
 
@@ -362,15 +382,28 @@ def _qk_read(saved: np.ndarray | None) -> list[int] | None:
 
 
 def _settle(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, base, asked: list[int], say) -> dict:
+    """The settle rule over the edges, a band per receiver channel; the record says how long an edge took to
+    measure here, so that an unsettled verdict can say what measuring the rest would cost."""
     est, values = store.state["est"], store.state["values.edges"]
-    measure = lambda idx: measure_exact(pool, idx, store, values, say, ("path patching", "edges"))  # noqa: E731
+    clock = {"seconds": 0.0, "edges": 0}
+
+    def measure(idx):
+        t = time.perf_counter()
+        before = int(np.isfinite(values).all(1).sum())
+        measure_exact(pool, idx, store, values, say, ("path patching", "edges"))
+        clock["seconds"] += time.perf_counter() - t
+        clock["edges"] += int(np.isfinite(values).all(1).sum()) - before
+
     if asked:
         measure(asked)
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
     block = lambda e: where_read(graph.receivers[graph.pairs[e][1]])  # noqa: E731  (EdgeRun.measure groups by it)
     delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731
     rule = SettleRule(top=s.top, limit=s.limit)
-    return settle_as_asked(s.exact, order, measure, delta, rule, est.mean(1), group=block)
+    info = settle_as_asked(s.exact, order, measure, delta, rule, est.mean(1), group=block, channels=graph.channels())
+    if clock["edges"]:
+        info["seconds_per_edge"] = clock["seconds"] / clock["edges"]  # this machine, these prompts
+    return info
 
 
 def _ranking_value(est: np.ndarray, values: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -473,8 +506,9 @@ def with_composition(loaded, layout, rows: list[dict]) -> None:
         row["composition"] = float(table[r["channel"]][s["layer"], s["head"], r["layer"], r["head"]]) if ok else None
 
 
-def _agreements(graph: Graph, rows: list[dict]) -> dict:
-    """Estimate against exact over the measured edges, per receiver channel (q, k, v) or kind (mlp, logits)."""
+def _agreements(graph: Graph, rows: list[dict], settled: dict) -> dict:
+    """Estimate against exact over the measured edges, per receiver channel (q, k, v) or kind (mlp, logits),
+    with the channel's own error band and what could still enter the top through it (the settle rule's)."""
     by: dict[str, tuple[list, list]] = {}
     for row in rows:
         if row["exact"] is None:
@@ -483,7 +517,12 @@ def _agreements(graph: Graph, rows: list[dict]) -> dict:
         est, ex = by.setdefault(r["channel"] or r["kind"], ([], []))
         est.append(row["estimate"])
         ex.append(row["exact"])
-    return {ch: agreement(est, ex) for ch, (est, ex) in sorted(by.items())}
+    bands, left = settled.get("bands") or {}, settled.get("could_enter_by") or {}
+    out = {ch: agreement(est, ex) for ch, (est, ex) in sorted(by.items())}
+    for ch, a in out.items():
+        if ch in bands:
+            a.update(band=bands[ch], could_enter=left.get(ch))
+    return out
 
 
 def _index_chosen(result: CircuitResult) -> None:

@@ -93,6 +93,12 @@ class Graph:
         s, r = self.pairs[e]
         return self.senders[s], self.receivers[r]
 
+    def channels(self) -> np.ndarray:
+        """Every edge's receiver channel (q, k, v) or kind (mlp, logits), in index order [E]: the groups whose
+        estimates are judged apart (the settle rule's bands, the agreement table)."""
+        per = np.array([r.channel or r.kind for r in self.receivers])
+        return per[self.pairs[:, 1]] if len(self.pairs) else per[:0]
+
     def labels(self) -> list[str]:
         """Every edge as 'SENDER>RECEIVER', in index order (circuit()'s rows' ``edge``, CircuitResult.arrays())."""
         return [f"{self.senders[s].label()}>{self.receivers[r].label()}" for s, r in self.pairs]

@@ -13,6 +13,11 @@ The first ``first`` are measured, then ``step`` more at a time, until
    seen among the measured components — a component whose |estimate| + b reaches the top's smallest
    exact value is a candidate, and candidates are measured next (largest |estimate| first).
 
+With ``channels`` (a label per component: an edge's receiver channel q, k, v, mlp, logits), each channel
+has its own band — the largest error among *its* measured components, once it has BAND_MIN of them (the
+overall band before) — so a channel whose estimate is poor (an MLP's, through its gate) widens only its
+own components' reach, not every channel's.
+
 Rule 2 is what the estimate cannot fool: a linear estimate is wrong where a softmax saturates (an
 estimate of −0.025 for an exact +0.248 was seen on an induction head's query), and an order by the
 estimate alone never measures such a component. Where the estimates are poor the band is wide and more is
@@ -55,6 +60,9 @@ def exact_top(indices: Sequence[int], values: np.ndarray, k: int, signed: bool) 
     return set(idx[np.argsort(score, kind="stable")][:k].tolist())
 
 
+BAND_MIN = 10  # a channel's own error band once this many of its components are measured (the overall one before)
+
+
 @dataclass
 class Band:
     """Which unmeasured components could still enter the exact top, given the error seen so far."""
@@ -62,17 +70,32 @@ class Band:
     width: float  # the largest |exact − estimate| among the measured
     floor: float  # the top's smallest exact value (|value|, or value when signed)
     candidates: list[int]  # unmeasured indices that could reach it, largest |estimate| first
+    widths: dict | None = None  # with channels: {channel: its band, or None while it has too few measured}
+    could_enter: dict | None = None  # with channels: {channel: its candidates}
 
 
-def band(order: list[int], n: int, exact: np.ndarray, estimate: np.ndarray, rule: SettleRule) -> Band:
-    """``order[:n]`` measured (their exact values ``exact``); ``estimate`` every component's estimate."""
-    measured = np.asarray(order[:n])
-    width = float(np.nanmax(np.abs(exact - estimate[measured]))) if n else np.inf
+def band(order: list[int], n: int, exact: np.ndarray, estimate: np.ndarray, rule: SettleRule, channels=None) -> Band:
+    """``order[:n]`` measured (their exact values ``exact``); ``estimate`` every component's estimate;
+    ``channels`` (optional, an array [components]): each channel's own band (the module docstring)."""
+    measured = np.asarray(order[:n], dtype=int)
+    err = np.abs(exact - estimate[measured])
+    width = float(np.nanmax(err)) if n else np.inf
     ranked = exact if rule.signed else np.abs(exact)
     floor = float(np.sort(ranked)[::-1][min(rule.top, n) - 1]) if n >= rule.top else -np.inf
     rest = np.asarray(order[n:], dtype=int)
-    reach = (estimate[rest] if rule.signed else np.abs(estimate[rest])) + width
-    return Band(width, floor, rest[reach >= floor].tolist())
+    widths = np.full(len(rest), width)
+    by: dict | None = None
+    if channels is not None:
+        by = {str(c): None for c in dict.fromkeys(channels[np.asarray(order, dtype=int)].tolist())}
+        for c in by:
+            own = err[channels[measured] == c]
+            if len(own) >= BAND_MIN:
+                by[c] = float(np.nanmax(own))
+                widths[channels[rest] == c] = by[c]
+    reach = (estimate[rest] if rule.signed else np.abs(estimate[rest])) + widths
+    picked = rest[reach >= floor]
+    left = None if by is None else {c: int(np.sum(channels[picked] == c)) for c in by}
+    return Band(width, floor, picked.tolist(), by, left)
 
 
 def settle(
@@ -82,6 +105,7 @@ def settle(
     rule: SettleRule,
     estimate: np.ndarray | None = None,
     measure_all: Callable[[list[int]], int] | None = None,
+    channels: np.ndarray | None = None,
 ) -> dict:
     """Measure in rounds until the exact top holds and nothing unmeasured could enter it (see the module
     docstring). Returns {"measured", "rounds", "settled", "band", "floor", "could_enter", "all_at_once"}.
@@ -97,7 +121,7 @@ def settle(
         measure(idx)
         return 1
 
-    return drive(settle_rounds(order, exact, rule, estimate), one)
+    return drive(settle_rounds(order, exact, rule, estimate, channels), one)
 
 
 def drive(rounds, measure: Callable[[list[int], bool], int]) -> dict:
@@ -130,16 +154,18 @@ def settle_jointly(rounds: dict, measure: Callable[[dict], None]) -> dict:
     return {key: out[key] for key in rounds}
 
 
-def settle_rounds(order: Sequence[int], exact: Callable[[list[int]], np.ndarray], rule: SettleRule, estimate=None):
+def settle_rounds(order: Sequence[int], exact: Callable, rule: SettleRule, estimate=None, channels=None):
     """The settle rule as a generator: yields (indices to measure, at once?) and is sent the rounds that took;
-    returns the record settle() returns. A driver measures (drive, settle_jointly)."""
+    returns the record settle() returns (with ``channels``: each channel's band and what could still enter
+    through it). A driver measures (drive, settle_jointly)."""
     order = [int(i) for i in order]
     cap = len(order) if rule.limit is None else min(len(order), max(rule.first, rule.limit))
-    n = min(rule.first, cap)
+    order, n = _seeded(order, rule.first, channels) if estimate is not None else (order, rule.first)
+    n = min(n, cap)
     rounds, stable, at_once = (yield order[:n], False), False, 0
     while True:
         values = exact(order[:n])
-        b = band(order, n, values, estimate, rule) if estimate is not None else Band(0.0, -np.inf, [])
+        b = band(order, n, values, estimate, rule, channels) if estimate is not None else Band(0.0, -np.inf, [])
         if (stable and not b.candidates) or n >= cap:
             break
         if estimate is not None and len(b.candidates) == len(order) - n:  # the band excludes nothing
@@ -156,6 +182,7 @@ def settle_rounds(order: Sequence[int], exact: Callable[[list[int]], np.ndarray]
         if estimate is None and stable:
             break
     left = len(b.candidates) if estimate is not None else 0
+    by = {} if b.widths is None else {"bands": b.widths, "could_enter_by": b.could_enter}
     return {
         "measured": n,
         "rounds": rounds,
@@ -164,7 +191,26 @@ def settle_rounds(order: Sequence[int], exact: Callable[[list[int]], np.ndarray]
         "floor": None if estimate is None else finite_or_none(b.floor),
         "could_enter": left,
         "all_at_once": at_once,
+        **by,
     }
+
+
+def _seeded(order: list[int], first: int, channels) -> tuple[list[int], int]:
+    """The first round: the estimate's first ``first``, and with ``channels`` each channel's first BAND_MIN too
+    (by the estimate), so that every channel has its own band after one round. Returns (the order with the
+    round first, its length)."""
+    if channels is None:
+        return order, first
+    head = order[:first]
+    seen: dict = {}
+    for i in head:
+        seen[channels[i]] = seen.get(channels[i], 0) + 1
+    for i in order[first:]:
+        if seen.get(channels[i], 0) < BAND_MIN:
+            seen[channels[i]] = seen.get(channels[i], 0) + 1
+            head.append(i)
+    taken = set(head)
+    return head + [i for i in order if i not in taken], len(head)
 
 
 def settle_said(info: dict, top: int, what: str, more: str) -> str:
@@ -208,7 +254,9 @@ def measure_first(
     return {"measured": len(order), "rounds": max(1, rounds)}
 
 
-def settle_as_asked(exact, order, measure, delta, rule: SettleRule, estimate, group: Callable | None = None) -> dict:
+def settle_as_asked(
+    exact, order, measure, delta, rule: SettleRule, estimate, group: Callable | None = None, channels=None
+) -> dict:
     """The switch every settling verb makes on its ``exact`` setting: "all" or N measures the first N of
     ``order`` (rounds of whole ``group``s, measure_first), anything else ("settle") the settle rule. Returns the
     rule said, with what measure_first or settle returned."""
@@ -216,7 +264,9 @@ def settle_as_asked(exact, order, measure, delta, rule: SettleRule, estimate, gr
         n = len(order) if exact == "all" else min(int(exact), len(order))
         return {"rule": str(exact), **measure_first(order, n, measure, 3 * SETTLE_STEP, group=group)}
     at_once = lambda idx: measure_first(idx, len(idx), measure, 3 * SETTLE_STEP, group=group)["rounds"]  # noqa: E731
-    return {"rule": rule.describe(), **settle(order, measure, delta, rule, estimate=estimate, measure_all=at_once)}
+    info = settle(order, measure, delta, rule, estimate=estimate, measure_all=at_once, channels=channels)
+    per = "" if channels is None else f"; a band per channel once {BAND_MIN} of it are measured (the first round's)"
+    return {"rule": rule.describe() + per, **info}
 
 
 def measure_exact(pool, idx, store, values: np.ndarray, say, said: tuple[str, str], picked=None) -> None:
@@ -244,6 +294,7 @@ def measure_runs(pool, chosen: list, shard) -> np.ndarray:
 
 
 __all__ = [
+    "BAND_MIN",
     "Band",
     "SettleRule",
     "band",
