@@ -152,6 +152,21 @@ def test_the_first_round_measures_each_channels_first_band_min():
     assert first == list(range(20)) + list(range(100, 100 + BAND_MIN)) and not at_once
 
 
+def test_rounds_double_while_more_could_enter_than_the_limit_leaves():
+    """IOI's MLP band kept 4,601 edges in; rounds of 10 to the limit of 150 were 13 passes over every run. While
+    more could enter than the limit leaves, a round measures as many as were measured before."""
+    exact = np.concatenate([[5.0, 1.3], np.full(998, 0.01)])
+    est = np.concatenate([[5.0, 2.3], np.linspace(0.5, 0.0, 998)])  # an error of 1.0: |est| ≥ 0.3 could enter
+    order = np.argsort(-np.abs(est), kind="stable")
+    calls: list[list[int]] = []
+    info = settle(order, calls.append, lambda idx: exact[idx], SettleRule(first=20, step=10, top=2, limit=150), est)
+    assert [len(c) for c in calls] == [20, 20, 40, 70] and info["measured"] == 150 and not info["settled"]
+    # room under the limit for every candidate: rounds of ``step``, as before
+    calls.clear()
+    info = settle(order, calls.append, lambda idx: exact[idx], SettleRule(first=20, step=10, top=2, limit=2000), est)
+    assert len(calls) > 2 and all(len(c) == 10 for c in calls[1:-1]) and info["settled"]
+
+
 def test_an_unsettled_circuit_names_the_channel_whose_estimate_stops_it():
     """Issue 53.3: the recall circuit did not settle (band ±6.01) and did not say why; the verdict now names
     the edge whose estimate error sets the band, its channel, each channel's R², and what would settle it."""
