@@ -219,3 +219,13 @@ def test_a_joint_round_is_measured_in_pieces_of_whole_layers():
     layer_of = lambda site, i: comps[site][i].layer  # noqa: E731
     seen = [{layer_of(site, i) for site, idx in p.items() for i in idx} for p in pieces]
     assert all(a.isdisjoint(b) for k, a in enumerate(seen) for b in seen[k + 1 :])  # a layer in one piece only
+
+
+def test_the_settle_line_gives_each_channels_band_and_what_could_enter_through_it():
+    info = {"measured": 150, "band": 7.18, "settled": False, "could_enter": 4546}
+    info |= {"bands": {"q": 0.75, "mlp": 7.18, "k": None}, "could_enter_by": {"q": 0, "mlp": 4546, "k": 0}}
+    said = settle_said(info, 10, "edges", "raise --limit")
+    assert said == (
+        "exact top 10 edges: 150 measured, estimate error band ±7.18 (per channel: q ±0.75, mlp ±7.18); "
+        "NOT settled: 4,546 unmeasured could still enter it (mlp 4,546) (raise --limit)"
+    )

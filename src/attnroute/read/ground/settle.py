@@ -224,11 +224,15 @@ def settle_said(info: dict, top: int, what: str, more: str) -> str:
     if info.get("band") is None:
         return f"exact top {top} {what}: {info['measured']} measured"
     head = f"exact top {top} {what}: {info['measured']} measured, estimate error band ±{info['band']:.3g}"
+    if info.get("bands"):
+        head += " (per channel: " + ", ".join(f"{c} ±{w:.3g}" for c, w in info["bands"].items() if w is not None) + ")"
     if info.get("all_at_once"):
         head += f" (the band excluded nothing: the last {info['all_at_once']} measured at once, not round by round)"
     if info.get("settled"):
         return head + "; nothing unmeasured could enter it"
-    return head + f"; NOT settled: {info['could_enter']} unmeasured could still enter it ({more})"
+    by = ", ".join(f"{c} {n:,}" for c, n in (info.get("could_enter_by") or {}).items() if n)
+    through = f" ({by})" if by else ""
+    return head + f"; NOT settled: {info['could_enter']:,} unmeasured could still enter it{through} ({more})"
 
 
 def finite_or_none(x: float) -> float | None:
