@@ -81,7 +81,23 @@ def test_a_band_that_excludes_nothing_measures_the_rest_at_once_never_round_by_r
     assert info["all_at_once"] == 100 and info["measured"] == 120 and info["settled"]
     assert [len(c) for c in calls] == [20] and info["rounds"] == 5  # one first round, then 4 grouped rounds
     said = settle_said(info, 10, "heads", "measure more")
-    assert "excluded nothing: the last 100 measured at once" in said and "nothing unmeasured could enter" in said
+    assert "could exclude nothing: the last 100 measured at once" in said and "nothing unmeasured could enter" in said
+
+
+def test_a_band_that_excludes_nothing_yet_grows_the_rounds_and_a_rising_floor_stops_them():
+    """The band excluded nothing after the first round, and everything was measured at once — but a rising floor
+    can still shut components out: patch's IOI heads settled at 40 of 270 before (24 s), and took all 270 at
+    once (124 s). Only a band as wide as the top's floor (even an estimate of 0 could enter) measures the rest at
+    once; otherwise the rounds double until the floor rises past what the rest could reach."""
+    est = np.concatenate([np.full(20, 0.35), np.full(10, 0.30), np.full(170, 0.26)])
+    exact = np.concatenate([np.full(20, 0.30), np.full(10, 0.34), np.full(170, 0.26)])
+    calls: list[list[int]] = []
+    rule = SettleRule(first=20, step=10, top=10)
+    grouped = lambda idx: calls.append(idx) or 1  # noqa: E731  (a grown round: measured in whole groups)
+    info = settle(range(200), calls.append, lambda idx: exact[idx], rule, estimate=est, measure_all=grouped)
+    assert [len(c) for c in calls] == [20, 20, 10] and info["measured"] == 50 and info["settled"]
+    assert info["all_at_once"] == 0 and info["grown"] == 20
+    assert "20 in rounds that doubled" in settle_said(info, 10, "heads", "measure more")
 
 
 def test_a_limit_caps_what_is_measured_at_once_and_the_rest_is_said():

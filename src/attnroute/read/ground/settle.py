@@ -22,8 +22,11 @@ Rule 2 is what the estimate cannot fool: a linear estimate is wrong where a soft
 estimate of −0.025 for an exact +0.248 was seen on an induction head's query), and an order by the
 estimate alone never measures such a component. Where the estimates are poor the band is wide and more is
 measured; ``limit`` caps the measurements, and what could still enter is then said (``could_enter``),
-never hidden; while more could enter than the limit leaves, each round measures as many as were measured
-before (the rounds double), so reaching the limit takes a few passes, not one per ``step``. Without
+never hidden. Where rounds of ``step`` would crawl — the band excludes nothing yet, or more could enter than
+the limit leaves — a round measures as many as were measured before (the rounds double: ``grown`` counts
+them), so a few passes over the prompts do what dozens did; where the band *cannot* exclude anything (it is
+as wide as the top's smallest value: even an estimate of 0 could enter) the rest is measured at once, up to
+``limit`` (``all_at_once``). Without
 ``estimate`` (a ranking that is not an estimate of the exact value) only rule 1 applies. The counts are the
 settings' (settings.SETTLE_FIRST, …).
 """
@@ -164,26 +167,28 @@ def settle_rounds(order: Sequence[int], exact: Callable, rule: SettleRule, estim
     cap = len(order) if rule.limit is None else min(len(order), max(rule.first, rule.limit))
     order, n = _seeded(order, rule.first, channels) if estimate is not None else (order, rule.first)
     n = min(n, cap)
-    rounds, stable, at_once = (yield order[:n], False), False, 0
+    rounds, stable, at_once, grown = (yield order[:n], False), False, 0, 0
     while True:
         values = exact(order[:n])
         b = band(order, n, values, estimate, rule, channels) if estimate is not None else Band(0.0, -np.inf, [])
         if (stable and not b.candidates) or n >= cap:
             break
-        if estimate is not None and len(b.candidates) == len(order) - n:  # the band excludes nothing
+        nothing_out = estimate is not None and len(b.candidates) == len(order) - n
+        if nothing_out and b.width >= b.floor:  # the band cannot exclude anything: even an estimate of 0 could enter
             at_once = cap - n
             rounds += yield order[n:cap], True
             n = cap
             continue
         before = exact_top(order[:n], values, rule.top, rule.signed)
-        # more could enter than the limit leaves: the round doubles what is measured (not 10 at a time, each round
-        # a pass over every run: IOI's MLP band kept 4,601 edges in, and 13 rounds to the limit took 115 s CPU)
-        step = rule.step if len(b.candidates) <= cap - n else max(rule.step, n)
-        nxt = (b.candidates or order[n:])[: min(step, cap - n)]
+        # where rounds of ``step`` would crawl, a round measures as many as were measured before: the band excludes
+        # nothing yet (a rising floor may still shut some out: patch's IOI heads settle at 40 of 270), or more could
+        # enter than the limit leaves (IOI's MLP band kept 4,601 edges in: 13 rounds of 10 to the limit, 115 s CPU)
+        grow = nothing_out or len(b.candidates) > cap - n
+        nxt = (b.candidates or order[n:])[: min(max(rule.step, n) if grow else rule.step, cap - n)]
         taken = set(nxt)
         order = order[:n] + nxt + [i for i in order[n:] if i not in taken]
-        rounds += yield nxt, False
-        n = n + len(nxt)
+        rounds += yield nxt, grow
+        n, grown = n + len(nxt), grown + len(nxt) * grow
         stable = exact_top(order[:n], exact(order[:n]), rule.top, rule.signed) == before
         if estimate is None and stable:
             break
@@ -197,6 +202,7 @@ def settle_rounds(order: Sequence[int], exact: Callable, rule: SettleRule, estim
         "floor": None if estimate is None else finite_or_none(b.floor),
         "could_enter": left,
         "all_at_once": at_once,
+        "grown": grown,
         **by,
     }
 
@@ -227,7 +233,9 @@ def settle_said(info: dict, top: int, what: str, more: str) -> str:
     if info.get("bands"):
         head += " (per channel: " + ", ".join(f"{c} ±{w:.3g}" for c, w in info["bands"].items() if w is not None) + ")"
     if info.get("all_at_once"):
-        head += f" (the band excluded nothing: the last {info['all_at_once']} measured at once, not round by round)"
+        head += f" (the band could exclude nothing: the last {info['all_at_once']} measured at once, not in rounds)"
+    if info.get("grown"):
+        head += f" ({info['grown']} in rounds that doubled, where rounds of 10 would crawl)"
     if info.get("settled"):
         return head + "; nothing unmeasured could enter it"
     by = ", ".join(f"{c} {n:,}" for c, n in (info.get("could_enter_by") or {}).items() if n)
