@@ -404,11 +404,42 @@ def test_circuit_reports_every_edge_the_settled_top_and_the_curve(tiny_dir):
         worst = max(abs(e["exact"] - e["estimate"]) for e in measured if channel(e) == ch)
         assert settle["bands"][ch] == pytest.approx(worst, rel=1e-6, abs=1e-9)
         assert r["agreement"][ch]["band"] == settle["bands"][ch]
+    # EAP beside EAP-IG (ig_steps=2): each channel on the closer of the two, said, with both agreements
+    assert set(settle["estimates"]) == set(sizes) and set(settle["estimates"].values()) <= {"EAP", "EAP-IG"}
+    assert "per channel" in r["meta"]["estimate"]
+    for ch, a in r["agreement"].items():
+        assert a["estimate"] == settle["estimates"][ch] and set(a["by_estimate"]) == {"EAP", "EAP-IG"}
     for e in measured:
         assert e["exact"] == pytest.approx(float(np.mean(e["values"])), abs=1e-9)
     zeros = [p["k"] for p in c["curve"] if p["k"] > 0 and p["faithfulness"] == 0.0]
     said = [line for line in r["verdict"]["lines"] if "faithfulness is exactly 0" in line]
     assert len(said) == (1 if zeros else 0)  # a zero on the curve is explained, once; no zero, no word
+
+
+def test_each_channel_settles_on_the_estimate_closer_to_exact_on_its_first_measured_edges():
+    """Issue 53.3: where an estimate disagrees with exact on a channel, that channel switches. On IOI EAP-IG
+    narrows q's band (0.75 → 0.42) and widens v's (0.71 → 1.03): one estimate for every channel loses either
+    way. Each channel's first 10 by either estimate are measured; it takes the one whose largest error on them
+    is smaller."""
+    from attnroute.read.circuits.circuit import _per_channel
+
+    rng = np.random.default_rng(0)
+    channels = np.array(["q"] * 40 + ["v"] * 40)
+    exact = rng.normal(size=(80, 3))
+    ig = exact + np.where(channels == "q", 0.01, 1.0)[:, None] * rng.normal(size=(80, 3))  # close on q only
+    ap = exact + np.where(channels == "v", 0.01, 1.0)[:, None] * rng.normal(size=(80, 3))  # close on v only
+    measured: list[int] = []
+    est, chosen = _per_channel({"est": ig, "est_eap": ap}, channels, measured.extend, lambda idx: exact[idx].mean(1))
+    assert chosen == {"q": "EAP-IG", "v": "EAP"}
+    assert np.array_equal(est[:40], ig[:40]) and np.array_equal(est[40:], ap[40:])
+    for ch in ("q", "v"):  # each channel's first 10 by each estimate were measured, once
+        mine = np.flatnonzero(channels == ch)
+        for e in (ig, ap):
+            assert set(mine[np.argsort(-np.abs(e[mine].mean(1)), kind="stable")[:10]].tolist()) <= set(measured)
+    assert len(measured) == len(set(measured))
+    # one estimate only (EAP): nothing measured, nothing chosen
+    measured.clear()
+    assert _per_channel({"est": ap}, channels, measured.extend, None)[1] == {} and not measured
 
 
 def test_a_zero_on_the_curve_is_said_to_be_edges_not_yet_connected_to_the_input():

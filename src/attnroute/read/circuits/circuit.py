@@ -29,7 +29,7 @@ from ...promptset import finite
 from ...settings import CircuitSettings, verb
 from ..ground.arrays import Store, pairs_key
 from ..ground.pool import RunPool
-from ..ground.settle import SettleRule, measure_exact, settle_as_asked
+from ..ground.settle import BAND_MIN, SettleRule, measure_exact, settle_as_asked
 from ..ground.stats import agreement, gap, mean_ci, mean_ci_rows
 from ..study import Study
 from .composition import weight_scores
@@ -269,17 +269,20 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     pool = study.pool(make, lambda g: _run_bytes(graph, layout, g.tokens), groups)
     chunks = pool.chunks
     shapes = {"m_clean": (N,), "m_corrupt": (N,), "est": (E, N), "values.edges": (E, N)}
+    if s.ig_steps > 1:  # EAP beside EAP-IG: each channel settles on the closer of the two (_per_channel)
+        shapes["est_eap"] = (E, N)
     store = study.store("circuit", key, shapes)
     say("stage", f"{E:,} edges: recording clean and corrupt runs and estimating every edge ({_estimate_name(s)})")
     checks = _first_pass(pool, s, store, say)
     st = store.state
     base = st["m_corrupt" if s.direction == "denoising" else "m_clean"]
     say("stage", f"clean {np.nanmean(st['m_clean']):.3f}, corrupt {np.nanmean(st['m_corrupt']):.3f}: path patching")
-    settled = _settle(pool, graph, s, store, base, asked, say)
+    settled, est = _settle(pool, graph, s, store, base, asked, say)
     if means is not None:
         means.fill(pool, shard, say)
-    value = _ranking_value(st["est"], st["values.edges"], base)
+    value = _ranking_value(est, st["values.edges"], base)
     parts = {"store": store, "base": base, "value": value, "settled": settled, "checks": checks, "chunks": chunks}
+    parts["est"] = est
     build = lambda: _assemble(study, layout, graph, parts)  # noqa: E731  (the result so far: issue 53.4)
     study.partial(build, ["estimate", "settle"], ["curve", "composition"], "every edge estimated, the top settled")
     say("stage", "circuits of the top edges, run whole: the faithfulness curve")
@@ -289,7 +292,7 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     study.partial(curved, ["estimate", "settle", "curve"], ["composition"], "the faithfulness curve run")
     say("stage", "composition scores from the weights, beside the measured edges")
     with_composition(loaded, layout, result.edges)
-    result.agreement = _agreements(graph, result.edges, result.meta.exact)
+    result.agreement = _agreements(graph, result.edges, result.meta.exact, st)
     return result
 
 
@@ -300,13 +303,17 @@ def _assemble(study: Study, layout, graph: Graph, parts: dict) -> CircuitResult:
     meta = _meta(study, layout, graph, st, parts["settled"], parts["checks"], parts["chunks"])
     meta.ranks, meta.resumed, meta.skipped = study.shard.world, parts["store"].resumed, study.skipped or None
     result = CircuitResult(study.loaded.name, meta, circuit=parts.get("circuit", {}))
-    result.edges = _rows(graph, layout, st, parts["base"], parts["value"])
+    result.edges = _rows(graph, layout, st, parts)
     _index_chosen(result)
     return result
 
 
-def _estimate_name(s: CircuitSettings, checks: dict | None = None, layout=None) -> str:
+def _estimate_name(s: CircuitSettings, checks: dict | None = None, layout=None, chosen: dict | None = None) -> str:
     name = "EAP" if s.ig_steps == 1 else f"EAP-IG, {s.ig_steps} steps"
+    if chosen:  # each channel on the closer of EAP and EAP-IG over its first measured edges (_per_channel)
+        on = {k: [ch for ch, c in chosen.items() if c == k] for k in ("EAP-IG", "EAP")}
+        name = "; ".join(f"{k if k == 'EAP' else name} for {', '.join(chs)}" for k, chs in on.items() if chs)
+        name += " (per channel, the closer to exact on its first measured edges)"
     if checks and checks.get("qk_fix"):
         layers = ", ".join(_block_label(layout, x) for x in checks["qk_fix"])
         name += f"; q/k edges into {layers} with AtP*'s QK fix (the layers whose q, k matter most), others linear"
@@ -347,8 +354,9 @@ def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say) -> dict:
         r = pool.get(i)
         m["m_clean"][r.group.rows], m["m_corrupt"][r.group.rows] = r.m_clean.numpy(), r.m_corrupt.numpy()
         if need:
-            est = np.zeros((len(r.graph), N)) if est is None else est
-            est[:, r.group.rows] = eap(r, s.ig_steps)
+            est = {k: np.zeros((len(r.graph), N)) for k in _estimates(s)} if est is None else est
+            for k, steps in _estimates(s).items():
+                est[k][:, r.group.rows] = eap(r, steps)
         checks.append({**r.checked, "restart": r.shortcut, "qk_fix": getattr(r, "qk_fixed", None)})
         pool.done(i)
         say("record", f"run {i + 1} of {len(pool)} recorded and estimated", done=i + 1, total=len(pool))
@@ -357,7 +365,8 @@ def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say) -> dict:
     fixed = [c["qk_fix"] for c in checks if c["qk_fix"] is not None]
     qk_fix = None if not fixed else sorted({layer for f in fixed for layer in f})  # the layers fixed, in any run
     if need:
-        store.state["est"] = store.shard.merge(est if est is not None else np.zeros((0, N)))
+        for k in _estimates(s):
+            store.state[k] = store.shard.merge(est[k] if est is not None else np.zeros((0, N)))
         store.state["qk_fix"] = _qk_saved(qk_fix)  # a resumed run says what the estimating run applied
         store.save()
     else:
@@ -367,6 +376,11 @@ def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say) -> dict:
         "restart": checks[0]["restart"] if checks else None,
         "qk_fix": qk_fix,
     }
+
+
+def _estimates(s: CircuitSettings) -> dict[str, int]:
+    """The estimates a run makes, by store key: the one asked for, and EAP beside an EAP-IG."""
+    return {"est": s.ig_steps, **({"est_eap": 1} if s.ig_steps > 1 else {})}
 
 
 def _qk_saved(layers: list[int] | None) -> np.ndarray:
@@ -381,10 +395,11 @@ def _qk_read(saved: np.ndarray | None) -> list[int] | None:
     return [int(x) for x in saved[1:]]
 
 
-def _settle(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, base, asked: list[int], say) -> dict:
-    """The settle rule over the edges, a band per receiver channel; the record says how long an edge took to
-    measure here, so that an unsettled verdict can say what measuring the rest would cost."""
-    est, values = store.state["est"], store.state["values.edges"]
+def _settle(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, base, asked: list[int], say) -> tuple:
+    """The settle rule over the edges, a band per receiver channel, on each channel's closer estimate where
+    two were made (_per_channel). Returns (the record — with how long an edge took to measure here, so that an
+    unsettled verdict can say what measuring the rest would cost —, the estimate per edge used [E, N])."""
+    values = store.state["values.edges"]
     clock = {"seconds": 0.0, "edges": 0}
 
     def measure(idx):
@@ -396,14 +411,52 @@ def _settle(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, base,
 
     if asked:
         measure(asked)
+    channels = graph.channels()
+    delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731
+    est, chosen = store.state["est"], {}
+    if s.exact == "settle":
+        est, chosen = _per_channel(store.state, channels, measure, delta)
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
     block = lambda e: where_read(graph.receivers[graph.pairs[e][1]])  # noqa: E731  (EdgeRun.measure groups by it)
-    delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731
     rule = SettleRule(top=s.top, limit=s.limit)
-    info = settle_as_asked(s.exact, order, measure, delta, rule, est.mean(1), group=block, channels=graph.channels())
+    done = np.isfinite(values).all(1)
+    if s.exact == "settle" and done.any():  # edges asked for, each channel's seeds: the rule's first round, counted
+        order = np.concatenate([order[done[order]], order[~done[order]]])
+        rule = SettleRule(first=max(rule.first, int(done.sum())), top=s.top, limit=s.limit)
+    info = settle_as_asked(s.exact, order, measure, delta, rule, est.mean(1), group=block, channels=channels)
+    if chosen:
+        info["estimates"] = chosen
     if clock["edges"]:
         info["seconds_per_edge"] = clock["seconds"] / clock["edges"]  # this machine, these prompts
-    return info
+    return info, est
+
+
+def _per_channel(st: dict, channels: np.ndarray, measure, delta) -> tuple[np.ndarray, dict]:
+    """With EAP beside EAP-IG (issue 53.3: a channel whose estimate disagrees with exact switches to a better
+    one): each channel's first BAND_MIN edges by either estimate are measured, and the channel takes the
+    estimate whose largest error on them is smaller — its band (EAP-IG where they tie: the one asked for).
+    Returns (the estimate per edge [E, N], {channel: "EAP" | "EAP-IG"}); without two estimates, ("est", {})."""
+    if "est_eap" not in st:
+        return st["est"], {}
+    ig, ap = st["est"], st["est_eap"]
+    names = list(dict.fromkeys(channels.tolist()))
+    seeds = []
+    for ch in names:
+        mine = np.flatnonzero(channels == ch)
+        for e in (ig, ap):
+            seeds += mine[np.argsort(-np.abs(e[mine].mean(1)), kind="stable")[:BAND_MIN]].tolist()
+    seeds = list(dict.fromkeys(seeds))
+    measure(seeds)
+    exact = delta(seeds)
+    chosen, out = {}, ig.copy()
+    for ch in names:
+        at = [i for i, e in enumerate(seeds) if channels[e] == ch]
+        idx = [seeds[i] for i in at]
+        err = {k: float(np.max(np.abs(exact[at] - e[idx].mean(1)))) for k, e in (("EAP-IG", ig), ("EAP", ap))}
+        chosen[ch] = "EAP" if err["EAP"] < err["EAP-IG"] else "EAP-IG"
+        if chosen[ch] == "EAP":
+            out[channels == ch] = ap[channels == ch]
+    return out, chosen
 
 
 def _ranking_value(est: np.ndarray, values: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -422,7 +475,7 @@ def _meta(study: Study, layout, graph, st, settled, checks, chunks) -> CircuitMe
         metric=metric_name,
         direction=s.direction,
         n_prompts=len(st["m_clean"]),
-        estimate=_estimate_name(s, checks, layout),
+        estimate=_estimate_name(s, checks, layout, settled.get("estimates")),
         ig_steps=s.ig_steps,
         ablation=s.ablation,
         m_clean=c_mean,
@@ -450,10 +503,11 @@ def _meta(study: Study, layout, graph, st, settled, checks, chunks) -> CircuitMe
 TOP_VALUES = 500  # edges whose per-prompt estimates the JSON keeps (besides every measured edge)
 
 
-def _rows(graph: Graph, layout, st: dict, base: np.ndarray, value: np.ndarray) -> list[dict]:
-    """One row per edge, most important first (its key "edge" is its index in the graph). Means and
-    intervals over prompts are computed for every edge at once."""
-    est, values = st["est"], st["values.edges"]
+def _rows(graph: Graph, layout, st: dict, parts: dict) -> list[dict]:
+    """One row per edge, most important first (its key "edge" is its index in the graph), its estimate the one
+    its channel settled on (``parts["est"]``). Means and intervals over prompts are computed for every edge at
+    once."""
+    base, value, est, values = parts["base"], parts["value"], parts["est"], st["values.edges"]
     den = gap(st["m_clean"], st["m_corrupt"])  # the circuit family reads float32 (layout.refuse_low_precision)
     scale = None if den is None else abs(den)
     seq2seq, G = len(layout.streams) > 1, layout.heads // max(1, layout.kv_heads)
@@ -506,22 +560,28 @@ def with_composition(loaded, layout, rows: list[dict]) -> None:
         row["composition"] = float(table[r["channel"]][s["layer"], s["head"], r["layer"], r["head"]]) if ok else None
 
 
-def _agreements(graph: Graph, rows: list[dict], settled: dict) -> dict:
+def _agreements(graph: Graph, rows: list[dict], settled: dict, st: dict) -> dict:
     """Estimate against exact over the measured edges, per receiver channel (q, k, v) or kind (mlp, logits),
-    with the channel's own error band and what could still enter the top through it (the settle rule's)."""
-    by: dict[str, tuple[list, list]] = {}
+    with the channel's own error band and what could still enter the top through it (the settle rule's); with
+    EAP beside EAP-IG, each estimate's agreement too (``by_estimate``) and the one the channel settled on."""
+    by: dict[str, tuple[list, list, list]] = {}
     for row in rows:
         if row["exact"] is None:
             continue
         r = row["receiver"]
-        est, ex = by.setdefault(r["channel"] or r["kind"], ([], []))
+        est, ex, at = by.setdefault(r["channel"] or r["kind"], ([], [], []))
         est.append(row["estimate"])
         ex.append(row["exact"])
-    bands, left = settled.get("bands") or {}, settled.get("could_enter_by") or {}
-    out = {ch: agreement(est, ex) for ch, (est, ex) in sorted(by.items())}
+        at.append(row["edge"])
+    bands, left, chosen = settled.get("bands") or {}, settled.get("could_enter_by") or {}, settled.get("estimates")
+    out = {ch: agreement(est, ex) for ch, (est, ex, _) in sorted(by.items())}
     for ch, a in out.items():
         if ch in bands:
             a.update(band=bands[ch], could_enter=left.get(ch))
+        if chosen and "est_eap" in st:
+            at, ex = by[ch][2], by[ch][1]
+            each = {"EAP-IG": st["est"], "EAP": st["est_eap"]}
+            a.update(estimate=chosen.get(ch), by_estimate={k: agreement(e[at].mean(1), ex) for k, e in each.items()})
     return out
 
 
