@@ -1,0 +1,96 @@
+"""Each verb's whole-command peak memory beside its time (issue 53.1): one process per verb, on SmolLM2 with
+the bundled IOI prompts where a verb reads prompt pairs (`patch --sites head,q,k,v`, 10 minutes, is measured
+apart: docs/benchmarks.md), timed and measured by the kernel (os.wait4: the
+child's user + system CPU and its peak RSS), nothing else running.
+
+    .venv/bin/python benchmarks/verbs.py [--only circuit,patch] [--out benchmarks/results/verbs.json]
+
+Prints a markdown table (docs/benchmarks.md, "Every verb's peak beside its time")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+IOI = "When Mary and John went to the store, John gave a drink to"
+TEXT = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog again."
+
+VERBS = {  # name -> arguments (after `attnroute`); {json} is a scratch path
+    "heads": ["heads", "--model", "smollm2", "--text", TEXT, "--json", "{json}"],
+    "patch": ["patch", "--prompts", "ioi", "--json", "{json}"],
+    "routes": ["routes", IOI, "--answer", " Mary", "--wrong", " John", "--json", "{json}"],
+    "circuit": ["circuit", "--prompts", "ioi", "--json", "{json}"],
+    "why": ["why", TEXT, "--head", "L18.H6", "--routes", "induction", "--json", "{json}"],
+    "knockout": [
+        "knockout",
+        IOI,
+        "--from",
+        "to",
+        "--to",
+        "Mary",
+        "--answer",
+        " Mary",
+        "--wrong",
+        " John",
+        "--json",
+        "{json}",
+    ],
+    "composition": ["composition", "--model", "smollm2", "--json", "{json}"],
+}
+
+
+def run(args: list[str]) -> dict:
+    """One verb in its own process: wall, CPU (user + system) and peak RSS of that process alone."""
+    exe = str(Path(sys.executable).with_name("attnroute"))
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [a.replace("{json}", str(Path(tmp) / "out.json")) for a in args]
+        start = time.perf_counter()
+        child = subprocess.Popen(
+            [exe, *argv, "--no-checkpoint"] if _resumable(args) else [exe, *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+        err = child.stderr.read().decode(errors="replace") if child.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{err[-2000:]}")
+    return {
+        "args": args,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+        "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2),  # kB on Linux
+    }
+
+
+def _resumable(args: list[str]) -> bool:
+    return args[0] in ("patch", "circuit", "routes")  # heads checkpoints only a corpus read
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--only", default="", help="comma-separated verbs (default: all)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "verbs.json"))
+    a = p.parse_args()
+    names = [n for n in VERBS if not a.only or n in a.only.split(",")]
+    rows = {}
+    for name in names:
+        rows[name] = run(VERBS[name])
+        print(name, rows[name], file=sys.stderr, flush=True)
+    Path(a.out).write_text(
+        json.dumps({"when": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "verbs": rows}, indent=1)
+    )
+    print("| verb | wall | CPU (user + system) | peak RSS, whole command |\n|---|---:|---:|---:|")
+    for name, r in rows.items():
+        print(f"| `attnroute {name}` | {r['wall_s']} s | {r['cpu_s']} s | {r['peak_rss_gib']} GiB |")
+
+
+if __name__ == "__main__":
+    main()
