@@ -341,6 +341,30 @@ def test_the_qk_fix_is_the_receiving_heads_exact_change_read_by_its_gradient(arc
         np.testing.assert_allclose(est[e], want, rtol=1e-4, atol=1e-6, err_msg=label)
 
 
+def test_the_qk_fix_stacks_senders_by_all_they_hold_and_the_stack_changes_no_number(tmp_path, monkeypatch):
+    """The QK fix sized its stacks of senders by their score matrices alone; on 15-token runs that stacked every
+    sender of a layer at once, and its [senders, n, H, T, D] temporaries were most of the estimate's 7 MB a
+    token (IOI: 1.88 GiB over the recorded run, 1.00 after). One sender or the whole layer at a time: the same
+    estimates."""
+    import importlib
+
+    qkfix = importlib.import_module("attnroute.read.circuits.qkfix")
+    run = edge_run(load(str(build("llama", tmp_path))))
+    whole = eap(run, 1, qk_fix=True)
+    b = run.layout.blocks[1]
+    per = qkfix.sender_bytes(run, b)
+    H, T = run.layout.heads, int(run.base[(b.stream, b.index)]["x_in"].shape[1])
+    assert per > run.n * H * T * T * 2 * 4  # the [n, T, ·] temporaries are counted, not only the scores
+    stacks = []
+    effects = qkfix._effects
+    spy = lambda r, g, bb, chunk: stacks.append(len(chunk)) or effects(r, g, bb, chunk)  # noqa: E731
+    monkeypatch.setattr(qkfix, "_effects", spy)
+    monkeypatch.setattr(qkfix, "STACK_BYTES", per)  # one sender a stack
+    one = eap(run, 1, qk_fix=True)
+    assert stacks and set(stacks) == {1}
+    np.testing.assert_allclose(one, whole, rtol=1e-6, atol=1e-9)
+
+
 def test_the_qk_fix_goes_to_the_layers_whose_whole_input_matters_most(tmp_path, monkeypatch):
     """With room for one layer: the fix lands on the layer whose q, k recomputed from the whole source input
     move the metric most; its q/k edges equal the all-layers fix, the other layer's the plain estimate."""

@@ -28,11 +28,11 @@ import torch
 
 from ...engine import attend
 from ..adapter import replay, routed
-from .stream import _tile
+from .stream import _tile, o_matrix
 
 QK_BUDGET = 1 << 18  # prompts × tokens²: above it the plain (linear) estimate is kept for q and k edges
 QK_LAYERS = 6  # layers whose q and k edges get the fix: those whose whole-input q, k change matters most
-STACK_BYTES = 256 << 20  # senders stacked per recomputation: their score matrices within this
+STACK_BYTES = 256 << 20  # senders stacked per recomputation: what one sender's recomputation holds, within this
 
 
 def block_length(run, b) -> int:
@@ -75,15 +75,23 @@ def qk_block(run, grad, b, scores: torch.Tensor) -> None:
     senders = [s for s in range(len(graph.senders)) if (graph.matrix[s, mine] >= 0).any()]
     if not senders:
         return
-    n, T = run.n, block_length(run, b)
-    H = run.layout.heads
-    per = n * H * T * T * 4 * 2  # one sender's score matrices (q and k recomputations)
-    step = max(1, STACK_BYTES // per)
+    step = max(1, STACK_BYTES // sender_bytes(run, b))
     with routed(run.loaded, impl="eager"):
         for i in range(0, len(senders), step):
             chunk = senders[i : i + step]
             eff = _effects(run, grad, b, chunk)  # {channel: [c, n, units]}
             _scatter(run, chunk, mine, eff, scores)
+
+
+def sender_bytes(run, b) -> int:
+    """What one stacked sender's recomputation holds (float32): the score matrices of the q and the k
+    recomputation [n, H, T, T] each, and its [n, T, ·] tensors — the corrected input and its norm, the new q
+    and k, and each channel's new head outputs, their change and its product with the gradient. Counting the
+    score matrices alone let IOI's 15-token runs stack all ~300 senders of a layer at once: most of the
+    estimate's 7 MB a token."""
+    n, T, H = run.n, block_length(run, b), run.layout.heads
+    HD = o_matrix(b.attn.o_proj).shape[1]  # heads × head size (Gemma's heads are wider than d / H)
+    return (n * H * T * T * 2 + n * T * (2 * run.layout.d_model + 8 * HD)) * 4
 
 
 def _effects(run, grad, b, chunk: list[int] | None) -> dict[str, torch.Tensor]:
