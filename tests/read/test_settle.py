@@ -203,7 +203,8 @@ def test_an_unsettled_circuit_names_the_channel_whose_estimate_stops_it():
         "not settled because of the mlp estimate (70,501 could enter; band ±6.01 from embed>L0.MLP, exact +8.350, "
         "estimated +2.340; R² 0.65)"
     )
-    assert "measure the 70,501 that could enter (--limit 70,651)" in said
+    assert "measure the 70,501 that could enter (--limit 70,651)" in said and "(--ig-steps 5: EAP-IG" in said
+    assert "(--ig-steps 10: EAP-IG" in unsettled_said(measured, settle, agreement, ig_steps=5)  # already 5: more
     # a band per channel: only the channels that still let edges in are named, each with its own band
     by = {**settle, "could_enter": 40, "bands": {"mlp": 6.01, "v": 0.1, "logits": 0.1}}
     by["could_enter_by"] = {"mlp": 30, "v": 10, "logits": 0}

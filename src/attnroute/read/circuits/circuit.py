@@ -139,7 +139,7 @@ class CircuitResult(Result):
         measured = [r for r in self.edges if r["exact"] is not None]
         for r in sorted(measured, key=lambda r: -abs(r["exact"]))[:3]:
             lines.append(f"{r['label']}: exact {r['exact']:+.3f} (estimate {r['estimate']:+.3f})")
-        if said := unsettled_said(measured, m["exact"], self.agreement):
+        if said := unsettled_said(measured, m["exact"], self.agreement, m["ig_steps"]):
             lines.append(said)
         ch = c.get("chosen", {})
         if ch.get("k") is not None:
@@ -165,7 +165,7 @@ class CircuitResult(Result):
         }
 
 
-def unsettled_said(measured: list[dict], settle: dict, agreement: dict) -> str | None:
+def unsettled_said(measured: list[dict], settle: dict, agreement: dict, ig_steps: int = 1) -> str | None:
     """When the exact top did not settle: which channel's estimate stops it — each channel whose own band still
     lets unmeasured edges in, the measured edge whose error sets that band, the channel's R² — and what would
     settle it (issue 53.3). None when it settled."""
@@ -189,7 +189,8 @@ def unsettled_said(measured: list[dict], settle: dict, agreement: dict) -> str |
     return (
         "not settled because of " + " and ".join(said) + f"; to settle, measure the {settle['could_enter']:,} "
         f"that could enter (--limit {settle['measured'] + settle['could_enter']:,}{_cost(settle)}) or estimate "
-        "more closely (--ig-steps 5)"
+        f"more closely (--ig-steps {5 if ig_steps < 5 else 2 * ig_steps}: EAP-IG, each channel on the closer of it "
+        "and EAP)"
     )
 
 
