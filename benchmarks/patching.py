@@ -74,18 +74,18 @@ def hooks_loop(lm, groups) -> tuple[np.ndarray, float]:
 def ioi() -> dict:
     import attnroute as ar
     from attnroute.models import load
-    from attnroute.promptset import bundled_prompts
+    from attnroute.bundled import prompts_path
     from attnroute.read.ground.prompts import tokenize_pairs
 
     lm = load("smollm2")
-    path = bundled_prompts("ioi")
+    path = prompts_path("ioi")
     t0 = time.perf_counter()
     settled = ar.patch(lm, path, no_checkpoint=True).to_dict()  # timed from scratch: never a cached checkpoint
     settle_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     every = ar.patch(lm, path, exact="all", no_checkpoint=True).to_dict()
     all_s = time.perf_counter() - t0
-    groups, _ = tokenize_pairs(lm.tokenizer, lm.kind, ar.PatchSettings(prompts=path).pairs, "logit-diff")
+    groups, _ = tokenize_pairs(lm.tokenizer, lm.kind, ar.PatchSettings(prompts=path).read_pairs(), "logit-diff")
     ref, loop_s = hooks_loop(lm, groups)
     ours = np.zeros_like(ref)
     for r in every["rows"]:
