@@ -453,17 +453,19 @@ def test_each_channel_settles_on_the_estimate_closer_to_exact_on_its_first_measu
     ig = exact + np.where(channels == "q", 0.01, 1.0)[:, None] * rng.normal(size=(80, 3))  # close on q only
     ap = exact + np.where(channels == "v", 0.01, 1.0)[:, None] * rng.normal(size=(80, 3))  # close on v only
     measured: list[int] = []
-    est, chosen = _per_channel({"est": ig, "est_eap": ap}, channels, measured.extend, lambda idx: exact[idx].mean(1))
+    est, chosen, seeds = _per_channel(
+        {"est": ig, "est_eap": ap}, channels, measured.extend, lambda idx: exact[idx].mean(1)
+    )
     assert chosen == {"q": "EAP-IG", "v": "EAP"}
     assert np.array_equal(est[:40], ig[:40]) and np.array_equal(est[40:], ap[40:])
     for ch in ("q", "v"):  # each channel's first 10 by each estimate were measured, once
         mine = np.flatnonzero(channels == ch)
         for e in (ig, ap):
             assert set(mine[np.argsort(-np.abs(e[mine].mean(1)), kind="stable")[:10]].tolist()) <= set(measured)
-    assert len(measured) == len(set(measured))
+    assert len(measured) == len(set(measured)) and seeds == measured
     # one estimate only (EAP): nothing measured, nothing chosen
     measured.clear()
-    assert _per_channel({"est": ap}, channels, measured.extend, None)[1] == {} and not measured
+    assert _per_channel({"est": ap}, channels, measured.extend, None)[1:] == ({}, []) and not measured
 
 
 def test_a_zero_on_the_curve_is_said_to_be_edges_not_yet_connected_to_the_input():

@@ -414,16 +414,19 @@ def _settle(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, base,
         measure(asked)
     channels = graph.channels()
     delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731
-    est, chosen = store.state["est"], {}
+    est, chosen, seeds = store.state["est"], {}, []
     if s.exact == "settle":
-        est, chosen = _per_channel(store.state, channels, measure, delta)
+        est, chosen, seeds = _per_channel(store.state, channels, measure, delta)
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
     block = lambda e: where_read(graph.receivers[graph.pairs[e][1]])  # noqa: E731  (EdgeRun.measure groups by it)
     rule = SettleRule(top=s.top, limit=s.limit)
-    done = np.isfinite(values).all(1)
-    if s.exact == "settle" and done.any():  # edges asked for, each channel's seeds: the rule's first round, counted
-        order = np.concatenate([order[done[order]], order[~done[order]]])
-        rule = SettleRule(first=max(rule.first, int(done.sum())), top=s.top, limit=s.limit)
+    # the edges asked for and each channel's seeds are the rule's first round, counted toward the limit: sets fixed
+    # by the settings and the estimates alone (not what a checkpoint holds), so a resumed run settles as one would
+    known = list(dict.fromkeys([*asked, *seeds])) if s.exact == "settle" else []
+    if known:
+        taken = set(known)
+        order = np.array(known + [int(e) for e in order if int(e) not in taken])
+        rule = SettleRule(first=max(rule.first, len(known)), top=s.top, limit=s.limit)
     info = settle_as_asked(s.exact, order, measure, delta, rule, est.mean(1), group=block, channels=channels)
     if chosen:
         info["estimates"] = chosen
@@ -436,9 +439,10 @@ def _per_channel(st: dict, channels: np.ndarray, measure, delta) -> tuple[np.nda
     """With EAP beside EAP-IG (issue 53.3: a channel whose estimate disagrees with exact switches to a better
     one): each channel's first BAND_MIN edges by either estimate are measured, and the channel takes the
     estimate whose largest error on them is smaller — its band (EAP-IG where they tie: the one asked for).
-    Returns (the estimate per edge [E, N], {channel: "EAP" | "EAP-IG"}); without two estimates, ("est", {})."""
+    Returns (the estimate per edge [E, N], {channel: "EAP" | "EAP-IG"}, the edges measured); without two
+    estimates, ("est", {}, [])."""
     if "est_eap" not in st:
-        return st["est"], {}
+        return st["est"], {}, []
     ig, ap = st["est"], st["est_eap"]
     names = list(dict.fromkeys(channels.tolist()))
     seeds = []
@@ -457,7 +461,7 @@ def _per_channel(st: dict, channels: np.ndarray, measure, delta) -> tuple[np.nda
         chosen[ch] = "EAP" if err["EAP"] < err["EAP-IG"] else "EAP-IG"
         if chosen[ch] == "EAP":
             out[channels == ch] = ap[channels == ch]
-    return out, chosen
+    return out, chosen, seeds
 
 
 def _ranking_value(est: np.ndarray, values: np.ndarray, base: np.ndarray) -> np.ndarray:
