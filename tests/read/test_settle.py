@@ -85,10 +85,10 @@ def test_a_band_that_excludes_nothing_measures_the_rest_at_once_never_round_by_r
 
 
 def test_a_band_that_excludes_nothing_yet_grows_the_rounds_and_a_rising_floor_stops_them():
-    """The band excluded nothing after the first round, and everything was measured at once — but a rising floor
-    can still shut components out: patch's IOI heads settled at 40 of 270 before (24 s), and took all 270 at
-    once (124 s). Only a band as wide as the top's floor (even an estimate of 0 could enter) measures the rest at
-    once; otherwise the rounds double until the floor rises past what the rest could reach."""
+    """A band that excludes nothing after the first round measured everything at once — but a floor that rises
+    as more is measured can still shut components out (here: 50 of 200 settle it). Only a band as wide as the
+    top's floor (even an estimate of 0 could enter) measures the rest at once; otherwise the rounds double until
+    the floor rises past what the rest could reach."""
     est = np.concatenate([np.full(20, 0.35), np.full(10, 0.30), np.full(170, 0.26)])
     exact = np.concatenate([np.full(20, 0.30), np.full(10, 0.34), np.full(170, 0.26)])
     calls: list[list[int]] = []

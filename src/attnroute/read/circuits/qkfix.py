@@ -132,4 +132,4 @@ def _scatter(run, chunk: list[int], mine: list[int], eff: dict, scores: torch.Te
                 scores[e] += eff[rc.channel][ci, :, rc.head].double()
 
 
-__all__ = ["QK_BUDGET", "QK_LAYERS", "affordable", "chosen_blocks", "qk_block"]
+__all__ = ["QK_BUDGET", "QK_LAYERS", "affordable", "chosen_blocks", "qk_block", "sender_bytes"]

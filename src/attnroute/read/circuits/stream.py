@@ -64,7 +64,7 @@ class Forward:
         self._hooks.remove()
         # each ReceiverEdit points back at this forward: a cycle only the cyclic collector frees, and until it
         # ran a circuit forward's edits — their [senders, copies, n·T·d] D rows, 357 MiB a chunk on an IOI run —
-        # stayed alive, chunk after chunk (the curve's peak: 3.8 → 8.6 GiB). Broken here, freed on return.
+        # stayed alive, chunk after chunk (IOI's curve peaked at 8.6 GiB, 3.5 without). Broken here: freed on return.
         self.interventions = []
 
     def _hook(self, module, pre=None, post=None) -> None:

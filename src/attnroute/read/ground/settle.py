@@ -113,7 +113,8 @@ def settle(
     channels: np.ndarray | None = None,
 ) -> dict:
     """Measure in rounds until the exact top holds and nothing unmeasured could enter it (see the module
-    docstring). Returns {"measured", "rounds", "settled", "band", "floor", "could_enter", "all_at_once"}.
+    docstring). Returns {"measured", "rounds", "settled", "band", "floor", "could_enter", "all_at_once", "grown"}
+    and, with ``channels``, {"bands", "could_enter_by"}.
 
     When a round's band excludes nothing — every unmeasured component could still enter the top, as on a site
     where nothing matters and the error is as large as the top — rounds of ``step`` would measure them all
@@ -180,13 +181,8 @@ def settle_rounds(order: Sequence[int], exact: Callable, rule: SettleRule, estim
             n = cap
             continue
         before = exact_top(order[:n], values, rule.top, rule.signed)
-        # where rounds of ``step`` would crawl, a round measures as many as were measured before: the band excludes
-        # nothing yet (a rising floor may still shut some out: patch's IOI heads settle at 40 of 270), or more could
-        # enter than the limit leaves (IOI's MLP band kept 4,601 edges in: 13 rounds of 10 to the limit, 115 s CPU)
         grow = nothing_out or len(b.candidates) > cap - n
-        nxt = (b.candidates or order[n:])[: min(max(rule.step, n) if grow else rule.step, cap - n)]
-        taken = set(nxt)
-        order = order[:n] + nxt + [i for i in order[n:] if i not in taken]
+        order, nxt = _next_round(order, n, b.candidates, min(max(rule.step, n) if grow else rule.step, cap - n))
         rounds += yield nxt, grow
         n, grown = n + len(nxt), grown + len(nxt) * grow
         stable = exact_top(order[:n], exact(order[:n]), rule.top, rule.signed) == before
@@ -205,6 +201,17 @@ def settle_rounds(order: Sequence[int], exact: Callable, rule: SettleRule, estim
         "grown": grown,
         **by,
     }
+
+
+def _next_round(order: list[int], n: int, candidates: list[int], size: int) -> tuple[list[int], list[int]]:
+    """The next ``size`` to measure — candidates first, else the order's next — moved to ``order[n:]``.
+
+    ``size`` is ``step``, or as many as were measured before where rounds of ``step`` would crawl: the band
+    excludes nothing yet (a floor that rises as more is measured may still shut some out), or more could enter
+    than the limit leaves (IOI's MLP band kept 4,601 edges in: 13 rounds of 10 to the limit, 115 s CPU)."""
+    nxt = (candidates or order[n:])[:size]
+    taken = set(nxt)
+    return order[:n] + nxt + [i for i in order[n:] if i not in taken], nxt
 
 
 def _seeded(order: list[int], first: int, channels) -> tuple[list[int], int]:
@@ -235,7 +242,7 @@ def settle_said(info: dict, top: int, what: str, more: str) -> str:
     if info.get("all_at_once"):
         head += f" (the band could exclude nothing: the last {info['all_at_once']} measured at once, not in rounds)"
     if info.get("grown"):
-        head += f" ({info['grown']} in rounds that doubled, where rounds of 10 would crawl)"
+        head += f" ({info['grown']} in rounds that doubled, where fixed rounds would crawl)"
     if info.get("settled"):
         return head + "; nothing unmeasured could enter it"
     by = ", ".join(f"{c} {n:,}" for c, n in (info.get("could_enter_by") or {}).items() if n)
@@ -273,7 +280,7 @@ def measure_first(
 
 
 def settle_as_asked(
-    exact, order, measure, delta, rule: SettleRule, estimate, group: Callable | None = None, channels=None
+    exact, order, measure, delta, rule: SettleRule, estimate, *, group: Callable | None = None, channels=None
 ) -> dict:
     """The switch every settling verb makes on its ``exact`` setting: "all" or N measures the first N of
     ``order`` (rounds of whole ``group``s, measure_first), anything else ("settle") the settle rule. Returns the
