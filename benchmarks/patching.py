@@ -73,8 +73,8 @@ def hooks_loop(lm, groups) -> tuple[np.ndarray, float]:
 
 def ioi() -> dict:
     import attnroute as ar
-    from attnroute.models import load
     from attnroute.bundled import prompts_path
+    from attnroute.models import load
     from attnroute.read.ground.prompts import tokenize_pairs
 
     lm = load("smollm2")
