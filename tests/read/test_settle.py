@@ -205,6 +205,9 @@ def test_an_unsettled_circuit_names_the_channel_whose_estimate_stops_it():
     )
     assert "measure the 70,501 that could enter (--limit 70,651)" in said and "(--ig-steps 5: EAP-IG" in said
     assert "(--ig-steps 10: EAP-IG" in unsettled_said(measured, settle, agreement, ig_steps=5)  # already 5: more
+    paced = {**settle, "seconds_per_edge": 0.3}  # what measuring them would take at the run's pace
+    assert "(--limit 70,651, about 353 min at this run's pace)" in unsettled_said(measured, paced, agreement)
+    assert "about 12 s at this run's pace" in unsettled_said(measured, {**paced, "could_enter": 40}, agreement)
     # a band per channel: only the channels that still let edges in are named, each with its own band
     by = {**settle, "could_enter": 40, "bands": {"mlp": 6.01, "v": 0.1, "logits": 0.1}}
     by["could_enter_by"] = {"mlp": 30, "v": 10, "logits": 0}

@@ -197,7 +197,10 @@ def unsettled_said(measured: list[dict], settle: dict, agreement: dict, ig_steps
 def _cost(settle: dict) -> str:
     """What measuring the edges that could enter would take, at the pace this run measured its edges."""
     per = settle.get("seconds_per_edge")
-    return "" if not per else f", about {per * settle['could_enter'] / 60:,.0f} min at this run's pace"
+    if not per:
+        return ""
+    t = per * settle["could_enter"]
+    return f", about {t:.0f} s at this run's pace" if t < 90 else f", about {t / 60:,.0f} min at this run's pace"
 
 
 def _channel(row: dict) -> str:
