@@ -445,7 +445,7 @@ def test_each_channel_settles_on_the_estimate_closer_to_exact_on_its_first_measu
     narrows q's band (0.75 → 0.42) and widens v's (0.71 → 1.03): one estimate for every channel loses either
     way. Each channel's first 10 by either estimate are measured; it takes the one whose largest error on them
     is smaller."""
-    from attnroute.read.circuits.circuit import _per_channel
+    from attnroute.read.circuits.settling import per_channel
 
     rng = np.random.default_rng(0)
     channels = np.array(["q"] * 40 + ["v"] * 40)
@@ -453,7 +453,7 @@ def test_each_channel_settles_on_the_estimate_closer_to_exact_on_its_first_measu
     ig = exact + np.where(channels == "q", 0.01, 1.0)[:, None] * rng.normal(size=(80, 3))  # close on q only
     ap = exact + np.where(channels == "v", 0.01, 1.0)[:, None] * rng.normal(size=(80, 3))  # close on v only
     measured: list[int] = []
-    est, chosen, seeds = _per_channel(
+    est, chosen, seeds = per_channel(
         {"est": ig, "est_eap": ap}, channels, measured.extend, lambda idx: exact[idx].mean(1)
     )
     assert chosen == {"q": "EAP-IG", "v": "EAP"}
@@ -465,7 +465,7 @@ def test_each_channel_settles_on_the_estimate_closer_to_exact_on_its_first_measu
     assert len(measured) == len(set(measured)) and seeds == measured
     # one estimate only (EAP): nothing measured, nothing chosen
     measured.clear()
-    assert _per_channel({"est": ap}, channels, measured.extend, None)[1:] == ({}, []) and not measured
+    assert per_channel({"est": ap}, channels, measured.extend, None)[1:] == ({}, []) and not measured
 
 
 def test_a_zero_on_the_curve_is_said_to_be_edges_not_yet_connected_to_the_input():

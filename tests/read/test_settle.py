@@ -186,7 +186,7 @@ def test_rounds_double_while_more_could_enter_than_the_limit_leaves():
 def test_an_unsettled_circuit_names_the_channel_whose_estimate_stops_it():
     """Issue 53.3: the recall circuit did not settle (band ±6.01) and did not say why; the verdict now names
     the edge whose estimate error sets the band, its channel, each channel's R², and what would settle it."""
-    from attnroute.read.circuits.circuit import unsettled_said
+    from attnroute.read.circuits.settling import unsettled_said
 
     def edge(label, channel, kind, exact, estimate):
         return {"label": label, "receiver": {"channel": channel, "kind": kind}, "exact": exact, "estimate": estimate}

@@ -13,6 +13,7 @@ carries your behaviour — estimated for every edge at once, settled exactly.
     estimate     EAP and EAP-IG for every edge
     qkfix        AtP*'s QK fix for edges into a self-attention's queries and keys
     evaluate     a circuit run whole: the faithfulness curve (Curve) and evaluate_circuit() on any edge set
+    settling     the settle rule over the edges: a band per receiving channel, each on its closer estimate
     circuit      circuit(): estimate, settle, the faithfulness curve
     path         path_patch(): one edge, exactly
     qk           a head's query and key split into the stream's components (norm scales frozen)

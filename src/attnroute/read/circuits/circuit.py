@@ -19,7 +19,6 @@ Edges are ranked for circuits by their exact effect where measured, by the estim
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,18 +28,18 @@ from ...promptset import finite
 from ...settings import CircuitSettings, verb
 from ..ground.arrays import Store, pairs_key
 from ..ground.pool import RunPool
-from ..ground.settle import BAND_MIN, SettleRule, measure_exact, settle_as_asked
 from ..ground.stats import agreement, gap, mean_ci, mean_ci_rows
 from ..study import Study
 from .composition import weight_scores
 from .estimate import eap
 from .evaluate import Curve, zero_points_said
-from .graph import Graph, where_read
+from .graph import Graph
 from .layout import discover
 from .means import GroupMeans, check_lengths
 from .nodes import resolve_edges
 from .qkfix import QK_BUDGET
 from .runs import EdgeRun
+from .settling import settle_edges, unsettled_said
 
 
 @dataclass(kw_only=True)
@@ -165,48 +164,6 @@ class CircuitResult(Result):
         }
 
 
-def unsettled_said(measured: list[dict], settle: dict, agreement: dict, ig_steps: int = 1) -> str | None:
-    """When the exact top did not settle: which channel's estimate stops it — each channel whose own band still
-    lets unmeasured edges in, the measured edge whose error sets that band, the channel's R² — and what would
-    settle it (issue 53.3). None when it settled."""
-    if settle.get("band") is None or settle.get("settled") or not measured:
-        return None
-    by = settle.get("could_enter_by") or {}
-    blocking = [c for c, n in by.items() if n] or [None]  # None: one band over every channel
-    said = []
-    for ch in blocking:
-        mine = [r for r in measured if ch is None or _channel(r) == ch] or measured
-        worst = max(mine, key=lambda r: abs(r["exact"] - r["estimate"]))
-        width = settle["band"] if ch is None else (settle.get("bands") or {}).get(ch) or settle["band"]
-        r2 = (agreement.get(_channel(worst)) or {}).get("r2")
-        n = by.get(ch, settle["could_enter"]) if ch is not None else settle["could_enter"]
-        said.append(
-            f"the {_channel(worst) if ch is None else ch} estimate ({n:,} could enter; band ±{width:.3g} from "
-            f"{worst['label']}, exact {worst['exact']:+.3f}, estimated {worst['estimate']:+.3f}"
-            + ("" if r2 is None else f"; R² {r2:.2f}")
-            + ")"
-        )
-    return (
-        "not settled because of " + " and ".join(said) + f"; to settle, measure the {settle['could_enter']:,} "
-        f"that could enter (--limit {settle['measured'] + settle['could_enter']:,}{_cost(settle)}) or estimate "
-        f"more closely (--ig-steps {5 if ig_steps < 5 else 2 * ig_steps}: EAP-IG, each channel on the closer of it "
-        "and EAP)"
-    )
-
-
-def _cost(settle: dict) -> str:
-    """What measuring the edges that could enter would take, at the pace this run measured its edges."""
-    per = settle.get("seconds_per_edge")
-    if not per:
-        return ""
-    t = per * settle["could_enter"]
-    return f", about {t:.0f} s at this run's pace" if t < 90 else f", about {t / 60:,.0f} min at this run's pace"
-
-
-def _channel(row: dict) -> str:
-    return row["receiver"]["channel"] or row["receiver"]["kind"]
-
-
 @verb(CircuitSettings)
 def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None, progress=None, **fields):
     """Circuit discovery; the fields are CircuitSettings' (or pass ``settings``). See the module docstring.
@@ -273,7 +230,7 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     pool = study.pool(make, lambda g: _run_bytes(graph, layout, g.tokens), groups)
     chunks = pool.chunks
     shapes = {"m_clean": (N,), "m_corrupt": (N,), "est": (E, N), "values.edges": (E, N)}
-    if s.ig_steps > 1:  # EAP beside EAP-IG: each channel settles on the closer of the two (_per_channel)
+    if s.ig_steps > 1:  # EAP beside EAP-IG: each channel settles on the closer of the two (settling.per_channel)
         shapes["est_eap"] = (E, N)
     store = study.store("circuit", key, shapes)
     say("stage", f"{E:,} edges: recording clean and corrupt runs and estimating every edge ({_estimate_name(s)})")
@@ -281,7 +238,7 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     st = store.state
     base = st["m_corrupt" if s.direction == "denoising" else "m_clean"]
     say("stage", f"clean {np.nanmean(st['m_clean']):.3f}, corrupt {np.nanmean(st['m_corrupt']):.3f}: path patching")
-    settled, est = _settle(pool, graph, s, store, base, asked, say)
+    settled, est = settle_edges(pool, graph, s, store, base, asked, say)
     if means is not None:
         means.fill(pool, shard, say)
     value = _ranking_value(est, st["values.edges"], base)
@@ -314,7 +271,7 @@ def _assemble(study: Study, layout, graph: Graph, parts: dict) -> CircuitResult:
 
 def _estimate_name(s: CircuitSettings, checks: dict | None = None, layout=None, chosen: dict | None = None) -> str:
     name = "EAP" if s.ig_steps == 1 else f"EAP-IG, {s.ig_steps} steps"
-    if chosen:  # each channel on the closer of EAP and EAP-IG over its first measured edges (_per_channel)
+    if chosen:  # each channel on the closer of EAP and EAP-IG over its first measured edges (settling.per_channel)
         on = {k: [ch for ch, c in chosen.items() if c == k] for k in ("EAP-IG", "EAP")}
         name = "; ".join(f"{k if k == 'EAP' else name} for {', '.join(chs)}" for k, chs in on.items() if chs)
         name += " (per channel, the closer to exact on its first measured edges)"
@@ -397,74 +354,6 @@ def _qk_read(saved: np.ndarray | None) -> list[int] | None:
     if saved is None or saved.size == 0 or saved[0] < 0:
         return None
     return [int(x) for x in saved[1:]]
-
-
-def _settle(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, base, asked: list[int], say) -> tuple:
-    """The settle rule over the edges, a band per receiver channel, on each channel's closer estimate where
-    two were made (_per_channel). Returns (the record — with how long an edge took to measure here, so that an
-    unsettled verdict can say what measuring the rest would cost —, the estimate per edge used [E, N])."""
-    values = store.state["values.edges"]
-    clock = {"seconds": 0.0, "edges": 0}
-
-    def measure(idx):
-        t = time.perf_counter()
-        before = int(np.isfinite(values).all(1).sum())
-        measure_exact(pool, idx, store, values, say, ("path patching", "edges"))
-        clock["seconds"] += time.perf_counter() - t
-        clock["edges"] += int(np.isfinite(values).all(1).sum()) - before
-
-    if asked:
-        measure(asked)
-    channels = graph.channels()
-    delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731
-    est, chosen, seeds = store.state["est"], {}, []
-    if s.exact == "settle":
-        est, chosen, seeds = _per_channel(store.state, channels, measure, delta)
-    order = np.argsort(-np.abs(est.mean(1)), kind="stable")
-    block = lambda e: where_read(graph.receivers[graph.pairs[e][1]])  # noqa: E731  (EdgeRun.measure groups by it)
-    rule = SettleRule(top=s.top, limit=s.limit)
-    # the edges asked for and each channel's seeds are the rule's first round, counted toward the limit: sets fixed
-    # by the settings and the estimates alone (not what a checkpoint holds), so a resumed run settles as one would
-    known = list(dict.fromkeys([*asked, *seeds])) if s.exact == "settle" else []
-    if known:
-        taken = set(known)
-        order = np.array(known + [int(e) for e in order if int(e) not in taken])
-        rule = SettleRule(first=max(rule.first, len(known)), top=s.top, limit=s.limit)
-    info = settle_as_asked(s.exact, order, measure, delta, rule, est.mean(1), group=block, channels=channels)
-    if chosen:
-        info["estimates"] = chosen
-    if clock["edges"]:
-        info["seconds_per_edge"] = clock["seconds"] / clock["edges"]  # this machine, these prompts
-    return info, est
-
-
-def _per_channel(st: dict, channels: np.ndarray, measure, delta) -> tuple[np.ndarray, dict]:
-    """With EAP beside EAP-IG (issue 53.3: a channel whose estimate disagrees with exact switches to a better
-    one): each channel's first BAND_MIN edges by either estimate are measured, and the channel takes the
-    estimate whose largest error on them is smaller — its band (EAP-IG where they tie: the one asked for).
-    Returns (the estimate per edge [E, N], {channel: "EAP" | "EAP-IG"}, the edges measured); without two
-    estimates, ("est", {}, [])."""
-    if "est_eap" not in st:
-        return st["est"], {}, []
-    ig, ap = st["est"], st["est_eap"]
-    names = list(dict.fromkeys(channels.tolist()))
-    seeds = []
-    for ch in names:
-        mine = np.flatnonzero(channels == ch)
-        for e in (ig, ap):
-            seeds += mine[np.argsort(-np.abs(e[mine].mean(1)), kind="stable")[:BAND_MIN]].tolist()
-    seeds = list(dict.fromkeys(seeds))
-    measure(seeds)
-    exact = delta(seeds)
-    chosen, out = {}, ig.copy()
-    for ch in names:
-        at = [i for i, e in enumerate(seeds) if channels[e] == ch]
-        idx = [seeds[i] for i in at]
-        err = {k: float(np.max(np.abs(exact[at] - e[idx].mean(1)))) for k, e in (("EAP-IG", ig), ("EAP", ap))}
-        chosen[ch] = "EAP" if err["EAP"] < err["EAP-IG"] else "EAP-IG"
-        if chosen[ch] == "EAP":
-            out[channels == ch] = ap[channels == ch]
-    return out, chosen, seeds
 
 
 def _ranking_value(est: np.ndarray, values: np.ndarray, base: np.ndarray) -> np.ndarray:
