@@ -253,7 +253,7 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     study.partial(curved, ["estimate", "settle", "curve"], ["composition"], "the faithfulness curve run")
     say("stage", "composition scores from the weights, beside the measured edges")
     with_composition(loaded, layout, result.edges)
-    result.agreement = _agreements(graph, result.edges, result.meta.exact, st)
+    result.agreement = _agreements(result.edges, result.meta.exact, st)
     return result
 
 
@@ -457,7 +457,7 @@ def with_composition(loaded, layout, rows: list[dict]) -> None:
         row["composition"] = float(table[r["channel"]][s["layer"], s["head"], r["layer"], r["head"]]) if ok else None
 
 
-def _agreements(graph: Graph, rows: list[dict], settled: dict, st: dict) -> dict:
+def _agreements(rows: list[dict], settled: dict, st: dict) -> dict:
     """Estimate against exact over the measured edges, per receiver channel (q, k, v) or kind (mlp, logits),
     with the channel's own error band and what could still enter the top through it (the settle rule's); with
     EAP beside EAP-IG, each estimate's agreement too (``by_estimate``) and the one the channel settled on."""

@@ -11,6 +11,7 @@ first measured edges is smaller (per_channel). docs/circuits.md, "Settling, and 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -73,10 +74,8 @@ def settle_edges(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, 
 
     def measure(idx):
         t = time.perf_counter()
-        before = int(np.isfinite(values).all(1).sum())
-        measure_exact(pool, idx, store, values, say, ("path patching", "edges"))
+        clock["edges"] += measure_exact(pool, idx, store, values, say, ("path patching", "edges"))
         clock["seconds"] += time.perf_counter() - t
-        clock["edges"] += int(np.isfinite(values).all(1).sum()) - before
 
     if asked:
         measure(asked)
@@ -94,7 +93,7 @@ def settle_edges(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, 
     if known:
         taken = set(known)
         order = np.array(known + [int(e) for e in order if int(e) not in taken])
-        rule = SettleRule(first=max(rule.first, len(known)), top=s.top, limit=s.limit)
+        rule = dataclasses.replace(rule, first=max(rule.first, len(known)))
     info = settle_as_asked(s.exact, order, measure, delta, rule, est.mean(1), group=block, channels=channels)
     if chosen:
         info["estimates"] = chosen

@@ -294,18 +294,19 @@ def settle_as_asked(
     return {"rule": rule.describe() + per, **info}
 
 
-def measure_exact(pool, idx, store, values: np.ndarray, say, said: tuple[str, str], picked=None) -> None:
+def measure_exact(pool, idx, store, values: np.ndarray, say, said: tuple[str, str], picked=None) -> int:
     """Exact values of components ``idx`` for every prompt (each rank its own runs, gathered by the store's
     shard); those measured already (a resumed checkpoint, an earlier round) are skipped, the round is saved.
     ``said``: the progress line's verb and noun (("head: patching", "components")), ``picked(todo)`` what a
-    run's ``measure`` takes for those indices (default: the indices)."""
+    run's ``measure`` takes for those indices (default: the indices). Returns how many were measured now."""
     todo = [int(i) for i in idx if not np.isfinite(values[i]).all()]
     if not todo:
-        return
+        return 0
     done = int(np.isfinite(values).all(1).sum())
     say("patch", f"{said[0]} {len(todo)} more {said[1]} exactly ({done} done)", done=done, total=len(values))
     values[todo] = measure_runs(pool, todo if picked is None else picked(todo), store.shard)
     store.save()
+    return len(todo)
 
 
 def measure_runs(pool, chosen: list, shard) -> np.ndarray:
