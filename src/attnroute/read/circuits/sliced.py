@@ -1,15 +1,19 @@
 """A receiver's q, k or v from its own head's columns, where the channel is a plain projection.
 
 Replaying the attention module for an edited receiver (adapter.replay) computes every head's q, k and v to
-keep one head's one channel: on Whisper's 1,500 frames, 1 column block of 18 is kept. Where a channel is the
+keep one head's one channel: on Whisper's 1,500 frames, 1 column block of 18 is kept; on SmolLM2 each q or k
+receiver of a circuit replayed all 15 heads' q, k and v — most of a circuit's curve. Where a channel is the
 normed input times its projection's weight, plus its bias, times one scalar (Whisper's q carries the
-1/√d scale) — no rotary embedding, no per-head norm — a receiver's value is its head's slice of that
-projection alone, [n, T, d] @ [d, D] instead of a replay.
+1/√d scale), then possibly rotated by the rotary embedding the call was given (transformers' Llama, Qwen2,
+Mistral, … pass ``position_embeddings=(cos, sin)``; half-split pairing, engine/positions.py) — no per-head
+norm — a receiver's value is its head's slice of that projection alone, [n, T, d] @ [d, D], rotated with
+the same cos and sin, instead of a replay.
 
 Whether a channel is one is checked on every forward, against the module's own q, k, v of that forward
 (first batch row: the module's code is the same for every row): the scalar fitted by least squares, then
-every entry compared at the dtype's tolerance. A channel that fails — rotary q and k, QK-norm, a fused or
-transposed projection — is replayed as before; nothing is assumed from a module's name alone.
+every entry compared at the dtype's tolerance, without the rotation and then with it. A channel that fails
+— QK-norm, an interleaved or partial rotary, a fused or transposed projection — is replayed as before;
+nothing is assumed from a module's name alone.
 """
 
 from __future__ import annotations
@@ -32,13 +36,26 @@ class Sliced:
     bias: torch.Tensor | None
     scalar: float
     head_dim: int
+    rotary: tuple | None = None  # (cos, sin) [1 or B, T, D] of this forward's call: the channel is rotated
 
-    def head(self, normed: torch.Tensor, h: int) -> torch.Tensor:
-        """Head h's channel for inputs ``normed`` [n, T, d]: [n, T, D]."""
+    def head(self, normed: torch.Tensor, h: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Head h's channel for inputs ``normed`` [n, T, d] (the batch rows ``rows`` of the call): [n, T, D]."""
         cols = slice(h * self.head_dim, (h + 1) * self.head_dim)
         b = None if self.bias is None else self.bias[cols]
         out = F.linear(normed.to(self.weight.dtype), self.weight[cols], b)
+        if self.rotary is not None:
+            cos, sin = (t if t.shape[0] == 1 or rows is None else t[rows] for t in self.rotary)
+            out = rotate(out, cos, sin)
         return out * self.scalar if self.scalar != 1.0 else out
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x·cos + rotate_half(x)·sin, channel i paired with i + D/2 (transformers' apply_rotary_pos_emb); x [..., T, D],
+    cos and sin [B or 1, T, D] broadcast over what lies between."""
+    x1, x2 = x.chunk(2, dim=-1)
+    shape = (cos.shape[0],) + (1,) * (x.dim() - 3) + tuple(cos.shape[1:])
+    c, s = cos.reshape(shape).to(x.dtype), sin.reshape(shape).to(x.dtype)
+    return x * c + torch.cat((-x2, x1), dim=-1) * s
 
 
 def projection(module: torch.nn.Module, channel: str) -> torch.nn.Linear | None:
@@ -49,27 +66,50 @@ def projection(module: torch.nn.Module, channel: str) -> torch.nn.Linear | None:
     return None
 
 
-def fit(module: torch.nn.Module, channel: str, normed: torch.Tensor, ref: torch.Tensor) -> Sliced | None:
+def fit(
+    module: torch.nn.Module, channel: str, normed: torch.Tensor, ref: torch.Tensor, rotary: tuple | None = None
+) -> Sliced | None:
     """The channel as a checked projection, or None. normed: the module's input in this forward's first row
-    [1, T, d]; ref: what the module attended with, [B, H, T, D]."""
+    [1, T, d]; ref: what the module attended with, [B, H, T, D]; rotary: the (cos, sin) the call was given,
+    tried when the plain projection fails."""
     lin = projection(module, channel)
     B, H, T, D = ref.shape
     if lin is None or lin.weight.shape != (H * D, normed.shape[-1]) or normed.shape[1] != T:
         return None
     with torch.no_grad():
-        want = ref[:1].double()
         got = F.linear(normed[:1].to(lin.weight.dtype), lin.weight, lin.bias).view(1, T, H, D).transpose(1, 2)
-        got = got.double()
-        norm2 = float((got * got).sum())
-        if norm2 == 0.0:
-            return None
-        scalar = float((want * got).sum()) / norm2
-        err = float((want - scalar * got).abs().max())
-    if err > TOLERANCE.get(ref.dtype, 2e-5) * max(1.0, float(want.abs().max())):
+    scalar = _scalar(ref[:1], got)
+    if scalar is None and _rotary_fits(rotary, T, D):
+        rotary = tuple(t.detach() for t in rotary)
+        scalar = _scalar(ref[:1], rotate(got, rotary[0][:1], rotary[1][:1]))
+    else:
+        rotary = None
+    if scalar is None:
         return None
     bias = None if lin.bias is None else lin.bias.detach()
     scalar = float(torch.tensor(scalar, dtype=lin.weight.dtype))  # the module's own constant (0.125, not 0.125 + 3e-17)
-    return Sliced(lin.weight.detach(), bias, scalar, D)
+    return Sliced(lin.weight.detach(), bias, scalar, D, rotary)
 
 
-__all__ = ["Sliced", "fit", "projection"]
+def _scalar(ref: torch.Tensor, got: torch.Tensor) -> float | None:
+    """The least-squares scalar with ref ≈ scalar · got, or None where some entry misses it by more than the
+    dtype's tolerance."""
+    want, got = ref.double(), got.double()
+    norm2 = float((got * got).sum())
+    if norm2 == 0.0:
+        return None
+    scalar = float((want * got).sum()) / norm2
+    err = float((want - scalar * got).abs().max())
+    return None if err > TOLERANCE.get(ref.dtype, 2e-5) * max(1.0, float(want.abs().max())) else scalar
+
+
+def _rotary_fits(rotary, T: int, D: int) -> bool:
+    """A (cos, sin) pair as transformers passes it: two tensors [B or 1, T, D]."""
+    return (
+        isinstance(rotary, tuple | list)
+        and len(rotary) == 2
+        and all(isinstance(t, torch.Tensor) and t.dim() == 3 and tuple(t.shape[1:]) == (T, D) for t in rotary)
+    )
+
+
+__all__ = ["Sliced", "fit", "projection", "rotate"]

@@ -18,7 +18,8 @@ An edit changes a receiver's *input* — the residual it reads, before its own n
 receiver's norm and projections are then recomputed from x + corr (adapter.replay: the attention module's
 own forward, stopped at its attention call), and only that receiver's head and channel take the result;
 every other receiver reads what it read. Everything after runs as the model runs it. A channel that is its
-projection alone (checked each forward, sliced.py) is computed from that head's columns instead of a replay.
+projection alone, or its projection rotated by the call's rotary embedding (checked each forward, sliced.py),
+is computed from that head's columns instead of a replay.
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ class ReceiverEdit(Intervention):
         mine = g.receivers_of("decoder" if attn.cross else block.stream, block.index)
         kind = "cross" if attn.cross else "self"
         self.receivers = [j for j in mine if g.receivers[j].kind == "head" and g.receivers[j].attention == kind]
-        self.replayed: set[str] = set()  # channels that failed sliced.fit in this forward (rotary q, k): not refitted
+        self.replayed: set[str] = set()  # channels that failed sliced.fit in this forward (QK-norm): not refitted
 
     def edit_inputs(self, q, k, v):
         if self.fw.edits is None:
@@ -214,9 +215,17 @@ class ReceiverEdit(Intervention):
         if not channels:
             return {}
         normed = norm.forward(x[:1]) if norm is not None else x[:1]
-        found = {c: fit(self.attn.module, c, normed, new[c]) for c in channels}
+        rotary = self._rotary()
+        found = {c: fit(self.attn.module, c, normed, new[c], rotary) for c in channels}
         self.replayed |= {c for c, f in found.items() if f is None}
         return {c: f for c, f in found.items() if f is not None}
+
+    def _rotary(self):
+        """The (cos, sin) this forward's call gave the module (transformers' ``position_embeddings``), or None:
+        sliced.fit checks whether the q and k channels are their projections rotated by it."""
+        r = self.fw.rec[(self.block.stream, self.block.index)]
+        args, kwargs = r.get("ccall" if self.attn.cross else "call", ((), {}))
+        return kwargs.get("position_embeddings", args[1] if len(args) > 1 else None)
 
     def _project(self, edits: list, sliced: dict, norm, x, new: dict) -> None:
         """Receivers on a sliced channel: each correction's input normed once, each receiver's head projected."""
@@ -230,7 +239,7 @@ class ReceiverEdit(Intervention):
                     new[rc.channel] = new[rc.channel].clone()
                     cloned.add(rc.channel)
                 t = new[rc.channel]
-                t[rows, rc.head] = sliced[rc.channel].head(normed, rc.head).to(t.dtype)
+                t[rows, rc.head] = sliced[rc.channel].head(normed, rc.head, rows).to(t.dtype)
 
     def _sides(self) -> dict:
         """Receivers grouped by the point they read: a cross-attention's queries and its keys/values differ."""
