@@ -229,11 +229,21 @@ def test_receivers_sharing_a_correction_replayed_once_give_what_each_replayed_al
     torch.testing.assert_close(shared, run.circuits(masks), atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("arch, plain", [("llama", {"v"}), ("qwen3", {"v"}), ("t5", {"q", "k", "v"})])
+@pytest.mark.parametrize(
+    "arch, plain",
+    [
+        ("llama", {"q", "k", "v"}),
+        ("gemma", {"q", "k", "v"}),
+        ("qwen3", {"v"}),
+        ("cohere", {"v"}),
+        ("t5", {"q", "k", "v"}),
+    ],
+)
 def test_receivers_on_a_plain_projection_read_their_heads_slice_as_a_replay_would(arch, plain, tmp_path, monkeypatch):
-    """sliced.py: a channel that is its projection alone (checked against the module's own q, k, v of the
-    forward) gives each receiver its head's columns; rotary q and k (Llama) and QK-normed ones (Qwen3) fail
-    the check and are replayed. Circuits computed either way agree."""
+    """sliced.py: a channel that is its projection alone, or rotated by the call's half-split rotary embedding
+    (checked against the module's own q, k, v of the forward), gives each receiver its head's columns; QK-normed
+    q and k (Qwen3) and interleaved rotary ones (Cohere) fail the check and are replayed. Circuits computed
+    either way agree."""
     from attnroute.read.circuits import sliced, stream
 
     run = edge_run(load(str(build(arch, tmp_path))))
@@ -817,3 +827,22 @@ def test_a_circuit_run_whole_is_the_documented_formula_with_this_runs_writes(tmp
 def _as_tuples(sender, receiver) -> tuple:
     """A graph edge as the hooks reference names its ends: (kind, layer, head), (kind, layer, unit, channel)."""
     return (sender.kind, sender.layer, sender.head), (receiver.kind, receiver.layer, receiver.head, receiver.channel)
+
+
+@pytest.mark.parametrize("used", [0, 1, 3, 5, 12, 40])
+def test_a_circuits_sum_over_a_few_senders_equals_the_whole_product(used):
+    """runs._add_sum gathers the rows of D some coefficient uses (at most 1 in SPARSE of them) and multiplies
+    the whole block otherwise: either way out += c @ D, on a strided view of the stream's rows as a circuit
+    forward holds them [S, copies, size]."""
+    from attnroute.read.circuits.runs import _add_sum
+
+    g = torch.Generator().manual_seed(used)
+    S, copies, U, size = 40, 3, 5, 33
+    rows = torch.randn(S, copies, size, generator=g)
+    c = torch.zeros(U, S)
+    cols = torch.randperm(S, generator=g)[:used]
+    c[:, cols] = torch.randn(U, used, generator=g)
+    start = torch.randn(U, size, generator=g)
+    out = start.clone()
+    _add_sum(out, c, rows[:, 1])
+    torch.testing.assert_close(out, start + c @ rows[:, 1], atol=1e-5, rtol=1e-6)

@@ -291,10 +291,10 @@ class CircuitEdits:
             return
         now = sender_writes(self.run.layout, self.run.graph, fw.rec, *part)
         ab = self.run.ablated(part)
-        reps = len(self.masks) * self.n
         first, rows = self._stream_rows(part[0], next(iter(now.values())))
-        for s in self.parts[part]:
-            rows[s - first] = (now[s] - ab[s].repeat(reps // ab[s].shape[0], 1, 1)).reshape(len(self.masks), -1)
+        k, shape = len(self.masks), next(iter(now.values())).shape[1:]
+        for s in self.parts[part]:  # [k, n, T, d] − [n or 1 (a mean), T, d], into its row: no repeated copy
+            torch.sub(now[s].view(k, self.n, *shape), ab[s].to(rows.dtype), out=rows[s - first].view(k, self.n, *shape))
         self.filled.add(part)
 
     def _stream_rows(self, stream: str, w: torch.Tensor) -> tuple[int, torch.Tensor]:
@@ -364,14 +364,30 @@ class CircuitEdits:
         for part, group in parts:
             self._part(part, fw)
             streams.setdefault(part[0], []).extend(group)
-        out = None
+        out = torch.zeros(k, U, size, dtype=dtype)
         for stream, ss in streams.items():
             first, rows = self.rows[stream]
             lo, hi = min(ss), max(ss) + 1  # senders in between that no circuit here uses: zero coefficients
-            D = rows[lo - first : hi - first].to(dtype)  # (S', k, ·), a view
-            y = c[:, :, lo:hi] @ D.transpose(0, 1)
-            out = y if out is None else out + y
+            for copy in range(k):
+                _add_sum(out[copy], c[copy, :, lo:hi], rows[lo - first : hi - first, copy])
         return out
+
+
+def _add_sum(out: torch.Tensor, c: torch.Tensor, D: torch.Tensor) -> None:
+    """out [U, size] += c [U, S] @ D [S, size] (a strided view of the stream's rows), reading only the senders
+    some coefficient uses: a small circuit's copy (the curve's first points: a few edges per receiver), or a
+    large one's (every edge inside but a few: their complement is summed), touches a handful of D's rows,
+    where the product over all S re-read the whole block (a third of IOI's curve)."""
+    cols = torch.nonzero(c.abs().sum(0)).flatten()
+    if not len(cols):
+        return
+    if SPARSE * len(cols) > c.shape[1]:
+        out.addmm_(c, D.to(out.dtype))
+    else:
+        out.addmm_(c[:, cols], D[cols].to(out.dtype))
+
+
+SPARSE = 4  # gather the used rows of D when at most 1 in SPARSE is used (measured: a gather of more costs more)
 
 
 # ---------------------------------------------------------------- the decomposition check
