@@ -6,7 +6,8 @@ the README).
 1. On the bundled IOI prompts (48 pairs, 3 lengths), against one forward + backward of the model over the
    same prompts (its SDPA attention, the same metric, gradients to the input embeddings): EAP over every
    edge (70,651), with and without the QK fix, and EAP-IG at 5 steps (forward + backward, EAP and EAP-IG:
-   the median of 3 runs each); exact path patching of the top 50
+   the median of 3 runs each; EAP-IG also as `--ig-steps 5` runs it, the default QK fix at every step, once);
+   exact path patching of the top 50
    edges by |estimate| beside a plain hooks loop (one forward per edge: a pre-hook on the receiving layer
    and a forward hook on its q/k/v projection, or on the MLP or the final norm, as
    tests/read/test_circuits.py's reference does); `ar.circuit` end to end with its defaults.
@@ -118,6 +119,7 @@ def ioi(previous: dict, hooks: bool = True) -> dict:
     plain, plain_s = timed_eap(runs, 3, qk_fix=False)
     fixed, fixed_s = timed_eap(runs, qk_fix=True)
     ig, ig_s = timed_eap(runs, 3, ig_steps=5, qk_fix=False)
+    _, ig_fixed_s = timed_eap(runs, ig_steps=5)  # as `--ig-steps 5` runs it: the default QK fix at every step
     top = [int(e) for e in np.argsort(-np.abs(fixed.mean(1)))[:50]]
     t0 = time.perf_counter()
     exact = np.concatenate([(r.measure(top) - r.m_base).numpy() for r in runs], axis=1)
@@ -142,6 +144,8 @@ def ioi(previous: dict, hooks: bool = True) -> dict:
         "eap_ratio": plain_s / fb,
         "eap_qk_fix_ratio": fixed_s / fb,
         "eap_ig5_ratio": ig_s / fb,
+        "eap_ig5_qk_fix_s": ig_fixed_s,
+        "eap_ig5_qk_fix_ratio": ig_fixed_s / fb,
         "exact_top50_s": settle_s,
         **hooks_said,
         "circuit_end_to_end_s": circuit_s,
