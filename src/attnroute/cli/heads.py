@@ -73,6 +73,7 @@ def add(sub) -> None:
     h.add_argument("--prompts", help="a .jsonl of prompts (their clean side) the metric is measured on, or 'ioi'")
     option(h, "--answer", H)
     option(h, "--wrong", H)
+    option(h, "--max-memory", H, metavar="SIZE")
     h.set_defaults(fn=run, fields=FIELDS)
 
 

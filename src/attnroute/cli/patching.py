@@ -49,6 +49,7 @@ def pair_flags(p, prompts_help: str) -> None:
     option(p, "--answer", P)
     option(p, "--wrong", P)
     option(p, "--skip-bad", P, action="store_true")
+    option(p, "--max-memory", P, metavar="SIZE")
     model_flag(p)
 
 

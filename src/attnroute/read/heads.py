@@ -34,6 +34,8 @@ from . import effects, roles
 from .adapter import routed
 from .alignment import alignment, cross_columns
 from .ground.ablation import exact_rule, metric_effect_columns
+from .ground.budget import Bound
+from .ground.budget import said as memory_said
 from .ground.metrics import token_loss
 from .ground.speech import decoder_ids, prompt_length, speech_batch, transcribe
 from .headtable import COLUMNS, HeadTable, TextMeta
@@ -87,10 +89,21 @@ def read_heads(
     depend on the text."""
     s = HeadsSettings.of(settings, model, fields, text=inputs)
     st = Study(s, progress)
-    say = st.say
     pairs = s.read_pairs() if s.ablation and s.own_metric else ()  # your prompts, read before the weights load
     clip = audio(s.audio) if s.audio is not None else None  # likewise the audio
     loaded = st.load()
+    with Bound(
+        s.max_memory, st.say, loaded.model
+    ) as bound:  # max_memory: the batches scaled to the cap (ground/budget.py)
+        table = _read(loaded, s, st.say, progress, reuse, pairs, clip)
+    table.meta.memory = bound.report() or None
+    if over := memory_said(table.meta.memory or {}):
+        st.say("warn", over)
+    return table
+
+
+def _read(loaded, s: HeadsSettings, say, progress, reuse, pairs, clip) -> HeadTable:
+    """The three passes over the text (statistics, repeated tokens, effects) -> the table."""
     ids, cut, limit, speech = _inputs(loaded, s, clip, say)
     meta = _text_meta(loaded, ids, cut, limit, speech)
     meta["routing_check"] = _verified(loaded, s, reuse, meta, say)

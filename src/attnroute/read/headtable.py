@@ -64,8 +64,10 @@ class TextMeta(ReadMeta):
 
     audio: dict | None = None  # a speech model's clip and transcript (how it was had)
     alignment: dict | None = None  # its cross-attention heads against the audio (read/alignment.py)
+    memory: dict | None = None  # with max_memory: the cap, what was resident, the batches' scale, the peak, kept
 
     OPTIONAL = (
+        "memory",
         "induction_loss",
         "effect_batch",
         "grad_vs_ablation",

@@ -28,6 +28,7 @@ from ..models.door import is_loaded_or_object
 from ..progress import reporter
 from .ground import runs
 from .ground.arrays import Store
+from .ground.budget import Bound, run_tokens, scaled
 from .ground.checkpoint import CheckpointMismatch, exclusive
 from .ground.group import Shard, agree, process_group
 from .ground.metrics import resolve
@@ -67,6 +68,7 @@ class Study:
         self.rank, self.world = 0, 1
         self.shard: Shard | None = None
         self._held: contextlib.ExitStack | None = None
+        self.bound = Bound(None)  # the memory cap while the study is entered (none unless max_memory)
 
     def partial(self, build: Callable, done: list, pending: list, message: str, running: list | None = None) -> None:
         """Say the result so far (a site, a stage or a settle round finished): ``build()`` makes it, marked
@@ -136,6 +138,8 @@ class Study:
             path = self._checkpoint(self.checkpoint, self.rank, self.world) if self.checkpoint else None
             agree(self.world, lambda: held.enter_context(exclusive(path)))  # one writer, before the weights
             loaded = self.load()
+            # max_memory: every batching budget scaled to what the cap leaves beside the loaded model (budget.py)
+            self.bound = held.enter_context(Bound(getattr(self.s, "max_memory", None), self.say, loaded.model))
             if self.pairs:
                 self.pairs = self.usable(self.pairs, loaded)
                 self.groups, self.record = tokenize_pairs(loaded.tokenizer, loaded.kind, self.pairs, self.s.metric)
@@ -175,10 +179,15 @@ class Study:
             runs.describe(path, self.kind, self.s)
         return path, True
 
-    def pool(self, make: Callable, bytes_of: Callable, groups: list | None = None) -> RunPool:
+    def pool(self, make: Callable, bytes_of: Callable, groups: list | None = None, per_token: int | None = None):
         """This rank's prompts (or ``groups``) cut into runs of at most RUN_TOKENS tokens, each made by
-        ``make(chunk)`` when first needed and kept while the kept runs' ``bytes_of`` fit the budget (pool.py)."""
-        return RunPool(make, chunk_groups(self.mine() if groups is None else groups, RUN_TOKENS), bytes_of)
+        ``make(chunk)`` when first needed and kept while the kept runs' ``bytes_of`` fit the budget (pool.py).
+        ``per_token``: what a run's work holds per token — under a memory cap the runs are cut to what the cap
+        leaves for it (budget.run_tokens), or the cap is refused here, before any run, with the one that would do."""
+        groups = self.mine() if groups is None else groups
+        longest = max((g.length for g in groups), default=1)
+        tokens = run_tokens(scaled(RUN_TOKENS), per_token, longest, self.bound.cap)
+        return RunPool(make, chunk_groups(groups, tokens), bytes_of)
 
     def store(self, kind: str, key: str | None, shapes: dict[str, tuple]) -> Store:
         """The per-prompt arrays of the run, gathered over ranks, resumed from and saved to the checkpoint

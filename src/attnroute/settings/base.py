@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os  # noqa: F401  (named in ModelArg)
+import re
 from collections.abc import Sequence  # noqa: F401  (named in PromptsArg)
 from dataclasses import MISSING, field, fields
 from typing import Union
@@ -212,6 +213,8 @@ def verb(settings_cls):
 
 __all__ = [
     "checkpoint_fields",
+    "memory_field",
+    "size",
     "SEED_MAX",
     "ModelArg",
     "PromptsArg",
@@ -227,6 +230,27 @@ __all__ = [
     "set_field",
     "verb",
 ]
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def size(value, field: str) -> int | None:
+    """Bytes from 4G, 3.5GiB, 2500M, 4GB or a number of bytes (None stays None). K, M, G and T are powers of
+    1,024, as `free -h` and `time -v` count."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", value.lower()) if isinstance(value, str) else None
+    if m is None or float(m.group(1)) <= 0:
+        raise InputError(f"{field} must be a size such as 4G, 3.5GiB or 2500M, got {value!r}", field=field)
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def memory_field(s) -> None:
+    """``max_memory`` as bytes (given as 4G, 3.5GiB, … or bytes), checked before any work."""
+    set_field(s, "max_memory", size(s.max_memory, "max_memory"))
 
 
 def checkpoint_fields(s) -> None:

@@ -16,6 +16,7 @@ from .base import (
     exact_count,
     integer,
     integers,
+    memory_field,
     names,
     nonempty_text,
     number,
@@ -27,6 +28,7 @@ from .read import (
     CHECKPOINT_DOC,
     DEFAULT_MODEL,
     DTYPE_DOC,
+    MAX_MEMORY_DOC,
     MODEL_DOC,
     NO_CHECKPOINT_DOC,
     SETTLE_TOP,
@@ -61,6 +63,7 @@ class PairSettings(Settings):
     metric: MetricArg = opt("logit-diff", "a built-in name, or metric(logits, batch) -> Tensor [B] from Python")
     direction: str = opt("denoising", "denoising: run corrupt, patch in clean; noising: the reverse")
     skip_bad: bool = opt(False, SKIP_BAD_DOC)
+    max_memory: int | str | None = opt(None, MAX_MEMORY_DOC)
 
     def check_metric_direction(self) -> None:
         metric_setting(self.metric)
@@ -145,6 +148,7 @@ def pair_fields(s) -> None:
     """The pair fields that can be checked without reading a file: prompts or one clean/corrupt pair (or, for
     settings that take them, two clips)."""
     checkpoint_fields(s)
+    memory_field(s)
     if not isinstance(s.skip_bad, bool):
         raise InputError(f"skip_bad must be True or False, got {s.skip_bad!r}", field="skip_bad")
     if isinstance(s, ClipPairSettings):
@@ -180,10 +184,12 @@ class RoutesSettings(Settings):
     checkpoint: str | None = opt(None, CHECKPOINT_DOC)
     no_checkpoint: bool = opt(False, NO_CHECKPOINT_DOC)
     skip_bad: bool = opt(False, SKIP_BAD_DOC)
+    max_memory: int | str | None = opt(None, MAX_MEMORY_DOC)
 
     def __post_init__(self):
         metric_setting(self.metric)
         checkpoint_fields(self)
+        memory_field(self)
         integer(self.top, "top", 1, 100_000)
         integer(self.verify, "verify", 0)
         if self.verify > self.top:

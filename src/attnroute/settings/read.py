@@ -15,6 +15,7 @@ from .base import (
     exact_count,
     integer,
     integers,
+    memory_field,
     names,
     nonempty_text,
     opt,
@@ -28,6 +29,10 @@ MODEL_DOC = (
 )
 SKIP_BAD_DOC = "skip (and list, with the reason) prompt rows this model cannot run, instead of refusing the file"
 CHECKPOINT_DOC = "the per-prompt arrays, saved after every round; rerun to resume (unset: to attnroute's cache)"
+MAX_MEMORY_DOC = (
+    "cap this process's memory (4G, 3.5GiB, 2500M): the batches shrink to fit, a cap that cannot be met is "
+    "refused before any work, and the peak is said beside the cap (unset: the default batches)"
+)
 NO_CHECKPOINT_DOC = "keep no checkpoint (by default a run checkpoints to attnroute's cache and a rerun resumes)"
 DTYPE_DOC = "auto (a model you hold: its own; a name or path: float32), float32, bfloat16 or float16"
 TOKENIZER_DOC = (
@@ -84,6 +89,7 @@ class HeadsSettings(Settings):
     )
     answer: str | None = opt(None, "the metric's answer token, for rows (or a text) that name none")
     wrong: str | None = opt(None, "the metric's wrong token, likewise")
+    max_memory: int | str | None = opt(None, MAX_MEMORY_DOC)
 
     PRESETS = {
         "default": {},
@@ -95,6 +101,7 @@ class HeadsSettings(Settings):
 
     def __post_init__(self):
         nonempty_text(self.text, "text")
+        memory_field(self)
         integer(self.max_tokens, "max_tokens", 2, optional=True)
         set_field(self, "seeds", integers(self.seeds, "seeds", 0, SEED_MAX))
         integer(self.effect_batch, "effect_batch", 1)

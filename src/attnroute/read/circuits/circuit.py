@@ -27,11 +27,12 @@ from ...engine.jsonable import Meta, Result
 from ...promptset import finite
 from ...settings import CircuitSettings, verb
 from ..ground.arrays import Store, pairs_key
-from ..ground.pool import RunPool
+from ..ground.budget import said as memory_said
+from ..ground.pool import RUN_TOKENS, RunPool, chunk_groups
 from ..ground.stats import agreement, gap, mean_ci, mean_ci_rows
 from ..study import Study
 from .composition import weight_scores
-from .estimate import eap
+from .estimate import chosen_over, eap
 from .evaluate import Curve, zero_points_said
 from .graph import Graph
 from .layout import discover
@@ -73,8 +74,9 @@ class CircuitMeta(Meta):
     ranks: int = 1
     resumed: dict | None = None
     skipped: list | None = None  # with skip_bad: the prompt rows left out, {row, reason}
+    memory: dict | None = None  # with max_memory: the cap, what was resident, the batches' scale, the peak, kept
 
-    OPTIONAL = ("skipped",)
+    OPTIONAL = ("skipped", "memory")
     stream_layers: dict | None = None  # blocks per stream ({"encoder": 4, "decoder": 4})
 
 
@@ -152,6 +154,8 @@ class CircuitResult(Result):
             lines.append(f"no circuit on the curve reached faithfulness {c['target']:.2f}; CPR {c['cpr']:.3f}")
         if c and (zeros := zero_points_said(c.get("curve", []))):
             lines.append(zeros)
+        if over := memory_said(m.memory):
+            lines.append(over)
         return {
             "experiment": "circuit",
             "verdict": {"lines": lines},
@@ -227,14 +231,15 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     def make(g):
         return EdgeRun(loaded, layout, graph, g, fn, direction=s.direction, ablation=s.ablation, means=means)
 
-    pool = study.pool(make, lambda g: _run_bytes(graph, layout, g.tokens), groups)
+    pool = study.pool(make, lambda g: _run_bytes(graph, layout, g.tokens), groups, _work_per_token(graph, layout))
     chunks = pool.chunks
     shapes = {"m_clean": (N,), "m_corrupt": (N,), "est": (E, N), "values.edges": (E, N)}
     if s.ig_steps > 1:  # EAP beside EAP-IG: each channel settles on the closer of the two (settling.per_channel)
         shapes["est_eap"] = (E, N)
     store = study.store("circuit", key, shapes)
     say("stage", f"{E:,} edges: recording clean and corrupt runs and estimating every edge ({_estimate_name(s)})")
-    checks = _first_pass(pool, s, store, say)
+    units = chunk_groups(study.mine() if groups is None else groups, RUN_TOKENS)  # the runs uncapped (qk_groups)
+    checks = _first_pass(pool, s, store, say, qk_groups(pool.chunks, units))
     st = store.state
     base = st["m_corrupt" if s.direction == "denoising" else "m_clean"]
     say("stage", f"clean {np.nanmean(st['m_clean']):.3f}, corrupt {np.nanmean(st['m_corrupt']):.3f}: path patching")
@@ -263,6 +268,7 @@ def _assemble(study: Study, layout, graph: Graph, parts: dict) -> CircuitResult:
     st = parts["store"].state
     meta = _meta(study, layout, graph, st, parts["settled"], parts["checks"], parts["chunks"])
     meta.ranks, meta.resumed, meta.skipped = study.shard.world, parts["store"].resumed, study.skipped or None
+    meta.memory = study.bound.report() or None
     result = CircuitResult(study.loaded.name, meta, circuit=parts.get("circuit", {}))
     result.edges = _rows(graph, layout, st, parts)
     _index_chosen(result)
@@ -304,20 +310,54 @@ def _run_bytes(graph: Graph, layout, tokens: int) -> int:
     return (len(graph.senders) + 12 * len(layout.blocks)) * tokens * layout.d_model * 4
 
 
-def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say) -> dict:
-    """Every run once: the metric on both runs and every edge's estimate (unless the checkpoint holds them)."""
+WORK_FACTOR = 3.5  # measured: IOI's runs of 240 tokens held 1.37 GiB in their estimate, 3.25 × the formula below
+
+
+def _work_per_token(graph: Graph, layout) -> int:
+    """What a run's estimate holds per token while it runs, beyond the recordings kept: every receiver's gradient
+    and every sender's delta (float32), and the gradient pass's activations and products — WORK_FACTOR times
+    the first two (under a memory cap, runs are cut to it: study.pool)."""
+    return int(WORK_FACTOR * (len(graph.receivers) + len(graph.senders)) * layout.d_model * 4)
+
+
+def qk_groups(chunks: list, units: list) -> list[tuple | None]:
+    """Per run: (its uncapped run's index, that run's prompts, the runs cut from it) where a memory cap cut the
+    uncapped run into several, else None. The QK fix chooses its layers on the uncapped run's prompts
+    (estimate.chosen_over), so a cap changes the batches, not the layers fixed nor the estimates."""
+    where = {int(r): u for u, c in enumerate(units) for r in c.rows}
+    of = [where[int(c.rows[0])] for c in chunks]
+    return [(u, len(units[u].rows), [j for j, v in enumerate(of) if v == u]) if of.count(u) > 1 else None for u in of]
+
+
+def _each(pool: RunPool, indices: list[int]):
+    """The pool's runs at ``indices``, each let go (pool.done) once used, or when the caller stops early."""
+    for j in indices:
+        run = pool.get(j)
+        try:
+            yield run
+        finally:
+            pool.done(j)
+
+
+def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say, groups: list | None = None) -> dict:
+    """Every run once: the metric on both runs and every edge's estimate (unless the checkpoint holds them).
+    ``groups``: qk_groups of the runs (None: each run chooses its QK fix's layers itself)."""
     N = store.shard.n
     need = "est" not in store.state
     m = {"m_clean": np.full(N, np.nan), "m_corrupt": np.full(N, np.nan)}
     est = None
     checks = []
+    chosen: dict[int, list] = {}  # uncapped run -> the QK fix's layers, chosen over the runs cut from it
     for i in range(len(pool)):
+        g = None if groups is None else groups[i]
+        if need and g is not None and g[0] not in chosen:
+            chosen[g[0]] = chosen_over(_each(pool, g[2]), g[1])
         r = pool.get(i)
         m["m_clean"][r.group.rows], m["m_corrupt"][r.group.rows] = r.m_clean.numpy(), r.m_corrupt.numpy()
         if need:
             est = {k: np.zeros((len(r.graph), N)) for k in _estimates(s)} if est is None else est
             for k, steps in _estimates(s).items():
-                est[k][:, r.group.rows] = eap(r, steps)
+                est[k][:, r.group.rows] = eap(r, steps, blocks=None if g is None else chosen[g[0]])
         checks.append({**r.checked, "restart": r.shortcut, "qk_fix": getattr(r, "qk_fixed", None)})
         pool.done(i)
         say("record", f"run {i + 1} of {len(pool)} recorded and estimated", done=i + 1, total=len(pool))

@@ -31,6 +31,7 @@ from ...engine.jsonable import Meta, Result
 from ...settings import CompositionSettings, verb
 from ..adapter import replay, routed
 from ..ground.batches import batch_of, no_cache
+from ..ground.budget import scaled
 from ..ground.norms import frozen_norm
 from ..study import Study
 from .graph import Graph
@@ -233,7 +234,7 @@ def scores_of(m: dict) -> dict[str, np.ndarray]:
     pack = _packer(O[0].shape[1])
     receivers = lambda l: (_sandwich(Q[l], GK[l]), _sandwich(K[l][kv], GQ[l]), _sandwich(V[l][kv], GO[l]))  # noqa: E731
     out = {k: np.full((L, H, L, H), np.nan) for k in KINDS}
-    rows = max(1, PACKED_BYTES // (H * pack.size * 4))  # layers of packed float32 matrices held at once
+    rows = max(1, scaled(PACKED_BYTES) // (H * pack.size * 4))  # layers of packed float32 matrices held at once
     s_chunk = max(1, rows * 3 // 4)  # most of the room for senders, the rest for receivers (3 kinds per layer)
     r_chunk = max(1, (rows - s_chunk) // 3)
     for s0 in range(0, L - 1, s_chunk):

@@ -19,27 +19,30 @@ import numpy as np
 import torch
 
 from ..adapter import replay, routed
+from ..ground.budget import scaled
 from ..ground.norms import norm_form
 from ..ground.recompute import checkpointed
 from ..hooks import Hooks
+from . import qkfix
 from .headvjp import check_fused, fused_through_norm, head_vjp, linear_taps, norm_vjp
 from .products import Products
 from .qkfix import QK_LAYERS, affordable, chosen_blocks, qk_block
 from .stream import Forward, _first, _replace_first, _tensor
 
 
-def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None) -> np.ndarray:
+def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None, blocks: list | None = None) -> np.ndarray:
     """Every edge's estimate per prompt, [E, n] (metric units: M_patched − M_base). ``qk_fix``: the q, k and v
     edges of self-attention through the head's softmax exactly (qkfix.py): True for every layer within the
-    budget, None for the layers that matter most (QK_LAYERS) of those, False for none.
+    budget, None for the layers that matter most (QK_LAYERS) of those, False for none; ``blocks``: those
+    layers chosen already (over the group this run was cut from: circuit.py).
     Value edges stay linear either way: the head's output is linear in its values given the pattern."""
     scores = torch.zeros(len(run.graph), run.n, dtype=torch.float64)
     starts = {s: _start_delta(run, s) for s in run.layout.streams}
-    fix = affordable(run) if qk_fix is None else qk_fix
+    fix = bool(blocks) if blocks is not None else affordable(run) if qk_fix is None else qk_fix
     fixed: list = []
     # the estimate is linear in the receivers' gradients, so over IG steps they are summed first and the
     # product with the senders' deltas — the costliest part of a pass — is taken once (where they fit)
-    summed: dict | None = {} if ig_steps > 1 and _gradient_bytes(run) <= SUM_BYTES else None
+    summed: dict | None = {} if ig_steps > 1 and _gradient_bytes(run) <= scaled(SUM_BYTES) else None
     products = Products(run, scores)
     per = 1 if fix else _steps_per_pass(run, ig_steps)  # the QK fix reads one pass's own q, k: a step a pass
     for k in range(0, ig_steps, per):
@@ -47,7 +50,7 @@ def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None) -> np.ndar
         interp = {s: _toward(d, alphas) for s, d in starts.items()} if alphas != [0.0] else {}
         grad = GradPass(run, interp, copies=len(alphas))
         if fix and not k:  # the layers are chosen once, at the base run (qkfix.py)
-            fixed = chosen_blocks(run, grad, len(run.layout.blocks) if qk_fix else QK_LAYERS)
+            fixed = blocks or chosen_blocks(run, grad, len(run.layout.blocks) if qk_fix else QK_LAYERS)
         for rs, grads in grad.receivers(skip={(b.stream, b.index) for b in fixed}):
             if summed is None:
                 products.add(rs, grads)
@@ -67,6 +70,23 @@ def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None) -> np.ndar
     return (scores / ig_steps).numpy()
 
 
+def chosen_over(runs, n: int, count: int | None = None) -> list:
+    """The QK fix's layers for a group of ``n`` prompts cut into ``runs`` (an iterable): each block's effect
+    summed over every run's prompts, then chosen as chosen_blocks chooses on one run of them all — so a group
+    gets the same layers however finely a memory cap cuts it (within QK_BUDGET counted on the group's n)."""
+    count = QK_LAYERS if count is None else count
+    sums: dict = {}
+    blocks: list = []
+    for run in runs:
+        blocks = blocks or qkfix.candidates(run, n)
+        if len(blocks) <= count:
+            return blocks
+        grad = GradPass(run, {}, copies=1)
+        for key, per in qkfix.effect_sums(run, grad, blocks).items():
+            sums[key] = per if key not in sums else {ch: sums[key][ch] + e for ch, e in per.items()}
+    return qkfix.choose(blocks, sums, n, count) if sums else []
+
+
 SUM_BYTES = 1 << 30  # the receivers' gradients summed over IG steps when they fit in this
 STEP_TOKENS = 2048  # IG steps stacked along the batch of one pass up to this many tokens (steps × prompts × length)
 RECOMPUTE_FROM = 2048  # tokens (prompts × length): past this the gradient pass recomputes each block's activations
@@ -80,7 +100,7 @@ def _gradient_bytes(run) -> int:
 
 def _steps_per_pass(run, ig_steps: int) -> int:
     """IG steps one gradient pass takes at once, as copies of the prompts (fewer, larger products)."""
-    return max(1, min(ig_steps, STEP_TOKENS // max(1, run.n * run.group.length)))
+    return max(1, min(ig_steps, scaled(STEP_TOKENS) // max(1, run.n * run.group.length)))
 
 
 def _toward(delta: torch.Tensor, alphas: list[float]):

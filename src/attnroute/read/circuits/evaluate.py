@@ -206,8 +206,9 @@ class EvaluationMeta(Meta):
     m_corrupt: float | None
     prompts: list = field(default_factory=list)
     skipped: list | None = None  # with skip_bad: the prompt rows left out, {row, reason}
+    memory: dict | None = None  # with max_memory: the cap, what was resident, the batches' scale, the peak, kept
 
-    OPTIONAL = ("skipped",)
+    OPTIONAL = ("skipped", "memory")
 
 
 @dataclass(repr=False)
@@ -316,6 +317,7 @@ def _evaluate(st: Study, layout, graph: Graph, chosen: list[int]) -> CircuitEval
         m_corrupt=finite(float(np.mean(ends["m_corrupt"]))),
         prompts=st.record,
         skipped=st.skipped or None,
+        memory=st.bound.report() or None,
     )
     return CircuitEvaluation(st.loaded.name, meta, out)
 

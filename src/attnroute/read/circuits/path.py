@@ -40,8 +40,9 @@ class PathMeta(Meta):
     m_corrupt_values: list
     prompts: list[dict]
     skipped: list | None = None  # with skip_bad: the prompt rows left out, {row, reason}
+    memory: dict | None = None  # with max_memory: the cap, what was resident, the batches' scale, the peak, kept
 
-    OPTIONAL = ("skipped",)
+    OPTIONAL = ("skipped", "memory")
 
 
 @dataclass(repr=False)
@@ -153,6 +154,7 @@ def _result(st: Study, layout, graph, e: int, m: dict) -> PathPatchResult:
         m_corrupt_values=[finite(v) for v in m["corrupt"]],
         prompts=st.record,
         skipped=st.skipped or None,
+        memory=st.bound.report() or None,
     )
     return PathPatchResult(st.loaded.name, meta, edge)
 

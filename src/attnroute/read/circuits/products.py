@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..ground.budget import scaled
+
 RECEIVER_BYTES = 512 << 20  # receivers' gradients gathered before a pass over the senders
 SENDER_BYTES = 128 << 20  # senders' deltas multiplied at once
 
@@ -38,7 +40,7 @@ class Products:
         self._rs.append(np.asarray(list(receivers)))
         self._grads.append(grads)
         self._bytes += grads.numel() * grads.element_size()
-        if self._bytes >= RECEIVER_BYTES:
+        if self._bytes >= scaled(RECEIVER_BYTES):
             self.flush()
 
     def flush(self) -> None:
@@ -73,7 +75,7 @@ class Products:
             ss += ids
             ds.append(D)
             size += D.numel() * D.element_size()
-            if size >= SENDER_BYTES:
+            if size >= scaled(SENDER_BYTES):
                 yield np.asarray(ss), ds[0] if len(ds) == 1 else torch.cat(ds)
                 ss, ds, size = [], [], 0
         if ss:

@@ -28,6 +28,7 @@ import torch
 
 from ...engine import attend
 from ..adapter import replay, routed
+from ..ground.budget import scaled
 from .stream import _tile, o_matrix
 
 QK_BUDGET = 1 << 18  # prompts × tokens²: above it the plain (linear) estimate is kept for q and k edges
@@ -40,8 +41,9 @@ def block_length(run, b) -> int:
     return int(run.base[(b.stream, b.index)]["x_in"].shape[1])
 
 
-def within(run, b) -> bool:
-    return run.n * block_length(run, b) ** 2 <= QK_BUDGET
+def within(run, b, n: int | None = None) -> bool:
+    """Block ``b`` within QK_BUDGET for ``n`` prompts (default: the run's)."""
+    return (run.n if n is None else n) * block_length(run, b) ** 2 <= QK_BUDGET
 
 
 def affordable(run) -> bool:
@@ -52,14 +54,31 @@ def affordable(run) -> bool:
 def chosen_blocks(run, grad, count: int = QK_LAYERS) -> list:
     """The ``count`` self-attention blocks whose queries or keys, recomputed from the whole source input,
     move the metric most (the largest |mean over prompts| of Σ ∂M/∂z · (z' − z) over their heads)."""
-    blocks = [b for b in run.layout.blocks if b.attn is not None and within(run, b)]
+    blocks = candidates(run)
     if len(blocks) <= count:
         return blocks
-    size = {}
+    return choose(blocks, effect_sums(run, grad, blocks), run.n, count)
+
+
+def candidates(run, n: int | None = None) -> list:
+    """The self-attention blocks within QK_BUDGET for ``n`` prompts (default: the run's)."""
+    return [b for b in run.layout.blocks if b.attn is not None and within(run, b, n)]
+
+
+@torch.no_grad()
+def effect_sums(run, grad, blocks: list) -> dict:
+    """{id(block): {channel: Σ over the run's prompts of each unit's effect [units]}} with the block's q or k
+    recomputed from the source run's whole input: summed, so that runs cut from one group add up to it."""
+    out = {}
     with routed(run.loaded, impl="eager"):
         for b in blocks:
-            eff = _effects(run, grad, b, None)
-            size[id(b)] = max(float(e.mean(1).abs().max()) for e in eff.values())
+            out[id(b)] = {ch: e.sum((0, 1)) for ch, e in _effects(run, grad, b, None).items()}
+    return out
+
+
+def choose(blocks: list, sums: dict, n: int, count: int) -> list:
+    """The ``count`` blocks whose q or k move the metric most: the largest |mean over the n prompts| of a unit."""
+    size = {id(b): max(float((e / n).abs().max()) for e in sums[id(b)].values()) for b in blocks}
     return sorted(blocks, key=lambda b: -size[id(b)])[:count]
 
 
@@ -75,7 +94,7 @@ def qk_block(run, grad, b, scores: torch.Tensor) -> None:
     senders = [s for s in range(len(graph.senders)) if (graph.matrix[s, mine] >= 0).any()]
     if not senders:
         return
-    step = max(1, STACK_BYTES // sender_bytes(run, b))
+    step = max(1, scaled(STACK_BYTES) // sender_bytes(run, b))
     with routed(run.loaded, impl="eager"):
         for i in range(0, len(senders), step):
             chunk = senders[i : i + step]
@@ -132,4 +151,14 @@ def _scatter(run, chunk: list[int], mine: list[int], eff: dict, scores: torch.Te
                 scores[e] += eff[rc.channel][ci, :, rc.head].double()
 
 
-__all__ = ["QK_BUDGET", "QK_LAYERS", "affordable", "chosen_blocks", "qk_block", "sender_bytes"]
+__all__ = [
+    "QK_BUDGET",
+    "QK_LAYERS",
+    "affordable",
+    "candidates",
+    "choose",
+    "chosen_blocks",
+    "effect_sums",
+    "qk_block",
+    "sender_bytes",
+]

@@ -38,6 +38,7 @@ import torch
 from ..adapter import routed
 from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs, references
+from ..ground.budget import scaled
 from ..ground.copies import repeat_batch
 from .graph import Graph, where_read
 from .layout import CircuitUnsupported, Layout
@@ -194,13 +195,13 @@ class EdgeRun:
         return (self.layout, self.graph, rec)
 
     def _trim(self) -> None:
-        while len(self._deltas) > 1 and sum(d.numel() * 4 for _, d in self._deltas.values()) > DELTA_BYTES:
+        while len(self._deltas) > 1 and sum(d.numel() * 4 for _, d in self._deltas.values()) > scaled(DELTA_BYTES):
             self._deltas.pop(next(iter(self._deltas)))
 
     # ---------------------------------------------------------------- path patching, exact
 
     def copies(self, k: int) -> int:
-        return max(1, min(k, TOKEN_BUDGET // max(1, self.n * self.group.length)))
+        return max(1, min(k, scaled(TOKEN_BUDGET) // max(1, self.n * self.group.length)))
 
     @torch.no_grad()
     def measure(self, edges: list[int], scale: float = 1.0) -> torch.Tensor:
@@ -231,7 +232,7 @@ class EdgeRun:
 
     def circuit_copies(self) -> int:
         per = len(self.graph.senders) * self.n * self.group.length * self.layout.d_model * 4
-        return max(1, STREAM_BYTES // max(1, per))
+        return max(1, scaled(STREAM_BYTES) // max(1, per))
 
     @torch.no_grad()
     def circuits(self, masks: list[np.ndarray]) -> torch.Tensor:

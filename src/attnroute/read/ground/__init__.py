@@ -15,6 +15,7 @@
     arrays       a verb's per-prompt arrays, gathered over ranks and kept in a checkpoint (Store)
     norms        a norm frozen at a run's own scale: the linear map it applies
     pool         prompts cut into runs of bounded tokens; recorded runs kept within a memory budget
+    budget       max_memory: every batching budget scaled to a cap, the peak measured against it
     recompute    activations recomputed in the backward instead of stored, block by block
     taps         a tap on one attention layer: zero leaves on its q, k, v and head outputs
     speech       what a speech model runs: log-mel features in, the transcript into the decoder

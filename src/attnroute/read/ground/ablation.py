@@ -20,6 +20,7 @@ from ...settings import SETTLE_TOP
 from ..adapter import routed
 from ..effects import MetricEffect, Sweep, gradient_estimate, rank_agreement, settled_sweep
 from .batches import batch_of, references
+from .budget import scaled
 from .metrics import resolve
 from .pool import KEEP_BYTES, block_bytes, chunk_groups
 from .prompts import tokenize_pairs
@@ -65,13 +66,13 @@ def _fits(loaded, groups) -> None:
     """The exact ablations restart from each block's recorded output, kept for every prompt: refused before
     any work when they would pass KEEP_BYTES, with the estimate."""
     tokens = sum(len(g.rows) * g.length for g in groups)
-    need = block_bytes(loaded, tokens)
-    if need > KEEP_BYTES:
+    need, keep = block_bytes(loaded, tokens), scaled(KEEP_BYTES)  # less under a memory cap (budget.py)
+    if need > keep:
         per = need / max(1, sum(len(g.rows) for g in groups))
         raise InputError(
             f"the exact ablations keep every prompt's block outputs: {sum(len(g.rows) for g in groups):,} prompts "
-            f"({tokens:,} tokens) need about {need / 2**30:.1f} GiB, past the {KEEP_BYTES / 2**30:.0f} GiB this keeps; "
-            f"give at most {int(KEEP_BYTES // per):,} prompts",
+            f"({tokens:,} tokens) need about {need / 2**30:.1f} GiB, past the {keep / 2**30:.2f} GiB this keeps; "
+            f"give at most {int(keep // per):,} prompts",
             field="prompts",
         )
 

@@ -17,13 +17,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from .budget import scaled
+
 RUN_TOKENS = 1024  # prompts × tokens of one run: what its forward and backward hold activations for
 KEEP_BYTES = 1 << 30  # recorded runs kept between rounds
 
 
-def chunk_groups(groups: list, max_tokens: int = RUN_TOKENS) -> list:
+def chunk_groups(groups: list, max_tokens: int | None = None) -> list:
     """Each group of one length (ground/prompts.Group) cut into runs of at most ``max_tokens`` tokens (at
-    least one prompt each), in order."""
+    least one prompt each; default RUN_TOKENS under the memory cap in force), in order."""
+    max_tokens = scaled(RUN_TOKENS) if max_tokens is None else max_tokens
     out = []
     for g in groups:
         per = max(1, max_tokens // max(1, g.length))
@@ -62,7 +65,8 @@ def block_bytes(loaded, tokens: int) -> int:
 class RunPool:
     """Runs made on demand by ``make(chunk)``; kept between uses while their bytes fit ``keep_bytes``."""
 
-    def __init__(self, make: Callable, chunks: list, bytes_of: Callable[[object], int], keep_bytes: int = KEEP_BYTES):
+    def __init__(self, make: Callable, chunks: list, bytes_of: Callable[[object], int], keep_bytes: int | None = None):
+        keep_bytes = scaled(KEEP_BYTES) if keep_bytes is None else keep_bytes  # under the memory cap in force
         self.make, self.chunks, self.bytes_of, self.keep_bytes = make, chunks, bytes_of, keep_bytes
         self.kept: dict[int, object] = {}
         self.made = 0  # runs recorded, re-recordings included (for the record)

@@ -25,8 +25,17 @@ from pathlib import Path
 
 LIMIT_BYTES = 2 * 1024**3  # the whole cache; the oldest runs go first
 SUFFIX = ".ck"
-# what does not change a run's numbers: where its results go, how it reports, and the checkpoint itself
-NOT_IDENTITY = {"checkpoint", "no_checkpoint", "progress", "json", "csv", "plot", "out"}
+# what does not change a run's numbers: where its results go, how it reports, the checkpoint itself, its batches
+NOT_IDENTITY = {
+    "checkpoint",
+    "no_checkpoint",
+    "progress",
+    "json",
+    "csv",
+    "plot",
+    "out",
+    "max_memory",
+}  # batching, not numbers
 
 
 def runs_dir() -> Path:

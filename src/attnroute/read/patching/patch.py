@@ -28,6 +28,7 @@ from ...errors import InputError
 from ...promptset import finite
 from ...settings import SETTLE_STEP, PatchSettings, verb
 from ..ground.arrays import Store, pairs_key
+from ..ground.budget import said as memory_said
 from ..ground.group import Shard
 from ..ground.pool import RunPool, recorded_bytes
 from ..ground.prompts import pair_positions
@@ -75,8 +76,9 @@ class PatchMeta(Meta):
     ranks: int = 1
     resumed: dict | None = None  # the checkpoint resumed from, and how many components it held
     skipped: list | None = None  # with skip_bad: the prompt rows left out, {row, reason}
+    memory: dict | None = None  # with max_memory: the cap, what was resident, the batches' scale, the peak, kept
 
-    OPTIONAL = ("skipped",)
+    OPTIONAL = ("skipped", "memory")
 
 
 @dataclass(repr=False)
@@ -123,6 +125,8 @@ class PatchResult(Result):
         ]
         ci = lambda r: "" if r["normalized_ci"] is None else f" ± {r['normalized_ci']:.3f}"  # noqa: E731
         lines += [f"{_label(r)}: normalized {r['normalized']:+.3f}{ci(r)}" for r in best]
+        if over := memory_said(m.memory):
+            lines.append(over)
         return {
             "experiment": "patch",
             "verdict": {"lines": lines},
@@ -274,6 +278,7 @@ def _assemble(st: Study, comps: dict, sites: list[str], settle: dict, parts: dic
     den = gap(m_clean, m_corrupt, loaded.dtype)  # None: the runs agree, nothing to normalize by
     meta = _meta(st, parts["resolved"], m_clean, m_corrupt, parts["chunks"], parts["shortcut"], dict(settle))
     meta.ranks, meta.resumed, meta.top, meta.skipped = st.shard.world, store.resumed, s.top, st.skipped or None
+    meta.memory = st.bound.report() or None
     meta.sites = list(sites)
     result = PatchResult(loaded.name, meta, direct=parts["direct"])
     m_base = m_corrupt if s.direction == "denoising" else m_clean

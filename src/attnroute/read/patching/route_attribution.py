@@ -25,6 +25,7 @@ from ..adapter import routed
 from ..effects import layer_stack, restart_check, rows_of, run_from
 from ..ground.arrays import Store, pairs_key
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
+from ..ground.budget import said as memory_said
 from ..ground.copies import repeat_batch
 from ..ground.group import Shard
 from ..ground.metrics import resolve
@@ -63,8 +64,9 @@ class RoutesMeta(Meta):
     restart: dict | None = None  # the layer-restart check of the exact knockouts
     settle: dict | None = None  # how the exact top was settled: measured, band, could_enter, beyond_kept
     skipped: list | None = None  # with skip_bad: the prompt rows left out, {row, reason}
+    memory: dict | None = None  # with max_memory: the cap, what was resident, the batches' scale, the peak, kept
 
-    OPTIONAL = ("m_corrupt", "m_corrupt_values", "decoder_tokens", "restart", "settle", "skipped")
+    OPTIONAL = ("m_corrupt", "m_corrupt_values", "decoder_tokens", "restart", "settle", "skipped", "memory")
 
 
 @dataclass(repr=False)
@@ -124,6 +126,8 @@ class RoutesResult(Result):
             )
         if self.sink is not None:
             lines.append(sink_said(self.sink, len(self.routes)))
+        if over := memory_said(m.memory):
+            lines.append(over)
         extra = {} if self.sink is None else {"sink": self.sink, "content_routes": self.content_routes}
         return {
             "experiment": "routes",
@@ -434,6 +438,7 @@ def _meta(st: Study, run: RouteRun, g, m_corrupt, layers) -> RoutesMeta:
         verify=s.verify,
         backward="blocks checkpointed" if len(g.rows) * g.length > CHECKPOINT_FROM else "stored activations",
         skipped=st.skipped or None,
+        memory=st.bound.report() or None,
     )
     if m_corrupt is not None:
         meta.m_corrupt, meta.m_corrupt_values = float(m_corrupt.mean()), [finite(v) for v in m_corrupt.tolist()]

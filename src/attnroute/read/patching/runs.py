@@ -18,6 +18,7 @@ import torch
 from ..adapter import routed
 from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, output_kwargs, references
+from ..ground.budget import scaled
 from ..ground.copies import repeat_batch
 from ..ground.prompts import Group
 from ..hooks import recorded
@@ -94,7 +95,7 @@ class PairRun:
         )
 
     def copies(self) -> int:
-        return max(1, TOKEN_BUDGET // max(1, self.n * self.group.length))
+        return max(1, scaled(TOKEN_BUDGET) // max(1, self.n * self.group.length))
 
     @torch.no_grad()
     def measure(self, comps: list[Component]) -> torch.Tensor:
