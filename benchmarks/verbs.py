@@ -5,6 +5,8 @@ child's user + system CPU and its peak RSS), nothing else running.
 
     .venv/bin/python benchmarks/verbs.py [--only circuit,patch] [--out benchmarks/results/verbs.json]
 
+``--only`` measures those rows and keeps the file's others (each row says when it was measured).
+
 Prints a markdown table (docs/benchmarks.md, "Every verb's peak beside its time")."""
 
 from __future__ import annotations
@@ -43,6 +45,21 @@ VERBS = {  # name -> arguments (after `attnroute`); {json} is a scratch path
         "{json}",
     ],
     "composition": ["composition", "--model", "smollm2", "--json", "{json}"],
+    # under a memory cap (ground/budget.py): the peak against the cap, the time against the uncapped row
+    "circuit --max-memory 2.5G": ["circuit", "--prompts", "ioi", "--max-memory", "2.5G", "--json", "{json}"],
+    "circuit --max-memory 2G": ["circuit", "--prompts", "ioi", "--max-memory", "2G", "--json", "{json}"],
+    "patch --max-memory 2G": ["patch", "--prompts", "ioi", "--max-memory", "2G", "--json", "{json}"],
+    "heads --max-memory 2.5G": [
+        "heads",
+        "--model",
+        "smollm2",
+        "--text",
+        TEXT,
+        "--max-memory",
+        "2.5G",
+        "--json",
+        "{json}",
+    ],
 }
 
 
@@ -64,6 +81,7 @@ def run(args: list[str]) -> dict:
         raise SystemExit(f"{' '.join(args)} failed:\n{err[-2000:]}")
     return {
         "args": args,
+        "when": time.strftime("%Y-%m-%d %H:%M"),
         "wall_s": round(wall, 1),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
         "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2),  # kB on Linux
@@ -80,12 +98,14 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "verbs.json"))
     a = p.parse_args()
     names = [n for n in VERBS if not a.only or n in a.only.split(",")]
+    out = Path(a.out)
+    kept = json.loads(out.read_text())["verbs"] if a.only and out.exists() else {}  # --only: the other rows stay
     rows = {}
     for name in names:
         rows[name] = run(VERBS[name])
         print(name, rows[name], file=sys.stderr, flush=True)
-    Path(a.out).write_text(
-        json.dumps({"when": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "verbs": rows}, indent=1)
+    out.write_text(
+        json.dumps({"when": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "verbs": {**kept, **rows}}, indent=1)
     )
     print("| verb | wall | CPU (user + system) | peak RSS, whole command |\n|---|---:|---:|---:|")
     for name, r in rows.items():

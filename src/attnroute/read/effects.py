@@ -30,6 +30,7 @@ import torch
 from ..engine import HeadGate, Intervention
 from ..engine.interventions import uniform_over_visible
 from .adapter import routed
+from .ground.budget import scaled
 from .ground.copies import repeat_batch, repeat_output
 from .ground.metrics import token_loss
 from .ground.settle import SettleRule, settle
@@ -253,9 +254,14 @@ def shortcut_check(loaded, batch: dict, base: torch.Tensor, stored: dict, clean_
     return restart_check(loaded, stored, batch, value, base, impl=IMPL)
 
 
-def copies_per_forward(loaded, batch: dict, budget_bytes: int = 512 << 20) -> int:
+COPIES_BYTES = 512 << 20  # the logits of one forward's ablated copies (copies × B × T × vocab fp32)
+
+
+def copies_per_forward(loaded, batch: dict, budget_bytes: int | None = None) -> int:
     """How many ablated copies of the batch one forward carries: the logits of all copies
-    (copies × B × T × vocab fp32) stay under ``budget_bytes`` (1.1 GB for 9 SmolLM2 copies otherwise)."""
+    (copies × B × T × vocab fp32) stay under ``budget_bytes`` (default COPIES_BYTES under the memory cap in
+    force: 1.1 GB for 9 SmolLM2 copies otherwise)."""
+    budget_bytes = scaled(COPIES_BYTES) if budget_bytes is None else budget_bytes
     if loaded.kind == "encoder":
         return loaded.n_heads
     B, T = rows_of(batch).shape
@@ -417,15 +423,30 @@ def gradient_estimate(loaded, batch: dict, effect=None) -> np.ndarray:
     if encoder:
         with torch.no_grad(), routed(loaded, impl=IMPL):
             clean_emb = pooled(loaded.model(**batch).last_hidden_state, batch["attention_mask"])
-    with torch.enable_grad(), routed(loaded, interventions=ivs, impl=IMPL):
-        out = loaded.model(**batch)
-        if not encoder:
-            loss = effect_loss(loaded, batch, out).mean()
-        else:  # 1 − cos is flat (zero gradient) at the clean point; use the embedding's distance instead
-            emb = pooled(out.last_hidden_state, batch["attention_mask"])
-            loss = -(emb * clean_emb.detach()).sum(-1).mean()
-        (grad,) = torch.autograd.grad(loss, gates)
+    B = rows_of(batch).shape[0]
+    step = B if encoder or not loaded.causal else max(1, scaled(GRAD_TOKENS) // rows_of(batch).shape[1])
+    grad = torch.zeros(L, H)
+    for a in range(0, B, step):  # rows at a time under a memory cap: the mean over rows, summed by parts
+        part = _rows(batch, a, min(B, a + step), B)
+        with torch.enable_grad(), routed(loaded, interventions=ivs, impl=IMPL):
+            out = loaded.model(**part)
+            if not encoder:
+                loss = effect_loss(loaded, part, out).sum() / B
+            else:  # 1 − cos is flat (zero gradient) at the clean point; use the embedding's distance instead
+                emb = pooled(out.last_hidden_state, part["attention_mask"])
+                loss = -(emb * clean_emb.detach()).sum(-1).mean()
+            grad += torch.autograd.grad(loss, gates)[0]
     return (-grad).numpy()
+
+
+GRAD_TOKENS = 1024  # rows × tokens of the effect batch in one gradient pass (scaled under a memory cap)
+
+
+def _rows(batch: dict, a: int, b: int, B: int) -> dict:
+    """Rows a … b − 1 of a batch (every tensor whose first axis is its rows); the whole batch as it is."""
+    if (a, b) == (0, B):
+        return batch
+    return {k: v[a:b] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == B else v for k, v in batch.items()}
 
 
 def rank_agreement(estimate: np.ndarray, exact: np.ndarray, k: int = 10) -> dict:
