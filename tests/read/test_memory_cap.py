@@ -88,10 +88,13 @@ def test_a_circuit_under_the_smallest_cap_is_the_same_circuit(tiny_llama):
     np.testing.assert_allclose(fb, fa, atol=1e-5)
 
 
-def test_smollm2_patch_under_a_cap_keeps_it_and_says_its_peak(smollm2):
+def test_smollm2_patch_under_a_cap_keeps_it_and_says_its_peak(smollm2, tmp_path):
     free = ar.patch(smollm2, PAIRS, no_checkpoint=True, progress=False).to_dict()
     cap = budget.resident() + budget.FIXED_WORKING + budget.DEFAULT_WORKING // 4
-    capped = ar.patch(smollm2, PAIRS, no_checkpoint=True, progress=False, max_memory=cap).to_dict()
+    result = ar.patch(smollm2, PAIRS, no_checkpoint=True, progress=False, max_memory=cap)
+    (tmp_path / "p.json").write_text(result.to_json())
+    assert ar.load(tmp_path / "p.json").meta.memory == result.meta.memory  # the memory said reloads with it
+    capped = result.to_dict()
     memory = capped["meta"]["memory"]
     assert memory["kept"] is True and memory["peak"] <= cap
     assert memory["scale"] == pytest.approx(0.25, abs=0.05)  # what was resident moves by a few MiB between reads
