@@ -25,15 +25,9 @@ import time
 
 import torch
 
+from ..read.ground.budget import peak
+
 BASELINE = "sdpa-body"
-
-
-def peak_rss() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def tokens(tokenizer, T: int) -> torch.Tensor:
@@ -79,7 +73,7 @@ def main(mode: str, T: int, model: str = "smollm2") -> None:
     ids = tokens(lm.tokenizer, T)
     t0 = time.perf_counter()
     run(ids)
-    print(json.dumps({"mode": mode, "T": T, "seconds": time.perf_counter() - t0, "peak_rss_bytes": peak_rss()}))
+    print(json.dumps({"mode": mode, "T": T, "seconds": time.perf_counter() - t0, "peak_rss_bytes": peak() or 0}))
 
 
 def pair(mode: str, T: int, rounds: int, model: str = "smollm2") -> None:

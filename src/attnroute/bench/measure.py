@@ -12,6 +12,8 @@ import gc
 import statistics
 import time
 
+from ..read.ground.budget import peak, reset_peak, resident
+
 
 def fix_malloc_thresholds() -> None:
     """Make glibc return large blocks to the OS on free (fixed mmap threshold), so RSS falls back
@@ -22,26 +24,6 @@ def fix_malloc_thresholds() -> None:
         libc.mallopt(-1, 1 << 20)  # M_TRIM_THRESHOLD
     except (OSError, AttributeError):
         pass
-
-
-def _status_kb(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def seconds(fn, repeats: int = 3, warmup: int = 1) -> float:
@@ -63,9 +45,9 @@ def peak_extra_bytes(fn) -> int | None:
     fix_malloc_thresholds()
     fn()
     gc.collect()
-    before = _status_kb("VmRSS")
-    if not _reset_peak():
+    before = resident()
+    if not reset_peak():
         return None
     fn()
-    hwm = _status_kb("VmHWM")
-    return None if hwm is None or before is None else max(0, hwm - before) * 1024
+    hwm = peak()
+    return None if hwm is None or before is None else max(0, hwm - before)

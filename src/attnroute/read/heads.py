@@ -97,7 +97,7 @@ def read_heads(
     ) as bound:  # max_memory: the batches scaled to the cap (ground/budget.py)
         table = _read(loaded, s, st.say, progress, reuse, pairs, clip)
     table.meta.memory = bound.report() or None
-    if over := memory_said(table.meta.memory or {}):
+    if over := memory_said(table.meta.memory):
         st.say("warn", over)
     return table
 

@@ -326,7 +326,10 @@ def qk_groups(chunks: list, units: list) -> list[tuple | None]:
     (estimate.chosen_over), so a cap changes the batches, not the layers fixed nor the estimates."""
     where = {int(r): u for u, c in enumerate(units) for r in c.rows}
     of = [where[int(c.rows[0])] for c in chunks]
-    return [(u, len(units[u].rows), [j for j, v in enumerate(of) if v == u]) if of.count(u) > 1 else None for u in of]
+    pieces: dict[int, list[int]] = {}
+    for j, u in enumerate(of):
+        pieces.setdefault(u, []).append(j)
+    return [(u, len(units[u].rows), pieces[u]) if len(pieces[u]) > 1 else None for u in of]
 
 
 def _each(pool: RunPool, indices: list[int]):

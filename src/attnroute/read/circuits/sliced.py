@@ -5,7 +5,7 @@ keep one head's one channel: on Whisper's 1,500 frames, 1 column block of 18 is 
 receiver of a circuit replayed all 15 heads' q, k and v — most of a circuit's curve. Where a channel is the
 normed input times its projection's weight, plus its bias, times one scalar (Whisper's q carries the
 1/√d scale), then possibly rotated by the rotary embedding the call was given (transformers' Llama, Qwen2,
-Mistral, … pass ``position_embeddings=(cos, sin)``; half-split pairing, engine/positions.py) — no per-head
+Mistral, … pass ``position_embeddings=(cos, sin)``; half-split pairing: engine/positions.apply_rope) — no per-head
 norm — a receiver's value is its head's slice of that projection alone, [n, T, d] @ [d, D], rotated with
 the same cos and sin, instead of a replay.
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ...engine.positions import apply_rope
 from ...engine.tolerance import TOLERANCE
 
 NAMES = {"q": ("q_proj", "query", "q"), "k": ("k_proj", "key", "k"), "v": ("v_proj", "value", "v")}  # HF's spellings
@@ -36,7 +37,7 @@ class Sliced:
     bias: torch.Tensor | None
     scalar: float
     head_dim: int
-    rotary: tuple | None = None  # (cos, sin) [1 or B, T, D] of this forward's call: the channel is rotated
+    rotary: tuple | None = None  # (cos, sin) [1 or B, T, D/2] of this forward's call: the channel is rotated
 
     def head(self, normed: torch.Tensor, h: int, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Head h's channel for inputs ``normed`` [n, T, d] (the batch rows ``rows`` of the call): [n, T, D]."""
@@ -45,17 +46,8 @@ class Sliced:
         out = F.linear(normed.to(self.weight.dtype), self.weight[cols], b)
         if self.rotary is not None:
             cos, sin = (t if t.shape[0] == 1 or rows is None else t[rows] for t in self.rotary)
-            out = rotate(out, cos, sin)
+            out = apply_rope(out, cos, sin)
         return out * self.scalar if self.scalar != 1.0 else out
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x·cos + rotate_half(x)·sin, channel i paired with i + D/2 (transformers' apply_rotary_pos_emb); x [..., T, D],
-    cos and sin [B or 1, T, D] broadcast over what lies between."""
-    x1, x2 = x.chunk(2, dim=-1)
-    shape = (cos.shape[0],) + (1,) * (x.dim() - 3) + tuple(cos.shape[1:])
-    c, s = cos.reshape(shape).to(x.dtype), sin.reshape(shape).to(x.dtype)
-    return x * c + torch.cat((-x2, x1), dim=-1) * s
 
 
 def projection(module: torch.nn.Module, channel: str) -> torch.nn.Linear | None:
@@ -80,8 +72,10 @@ def fit(
         got = F.linear(normed[:1].to(lin.weight.dtype), lin.weight, lin.bias).view(1, T, H, D).transpose(1, 2)
     scalar = _scalar(ref[:1], got)
     if scalar is None and _rotary_fits(rotary, T, D):
-        rotary = tuple(t.detach() for t in rotary)
-        scalar = _scalar(ref[:1], rotate(got, rotary[0][:1], rotary[1][:1]))
+        # transformers' cos, sin repeat their D/2 angles in both halves: the engine's half-split rotation reads
+        # one half (a model whose halves differ fails the check below and is replayed)
+        rotary = tuple(t.detach()[..., : D // 2] for t in rotary)
+        scalar = _scalar(ref[:1], apply_rope(got, rotary[0][:1, None], rotary[1][:1, None]))
     else:
         rotary = None
     if scalar is None:
@@ -112,4 +106,4 @@ def _rotary_fits(rotary, T: int, D: int) -> bool:
     )
 
 
-__all__ = ["Sliced", "fit", "projection", "rotate"]
+__all__ = ["Sliced", "fit", "projection"]

@@ -140,7 +140,7 @@ class Bound:
         return {**self.memory, "peak": top, "kept": top is not None and top <= self.cap}
 
 
-RUN_SHARE = 1 / 2  # of a capped working set, what one run's work may take (KEEP_BYTES: a third; the rest spare)
+RUN_SHARE = 1 / 2  # of the batches' capped share, what one run's work may take (the kept runs: KEEP_BYTES, the rest)
 
 
 def run_tokens(tokens: int, per_token: int | None, longest: int, cap: int | None) -> int:
@@ -161,7 +161,7 @@ def run_tokens(tokens: int, per_token: int | None, longest: int, cap: int | None
     return min(tokens, int(room // per_token))
 
 
-def said(memory: dict) -> str | None:
+def said(memory: dict | None) -> str | None:
     """The verdict's line when the cap was passed (None when kept, or without a cap)."""
     if not memory or memory.get("kept", True):
         return None
