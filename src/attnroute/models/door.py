@@ -12,15 +12,20 @@ neither, the refusal says to pass ``tokenizer=``.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError, InputTypeError
+from .adapters import is_peft, refuse_compiled, refuse_quantized, unwrap_peft
 from .discovery import _finish, model_kind
 from .loaded import LoadedModel, ModelLoadError, dtype_names
 from .sources import load as load_source
 from .sources import quiet_transformers
 
-TAKES = "a bundled name, a model directory, a .gguf file, a hub id, a LoadedModel or a transformers model object"
+TAKES = (
+    "a bundled name, a model directory, a .gguf file, a hub id, a LoadedModel, a transformers model object "
+    "or a PEFT model"
+)
 
 
 def load(model, tokenizer=None, progress=None, dtype=None) -> LoadedModel:
@@ -37,7 +42,14 @@ def load(model, tokenizer=None, progress=None, dtype=None) -> LoadedModel:
     if isinstance(model, str | os.PathLike):
         _no_tokenizer(tokenizer, "a name or path: the tokenizer saved with the model is read")
         return load_source(os.fspath(model), progress=progress, dtype=dtype)
+    refuse_compiled(model)
+    if is_peft(model):  # read through its base model, the adapters applied while a verb reads (adapters.py)
+        base, view = unwrap_peft(model)
+        refuse_quantized(base)
+        _not_offloaded(base)
+        return _in_dtype(replace(from_object(base, tokenizer), view=view), dtype)
     if _is_transformers_model(model):
+        refuse_quantized(model)
         _not_offloaded(model)
         return _in_dtype(from_object(model, tokenizer), dtype)
     raise InputTypeError(f"model must be {TAKES}, got {type(model).__name__}", field="model")
@@ -88,7 +100,7 @@ def _not_offloaded(model) -> None:
 
 def is_loaded_or_object(model) -> bool:
     """True when ``model`` needs no load: a LoadedModel or a transformers object (its facts are at hand)."""
-    return isinstance(model, LoadedModel) or _is_transformers_model(model)
+    return isinstance(model, LoadedModel) or _is_transformers_model(model) or is_peft(model)
 
 
 def _no_tokenizer(tokenizer, what: str) -> None:

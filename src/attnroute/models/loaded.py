@@ -3,6 +3,8 @@ refusal of a model that cannot be read (ModelLoadError, an InputError naming `mo
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -36,12 +38,18 @@ class LoadedModel:
     attention_modules: list = field(default_factory=list)  # one per attention layer: encoder, decoder-self, cross
     out_projections: list = field(default_factory=list)  # per layer: the Linear after the heads (or None)
     attention_kinds: list = field(default_factory=list)  # per layer: "self", "decoder-self" or "cross"
+    view: Callable | None = None  # what a verb enters while it reads the model (a PEFT model's merged adapters)
 
     def __repr__(self) -> str:  # one line, never the module tree (that is .model)
         return (
             f"<LoadedModel {self.name}: {self.kind}, {self.n_layers} layers × {self.n_heads} heads "
             f"({self.n_kv_heads} kv), {self.max_positions or 'unbounded'} positions>"
         )
+
+    def reading(self):
+        """The context a verb reads the model in (read/study.Study enters it): the model as attnroute reads it
+        inside, as the user left it outside — for a PEFT model, its adapters merged (adapters.py)."""
+        return contextlib.nullcontext() if self.view is None else self.view()
 
     @property
     def dtype(self) -> torch.dtype:

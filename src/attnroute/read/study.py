@@ -23,9 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import Interrupted
-from ..models import Facts, LoadedModel, facts_of, load
+from ..models import Facts, LoadedModel, ModelLoadError, facts_of, load
 from ..models.door import is_loaded_or_object
 from ..progress import reporter
+from ..settings.base import hold
 from .ground import runs
 from .ground.arrays import Store
 from .ground.budget import Bound, run_tokens, scaled
@@ -99,6 +100,11 @@ class Study:
         if self.loaded is None:
             tokenizer, dtype = getattr(self.s, "tokenizer", None), getattr(self.s, "dtype", None)
             self.loaded = load(self.s.model, tokenizer, lambda m: self.say("load", m), dtype)
+        if self.loaded.view is not None and not hold(id(self.loaded), self.loaded.reading):
+            raise ModelLoadError(  # outside a verb nothing would undo the view, and without it the numbers are wrong
+                "a PEFT model is read by attnroute's verbs, which apply its adapters while they run and undo "
+                "them after; pass it to a verb (ar.read_heads, ar.patch, …)"
+            )
         return self.loaded
 
     def prompts(self, check: Callable | None = None) -> tuple:

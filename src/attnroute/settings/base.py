@@ -15,7 +15,10 @@ out keeps the settings' own). Like the rest of the ground floor, this imports no
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import functools
 import inspect
 import os  # noqa: F401  (named in ModelArg)
 import re
@@ -192,7 +195,8 @@ class Settings:
 def verb(settings_cls):
     """A verb's honest signature: its own parameters, then every field of ``settings_cls`` as a keyword with
     its default (``help()`` and ``inspect.signature`` show them), and its docstring ending with each
-    field's meaning. The function itself still takes them as ``**fields`` (Settings.of checks them)."""
+    field's meaning. The function itself still takes them as ``**fields`` (Settings.of checks them). It runs
+    in a verb scope (``scoped``)."""
 
     def wrap(fn):
         sig = inspect.signature(fn)
@@ -203,12 +207,50 @@ def verb(settings_cls):
             for f in fields(settings_cls)
             if f.name not in taken
         ]
-        fn.__signature__ = sig.replace(parameters=own + more)
-        fn.__doc__ = f"{inspect.cleandoc(fn.__doc__ or '')}\n\n{settings_cls.described()}"
-        fn.settings = settings_cls
-        return fn
+        run = scoped(fn)
+        run.__signature__ = sig.replace(parameters=own + more)
+        run.__doc__ = f"{inspect.cleandoc(fn.__doc__ or '')}\n\n{settings_cls.described()}"
+        run.settings = settings_cls
+        return run
 
     return wrap
+
+
+# ---------------------------------------------------------------- the verb scope
+
+# What a verb holds on the user's model until it returns, raises or is interrupted (a PEFT model's merged
+# adapters: models/adapters.py). The outermost verb owns the scope; a verb called inside it (report's) shares it.
+_SCOPE: contextvars.ContextVar = contextvars.ContextVar("attnroute_verb_scope", default=None)
+
+
+def scoped(fn):
+    """``fn`` run in a verb scope: what ``hold`` enters while it runs is exited when it ends, however it ends."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if _SCOPE.get() is not None:
+            return fn(*args, **kwargs)
+        with contextlib.ExitStack() as stack:
+            token = _SCOPE.set((stack, set()))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _SCOPE.reset(token)
+
+    return run
+
+
+def hold(key, enter) -> bool:
+    """Enter the context ``enter()`` makes until the running verb ends, once per ``key`` in that verb; False
+    when no verb is running (nothing entered: the caller refuses what it cannot read without it)."""
+    scope = _SCOPE.get()
+    if scope is None:
+        return False
+    stack, held = scope
+    if key not in held:
+        stack.enter_context(enter())
+        held.add(key)
+    return True
 
 
 __all__ = [
@@ -229,6 +271,8 @@ __all__ = [
     "opt",
     "set_field",
     "verb",
+    "scoped",
+    "hold",
 ]
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...settings.base import scoped
 from .layout import Layout
 
 
@@ -147,6 +148,7 @@ class Graph:
         return [j for j, r in enumerate(self.receivers) if where_read(r) == (stream, block)]
 
 
+@scoped
 def edge_graph(model, tokenizer=None, progress=None) -> Graph:
     """The residual stream's edge graph of ``model`` (anything the model door takes), found by one short forward:
     every sender → receiver edge a circuit can hold, indexed as circuit()'s rows and evaluate_circuit() name them
