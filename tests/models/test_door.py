@@ -212,17 +212,62 @@ def test_a_tokenizer_given_with_a_name_to_a_verb_is_refused(tiny_dir):
     assert e.value.field == "tokenizer"
 
 
-def test_a_model_with_offloaded_weights_is_refused_by_name_not_a_traceback(tiny_dir, tmp_path):
-    """accelerate's disk offload leaves weights on the meta device between calls; most verbs read weights
-    directly and crashed deep inside torch. Refused at the door, the model untouched."""
+def _dispatched(tiny_dir, tmp_path):
+    """The tiny Llama dispatched by accelerate: layer 0 and the rest on the CPU, layer 1 offloaded to disk (its
+    weights on the meta device between calls, loaded by the hooks for each forward)."""
     from transformers import AutoModelForCausalLM
 
     where = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.norm": "cpu"}
     where |= {"model.rotary_emb": "cpu", "lm_head": "cpu"}
     obj = AutoModelForCausalLM.from_pretrained(tiny_dir, device_map=where, offload_folder=str(tmp_path)).eval()
-    before = _state(obj)
-    for verb in (lambda: ar.read_heads(obj, TEXT), lambda: ar.patch(obj, PAIRS, exact=0), lambda: ar.load_model(obj)):
-        with pytest.raises(ModelLoadError) as e:
-            verb()
-        assert e.value.field == "model" and "offloaded" in str(e.value) and "\n" not in str(e.value)
-    assert _state(obj) == before
+    assert any(p.device.type == "meta" for p in obj.parameters())
+    return obj
+
+
+DISPATCHED = {
+    "heads": lambda m: ar.read_heads(m, TEXT, exact=2).to_dict(),
+    **{v: (lambda m, f=f: f(m).to_dict()) for v, f in VERBS.items()},
+}
+
+
+def _numbers(d) -> list:
+    """Every number of a result but its meta (timings, the model's name), in order."""
+    d = {k: v for k, v in d.items() if k not in ("meta", "model", "attnroute")}
+    found = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            for k in sorted(x):
+                walk(x[k])
+        elif isinstance(x, list | tuple):
+            for v in x:
+                walk(v)
+        elif isinstance(x, float | int) and not isinstance(x, bool):
+            found.append(float(x))
+
+    walk(d)
+    return found
+
+
+@pytest.mark.parametrize("verb", DISPATCHED)
+def test_a_model_dispatched_with_layers_offloaded_to_disk_reads_as_the_plain_model(tiny_dir, tmp_path, verb):
+    """Every verb on accelerate's CPU + disk dispatch gives the plain model's numbers (float32 tolerance), and
+    leaves the dispatched model as it was: its hooks, its offloaded weights still on meta, its next logits."""
+    obj = _dispatched(tiny_dir, tmp_path)
+    ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7]])
+    before, logits = _state(obj), obj(ids).logits
+    got = _numbers(DISPATCHED[verb](obj))
+    assert _state(obj) == before and torch.equal(obj(ids).logits, logits)
+    want = _numbers(DISPATCHED[verb](_user_object(tiny_dir)))
+    assert len(got) == len(want)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_on_the_meta_device_with_nothing_holding_its_weights_is_refused(tiny_dir):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        obj = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tiny_dir))
+    with pytest.raises(ModelLoadError) as e:
+        ar.load_model(obj, tokenizer=load(str(tiny_dir)).tokenizer)
+    assert e.value.field == "model" and "meta device" in str(e.value) and "\n" not in str(e.value)

@@ -19,6 +19,7 @@ from ..errors import InputError, InputTypeError
 from .adapters import is_peft, refuse_compiled, refuse_quantized, unwrap_peft
 from .discovery import _finish, model_kind
 from .loaded import LoadedModel, ModelLoadError, dtype_names
+from .offload import unheld
 from .sources import load as load_source
 from .sources import quiet_transformers
 
@@ -86,15 +87,13 @@ def _in_dtype(loaded: LoadedModel, dtype) -> LoadedModel:
 
 
 def _not_offloaded(model) -> None:
-    """Weights accelerate offloaded to the CPU or disk (on the meta device between calls) are refused by name:
-    several verbs read weights directly (head matrices, the output head, projections), which such a model holds
-    only inside its own forward. Measured: every verb but routes and knockout failed on one (docs/precision.md)."""
-    meta = [n for n, p in model.named_parameters() if p.device.type == "meta"]
+    """Parameters on the meta device that no accelerate hook holds (a model built on meta and never filled) are
+    refused by name. Offloaded ones — a hook holds them on the CPU or disk — are read (offload.py)."""
+    meta = unheld(model)
     if meta:
         raise ModelLoadError(
-            f"{len(meta)} of the model's parameters are offloaded by accelerate (on the meta device, e.g. {meta[0]}): "
-            "attnroute reads some weights directly and does not yet read offloaded ones; load it with every layer "
-            "on a device (a device_map without 'disk' or offloaded 'cpu' entries)"
+            f"{len(meta)} of the model's parameters are on the meta device and nothing holds their values (e.g. "
+            f"{meta[0]}): the model was built without weights; load them (from_pretrained, load_state_dict) first"
         )
 
 

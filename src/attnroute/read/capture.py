@@ -14,6 +14,7 @@ import torch
 from ..engine import CallbackProbe
 from ..engine.probes import value_norms
 from ..models import LoadedModel
+from ..models.offload import param
 from .adapter import routed
 from .textpass import body, key_sets
 from .verify import model_inputs
@@ -37,7 +38,7 @@ def capture_weights(
         if proj is None:
             norms[layer] = np.full((loaded.n_heads, v.shape[2]), np.nan, np.float32)
         else:
-            norms[layer] = value_norms(v[:1], proj.weight, loaded.n_heads)[0].float().numpy()
+            norms[layer] = value_norms(v[:1], param(proj), loaded.n_heads)[0].float().numpy()
 
     with routed(loaded, probes=[probe], impl="eager", before_attend=[value_norm] if norms is not None else []):
         body(loaded)(**(batch if batch is not None else model_inputs(loaded, ids, torch.ones_like(ids))))

@@ -18,6 +18,7 @@ from ..engine.fused_probes import FusedKeyMass, FusedRowStats
 from ..engine.probes import KeyVectors, PerLayer, Probe, row_stats_probe, value_norms
 from ..engine.repeats import special_ids
 from ..models import LoadedModel
+from ..models.offload import param
 from ..progress import reporter
 from .adapter import routed
 from .ground.speech import speech_batch
@@ -100,7 +101,7 @@ class TextPass:
         sink_keys, punct_keys = self.sets.get(loaded.attention_kinds[layer], self.sets["self"])
         proj, H = loaded.out_projections[layer], loaded.n_heads
         if proj is not None:
-            fn = value_norms(v, proj.weight, H)  # (B, H, T)
+            fn = value_norms(v, param(proj), H)  # (B, H, T)
         else:
             fn = torch.full(v.shape[:1] + (H, v.shape[2]), float("nan"))
         self.keyind.for_layer(layer).vectors = torch.stack([sink_keys, punct_keys], -1).float()[:, None]  # (B,1,T,2)

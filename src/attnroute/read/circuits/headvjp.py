@@ -25,6 +25,7 @@ import contextlib
 
 import torch
 
+from ...models.offload import param
 from ..hooks import Hooks
 from .stream import o_matrix  # any Linear's or Conv1D's weight as [out, in]
 
@@ -208,9 +209,9 @@ def _fused(U, lin: tuple, C: torch.Tensor, form, copies: int) -> torch.Tensor:
     W = o_matrix(lin[0]).to(dt)  # (out, d)
     U = U.reshape(c.shape[0], -1).to(dt)  # (R, out)
     # W̃_i c = σ (W n − W b) on the replay's own input n = scale ⊙ c / σ + b: the projection's output, no product
-    bias = getattr(lin[0], "bias", None)
+    bias = param(lin[0], "bias")
     Q = lin[1].detach().reshape(c.shape[0], -1).to(dt) - W @ form.bias.to(dt)
-    Q = (Q if bias is None else Q - bias.detach().to(dt)) * sigma  # (R, out)
+    Q = (Q if bias is None else Q - bias.to(dt)) * sigma  # (R, out)
     Ur, Qr, Wr = _columns(U, C), _columns(Q, C), _columns(W.t(), C).permute(1, 2, 0) * form.scale  # W̃ rows (r, k, d)
     S = (Ur * a[..., None]).unflatten(0, (copies, -1)).sum(0)  # (R/c, r, k): the steps summed in head space
     g = torch.bmm(S.transpose(0, 1), Wr)  # (r, R/c, d)

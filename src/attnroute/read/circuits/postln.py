@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ...models.offload import param
 from ..adapter import replay, routed
 from ..ground.batches import batch_of, no_cache
 from ..ground.norms import frozen_norm
@@ -90,7 +91,7 @@ class PostLNStream:
             flat = heads.transpose(0, 1).reshape(heads.shape[1], -1)  # [T, H·Dv]
             o = f.first(lambda m, flat=flat: _linear_like(m) and _same(f.input(m), flat[None]))
             if o is not None and _same(f.output(o)[0], write, size):
-                W = o.weight.detach().double()  # [d, H·Dv]
+                W = param(o).double()  # [d, H·Dv]
                 H, Dv = heads.shape[0], heads.shape[-1]
                 cross = self.loaded.attention_kinds[layer] == "cross"
                 new = [
@@ -106,7 +107,8 @@ class PostLNStream:
                     )
                     for h in range(H)
                 ]
-                b = o.bias.detach().double() if o.bias is not None else torch.zeros(W.shape[0], dtype=torch.float64)
+                b = param(o, "bias")
+                b = b.double() if b is not None else torch.zeros(W.shape[0], dtype=torch.float64)
                 return new, b.expand_as(write)
         return [({"kind": "mlp", "layer": i, "head": None, "stream": stream}, write)], torch.zeros_like(write)
 

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from ...engine.positions import apply_rope
 from ...engine.tolerance import TOLERANCE
+from ...models.offload import param
 
 NAMES = {"q": ("q_proj", "query", "q"), "k": ("k_proj", "key", "k"), "v": ("v_proj", "value", "v")}  # HF's spellings
 
@@ -68,8 +69,9 @@ def fit(
     B, H, T, D = ref.shape
     if lin is None or lin.weight.shape != (H * D, normed.shape[-1]) or normed.shape[1] != T:
         return None
+    weight, bias = param(lin), param(lin, "bias")  # loaded where accelerate offloaded them (models/offload.py)
     with torch.no_grad():
-        got = F.linear(normed[:1].to(lin.weight.dtype), lin.weight, lin.bias).view(1, T, H, D).transpose(1, 2)
+        got = F.linear(normed[:1].to(weight.dtype), weight, bias).view(1, T, H, D).transpose(1, 2)
     scalar = _scalar(ref[:1], got)
     if scalar is None and _rotary_fits(rotary, T, D):
         # transformers' cos, sin repeat their D/2 angles in both halves: the engine's half-split rotation reads
@@ -80,9 +82,8 @@ def fit(
         rotary = None
     if scalar is None:
         return None
-    bias = None if lin.bias is None else lin.bias.detach()
-    scalar = float(torch.tensor(scalar, dtype=lin.weight.dtype))  # the module's own constant (0.125, not 0.125 + 3e-17)
-    return Sliced(lin.weight.detach(), bias, scalar, D, rotary)
+    scalar = float(torch.tensor(scalar, dtype=weight.dtype))  # the module's own constant (0.125, not 0.125 + 3e-17)
+    return Sliced(weight, bias, scalar, D, rotary)
 
 
 def _scalar(ref: torch.Tensor, got: torch.Tensor) -> float | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from ...engine import Intervention
+from ...models.offload import param
 from ..adapter import replay
 from ..ground.norms import frozen_norm
 from ..hooks import Hooks
@@ -330,7 +331,7 @@ def wide(x: torch.Tensor) -> torch.dtype:
 
 def o_matrix(o_proj) -> torch.Tensor:
     """The output projection as [d, H·Dv] (a Conv1D stores its transpose)."""
-    W = o_proj.weight.detach()
+    W = param(o_proj)
     return W.t() if type(o_proj).__name__ == "Conv1D" else W
 
 

@@ -24,6 +24,7 @@ import torch
 
 from ...errors import InputError
 from ...files import atomic_write, umask
+from ...models.offload import named_params
 
 VERSION = "3"  # 3: one identity for every verb (corpus was 2, patch "patch-1")
 START_OVER = "remove it to start over"
@@ -43,8 +44,8 @@ def weights_digest(loaded) -> str:
     cached = getattr(loaded, "_weights_digest", None)
     if cached is None:
         h = hashlib.sha256()
-        for name, p in loaded.model.named_parameters():
-            t = p.detach().to("cpu").contiguous()  # one parameter at a time off its device (bounded memory)
+        for name, p in named_params(loaded.model):  # an offloaded parameter loaded while it is hashed
+            t = p.to("cpu").contiguous()  # one parameter at a time off its device (bounded memory)
             h.update(name.encode())
             h.update((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().data)
         cached = loaded._weights_digest = h.hexdigest()

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ...models.offload import param
+
 TOL = 1e-4
 
 
@@ -54,10 +56,10 @@ def norm_form(module, x: torch.Tensor, y: torch.Tensor) -> NormForm | None:
     form that fitted a module of this class last is tried first (every check still compares outputs)."""
     eps = float(getattr(module, "eps", None) or getattr(module, "variance_epsilon", None) or 1e-5)
     dt = torch.promote_types(x.dtype, torch.float32)  # float32 at least; a float64 model keeps float64
-    w = getattr(module, "weight", None)
-    w = torch.ones(x.shape[-1], dtype=dt) if w is None else w.detach().to(dt)
-    b = getattr(module, "bias", None)
-    b = torch.zeros(x.shape[-1], dtype=dt) if b is None else b.detach().to(dt)
+    w = param(module, "weight")  # loaded where accelerate offloaded it (models/offload.py)
+    w = torch.ones(x.shape[-1], dtype=dt) if w is None else w.to(dt)
+    b = param(module, "bias")
+    b = torch.zeros(x.shape[-1], dtype=dt) if b is None else b.to(dt)
     x, y = x.to(dt), y.to(dt)
     tol = TOL * max(1.0, float(y.abs().max()))
     kinds = [(True, False), (True, True), (False, False), (False, True)]  # (centred, Gemma's 1 + w)

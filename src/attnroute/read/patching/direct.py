@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from ...models.offload import param
 from ..effects import layer_stack
 from ..ground.norms import frozen_norm
 from ..hooks import Hooks
@@ -92,9 +93,9 @@ def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff
     N, b = frozen
     if any(not isinstance(p, torch.nn.Linear) for p in loaded.out_projections):
         return {"reason": "an output projection is not a Linear (GPT-2's Conv1D): its per-head slices are not read"}
-    W_U = final.head.weight.detach().float()
+    W_U = param(final.head).float()
     u = W_U[answer] - W_U[wrong]  # (n, d)
-    hb = getattr(final.head, "bias", None)
+    hb = param(final.head, "bias")
     db = torch.zeros(len(answer)) if hb is None else (hb[answer] - hb[wrong]).detach().float()
     through = (u * final.y.float()).sum(-1) + db
     gap = float((through - logit_diff).abs().max())
@@ -158,7 +159,8 @@ def _writes_check(loaded, recs, final: FinalRecorder, posts) -> float:
     for l, proj in enumerate(loaded.out_projections):
         o = recs[l].out[:, :, -1].float()
         H = o.shape[1]
-        c = torch.einsum("nhv,dhv->nd", o, proj.weight.detach().float().view(proj.weight.shape[0], H, -1))
+        W = param(proj).float()
+        c = torch.einsum("nhv,dhv->nd", o, W.view(W.shape[0], H, -1))
         post = final.post_norm(proj)
         if post is not None:
             c = posts[l](c)
@@ -170,8 +172,8 @@ def _writes_check(loaded, recs, final: FinalRecorder, posts) -> float:
 
 
 def _bias(m) -> torch.Tensor:
-    b = getattr(m, "bias", None)
-    return torch.zeros(()) if b is None else b.detach().float()
+    b = param(m, "bias")
+    return torch.zeros(()) if b is None else b.float()
 
 
 def _heads(loaded, recs, N, u, posts) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,7 +183,7 @@ def _heads(loaded, recs, N, u, posts) -> tuple[torch.Tensor, torch.Tensor]:
     written = torch.zeros_like(u)
     for l, proj in enumerate(loaded.out_projections):
         o = recs[l].out[:, :, -1].float()  # (n, H, Dv)
-        W = proj.weight.detach().float()  # (d, H·Dv)
+        W = param(proj).float()  # (d, H·Dv)
         Wh = W.view(W.shape[0], H, -1)  # (d, H, Dv)
         c = torch.einsum("nhv,dhv->nhd", o, Wh)  # (n, H, d): what each head writes
         if posts[l] is not None:  # normalized before the add, at the run's scale (per prompt)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from ...engine import KnockoutEdges, Probe
+from ...models.offload import param
 from ..adapter import routed
 from ..effects import layer_stack, rows_of
 from ..ground.batches import metric_input, no_cache
@@ -168,7 +169,7 @@ def grams(loaded, n_heads: int) -> dict:
     for l, proj in enumerate(loaded.out_projections):
         if proj is None:
             continue
-        W = proj.weight.detach().float()  # (d_model, H·Dv)
+        W = param(proj).float()  # (d_model, H·Dv)
         Dv = W.shape[1] // n_heads
         Wh = W.view(W.shape[0], n_heads, Dv).permute(1, 0, 2)  # (H, d_model, Dv)
         out[l] = Wh.transpose(1, 2) @ Wh  # (H, Dv, Dv)
