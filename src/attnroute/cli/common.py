@@ -37,9 +37,17 @@ def json_flag(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def model_flag(p: argparse.ArgumentParser, help: str = MODEL_HELP) -> None:
-    """--model, left out = the settings' own default model (smollm2); --dtype, what it is loaded into."""
+    """--model, left out = the settings' own default model (smollm2); --dtype, --device and --device-map, what it
+    is loaded into and where."""
     p.add_argument("--model", help=help)
     p.add_argument("--dtype", help="what the model is loaded into: auto (float32), float32, bfloat16 or float16")
+    p.add_argument("--device", help="where it is loaded: cpu (the default), cuda, cuda:N, mps or auto")
+    p.add_argument(
+        "--device-map",
+        dest="device_map",
+        metavar="MAP",
+        help="accelerate's device map: auto, balanced, balanced_low_0, sequential or FILE.json ({module: device})",
+    )
 
 
 # what a parser holds beside the settings' fields: where results go, the handler, the file of a text

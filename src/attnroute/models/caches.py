@@ -21,6 +21,7 @@ from ..bundled import cache_dir
 from ..files import umask
 from .directory import _load_dir
 from .loaded import ModelLoadError
+from .placement import Placement
 from .safety import check_gguf, not_an_interrupt, refuse_partial_weights, regular_file
 
 
@@ -40,18 +41,21 @@ def _content_key(path: str, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()[:16]
 
 
-def _load_gguf_cached(gguf: Path, say, dtype: torch.dtype = torch.float32):
+DEFAULT = Placement()
+
+
+def _load_gguf_cached(gguf: Path, say, place: Placement = DEFAULT):
     # The cache is keyed by content, so a complete cache entry means these very bytes parsed and
     # converted before: the header check (2-3 s of GGUFReader) is only paid when converting.
     regular_file(gguf)
     target = cache_dir() / f"{gguf.stem}-{content_key(gguf)}"
-    if (hit := _from_cache(target, gguf.name, say, dtype)) is not None:
+    if (hit := _from_cache(target, gguf.name, say, place)) is not None:
         return hit
     check_gguf(gguf)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     with one_converter(target, say):
-        if (hit := _from_cache(target, gguf.name, say, dtype)) is not None:  # converted while this process waited
+        if (hit := _from_cache(target, gguf.name, say, place)) is not None:  # converted while this process waited
             return hit
         say(f"dequantizing {gguf.name} (once, then cached: 20 s for SmolLM2, 50 s for Gemma 3 on one core)")
         try:
@@ -68,17 +72,28 @@ def _load_gguf_cached(gguf: Path, say, dtype: torch.dtype = torch.float32):
             ) from None
         refuse_partial_weights(gguf, info)
         write_cache(target, model, tokenizer, say)
-    return model.to(dtype).eval(), tokenizer, "causal"  # converted in float32 (the cache's), once: then cast
+    if place.host_only:  # converted in float32 (the cache's), once: then cast
+        return model.to(place.dtype).eval(), tokenizer, "causal"
+    del model  # placed on a device or over a map: loaded from the cache as asked
+    return _converted(target, gguf.name, say, place)
 
 
-def _from_cache(target: Path, name: str, say, dtype: torch.dtype = torch.float32):
+def _converted(target: Path, name: str, say, place: Placement):
+    """The entry just written, loaded as asked; one that cannot be read back is refused, not retried."""
+    hit = _from_cache(target, name, say, place)
+    if hit is None:
+        raise ModelLoadError(f"{name}: converted into {target}, and the cache could not be read back")
+    return hit
+
+
+def _from_cache(target: Path, name: str, say, place: Placement = DEFAULT):
     """(model, tokenizer, kind) from a complete cache entry; None when there is none. A damaged entry is
     removed (and rebuilt by the caller), not reported forever."""
     if not (target / "attnroute-complete").exists():
         return None
     say(f"loading {name} from the safetensors cache {target}")
     try:
-        return _load_dir(target, lambda m: None, dtype)
+        return _load_dir(target, lambda m: None, place)
     except ModelLoadError as e:
         not_an_interrupt()  # a Ctrl-C mid-read is not damage
         say(f"the cache {target} could not be read ({e}); rebuilding it")
@@ -177,19 +192,22 @@ def is_ct2(path: Path) -> bool:
     return f.name == "model.bin" and head[:4] == b"\x06\x00\x00\x00"
 
 
-def _load_ct2_cached(folder: Path, say, dtype: torch.dtype = torch.float32):
+def _load_ct2_cached(folder: Path, say, place: Placement = DEFAULT):
     """Whisper from a CTranslate2 folder: converted once (whisper.py, a few seconds) and cached as safetensors."""
     from .whisper import build, check_folder
 
     check_folder(folder)
     regular_file(folder / "model.bin")
     target = cache_dir() / f"whisper-{content_key(folder / 'model.bin')}"
-    if (hit := _from_cache(target, folder.name, say, dtype)) is not None:
+    if (hit := _from_cache(target, folder.name, say, place)) is not None:
         return hit
     with one_converter(target, say):
-        if (hit := _from_cache(target, folder.name, say, dtype)) is not None:  # converted while this process waited
+        if (hit := _from_cache(target, folder.name, say, place)) is not None:  # converted while this process waited
             return hit
         say(f"converting the CTranslate2 Whisper in {folder} (once; a few seconds)")
         model, tokenizer = build(folder)
         write_cache(target, model, tokenizer, say)
-    return model.to(dtype), tokenizer, "seq2seq"
+    if place.host_only:
+        return model.to(place.dtype), tokenizer, "seq2seq"
+    del model
+    return _converted(target, folder.name, say, place)

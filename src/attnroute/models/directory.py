@@ -6,10 +6,9 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import torch
-
 from .discovery import model_kind
 from .loaded import ModelLoadError
+from .placement import Placement
 from .safety import (
     PICKLE_SUFFIXES,
     _pickle_refusal,
@@ -20,9 +19,11 @@ from .safety import (
     regular_file,
 )
 
+DEFAULT = Placement()
 
-def _load_dir(path: Path, say, dtype: torch.dtype = torch.float32):
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+def _load_dir(path: Path, say, place: Placement = DEFAULT):
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     if not (path / "config.json").exists():
         raise ModelLoadError(f"{path} is not a model directory: it has no config.json")
@@ -36,23 +37,19 @@ def _load_dir(path: Path, say, dtype: torch.dtype = torch.float32):
         regular_file(f)
     tensors = {name: n for f in safes for name, n in check_safetensors(f).items()}
     say(f"loading {path.name}")
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a bad config)
-        not_an_interrupt()
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ModelLoadError(
-            f"transformers could not read {path}/config.json: {type(e).__name__}: {first[:200]}"
-        ) from None
-    check_size(path, config, tensors, dtype)  # before anything is built: a config can ask for 100,000 layers
+    config = _config(path)
+    # before anything is built: a config can ask for 100,000 layers
+    check_size(path, config, tensors, place.dtype, place.host_only)
     kind = model_kind(config)
     cls = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "encoder": AutoModel}[kind]
     if config.model_type == "whisper":
         from transformers import AutoModelForSpeechSeq2Seq as cls
     try:
+        kwargs = place.pretrained()  # straight into the dtype, onto the device or over the map: no CPU copy
         model, info = cls.from_pretrained(
-            path, use_safetensors=True, trust_remote_code=False, dtype=dtype, output_loading_info=True
+            path, use_safetensors=True, trust_remote_code=False, output_loading_info=True, **kwargs
         )
+        model = place.placed(model, kwargs)
         tokenizer = directory_tokenizer(path)
     except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a bad directory; each is a refusal)
         not_an_interrupt()
@@ -60,6 +57,19 @@ def _load_dir(path: Path, say, dtype: torch.dtype = torch.float32):
         raise ModelLoadError(f"transformers could not load {path}: {type(e).__name__}: {first[:200]}") from None
     refuse_partial_weights(path, info)
     return model.eval(), tokenizer, kind
+
+
+def _config(path: Path):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=False)
+    except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a bad config)
+        not_an_interrupt()
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelLoadError(
+            f"transformers could not read {path}/config.json: {type(e).__name__}: {first[:200]}"
+        ) from None
 
 
 def directory_tokenizer(path: Path):

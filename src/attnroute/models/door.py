@@ -20,6 +20,7 @@ from .adapters import is_peft, refuse_compiled, refuse_quantized, unwrap_peft
 from .discovery import _finish, model_kind
 from .loaded import LoadedModel, ModelLoadError, dtype_names
 from .offload import unheld
+from .placement import check_held, resolve
 from .sources import load as load_source
 from .sources import quiet_transformers
 
@@ -29,30 +30,39 @@ TAKES = (
 )
 
 
-def load(model, tokenizer=None, progress=None, dtype=None) -> LoadedModel:
+def load(model, tokenizer=None, progress=None, dtype=None, device=None, device_map=None) -> LoadedModel:
     """``model`` as a LoadedModel (see the module docstring); ``tokenizer`` goes with a transformers object
     (given with a name or a LoadedModel it would be dropped, so it is refused); ``progress`` receives one-line
     messages of the load; ``dtype`` (auto, float32, bfloat16, float16) is the dtype a name or path is loaded
-    into (auto: float32) — a model already in memory is never cast, so a dtype it does not compute in is
-    refused."""
+    into (auto: float32), ``device`` (cpu, cuda, cuda:N, mps, auto) or ``device_map`` (auto, balanced, a dict
+    or a .json file) where (placement.py) — a model already in memory is never cast or moved, so a dtype it
+    does not compute in, or a device it is not on, is refused."""
     dtype = resolve_dtype(dtype)
+    place = resolve(dtype, device, device_map)
+    if isinstance(model, str | os.PathLike):
+        _no_tokenizer(tokenizer, "a name or path: the tokenizer saved with the model is read")
+        return load_source(os.fspath(model), progress=progress, place=place)
+    held = _held(model, tokenizer)
+    check_held(held.model, place, device, device_map)
+    return _in_dtype(held, dtype)
+
+
+def _held(model, tokenizer) -> LoadedModel:
+    """What is already in memory as a LoadedModel: itself, a PEFT model through its base, a transformers object."""
     if isinstance(model, LoadedModel):
         if tokenizer is not model.tokenizer:
             _no_tokenizer(tokenizer, "a LoadedModel, which holds its own")
-        return _in_dtype(model, dtype)
-    if isinstance(model, str | os.PathLike):
-        _no_tokenizer(tokenizer, "a name or path: the tokenizer saved with the model is read")
-        return load_source(os.fspath(model), progress=progress, dtype=dtype)
+        return model
     refuse_compiled(model)
     if is_peft(model):  # read through its base model, the adapters applied while a verb reads (adapters.py)
         base, view = unwrap_peft(model)
         refuse_quantized(base)
         _not_offloaded(base)
-        return _in_dtype(replace(from_object(base, tokenizer), view=view), dtype)
+        return replace(from_object(base, tokenizer), view=view)
     if _is_transformers_model(model):
         refuse_quantized(model)
         _not_offloaded(model)
-        return _in_dtype(from_object(model, tokenizer), dtype)
+        return from_object(model, tokenizer)
     raise InputTypeError(f"model must be {TAKES}, got {type(model).__name__}", field="model")
 
 

@@ -47,7 +47,7 @@ def check_safetensors(path: Path) -> dict[str, int]:
 LAYER_INDEX = re.compile(r"\.(?:layers|layer|h|blocks|block)\.(\d+)\.")
 
 
-def check_size(path: Path, config, tensors: dict[str, int], dtype=None) -> None:
+def check_size(path: Path, config, tensors: dict[str, int], dtype=None, host: bool = True) -> None:
     """Refuse, before the model is built, a config whose layer count the weights do not hold (the rest
     would be random, and 100,000 of them take minutes and gigabytes to make) or whose weights would not
     fit in the memory this machine has available."""
@@ -62,7 +62,7 @@ def check_size(path: Path, config, tensors: dict[str, int], dtype=None) -> None:
 
     dtype = dtype or torch.float32
     need = dtype.itemsize * sum(tensors.values())  # in the dtype the weights are loaded into
-    free = available_memory()
+    free = available_memory() if host else None  # placed on a device or over a map: accelerate checks it
     if free and need > free:
         raise ModelLoadError(
             f"{path}: the weights take {need / 1e9:.1f} GB in {str(dtype).removeprefix('torch.')} and "

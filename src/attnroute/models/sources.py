@@ -8,8 +8,6 @@ import os
 import re
 from pathlib import Path
 
-import torch
-
 from ..bundled import MODELS, model_path
 from ..bundled import package_dir as bundled_package_dir
 from ..errors import InputError
@@ -17,6 +15,7 @@ from .caches import _load_ct2_cached, _load_gguf_cached, is_ct2
 from .directory import _load_dir
 from .discovery import _finish
 from .loaded import LoadedModel, ModelLoadError
+from .placement import Placement
 from .safety import PICKLE_SUFFIXES, _first_line, _pickle_refusal
 
 BUNDLED = {name: m.about for name, m in MODELS.items()}
@@ -38,21 +37,22 @@ def quiet_transformers() -> None:
     logging.disable_progress_bar()
 
 
-def load(name_or_path: str, progress=None, dtype=None) -> LoadedModel:
+def load(name_or_path: str, progress=None, place: Placement | None = None) -> LoadedModel:
     """'smollm2', 'minilm', a transformers model directory (safetensors), a .gguf file, or a hub id
-    ``org/name`` (through huggingface_hub's cache; safetensors only; HF_HUB_OFFLINE honoured)."""
+    ``org/name`` (through huggingface_hub's cache; safetensors only; HF_HUB_OFFLINE honoured). ``place``: its
+    dtype (auto: float32 — docs/precision.md says why, for now), device or device map (placement.py)."""
     say = progress or (lambda msg: None)
-    dtype = dtype or torch.float32  # auto: float32 (docs/precision.md says why, for now)
+    place = place or Placement()
     quiet_transformers()
     if name_or_path in MODELS:
         try:
             path = model_path(name_or_path)
         except InputError as e:
             raise ModelLoadError(str(e)) from None
-        return _finish(_load_path(path, say, dtype), name_or_path)
+        return _finish(_load_path(path, say, place), name_or_path)
     path = Path(name_or_path)
     if not path.exists() and HUB_ID.match(name_or_path) and not name_or_path.endswith(".gguf"):
-        return _finish(_load_dir(hub_snapshot(name_or_path, say), say, dtype), name_or_path)
+        return _finish(_load_dir(hub_snapshot(name_or_path, say), say, place), name_or_path)
     if not path.exists():
         if os.sep not in name_or_path and not name_or_path.endswith(".gguf"):
             raise ModelLoadError(
@@ -63,7 +63,7 @@ def load(name_or_path: str, progress=None, dtype=None) -> LoadedModel:
     if path.suffix.lower() in PICKLE_SUFFIXES and not is_ct2(path):
         raise ModelLoadError(_pickle_refusal(path))
     if path.suffix.lower() == ".gguf" or path.is_dir() or is_ct2(path):
-        return _finish(_load_path(path, say, dtype), path.name)
+        return _finish(_load_path(path, say, place), path.name)
     raise ModelLoadError(
         f"{path} is not a model: expected a directory with config.json and safetensors, or a .gguf file"
     )
@@ -108,10 +108,10 @@ def hub_snapshot(repo_id: str, say) -> Path:
     return snap
 
 
-def _load_path(path: Path, say, dtype):
+def _load_path(path: Path, say, place: Placement):
     """(model, tokenizer, kind) from a .gguf file, a CTranslate2 folder (or its model.bin) or a model directory."""
     if path.suffix.lower() == ".gguf":
-        return _load_gguf_cached(path, say, dtype)
+        return _load_gguf_cached(path, say, place)
     if is_ct2(path):
-        return _load_ct2_cached(path.parent if path.is_file() else path, say, dtype)
-    return _load_dir(path, say, dtype)
+        return _load_ct2_cached(path.parent if path.is_file() else path, say, place)
+    return _load_dir(path, say, place)

@@ -98,8 +98,9 @@ class Study:
     def load(self) -> LoadedModel:
         """The settings' model through the one door, once."""
         if self.loaded is None:
-            tokenizer, dtype = getattr(self.s, "tokenizer", None), getattr(self.s, "dtype", None)
-            self.loaded = load(self.s.model, tokenizer, lambda m: self.say("load", m), dtype)
+            s, say = self.s, lambda m: self.say("load", m)
+            where = {"device": getattr(s, "device", None), "device_map": getattr(s, "device_map", None)}
+            self.loaded = load(s.model, getattr(s, "tokenizer", None), say, getattr(s, "dtype", None), **where)
         if self.loaded.view is not None and not hold(id(self.loaded), self.loaded.reading):
             raise ModelLoadError(  # outside a verb nothing would undo the view, and without it the numbers are wrong
                 "a PEFT model is read by attnroute's verbs, which apply its adapters while they run and undo "

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..promptset import METRICS, MetricArg, metric_setting
 from .base import SEED_MAX, ModelArg, Settings, integer, integers, nonempty_text, opt, position_spec, set_field
-from .read import DEFAULT_MODEL, DTYPE_DOC, MODEL_DOC, TOKENIZER_DOC
+from .read import DEFAULT_MODEL, DEVICE_DOC, DEVICE_MAP_DOC, DTYPE_DOC, MODEL_DOC, TOKENIZER_DOC
 
 
 def last_position_metric(metric) -> None:
@@ -31,6 +31,8 @@ class KnockoutSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     text: str = opt("", "the prompt")
     source: str = opt("", "query positions: a word of the text, or indices '3,4'")
     target: str = opt("", "key positions, likewise")
@@ -61,6 +63,8 @@ class SwapSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     prompt_a: str = opt("", "the prompt whose maps are used")
     prompt_b: str = opt("", "the prompt that runs (the same number of tokens)")
     window: int = opt(1, "layers swapped together")
@@ -88,6 +92,8 @@ class CrossKnockoutSettings(Settings):
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     audio: str = opt("", "the clip: a .wav file or a bundled clip (paris, fox …)")
     text: str | None = opt(None, "its transcript, teacher-forced (unset: transcribed by greedy decoding)")
     source: str = opt("", "the decoder word whose routes are cut (a word of the transcript)")
@@ -113,6 +119,8 @@ class CrossSwapSettings(Settings):
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     audio_a: str = opt("", "the clip whose maps are used")
     audio_b: str = opt("", "the clip that is transcribed")
     window: int = opt(1, "cross-attention layers swapped together")
@@ -132,6 +140,8 @@ class SpeechPatchSettings(Settings):
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     clean: str = opt("", "the clean clip: a .wav file or a bundled clip (paris …)")
     corrupt: str = opt("", "the corrupted clip: the same words, one spoken differently (rome …)")
     text: str | None = opt(None, "the decoder text both runs read (unset: the words the transcripts share)")
@@ -153,6 +163,8 @@ class SpeechRoutesSettings(Settings):
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     audio: str = opt("", "the clip: a .wav file or a bundled clip (paris, rome …)")
     answer: str = opt("", "the word whose logit is read (the decoder reads the transcript up to it)")
     wrong: str | None = opt(None, "the word it is compared with (unset: log p(answer))")
@@ -181,6 +193,8 @@ class NeedleSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     lengths: tuple[int, ...] = opt((256, 512, 1024, 2048, 4096, 8192), "context lengths in tokens")
     seed: int = opt(0, "the needle's depth")
     code: str = opt("4729", "the secret the needle states")

@@ -27,6 +27,8 @@ from .base import (
 from .read import (
     CHECKPOINT_DOC,
     DEFAULT_MODEL,
+    DEVICE_DOC,
+    DEVICE_MAP_DOC,
     DTYPE_DOC,
     MAX_MEMORY_DOC,
     MODEL_DOC,
@@ -55,6 +57,8 @@ class PairSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     prompts: PromptsArg | None = opt(None, PROMPTS_DOC)
     clean: str | None = opt(None, "one clean prompt (with corrupt), instead of prompts")
     corrupt: str | None = opt(None, "its corrupted twin: the same number of tokens")
@@ -171,6 +175,8 @@ class RoutesSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     text: str | None = opt(None, "one text (the metric's fields from answer / wrong), or prompts / a pair")
     prompts: PromptsArg | None = opt(None, PROMPTS_DOC)
     clean: str | None = opt(None, "one clean prompt (with corrupt), instead of prompts")
@@ -344,6 +350,8 @@ class WhySettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     text: str | None = opt(None, "the text (an encoder-decoder's encoder input; its decoder reads its start token)")
     head: str = opt("", "the head: L18.H6 (a decoder's self-attention), E2.H0 (an encoder's), L3.xH2 (cross)")
     query: str | None = opt(None, "query positions: a word of the text or indices '3,4' (every pair with key)")
@@ -403,6 +411,8 @@ class CompositionSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
 
 
 HEAD = re.compile(r"^[LE]\d+\.x?H\d+$")

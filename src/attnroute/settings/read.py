@@ -35,6 +35,8 @@ MAX_MEMORY_DOC = (
 )
 NO_CHECKPOINT_DOC = "keep no checkpoint (by default a run checkpoints to attnroute's cache and a rerun resumes)"
 DTYPE_DOC = "auto (a model you hold: its own; a name or path: float32), float32, bfloat16 or float16"
+DEVICE_DOC = "where a name or path is loaded: cpu, cuda, cuda:N, mps or auto (a model you hold stays where it is)"
+DEVICE_MAP_DOC = "accelerate's device map for a name or path: auto, balanced, a {module: device} dict or a .json file"
 TOKENIZER_DOC = (
     "with a transformers model object: its tokenizer (or a Whisper processor); unset: the one saved where the "
     "model was loaded from"
@@ -65,6 +67,8 @@ class HeadsSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     text: str | None = opt(None, "the text to read (unset: the built-in paragraph)")
     max_tokens: int | None = opt(None, "cut the text to this many tokens (unset: the model's context)")
     audio: str | None = opt(
@@ -150,6 +154,8 @@ class CorpusSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     corpus: str = opt("", "a .txt, .jsonl, .parquet, a folder of .txt files or a saved Hugging Face dataset")
     field: str = opt("text", "the .jsonl field / dataset column holding the text")
     per_line: bool = opt(False, "a .txt corpus holds one document per line")
@@ -190,6 +196,8 @@ class ReportSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     text: str | None = opt(None, "the text to read (unset: the built-in paragraph)")
     max_tokens: int | None = opt(
         None, f"cut the text to this many tokens (unset: {PAGE_TOKENS}, or the model's positions if fewer)"

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 from .base import ModelArg, Settings, integer, nonempty_text, number, one_of, opt, set_field
-from .read import DEFAULT_MODEL, DTYPE_DOC, MODEL_DOC, TOKENIZER_DOC
+from .read import DEFAULT_MODEL, DEVICE_DOC, DEVICE_MAP_DOC, DTYPE_DOC, MODEL_DOC, TOKENIZER_DOC
 
 CONVENTIONS = ("sdpa", "mha", "additive", "hf", "causal")
 MASK_FAMILIES = ("any", "causal", "bidirectional")
@@ -114,6 +114,8 @@ class ServeSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
+    device: str = opt("cpu", DEVICE_DOC)
+    device_map: object = opt(None, DEVICE_MAP_DOC)
     host: str = opt("127.0.0.1", "the address to listen on (anything but loopback is said loudly)")
     port: int = opt(0, "the port; 0: a free one chosen by the OS")
     max_tokens: int | None = opt(
