@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: venv browser lint format test test-fast report bench learn clean
+.PHONY: venv browser lint format test test-fast report bench learn gpu-check clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,12 @@ bench: venv
 learn: venv  # the README's learn figures (about 6 minutes on 2 cores)
 	for e in induction scale pruning ff crossattn; do $(BIN)/attnroute learn $$e --out docs/learn || exit 1; done
 	$(BIN)/attnroute learn induction --fixed-offset --out docs/learn
+
+# On a GPU machine, network or not: the verbs on CUDA in float32 and bf16 against the CPU's float32, and a
+# Llama-3-8B-shaped model's time and peak memory (benchmarks/gpu_check.py). It uses $(PYTHON) as it finds it —
+# its own CUDA torch and transformers, src/ on the path, no venv, no pip — and names what is missing.
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py --out benchmarks/results/gpu-check.json
 
 clean:
 	rm -rf $(VENV)
