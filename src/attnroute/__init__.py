@@ -91,6 +91,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "NeedleSettings": ("settings", "NeedleSettings"),
     "CheckSettings": ("settings", "CheckSettings"),
     "KVSettings": ("settings", "KVSettings"),
+    "FitSettings": ("settings", "FitSettings"),
     "PatchSettings": ("settings", "PatchSettings"),
     "RoutesSettings": ("settings", "RoutesSettings"),
     "Metric": ("promptset", "Metric"),
@@ -178,6 +179,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "load": ("show.results", "load"),  # any result's JSON back as its typed result
     "Result": ("engine.jsonable", "Result"),
     "cost_kv": ("cost.footprint", "kv"),
+    "cost_fit": ("cost.fit", "fit"),
     "cost_simulate": ("cost.serving", "serve_stream"),
 }
 

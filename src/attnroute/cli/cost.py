@@ -3,7 +3,7 @@ serving, and the FLOPs and memory of long context."""
 
 from __future__ import annotations
 
-from ..settings import KVSettings, SimulateSettings
+from ..settings import FitSettings, KVSettings, SimulateSettings
 from .common import STDOUT, deliver, emit_json, json_flag, option, outputs, settings_from, tables
 
 KV, SIM = KVSettings, SimulateSettings
@@ -19,6 +19,16 @@ def add(sub) -> None:
         option(kv, flag, KV, type=int)
     json_flag(kv, "exact integer bytes")
     kv.set_defaults(fn=run_kv)
+
+    fit = csub.add_parser("fit", help="will a model fit a device for a verb: predicted from its config alone")
+    option(fit, "--model", FitSettings, help="a bundled name, a model directory, a .gguf, a hub id or a config.json")
+    option(fit, "--dtype", FitSettings)
+    option(fit, "--tokens", FitSettings, type=int)
+    option(fit, "--verb", FitSettings)
+    option(fit, "--device-memory", FitSettings)
+    option(fit, "--device", FitSettings)
+    json_flag(fit, "the prediction, in bytes")
+    fit.set_defaults(fn=run_fit)
 
     sim = csub.add_parser("simulate", help="serve a request stream with contiguous reservation and with paging")
     option(sim, "--requests", SIM)
@@ -56,6 +66,19 @@ def run_kv(args) -> int:
     emit_json(result, args.json)
     if args.json != STDOUT:
         tables(None).print(kv_table(result))
+    return 0
+
+
+def run_fit(args) -> int:
+    outputs({}, {"json": args.json})
+    settings = settings_from(FitSettings, args)
+    from ..cost import fit
+    from ..show.cost import fit_table
+
+    result = fit(settings=settings)
+    emit_json(result, args.json)
+    if args.json != STDOUT:
+        tables(None).print(fit_table(result))
     return 0
 
 

@@ -6,6 +6,7 @@
     adapters   what wraps a transformers model: PEFT read through its merged adapters; compiled, quantized refused
     offload    weights accelerate offloaded to the CPU or disk, read one module at a time
     placement  the dtype, device or device map a model is loaded with, checked before it loads
+    fit        will it fit: a verb's peak memory predicted from the config alone (cost fit's formula)
     sources    bundled names, directories, .gguf files, CTranslate2 folders and hub ids
     directory  a transformers model directory and its tokenizer
     caches     converted models kept as safetensors (GGUF, CTranslate2), one converter at a time

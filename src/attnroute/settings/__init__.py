@@ -17,7 +17,7 @@ tokens) stay with the verb.
     experiments  KnockoutSettings, SwapSettings, NeedleSettings
     patching     PatchSettings, RoutesSettings, CircuitSettings, EvaluateSettings, PathPatchSettings,
                  WhySettings, CompositionSettings
-    tools        CheckSettings, KVSettings, SimulateSettings, ServeSettings
+    tools        CheckSettings, FitSettings, KVSettings, SimulateSettings, ServeSettings
     learn        TrainSettings and each learn experiment's (InductionSettings, ScaleSettings, …)
 
 Like errors.py, this package imports no torch, so a bad flag is refused before torch loads.
@@ -67,6 +67,7 @@ from .tools import (
     MASK_FAMILIES,
     SERVE_TOKENS,
     CheckSettings,
+    FitSettings,
     KVSettings,
     ServeSettings,
     SimulateSettings,
@@ -97,6 +98,7 @@ __all__ = [
     "CorpusSettings",
     "EvaluateSettings",
     "HeadsSettings",
+    "FitSettings",
     "KVSettings",
     "KnockoutSettings",
     "CrossKnockoutSettings",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from .base import ModelArg, Settings, integer, nonempty_text, number, one_of, opt, set_field
+from .base import ModelArg, Settings, integer, nonempty_text, number, one_of, opt, set_field, size
 from .read import DEFAULT_MODEL, DEVICE_DOC, DEVICE_MAP_DOC, DTYPE_DOC, MODEL_DOC, TOKENIZER_DOC
 
 CONVENTIONS = ("sdpa", "mha", "additive", "hf", "causal")
@@ -86,6 +86,30 @@ class KVSettings(Settings):
 
     def sizes(self) -> tuple:
         return self.layers, self.heads, self.kv_heads, self.head_dim
+
+
+FIT_VERBS = ("heads", "patch", "circuit", "routes", "why")
+FIT_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class FitSettings(Settings):
+    """Will a model fit a device for a verb: predicted from its config alone (models/fit.py), nothing loaded."""
+
+    model: str = opt(DEFAULT_MODEL, "a bundled name, a model directory, a .gguf file, a hub id or a config.json")
+    dtype: str = opt("auto", "float32 (auto), bfloat16 or float16: what the weights would be loaded into")
+    tokens: int | None = opt(None, "the longest sequence the verb reads (unset: the lengths measured)")
+    verb: str = opt("all", f"one of {', '.join(FIT_VERBS)}, or all")
+    device_memory: str | int | None = opt(None, "the memory to fit in: 80G, 24GiB, … (unset: this machine's available)")
+    device: str = opt("cpu", "cpu (the runtime counts beside the weights) or cuda (the device holds weights and work)")
+
+    def __post_init__(self):
+        nonempty_text(self.model, "model")
+        one_of(self.dtype, "dtype", FIT_DTYPES)
+        integer(self.tokens, "tokens", 1, optional=True)
+        one_of(self.verb, "verb", (*FIT_VERBS, "all"))
+        one_of(self.device, "device", ("cpu", "cuda"))
+        set_field(self, "device_memory", size(self.device_memory, "device_memory"))
 
 
 @dataclass(frozen=True)

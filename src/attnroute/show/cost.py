@@ -40,6 +40,20 @@ def kv_table(result: dict) -> Table:
     return t
 
 
+def fit_table(result: dict) -> Table:
+    """`attnroute cost fit`: each verb's predicted peak, its parts, and whether it fits."""
+    memory = result["device_memory"]
+    where = f"{fmt_bytes(memory)} of {result['device']} memory" if memory else f"{result['device']} memory unknown"
+    tokens = f"{result['tokens']:,} tokens" if result["tokens"] else "the measured lengths"
+    t = Table(title=f"Will it fit: {result['model']} in {result['dtype']}, {tokens}, {where}")
+    for name in ("verb", "weights", "runtime", "working", "predicted peak", "verdict"):
+        t.add_column(name, justify="left" if name in ("verb", "verdict") else "right")
+    for r in result["rows"]:
+        cells = [fmt_bytes(r[k]) for k in ("weights", "runtime", "working", "peak")]
+        t.add_row(r["verb"], *cells, r["verdict"])
+    return t
+
+
 def simulate_table(data: dict, budget_gb: float) -> Table:
     """`attnroute cost simulate`: one row per policy."""
     t = Table(

@@ -1,0 +1,78 @@
+"""`attnroute cost fit`: whether a model fits a device for each verb, from its config alone — the weights in a
+dtype, the runtime beside them, and the verb's working memory at a context length (the formula and its
+measurements: models/fit.py, docs/cost.md). Nothing is loaded: a config.json is read as it is, a name,
+directory, .gguf or hub id through the facts read before any weight (models.facts_of)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import InputError
+from ..models.fit import FLOAT32_ONLY, WORKING, Shape, gib, predict
+from ..models.safety import available_memory
+from ..settings import FitSettings, verb
+from .footprint import read_config_json
+
+
+@verb(FitSettings)
+def fit(model=None, *, settings: FitSettings | None = None, **fields) -> dict:
+    """Each verb's predicted peak against the device's memory: the rows, and what the model is."""
+    s = FitSettings.of(settings, model, fields)
+    config, source = _config(s.model)
+    shape = Shape.of(config)
+    dtype = "float32" if s.dtype == "auto" else s.dtype
+    memory = s.device_memory or available_memory()
+    verbs = list(WORKING) if s.verb == "all" else [s.verb]
+    host = s.device == "cpu"
+    rows = [_row(shape, v, dtype, s.tokens, memory, host) for v in verbs]
+    return {
+        "model": source,
+        "dtype": dtype,
+        "device": s.device,
+        "device_memory": memory,
+        "tokens": s.tokens,
+        "parameters": shape.parameters,
+        "vocab": shape.vocab,
+        "rows": rows,
+    }
+
+
+def _row(shape: Shape, verb_name: str, dtype: str, tokens, memory, host: bool) -> dict:
+    parts = predict(shape, verb_name, dtype, tokens, host)
+    row = {"verb": verb_name, **parts}
+    if verb_name in FLOAT32_ONLY and dtype != "float32":
+        return row | {"fits": None, "verdict": f"refused in {dtype} (the circuit family reads float32)"}
+    if memory is None:
+        return row | {"fits": None, "verdict": "no memory figure: give device_memory"}
+    fits = parts["peak"] <= memory
+    if fits:
+        verdict = "fits"
+    elif parts["runtime"] + parts["weights"] >= memory:
+        verdict = f"does not fit: the weights and runtime alone take {gib(parts['runtime'] + parts['weights'])}"
+    else:
+        verdict = f"not at full batches: --max-memory {gib(memory).replace(' ', '')} shrinks them to fit"
+    return row | {"fits": fits, "verdict": verdict}
+
+
+def _config(model: str):
+    """(the model's config, what was costed), without loading a weight."""
+    from transformers import AutoConfig
+
+    if str(model).endswith(".json"):
+        raw = read_config_json(Path(model))
+        kind = raw.get("model_type")
+        if not isinstance(kind, str):
+            raise InputError(f"{model}: a config.json names its model_type; this one has none", field="model")
+        try:
+            return AutoConfig.for_model(**raw), model
+        except (ValueError, KeyError, TypeError) as e:
+            raise InputError(f"{model}: transformers cannot read this config ({e})", field="model") from None
+    from ..models import facts_of
+
+    facts = facts_of(model)
+    if facts is None:
+        raise InputError(f"model {model!r}: no config could be read without loading it", field="model")
+    return facts.config, str(model)
+
+
+__all__ = ["fit"]

@@ -1,0 +1,103 @@
+"""Will it fit? A verb's peak memory predicted from a model's config alone, before any weight loads.
+
+    peak = runtime + weights + working(verb)
+    runtime = RUNTIME_BASE + TOKENIZER_PER_VOCAB · V           (on the host: Python, torch, transformers, the tokenizer)
+    weights = parameters · bytes of the dtype                  (counted on a meta-device copy of the config's model)
+    working = A + B · (bytes of the dtype / 4) + C · V + long(T)
+
+V is the vocabulary. A, B and C are each verb's working memory at attnroute's default batching budgets
+(read/ground/budget.py): a part no dtype or vocabulary changes, a part held in the model's dtype (activations
+kept for a backward or a patch), and a part held in float32 per vocabulary entry (logits and their gradients,
+summed in float32 whatever the dtype). They were measured on SmolLM2-135M and Gemma 3 270M, in float32 and
+bfloat16, as whole-command peak RSS (benchmarks/fit.py; its results/fit.json holds each run, and the error of
+each prediction made without that run: docs/cost.md). ``long(T)`` is what one sequence longer than the
+measured ones needs beyond that working memory, once its own forward and backward outgrow the batches.
+
+These are the host's figures (the machine's RAM); on a GPU the runtime stays on the host and the rest is device
+memory. ``make gpu-check`` measures a GPU's peaks; until one has, a GPU prediction is the same formula unverified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 2**30
+RUNTIME_BASE = int(0.384 * GIB)  # Python + torch + transformers resident, before any model (measured)
+TOKENIZER_PER_VOCAB = 1_332  # bytes a fast tokenizer holds per vocabulary entry (SmolLM2 49k, Gemma 3 262k)
+
+# verb -> (A bytes, B bytes at float32, C bytes per vocabulary entry, the tokens of the runs measured)
+WORKING = {
+    "heads": (int(1.007 * GIB), int(1.050 * GIB), 5_558, 25),
+    "patch": (int(0.348 * GIB), int(1.300 * GIB), 340, 16),
+    "circuit": (int(2.405 * GIB), 0, 2_360, 16),  # float32 only: the circuit family refuses bf16 and fp16
+    "routes": (int(0.02 * GIB), 0, 0, 16),
+    "why": (int(0.05 * GIB), 0, 0, 25),
+}
+FLOAT32_ONLY = ("circuit", "why")
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the formula reads from a config."""
+
+    parameters: int
+    vocab: int
+    layers: int
+    hidden: int
+    heads: int
+
+    @classmethod
+    def of(cls, config) -> Shape:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        return cls(
+            parameters=count_parameters(config),
+            vocab=int(getattr(text, "vocab_size", 0) or 0),
+            layers=int(getattr(text, "num_hidden_layers", 0) or getattr(text, "n_layer", 0) or 0),
+            hidden=int(getattr(text, "hidden_size", 0) or getattr(text, "n_embd", 0) or 0),
+            heads=int(getattr(text, "num_attention_heads", 0) or getattr(text, "n_head", 0) or 0),
+        )
+
+
+def count_parameters(config) -> int:
+    """The parameters the config's model holds (tied weights once), counted on the meta device: no memory."""
+    import torch
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    from .discovery import model_kind
+
+    cls = AutoModelForCausalLM if model_kind(config) == "causal" else AutoModel
+    with torch.device("meta"):
+        model = cls.from_config(config, trust_remote_code=False)
+    return sum(p.numel() for p in model.parameters())
+
+
+def predict(shape: Shape, verb: str, dtype: str = "float32", tokens: int | None = None, host: bool = True) -> dict:
+    """The predicted peak in bytes and its parts. ``host``: the runtime counts (False: a GPU's memory)."""
+    a, b, c, measured = WORKING[verb]
+    size = BYTES[dtype]
+    weights = shape.parameters * size
+    runtime = RUNTIME_BASE + TOKENIZER_PER_VOCAB * shape.vocab if host else 0
+    working = a + b * size // 4 + c * shape.vocab + long_sequence(shape, verb, size, tokens or measured, measured)
+    return {"runtime": runtime, "weights": weights, "working": working, "peak": runtime + weights + working}
+
+
+def long_sequence(shape: Shape, verb: str, size: int, tokens: int, measured: int) -> int:
+    """What a sequence of ``tokens`` adds to the working memory measured at ``measured`` tokens. The batching
+    budgets hold the working memory flat as sequences grow (fewer copies, fewer rows a batch: measured, heads on
+    SmolLM2 peaked at 3.25, 3.25 and 2.77 GiB at 25, 512 and 1,024 tokens) until one sequence's own forward and
+    backward outgrows it: every layer's activations (about 16 hidden-size vectors a token, in the dtype), one
+    layer's attention weights and the logits with their log-softmax and gradient (float32)."""
+    if verb in ("routes", "why") or tokens <= measured:
+        return 0
+    a, b, c, _ = WORKING[verb]
+    single = 16 * shape.layers * shape.hidden * size * tokens + 4 * shape.heads * tokens * tokens
+    single += 3 * 4 * shape.vocab * tokens
+    return max(0, single - (a + b * size // 4 + c * shape.vocab))
+
+
+def gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+__all__ = ["BYTES", "FLOAT32_ONLY", "GIB", "Shape", "WORKING", "count_parameters", "gib", "predict"]
