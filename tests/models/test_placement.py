@@ -95,6 +95,12 @@ def test_cuda_runs_only_once_verified_or_when_told(monkeypatch):
     }
 
 
+def test_no_verb_asks_for_a_device_unless_told():
+    """A verb's device is unset by default: a model you hold on a GPU is read there, not refused as "asked cpu"."""
+    for settings in (ar.HeadsSettings, ar.PatchSettings, ar.CircuitSettings, ar.WhySettings, ar.KnockoutSettings):
+        assert settings.default("device") is None and settings.default("device_map") is None
+
+
 def test_a_model_you_hold_is_never_moved(tiny_dir):
     obj = _user_object(tiny_dir)
     assert ar.load_model(obj, device="cpu").model is obj

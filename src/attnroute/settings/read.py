@@ -35,7 +35,9 @@ MAX_MEMORY_DOC = (
 )
 NO_CHECKPOINT_DOC = "keep no checkpoint (by default a run checkpoints to attnroute's cache and a rerun resumes)"
 DTYPE_DOC = "auto (a model you hold: its own; a name or path: float32), float32, bfloat16 or float16"
-DEVICE_DOC = "where a name or path is loaded: cpu, cuda, cuda:N, mps or auto (a model you hold stays where it is)"
+DEVICE_DOC = (
+    "where a name or path is loaded: cpu, cuda, cuda:N, mps or auto (unset: cpu; a model you hold stays where it is)"
+)
 DEVICE_MAP_DOC = "accelerate's device map for a name or path: auto, balanced, a {module: device} dict or a .json file"
 TOKENIZER_DOC = (
     "with a transformers model object: its tokenizer (or a Whisper processor); unset: the one saved where the "
@@ -67,7 +69,7 @@ class HeadsSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
-    device: str = opt("cpu", DEVICE_DOC)
+    device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
     text: str | None = opt(None, "the text to read (unset: the built-in paragraph)")
     max_tokens: int | None = opt(None, "cut the text to this many tokens (unset: the model's context)")
@@ -154,7 +156,7 @@ class CorpusSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
-    device: str = opt("cpu", DEVICE_DOC)
+    device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
     corpus: str = opt("", "a .txt, .jsonl, .parquet, a folder of .txt files or a saved Hugging Face dataset")
     field: str = opt("text", "the .jsonl field / dataset column holding the text")
@@ -196,7 +198,7 @@ class ReportSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
-    device: str = opt("cpu", DEVICE_DOC)
+    device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
     text: str | None = opt(None, "the text to read (unset: the built-in paragraph)")
     max_tokens: int | None = opt(

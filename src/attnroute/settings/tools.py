@@ -138,7 +138,7 @@ class ServeSettings(Settings):
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
-    device: str = opt("cpu", DEVICE_DOC)
+    device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
     host: str = opt("127.0.0.1", "the address to listen on (anything but loopback is said loudly)")
     port: int = opt(0, "the port; 0: a free one chosen by the OS")

@@ -1,0 +1,96 @@
+"""bf16 against float32 on SmolLM2 and Gemma 3 (issue 52.3): each verb run once per dtype in its own process
+(peak RSS and time by the kernel, as benchmarks/verbs.py), and its numbers compared — heads' roles, patch's
+head ranking on IOI (Spearman, top-10 overlap), routes' exact effects (relative error). circuit and why refuse
+bf16 by name (their stream checks are calibrated to float32), so they have no bf16 row.
+
+    .venv/bin/python benchmarks/precision.py        # about 15 minutes on 2 cores
+
+Writes benchmarks/results/precision.json and prints the markdown table of docs/precision.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from verbs import IOI, TEXT  # noqa: E402
+
+MODELS = ("smollm2", "gemma3-270m")
+ARGS = {
+    "heads": ["heads", "--text", TEXT],
+    "patch": ["patch", "--prompts", "ioi", "--no-checkpoint"],
+    "routes": ["routes", IOI, "--answer", " Mary", "--wrong", " John", "--no-checkpoint"],
+}
+
+
+def run(args: list[str]) -> tuple[dict, dict]:
+    """(the result's JSON, wall / CPU / peak RSS of its process)."""
+    exe = str(Path(sys.executable).with_name("attnroute"))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.json"
+        start = time.perf_counter()
+        child = subprocess.Popen([exe, *args, "--json", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(child.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"{' '.join(args)} failed:\n{child.stderr.read().decode()[-2000:]}")
+        cost = {
+            "wall_s": round(time.perf_counter() - start, 1),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+            "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2),
+        }
+        return json.loads(out.read_text()), cost
+
+
+def agreement(verb: str, a: dict, b: dict) -> dict:
+    """What the bf16 result (b) keeps of the float32 one (a)."""
+    if verb == "heads":
+        ra = [h["role"] for h in a["rows"]]
+        rb = [h["role"] for h in b["rows"]]
+        return {"roles_equal": sum(x == y for x, y in zip(ra, rb)), "heads": len(ra)}
+    if verb == "patch":
+        ea, eb = (np.array([r["estimate"] for r in d["rows"]]) for d in (a, b))
+        xa = {(r["layer"], r["head"]): r["delta"] for r in a["rows"] if r["delta"] is not None}
+        xb = {(r["layer"], r["head"]): r["delta"] for r in b["rows"] if r["delta"] is not None}
+        both = sorted(set(xa) & set(xb))
+        return {
+            "spearman": _spearman(ea, eb),
+            "top10_overlap": len(set(np.argsort(-ea)[:10]) & set(np.argsort(-eb)[:10])),
+            "exact_heads": len(both),
+            "exact_max_abs_diff": max((abs(xa[k] - xb[k]) for k in both), default=None),
+        }
+    ea, eb = (np.array([r["exact"] for r in d["rows"]], float) for d in (a, b))
+    scale = max(1e-12, float(np.abs(ea).max()))
+    return {"routes": len(ea), "exact_max_rel_err": float(np.abs(ea - eb).max() / scale)}
+
+
+def _spearman(a, b) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return round(float(np.corrcoef(ra, rb)[0, 1]), 4)
+
+
+def main() -> None:
+    rows = {}
+    for verb, args in ARGS.items():
+        for model in MODELS:
+            got = {dt: run([*args, "--model", model, "--dtype", dt]) for dt in ("float32", "bfloat16")}
+            rows[f"{verb} {model}"] = {
+                "float32": got["float32"][1],
+                "bfloat16": got["bfloat16"][1],
+                "agreement": agreement(verb, got["float32"][0], got["bfloat16"][0]),
+            }
+            print(verb, model, rows[f"{verb} {model}"], file=sys.stderr, flush=True)
+    out = ROOT / "benchmarks" / "results" / "precision.json"
+    out.write_text(json.dumps({"when": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
