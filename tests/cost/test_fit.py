@@ -41,6 +41,7 @@ def test_llama3_8b_fits_one_80g_gpu_for_a_circuit_at_4096_tokens_in_float32_not_
     assert small["fits"] is False and "weights" in small["verdict"]
     bf16 = {r["verb"]: r for r in ar.cost_fit(str(config), dtype="bfloat16", device_memory="24G")["rows"]}
     assert bf16["circuit"]["fits"] is None and "refused in bfloat16" in bf16["circuit"]["verdict"]
+    assert bf16["routes"]["fits"] is None
     assert bf16["heads"]["weights"] == 2 * 8_030_261_248
 
 

@@ -41,7 +41,7 @@ def _row(shape: Shape, verb_name: str, dtype: str, tokens, memory, host: bool) -
     parts = predict(shape, verb_name, dtype, tokens, host)
     row = {"verb": verb_name, **parts}
     if verb_name in FLOAT32_ONLY and dtype != "float32":
-        return row | {"fits": None, "verdict": f"refused in {dtype} (the circuit family reads float32)"}
+        return row | {"fits": None, "verdict": f"refused in {dtype}: {verb_name} reads float32 models"}
     if memory is None:
         return row | {"fits": None, "verdict": "no memory figure: give device_memory"}
     fits = parts["peak"] <= memory
