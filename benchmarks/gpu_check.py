@@ -293,9 +293,15 @@ def large(device: str) -> dict:
     import attnroute as ar
 
     cfg = LlamaConfig(
-        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
-    )  # fmt: skip
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+    )
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)  # built in bf16 on the device: no float32 copy (32 GB) on the way
     try:

@@ -17,10 +17,17 @@ from tests.read.zoo import build
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA3_8B = {  # Llama-3-8B's config.json, as its shape
-    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
-    "rope_theta": 500000.0, "tie_word_embeddings": False,
-}  # fmt: skip
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+}
 
 
 def test_the_parameters_are_counted_from_the_config_as_the_loaded_model_holds_them(tmp_path):
