@@ -97,3 +97,11 @@ def test_a_config_without_a_model_type_is_refused_naming_model(tmp_path):
     with pytest.raises(InputError) as e:
         ar.cost_fit(str(bad))
     assert e.value.field == "model" and "model_type" in str(e.value)
+
+
+def test_auto_costs_the_stored_dtype_and_float32_for_the_verbs_that_read_only_float32(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**LLAMA3_8B, "torch_dtype": "bfloat16"}))
+    rows = {r["verb"]: r for r in ar.cost_fit(str(config), device_memory="80G", device="cuda")["rows"]}
+    assert rows["heads"]["dtype"] == "bfloat16" and rows["heads"]["weights"] == 2 * 8_030_261_248
+    assert rows["circuit"]["dtype"] == "float32" and rows["circuit"]["fits"] is not None

@@ -117,3 +117,32 @@ def test_the_command_line_takes_a_device_map_file_and_refuses_a_device_it_cannot
     assert main(["heads", "--model", str(tiny_dir), "--device", "cuda:3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "device" in err[0] and "Traceback" not in err[0]
+
+
+@pytest.fixture(scope="module")
+def bf16_dir(tmp_path_factory):
+    """A checkpoint stored in bfloat16, as most 7B models on the hub are."""
+    from transformers import AutoModelForCausalLM
+
+    src = build("llama", tmp_path_factory.mktemp("bf16src"))
+    out = tmp_path_factory.mktemp("bf16")
+    AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16).save_pretrained(out)
+    for f in src.iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "special")):
+            (out / f.name).write_bytes(f.read_bytes())
+    return out
+
+
+def test_auto_reads_a_checkpoint_in_the_dtype_it_stores_and_a_float32_only_verb_in_float32(bf16_dir):
+    assert ar.load_model(str(bf16_dir)).dtype == torch.bfloat16
+    assert ar.load_model(str(bf16_dir), dtype="float32").dtype == torch.float32
+    heads = ar.read_heads(str(bf16_dir), TEXT, exact=0, ablation=False)
+    assert heads.to_dict()["model"].endswith("(bfloat16)")
+    why = ar.why(str(bf16_dir), TEXT, head="L1.H1", query="11", key="4")  # refuses bf16: auto loads float32
+    assert "bfloat16" not in why.to_dict()["model"]
+    with pytest.raises(InputError):  # asked by name, it is refused, never silently raised to float32
+        ar.why(str(bf16_dir), TEXT, head="L1.H1", query="11", key="4", dtype="bfloat16")
+
+
+def test_the_bundled_models_stay_float32_under_auto():
+    assert ar.load_model("smollm2").dtype == torch.float32  # the GGUF's exact float32 cache

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..models.fit import FLOAT32_ONLY, WORKING, Shape, gib, predict
+from ..models.placement import stored_dtype
 from ..models.safety import available_memory
 from ..settings import FitSettings, verb
 from .footprint import read_config_json
@@ -20,11 +21,13 @@ def fit(model=None, *, settings: FitSettings | None = None, **fields) -> dict:
     s = FitSettings.of(settings, model, fields)
     config, source = _config(s.model)
     shape = Shape.of(config)
-    dtype = "float32" if s.dtype == "auto" else s.dtype
+    dtype = str(stored_dtype(config)).removeprefix("torch.") if s.dtype == "auto" else s.dtype
     memory = s.device_memory or available_memory()
     verbs = list(WORKING) if s.verb == "all" else [s.verb]
     host = s.device == "cpu"
-    rows = [_row(shape, v, dtype, s.tokens, memory, host) for v in verbs]
+    # auto reads a float32-only verb's model in float32, as the verbs do (read/study.py)
+    each = {v: "float32" if s.dtype == "auto" and v in FLOAT32_ONLY else dtype for v in verbs}
+    rows = [_row(shape, v, each[v], s.tokens, memory, host) for v in verbs]
     return {
         "model": source,
         "dtype": dtype,
@@ -39,7 +42,7 @@ def fit(model=None, *, settings: FitSettings | None = None, **fields) -> dict:
 
 def _row(shape: Shape, verb_name: str, dtype: str, tokens, memory, host: bool) -> dict:
     parts = predict(shape, verb_name, dtype, tokens, host)
-    row = {"verb": verb_name, **parts}
+    row = {"verb": verb_name, "dtype": dtype, **parts}
     if verb_name in FLOAT32_ONLY and dtype != "float32":
         return row | {"fits": None, "verdict": f"refused in {dtype}: {verb_name} reads float32 models"}
     if memory is None:

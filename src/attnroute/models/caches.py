@@ -72,8 +72,8 @@ def _load_gguf_cached(gguf: Path, say, place: Placement = DEFAULT):
             ) from None
         refuse_partial_weights(gguf, info)
         write_cache(target, model, tokenizer, say)
-    if place.host_only:  # converted in float32 (the cache's), once: then cast
-        return model.to(place.dtype).eval(), tokenizer, "causal"
+    if place.host_only:  # converted in float32 (the cache's), once: then cast (auto: the cache's float32)
+        return model.to(place.dtype or torch.float32).eval(), tokenizer, "causal"
     del model  # placed on a device or over a map: loaded from the cache as asked
     return _converted(target, gguf.name, say, place)
 
@@ -208,6 +208,6 @@ def _load_ct2_cached(folder: Path, say, place: Placement = DEFAULT):
         model, tokenizer = build(folder)
         write_cache(target, model, tokenizer, say)
     if place.host_only:
-        return model.to(place.dtype), tokenizer, "seq2seq"
+        return model.to(place.dtype or torch.float32), tokenizer, "seq2seq"
     del model
     return _converted(target, folder.name, say, place)

@@ -38,6 +38,7 @@ def _load_dir(path: Path, say, place: Placement = DEFAULT):
     tensors = {name: n for f in safes for name, n in check_safetensors(f).items()}
     say(f"loading {path.name}")
     config = _config(path)
+    place = place.resolved(config)  # auto: the dtype the checkpoint stores
     # before anything is built: a config can ask for 100,000 layers
     check_size(path, config, tensors, place.dtype, place.host_only)
     kind = model_kind(config)

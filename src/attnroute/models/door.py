@@ -34,7 +34,8 @@ def load(model, tokenizer=None, progress=None, dtype=None, device=None, device_m
     """``model`` as a LoadedModel (see the module docstring); ``tokenizer`` goes with a transformers object
     (given with a name or a LoadedModel it would be dropped, so it is refused); ``progress`` receives one-line
     messages of the load; ``dtype`` (auto, float32, bfloat16, float16) is the dtype a name or path is loaded
-    into (auto: float32), ``device`` (cpu, cuda, cuda:N, mps, auto) or ``device_map`` (auto, balanced, a dict
+    into (auto: the dtype its checkpoint stores; the bundled GGUFs: float32), ``device`` (cpu, cuda, cuda:N,
+    mps, auto) or ``device_map`` (auto, balanced, a dict
     or a .json file) where (placement.py) — a model already in memory is never cast or moved, so a dtype it
     does not compute in, or a device it is not on, is refused."""
     dtype = resolve_dtype(dtype)

@@ -3,6 +3,9 @@ from what a user asked (``dtype=``, ``device=``, ``device_map=``; ``--dtype``, `
 and checked before anything loads. A model the user holds is never moved or cast: a device it is not on is
 refused, like a dtype it does not compute in (door.py).
 
+- dtype: float32, bfloat16, float16, or auto (None): the dtype the checkpoint stores (stored_dtype), except
+  for a verb that reads float32 only (``Settings.FLOAT32_ONLY``: the circuit family, routes), where auto is
+  float32 (read/study.py) — so auto never turns a command that reads into a refusal.
 - device: ``cpu`` (the default), ``cuda``, ``cuda:N``, ``mps``, or ``auto`` (the first of cuda, mps and cpu that
   torch sees). A device torch does not see is refused by name; so, until a GPU run has verified them
   (``make gpu-check``, docs/precision.md), are CUDA and MPS themselves, unless ATTNROUTE_UNVERIFIED_DEVICES=1
@@ -21,7 +24,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -32,11 +35,18 @@ MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 UNVERIFIED = "ATTNROUTE_UNVERIFIED_DEVICES"  # set to 1: run on CUDA/MPS before a GPU run has verified them
 
 
+STORED = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 @dataclass(frozen=True)
 class Placement:
-    dtype: torch.dtype = torch.float32
+    dtype: torch.dtype | None = None  # None: auto, the dtype the checkpoint stores (stored_dtype)
     device: str = "cpu"
     device_map: str | dict | None = None
+
+    def resolved(self, config) -> Placement:
+        """This placement with auto's dtype read from the checkpoint's config."""
+        return self if self.dtype is not None else replace(self, dtype=stored_dtype(config))
 
     def pretrained(self) -> dict:
         """from_pretrained's keyword arguments: the dtype, and where the weights go straight to (no CPU copy)."""
@@ -71,13 +81,22 @@ def _offload_root() -> str:
 
 def resolve(dtype=None, device=None, device_map=None) -> Placement:
     """The placement asked for, checked (each refusal names its field); dtype: a torch dtype (door.resolve_dtype)."""
-    place = Placement(dtype or torch.float32, resolve_device(device), resolve_map(device_map))
+    place = Placement(dtype, resolve_device(device), resolve_map(device_map))
     if place.device_map is not None and device not in (None, "cpu", "auto"):
         raise InputTypeError(
             f"device {device!r} and a device_map were both given: the map says where every layer goes; give one",
             field="device_map",
         )
     return place
+
+
+def stored_dtype(config) -> torch.dtype:
+    """The dtype a checkpoint's config says its weights are stored in (``dtype``, formerly ``torch_dtype``), when
+    it is float32, bfloat16 or float16; else float32 (a config that says nothing, or float64). The bundled GGUFs
+    are cached dequantized in float32 (exact for their 4-bit blocks), so auto reads them in float32."""
+    stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    name = str(stored).removeprefix("torch.") if stored is not None else ""
+    return STORED.get(name, torch.float32)
 
 
 def resolve_device(device) -> str:
@@ -186,4 +205,4 @@ def check_held(model, place: Placement, asked_device, asked_map) -> None:
             _verified(kind)
 
 
-__all__ = ["MAPS", "Placement", "check_held", "resolve", "resolve_device", "resolve_map"]
+__all__ = ["MAPS", "Placement", "check_held", "resolve", "resolve_device", "resolve_map", "stored_dtype"]

@@ -40,7 +40,7 @@ def quiet_transformers() -> None:
 def load(name_or_path: str, progress=None, place: Placement | None = None) -> LoadedModel:
     """'smollm2', 'minilm', a transformers model directory (safetensors), a .gguf file, or a hub id
     ``org/name`` (through huggingface_hub's cache; safetensors only; HF_HUB_OFFLINE honoured). ``place``: its
-    dtype (auto: float32 — docs/precision.md says why, for now), device or device map (placement.py)."""
+    dtype (auto: the checkpoint's stored one), device or device map (placement.py)."""
     say = progress or (lambda msg: None)
     place = place or Placement()
     quiet_transformers()

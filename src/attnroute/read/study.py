@@ -100,7 +100,10 @@ class Study:
         if self.loaded is None:
             s, say = self.s, lambda m: self.say("load", m)
             where = {"device": getattr(s, "device", None), "device_map": getattr(s, "device_map", None)}
-            self.loaded = load(s.model, getattr(s, "tokenizer", None), say, getattr(s, "dtype", None), **where)
+            dtype = getattr(s, "dtype", None)
+            if dtype in (None, "auto") and getattr(s, "FLOAT32_ONLY", False) and not is_loaded_or_object(s.model):
+                dtype = "float32"  # auto never loads a float32-only verb's model into the dtype it refuses
+            self.loaded = load(s.model, getattr(s, "tokenizer", None), say, dtype, **where)
         if self.loaded.view is not None and not hold(id(self.loaded), self.loaded.reading):
             raise ModelLoadError(  # outside a verb nothing would undo the view, and without it the numbers are wrong
                 "a PEFT model is read by attnroute's verbs, which apply its adapters while they run and undo "

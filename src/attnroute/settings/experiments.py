@@ -160,6 +160,8 @@ class SpeechPatchSettings(Settings):
 class SpeechRoutesSettings(Settings):
     """Route attribution on a clip: every route of the chosen layers (default: cross-attention) estimated."""
 
+    FLOAT32_ONLY = True  # refused below float32 (docs/precision.md): auto loads float32
+
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
     dtype: str = opt("auto", DTYPE_DOC)

@@ -97,7 +97,7 @@ class FitSettings(Settings):
     """Will a model fit a device for a verb: predicted from its config alone (models/fit.py), nothing loaded."""
 
     model: str = opt(DEFAULT_MODEL, "a bundled name, a model directory, a .gguf file, a hub id or a config.json")
-    dtype: str = opt("auto", "float32 (auto), bfloat16 or float16: what the weights would be loaded into")
+    dtype: str = opt("auto", "auto (the checkpoint's stored dtype, as the verbs load it), float32, bfloat16, float16")
     tokens: int | None = opt(None, "the longest sequence the verb reads (unset: the lengths measured)")
     verb: str = opt("all", f"one of {', '.join(FIT_VERBS)}, or all")
     device_memory: str | int | None = opt(None, "the memory to fit in: 80G, 24GiB, … (unset: this machine's available)")
