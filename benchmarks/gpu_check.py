@@ -218,8 +218,7 @@ def _run(verb: str, model, device: str, dtype: str) -> dict:
         numbers = VERBS[verb](**model(device, dtype))
     except Exception as e:  # noqa: BLE001  (every failure is data: its one line, and the traceback's last frame)
         refused = type(e).__name__ in ("CircuitUnsupported", "InputError", "InputTypeError", "ModelLoadError")
-        where = traceback.extract_tb(e.__traceback__)[-1]
-        return {("refused" if refused else "error"): f"{type(e).__name__}: {str(e)[:300]}", "at": f"{where}"}
+        return {("refused" if refused else "error"): f"{type(e).__name__}: {str(e)[:300]}", "trace": _trace(e)}
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else None
     return {"numbers": numbers, "seconds": round(seconds, 3), "peak_device_bytes": peak}
@@ -332,20 +331,37 @@ def _pair(text: str):
     return ar.PromptPair(" ".join(words), " ".join(words[:-1] + ["Kate"]), " Bob", " Lisa")
 
 
+RUN_LIMIT = 90  # seconds one large run may take before it is stopped and said (the whole check: under 5 minutes)
+
+
 def _timed(run) -> dict:
+    """Seconds and peak device memory of ``run``; stopped after RUN_LIMIT seconds (SIGALRM), its error kept."""
+    import signal
+
     import torch
+
+    def stop(*_):
+        raise TimeoutError(f"stopped after {RUN_LIMIT} s")
 
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(RUN_LIMIT)
     try:
         run()
     except Exception as e:  # noqa: BLE001  (a failure is the measurement)
-        return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-    return {
-        "seconds": round(time.perf_counter() - start, 2),
-        "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
-    }
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}", "trace": _trace(e)}
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    seconds = round(time.perf_counter() - start, 2)
+    return {"seconds": seconds, "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
+
+
+def _trace(e: BaseException) -> str:
+    """The traceback's last frames: what the next session fixes from the JSON alone."""
+    return "".join(traceback.format_exception(e))[-1500:]
 
 
 if __name__ == "__main__":
