@@ -271,3 +271,18 @@ def test_a_model_on_the_meta_device_with_nothing_holding_its_weights_is_refused(
     with pytest.raises(ModelLoadError) as e:
         ar.load_model(obj, tokenizer=load(str(tiny_dir)).tokenizer)
     assert e.value.field == "model" and "meta device" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_speech_model_takes_its_processor_as_processor_or_tokenizer_and_not_both():
+    """A Whisper object with its WhisperProcessor beside it (``processor=``, as transformers users hold it)
+    reads as the bundled name does; given both processor and tokenizer, refused naming processor."""
+    from transformers import WhisperFeatureExtractor, WhisperProcessor
+
+    lm = ar.load_model("whisper-tiny")
+    proc = WhisperProcessor(feature_extractor=WhisperFeatureExtractor(), tokenizer=lm.tokenizer)
+    got = ar.read_heads(lm.model, audio="paris", processor=proc, exact=0, ablation=False)
+    want = ar.read_heads("whisper-tiny", audio="paris", exact=0, ablation=False)
+    np.testing.assert_allclose(got.columns["entropy"], want.columns["entropy"], rtol=1e-6, atol=1e-7)
+    with pytest.raises(InputError) as e:
+        ar.read_heads(lm.model, audio="paris", processor=proc, tokenizer=lm.tokenizer, ablation=False)
+    assert e.value.field == "processor"

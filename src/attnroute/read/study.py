@@ -22,7 +22,7 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import Interrupted
+from ..errors import InputTypeError, Interrupted
 from ..models import Facts, LoadedModel, ModelLoadError, facts_of, load
 from ..models.door import is_loaded_or_object
 from ..progress import reporter
@@ -93,7 +93,7 @@ class Study:
         if is_loaded_or_object(self.s.model):  # in memory already: built once, and its facts read from it
             loaded = self.load()
             return Facts(loaded.tokenizer, loaded.kind, loaded.model.config)
-        return facts_of(self.s.model, getattr(self.s, "tokenizer", None))
+        return facts_of(self.s.model, self.tokenizer())
 
     def load(self) -> LoadedModel:
         """The settings' model through the one door, once."""
@@ -103,13 +103,20 @@ class Study:
             dtype = getattr(s, "dtype", None)
             if dtype in (None, "auto") and getattr(s, "FLOAT32_ONLY", False) and not is_loaded_or_object(s.model):
                 dtype = "float32"  # auto never loads a float32-only verb's model into the dtype it refuses
-            self.loaded = load(s.model, getattr(s, "tokenizer", None), say, dtype, **where)
+            self.loaded = load(s.model, self.tokenizer(), say, dtype, **where)
         if self.loaded.view is not None and not hold(id(self.loaded), self.loaded.reading):
             raise ModelLoadError(  # outside a verb nothing would undo the view, and without it the numbers are wrong
                 "a PEFT model is read by attnroute's verbs, which apply its adapters while they run and undo "
                 "them after; pass it to a verb (ar.read_heads, ar.patch, …)"
             )
         return self.loaded
+
+    def tokenizer(self):
+        """What goes beside a model object: ``tokenizer`` or ``processor`` (a speech model's), one of them."""
+        tokenizer, processor = getattr(self.s, "tokenizer", None), getattr(self.s, "processor", None)
+        if tokenizer is not None and processor is not None:
+            raise InputTypeError("tokenizer and processor were both given: give one of them", field="processor")
+        return processor if tokenizer is None else tokenizer
 
     def prompts(self, check: Callable | None = None) -> tuple:
         """The metric resolved and the prompt pairs read; ``check(facts, groups)`` runs on the tokenizer's

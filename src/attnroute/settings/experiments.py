@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..promptset import METRICS, MetricArg, metric_setting
 from .base import SEED_MAX, ModelArg, Settings, integer, integers, nonempty_text, opt, position_spec, set_field
-from .read import DEFAULT_MODEL, DEVICE_DOC, DEVICE_MAP_DOC, DTYPE_DOC, MODEL_DOC, TOKENIZER_DOC
+from .read import DEFAULT_MODEL, DEVICE_DOC, DEVICE_MAP_DOC, DTYPE_DOC, MODEL_DOC, PROCESSOR_DOC, TOKENIZER_DOC
 
 
 def last_position_metric(metric) -> None:
@@ -30,6 +30,7 @@ class KnockoutSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
@@ -62,6 +63,7 @@ class SwapSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
@@ -91,6 +93,7 @@ class CrossKnockoutSettings(Settings):
 
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
@@ -118,6 +121,7 @@ class CrossSwapSettings(Settings):
 
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
@@ -139,6 +143,7 @@ class SpeechPatchSettings(Settings):
 
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
@@ -164,6 +169,7 @@ class SpeechRoutesSettings(Settings):
 
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
@@ -194,6 +200,7 @@ class NeedleSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)

@@ -33,6 +33,7 @@ from .read import (
     MAX_MEMORY_DOC,
     MODEL_DOC,
     NO_CHECKPOINT_DOC,
+    PROCESSOR_DOC,
     SETTLE_TOP,
     SKIP_BAD_DOC,
     TOKENIZER_DOC,
@@ -56,6 +57,7 @@ class PairSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
@@ -176,6 +178,7 @@ class RoutesSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
@@ -359,6 +362,7 @@ class WhySettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
@@ -422,6 +426,7 @@ class CompositionSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)

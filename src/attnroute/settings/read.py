@@ -46,6 +46,7 @@ TOKENIZER_DOC = (
     "with a transformers model object: its tokenizer (or a Whisper processor); unset: the one saved where the "
     "model was loaded from"
 )
+PROCESSOR_DOC = "with a speech model object: its processor (Whisper's), the same as tokenizer=; give one of them"
 DEFAULT_EXACT = 20  # heads ablated exactly by default: the top of the one-backward estimate
 # the settle rule (read/ground/settle.py): exact measurement of the estimate's first SETTLE_FIRST components,
 # then SETTLE_STEP more at a time until the exact top SETTLE_TOP stops changing
@@ -71,6 +72,7 @@ class HeadsSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
@@ -158,6 +160,7 @@ class CorpusSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
@@ -200,6 +203,7 @@ class ReportSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)

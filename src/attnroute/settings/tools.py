@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 from .base import ModelArg, Settings, integer, nonempty_text, number, one_of, opt, set_field, size
-from .read import DEFAULT_MODEL, DEVICE_DOC, DEVICE_MAP_DOC, DTYPE_DOC, MODEL_DOC, TOKENIZER_DOC
+from .read import DEFAULT_MODEL, DEVICE_DOC, DEVICE_MAP_DOC, DTYPE_DOC, MODEL_DOC, PROCESSOR_DOC, TOKENIZER_DOC
 
 CONVENTIONS = ("sdpa", "mha", "additive", "hf", "causal")
 MASK_FAMILIES = ("any", "causal", "bidirectional")
@@ -137,6 +137,7 @@ class ServeSettings(Settings):
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
+    processor: object = opt(None, PROCESSOR_DOC)
     dtype: str = opt("auto", DTYPE_DOC)
     device: str | None = opt(None, DEVICE_DOC)
     device_map: object = opt(None, DEVICE_MAP_DOC)
