@@ -12,7 +12,7 @@ import torch
 import attnroute as ar
 from attnroute.errors import InputError
 from attnroute.models import ModelLoadError
-from tests.models.test_door import PAIRS, TEXT, _state, _user_object
+from tests.models.test_door import PAIRS, TEXT, _state, _user_object, broken_metric
 from tests.read.zoo import build
 
 peft = pytest.importorskip("peft")
@@ -84,12 +84,8 @@ def test_adapters_switched_off_read_the_base_model(tiny_dir):
 def test_an_interrupted_reading_puts_the_weights_back(tiny_dir):
     model = _lora(tiny_dir)
     weights = _weights(model)
-
-    def broken(logits, batch):
-        raise ZeroDivisionError("the user's own bug")
-
     with pytest.raises((ZeroDivisionError, InputError)):
-        ar.patch(model, PAIRS, metric=broken, exact=0)
+        ar.patch(model, PAIRS, metric=broken_metric, exact=0)
     assert all(torch.equal(_weights(model)[n], w) for n, w in weights.items())
     assert all(not m.merged for m in model.modules() if hasattr(m, "merged_adapters"))
 
