@@ -44,6 +44,7 @@ def test_llama3_8b_fits_one_80g_gpu_for_a_circuit_at_4096_tokens_in_float32_not_
     assert got["parameters"] == 8_030_261_248  # Llama-3-8B's published count
     assert rows["circuit"]["weights"] == 4 * 8_030_261_248 and rows["circuit"]["runtime"] == 0  # on the device
     assert rows["circuit"]["fits"] and rows["circuit"]["peak"] < 80 * GIB
+    assert "48 prompt pairs" in rows["circuit"]["calibrated_on"] and rows["heads"]["calibrated_on"] is None
     small = ar.cost_fit(str(config), tokens=4096, device_memory="24G", device="cuda", verb="heads")["rows"][0]
     assert small["fits"] is False and "weights" in small["verdict"]
     bf16 = {r["verb"]: r for r in ar.cost_fit(str(config), dtype="bfloat16", device_memory="24G")["rows"]}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
-from ..models.fit import FLOAT32_ONLY, WORKING, Shape, gib, predict
+from ..models.fit import CALIBRATED_ON, FLOAT32_ONLY, WORKING, Shape, gib, predict
 from ..models.placement import stored_dtype
 from ..models.safety import available_memory
 from ..settings import FitSettings, verb
@@ -42,7 +42,7 @@ def fit(model=None, *, settings: FitSettings | None = None, **fields) -> dict:
 
 def _row(shape: Shape, verb_name: str, dtype: str, tokens, memory, host: bool) -> dict:
     parts = predict(shape, verb_name, dtype, tokens, host)
-    row = {"verb": verb_name, "dtype": dtype, **parts}
+    row = {"verb": verb_name, "dtype": dtype, **parts, "calibrated_on": CALIBRATED_ON.get(verb_name)}
     if verb_name in FLOAT32_ONLY and dtype != "float32":
         return row | {"fits": None, "verdict": f"refused in {dtype}: {verb_name} reads float32 models"}
     if memory is None:

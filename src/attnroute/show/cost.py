@@ -50,7 +50,8 @@ def fit_table(result: dict) -> Table:
         t.add_column(name, justify="left" if name in ("verb", "verdict") else "right")
     for r in result["rows"]:
         cells = [fmt_bytes(r[k]) for k in ("weights", "runtime", "working", "peak")]
-        t.add_row(r["verb"], *cells, r["verdict"])
+        on = f" (at {r['calibrated_on']}: more prompts hold more)" if r.get("calibrated_on") else ""
+        t.add_row(r["verb"], *cells, r["verdict"] + on)
     return t
 
 
