@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,35 +21,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from verbs import IOI, TEXT  # noqa: E402
+from verbs import IOI, TEXT, run  # noqa: E402
 
 MODELS = ("smollm2", "gemma3-270m")
+DTYPES = ("float32", "bfloat16")
 ARGS = {
     "heads": ["heads", "--text", TEXT],
-    "patch": ["patch", "--prompts", "ioi", "--no-checkpoint"],
+    "patch": ["patch", "--prompts", "ioi"],
     # refused below float32 (route_attribution._float32_only); before, its estimates were compared (--verify 0)
-    "routes": ["routes", IOI, "--answer", " Mary", "--wrong", " John", "--no-checkpoint", "--verify", "0"],
+    "routes": ["routes", IOI, "--answer", " Mary", "--wrong", " John", "--verify", "0"],
 }
-
-
-def run(args: list[str]) -> tuple[dict, dict]:
-    """(the result's JSON, wall / CPU / peak RSS of its process)."""
-    exe = str(Path(sys.executable).with_name("attnroute"))
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "out.json"
-        start = time.perf_counter()
-        child = subprocess.Popen([exe, *args, "--json", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(child.pid, 0)
-        if os.waitstatus_to_exitcode(status) == 2:  # refused by name (routes, circuit below float32): the row says so
-            return {"refused": child.stderr.read().decode().strip().splitlines()[-1]}, {}
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"{' '.join(args)} failed:\n{child.stderr.read().decode()[-2000:]}")
-        cost = {
-            "wall_s": round(time.perf_counter() - start, 1),
-            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
-            "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2),
-        }
-        return json.loads(out.read_text()), cost
 
 
 def agreement(verb: str, a: dict, b: dict) -> dict:
@@ -90,14 +69,13 @@ def main() -> None:
         if only and verb not in only:
             continue
         for model in MODELS:
-            got = {dt: run([*args, "--model", model, "--dtype", dt]) for dt in ("float32", "bfloat16")}
+            got = {dt: run([*args, "--model", model, "--dtype", dt, "--json", "{json}"], keep=True) for dt in DTYPES}
+            cost = {dt: {k: got[dt][k] for k in ("wall_s", "cpu_s", "peak_rss_gib") if k in got[dt]} for dt in DTYPES}
+            refused = got["bfloat16"].get("refused")
             rows[f"{verb} {model}"] = {
-                "float32": got["float32"][1],
-                "bfloat16": got["bfloat16"][1],
-                "agreement": None
-                if "refused" in got["bfloat16"][0]
-                else agreement(verb, got["float32"][0], got["bfloat16"][0]),
-                "refused": got["bfloat16"][0].get("refused"),
+                **cost,
+                "agreement": None if refused else agreement(verb, got["float32"]["result"], got["bfloat16"]["result"]),
+                "refused": refused,
             }
             print(verb, model, rows[f"{verb} {model}"], file=sys.stderr, flush=True)
     out.write_text(json.dumps({"when": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "rows": rows}, indent=1))

@@ -63,11 +63,14 @@ VERBS = {  # name -> arguments (after `attnroute`); {json} is a scratch path
 }
 
 
-def run(args: list[str]) -> dict:
-    """One verb in its own process: wall, CPU (user + system) and peak RSS of that process alone."""
+def run(args: list[str], keep: bool = False) -> dict:
+    """One verb in its own process: wall, CPU (user + system) and peak RSS of that process alone. ``keep``: the
+    result's JSON too (``{json}`` in ``args`` names it), and a refusal by name (exit 2) returned as ``refused``
+    instead of stopping the benchmark."""
     exe = str(Path(sys.executable).with_name("attnroute"))
     with tempfile.TemporaryDirectory() as tmp:
-        argv = [a.replace("{json}", str(Path(tmp) / "out.json")) for a in args]
+        out = Path(tmp) / "out.json"
+        argv = [a.replace("{json}", str(out)) for a in args]
         start = time.perf_counter()
         child = subprocess.Popen(
             [exe, *argv, "--no-checkpoint"] if _resumable(args) else [exe, *argv],
@@ -77,15 +80,20 @@ def run(args: list[str]) -> dict:
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - start
         err = child.stderr.read().decode(errors="replace") if child.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
+        result = json.loads(out.read_text()) if keep and out.exists() else None
+    code = os.waitstatus_to_exitcode(status)
+    if keep and code == 2:
+        return {"args": args, "refused": err.strip().splitlines()[-1]}
+    if code != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{err[-2000:]}")
-    return {
+    row = {
         "args": args,
         "when": time.strftime("%Y-%m-%d %H:%M"),
         "wall_s": round(wall, 1),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
         "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2),  # kB on Linux
     }
+    return row | ({"result": result} if keep else {})
 
 
 def _resumable(args: list[str]) -> bool:
