@@ -96,9 +96,9 @@ def refuse_quantized(model) -> None:
 def _quantization(model) -> str | None:
     """The quantization method a transformers model was loaded with, or None (a GGUF that transformers
     dequantized on load holds floating-point weights, and is read)."""
-    if getattr(model, "hf_quantizer", None) is None and not getattr(model, "is_quantized", False):
-        if not any(not p.is_floating_point() for p in model.parameters()):
-            return None
+    marked = getattr(model, "hf_quantizer", None) is not None or getattr(model, "is_quantized", False)
+    if not marked and all(p.is_floating_point() for p in model.parameters()):
+        return None
     config = getattr(getattr(model, "config", None), "quantization_config", None)
     method = config.get("quant_method") if isinstance(config, dict) else getattr(config, "quant_method", None)
     return str(getattr(method, "value", method) or "integer weights")

@@ -21,6 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
+from .. import settings
+
 GIB = 2**30
 RUNTIME_BASE = int(0.384 * GIB)  # Python + torch + transformers resident, before any model (measured)
 TOKENIZER_PER_VOCAB = 1_332  # bytes a fast tokenizer holds per vocabulary entry (SmolLM2 49k, Gemma 3 262k)
@@ -36,8 +40,16 @@ WORKING = {
 # what the prompt-pair verbs were measured on: their working memory grows with the prompt set (measured, patch
 # on SmolLM2 in float32: 2.19, 2.59 and 5.50 GiB at 20, 48 and 144 pairs), so a prediction holds at this size
 CALIBRATED_ON = {"patch": "48 prompt pairs of ~16 tokens (IOI)", "circuit": "48 prompt pairs of ~16 tokens (IOI)"}
-FLOAT32_ONLY = ("circuit", "why", "routes")  # refused below float32 by name (docs/precision.md)
-BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# the verbs whose settings say they read float32 only (Settings.FLOAT32_ONLY: refused below it by name)
+SETTINGS = {
+    "heads": "HeadsSettings",
+    "patch": "PatchSettings",
+    "circuit": "CircuitSettings",
+    "routes": "RoutesSettings",
+    "why": "WhySettings",
+}
+FLOAT32_ONLY = tuple(v for v, name in SETTINGS.items() if getattr(settings, name).FLOAT32_ONLY)
+BYTES = {name: getattr(torch, name).itemsize for name in ("float32", "bfloat16", "float16")}
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,6 @@ class Shape:
 
 def count_parameters(config) -> int:
     """The parameters the config's model holds (tied weights once), counted on the meta device: no memory."""
-    import torch
     from transformers import AutoModel, AutoModelForCausalLM
 
     from .discovery import model_kind
