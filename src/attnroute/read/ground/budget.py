@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from ...errors import InputError
+from ...models.fit import gib  # sizes said one way, in the refusals here and in cost fit's table
 
 DEFAULT_WORKING = 2 << 30  # what the default budgets let a verb's batches hold (measured: 1.94 GiB, IOI's circuit)
 FIXED_WORKING = 3 << 28  # what a verb holds whatever its batches (measured: 0.56 GiB, IOI's circuit)
@@ -40,10 +41,6 @@ _SCALE: ContextVar[float] = ContextVar("attnroute_memory_scale", default=1.0)
 def scaled(budget: int) -> int:
     """A batching budget (bytes or tokens) under the cap in force: at least 1."""
     return max(1, int(budget * _SCALE.get()))
-
-
-def gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
 
 
 def resident() -> int | None:
