@@ -75,17 +75,11 @@ def kv_spec(settings: KVSettings) -> tuple[KVSpec, int | None, str]:
         return spec_from_sizes(*s.sizes(), s.dtype, s.window), None, "explicit sizes"
     if Path(s.model).suffix == ".json":
         return spec_from_config(read_config_json(Path(s.model)), s.dtype, s.window, source=s.model), None, s.model
-    from ..models import facts_of, load
-    from ..models.fit import count_parameters
+    from ..models import load
 
-    facts = facts_of(s.model)  # the config without the weights; only what cannot be read so is loaded
-    config, name = (facts.config, str(s.model)) if facts is not None else _loaded_config(load(s.model))
-    params = count_parameters(config)  # on the meta device: tied weights once, as the loaded model holds them
-    return spec_from_config(config, s.dtype, s.window), params * DTYPE_BYTES[s.dtype], name
-
-
-def _loaded_config(lm) -> tuple:
-    return lm.model.config, lm.name
+    lm = load(s.model)
+    params = sum(p.numel() for p in lm.model.parameters())
+    return spec_from_config(lm.model.config, s.dtype, s.window), params * DTYPE_BYTES[s.dtype], lm.name
 
 
 @verb(KVSettings)
