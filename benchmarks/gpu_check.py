@@ -58,6 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "gpu-check.json"))
     p.add_argument("--quick", action="store_true", help="tiny models only, two of them; no large model")
     p.add_argument("--no-large", action="store_true", help="skip the Llama-3-8B-shaped cost run")
+    p.add_argument("--seconds", type=float, default=400, help="start no new reading after this many seconds")
     a = p.parse_args(argv)
     gone = [m for m in NEEDED if importlib.util.find_spec(m) is None]
     if gone:
@@ -69,18 +70,32 @@ def main(argv=None) -> int:
         print(f"gpu-check: no CUDA device is visible to torch {torch.__version__}; nothing to check")
         return 2
     report = {"machine": machine(a.device), "models": {}, "cost": {}}
+    save = saver(Path(a.out), report)  # written after every reading: a run stopped at its limit keeps what it did
+    deadline = time.monotonic() + a.seconds
     with tempfile.TemporaryDirectory() as tmp:
         for name, model in models(Path(tmp), a.quick):
-            report["models"][name] = {verb: check(verb, model, a.device) for verb in VERBS}
-            for verb, r in report["models"][name].items():
-                print(f"{name:>12} {verb:<8} {r['verdict']}")
-        if not (a.quick or a.no_large) and a.device.startswith("cuda"):
-            report["cost"] = large(a.device)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(report, indent=1, default=str))
+            report["models"][name] = {}
+            for verb in VERBS:
+                if time.monotonic() > deadline:
+                    report["stopped"] = f"not all read: past --seconds {a.seconds} before {name}/{verb}"
+                    break
+                r = report["models"][name][verb] = check(verb, model, a.device)
+                print(f"{name:>12} {verb:<8} {r['verdict']}", flush=True)
+                save()
+        if not (a.quick or a.no_large) and a.device.startswith("cuda") and time.monotonic() < deadline:
+            large(a.device, report["cost"], save, deadline)
+    save()
     failed = [f"{m}/{v}" for m, vs in report["models"].items() for v, r in vs.items() if r["failed"]]
     print(f"gpu-check: {len(failed)} failed {failed or ''} → {a.out}")
     return 1 if failed else 0
+
+
+def saver(out: Path, report: dict):
+    def save() -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1, default=str))
+
+    return save
 
 
 def machine(device: str) -> dict:
@@ -213,15 +228,44 @@ def _run(verb: str, model, device: str, dtype: str) -> dict:
 
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
+    given = model(device, dtype)
+    before = _state(given["model"])
     start = time.perf_counter()
     try:
-        numbers = VERBS[verb](**model(device, dtype))
+        numbers = VERBS[verb](**given)
     except Exception as e:  # noqa: BLE001  (every failure is data: its one line, and the traceback's last frame)
         refused = type(e).__name__ in ("CircuitUnsupported", "InputError", "InputTypeError", "ModelLoadError")
-        return {("refused" if refused else "error"): f"{type(e).__name__}: {str(e)[:300]}", "trace": _trace(e)}
+        out = {("refused" if refused else "error"): f"{type(e).__name__}: {str(e)[:300]}", "trace": _trace(e)}
+        return out | _left(before, given["model"])
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else None
-    return {"numbers": numbers, "seconds": round(seconds, 3), "peak_device_bytes": peak}
+    return {"numbers": numbers, "seconds": round(seconds, 3), "peak_device_bytes": peak} | _left(before, given["model"])
+
+
+def _state(model):
+    """A held model's parameters' (dtype, device, requires_grad), mode, attention implementation and next
+    logits on a fixed input — to check the verb left it as it was (None for a model attnroute loads by name)."""
+    import torch
+
+    if isinstance(model, str):
+        return None
+    ids = torch.arange(4, 12, device=next(model.parameters()).device)[None]
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits.float().cpu()
+    params = [(n, p.dtype, str(p.device), p.requires_grad) for n, p in model.named_parameters()]
+    hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+    attn = model.config._attn_implementation
+    return {"logits": logits, "params": params, "training": model.training, "hooks": hooks, "attn": attn}
+
+
+def _left(before, model) -> dict:
+    import torch
+
+    if before is None:
+        return {}
+    after = _state(model)
+    same = {k: (torch.equal(before[k], after[k]) if k == "logits" else before[k] == after[k]) for k in before}
+    return {"left_as_it_was": all(same.values()), "changed": [k for k, v in same.items() if not v]}
 
 
 def compare(ref: dict, got: dict, dtype: str) -> dict:
@@ -267,6 +311,9 @@ def verdict(out: dict) -> dict:
     parts, failed = [], False
     for dtype in DTYPES:
         r = out[dtype]
+        if r.get("left_as_it_was") is False:
+            parts.append(f"{dtype} LEFT THE MODEL CHANGED ({', '.join(r['changed'])})")
+            failed = True
         if "error" in r:
             parts.append(f"{dtype} ERROR {r['error'][:120]}")
             failed = True
@@ -284,8 +331,9 @@ def verdict(out: dict) -> dict:
 # ---------------------------------------------------------------- the cost of a large model
 
 
-def large(device: str) -> dict:
-    """Time and peak device memory of heads, patch and circuit on a random Llama-3-8B-shaped model in bf16."""
+def large(device: str, out: dict, save, deadline: float) -> None:
+    """Time and peak device memory of heads, patch and circuit on a random Llama-3-8B-shaped model in bf16,
+    into ``out`` (saved after each), until ``deadline``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -310,7 +358,6 @@ def large(device: str) -> dict:
         torch.set_default_dtype(before)
     tok = tokenizer()
     loaded = ar.load_model(model, tokenizer=tok)
-    out = {}
     for tokens in (1024, 4096):
         words = (TEXT + " ") * (tokens // len(TEXT.split()) + 1)
         text = " ".join(words.split()[: tokens - 1])
@@ -319,9 +366,12 @@ def large(device: str) -> dict:
             ("patch", lambda t=text: ar.patch(loaded, [_pair(t)], exact=2, progress=False, no_checkpoint=True)),
             ("circuit", lambda t=text: ar.circuit(loaded, [_pair(t)], exact=0, ig_steps=1, progress=False)),
         ):
+            if time.monotonic() > deadline:
+                out["stopped"] = f"past the deadline before {verb}@{tokens}"
+                return
             out[f"{verb}@{tokens}"] = _timed(run)
-            print(f"{'llama3-8b':>12} {verb:<8} {tokens} tokens: {out[f'{verb}@{tokens}']}")
-    return out
+            print(f"{'llama3-8b':>12} {verb:<8} {tokens} tokens: {out[f'{verb}@{tokens}']}", flush=True)
+            save()
 
 
 def _pair(text: str):
@@ -331,7 +381,7 @@ def _pair(text: str):
     return ar.PromptPair(" ".join(words), " ".join(words[:-1] + ["Kate"]), " Bob", " Lisa")
 
 
-RUN_LIMIT = 90  # seconds one large run may take before it is stopped and said (the whole check: under 5 minutes)
+RUN_LIMIT = 75  # seconds one large run may take before it is stopped and said (the whole check: under 5 minutes)
 
 
 def _timed(run) -> dict:

@@ -4,8 +4,10 @@ equal to full forwards — or refused in one line. The table in docs/reading-any
 
 from __future__ import annotations
 
+import atexit
 import functools
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -34,7 +36,10 @@ README = Path(__file__).resolve().parents[2] / "docs" / "reading-any-model.md"  
 
 @functools.cache
 def zoo_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="attnroute-zoo-"))
+    # 29 checkpoints, ~325 MB: removed when the worker exits, or every run leaves them in /tmp
+    path = tempfile.mkdtemp(prefix="attnroute-zoo-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return Path(path)
 
 
 @functools.cache
