@@ -63,7 +63,7 @@ def test_the_budgets_shrink_inside_a_bound_and_come_back_after(tiny_llama):
         scale = bound.report()["scale"]
         assert scale == pytest.approx(budget.MIN_SCALE + 1 / 32, rel=0.05)  # 128 + 64 MiB of 2 GiB
         assert budget.scaled(RUN_TOKENS) == int(RUN_TOKENS * scale)
-        assert RunPool(lambda g: g, [], lambda c: 0).keep_bytes == int(KEEP_BYTES * scale)
+        assert RunPool(lambda g: g, []).keep_bytes == int(KEEP_BYTES * scale)
         inside = chunk_groups(groups)
     assert len(inside) > outside  # 120 prompts of 8–9 tokens: one run each length by default, cut under the cap
     assert [r for c in inside for r in c.rows] == [r for c in chunk_groups(groups) for r in c.rows]

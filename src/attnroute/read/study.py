@@ -4,7 +4,7 @@
     st.prompts(check=lambda facts, groups: ...)   # prompts and metric read, checked on the tokenizer: no weights
     with st:                                      # process group and rank, checkpoint lock, the model, the
         ...st.loaded, st.groups, st.shard, st.metric, st.say ...   # prompts tokenized and fitted, the shard
-        pool = st.pool(make_run, bytes_of)        # this rank's prompts in runs of bounded tokens and memory
+        pool = st.pool(make_run)                  # this rank's prompts in runs of bounded tokens and memory
         store = st.store("patch", key, shapes)    # per-prompt arrays, gathered over ranks, checkpointed
     # a Ctrl-C inside the block leaves as Interrupted naming the checkpoint to resume from (when there is one)
 
@@ -196,15 +196,15 @@ class Study:
             runs.describe(path, self.kind, self.s)
         return path, True
 
-    def pool(self, make: Callable, bytes_of: Callable, groups: list | None = None, per_token: int | None = None):
+    def pool(self, make: Callable, groups: list | None = None, per_token: int | None = None):
         """This rank's prompts (or ``groups``) cut into runs of at most RUN_TOKENS tokens, each made by
-        ``make(chunk)`` when first needed and kept while the kept runs' ``bytes_of`` fit the budget (pool.py).
+        ``make(chunk)`` when first needed and kept while the bytes the kept runs hold fit the budget (pool.py).
         ``per_token``: what a run's work holds per token — under a memory cap the runs are cut to what the cap
         leaves for it (budget.run_tokens), or the cap is refused here, before any run, with the one that would do."""
         groups = self.mine() if groups is None else groups
         longest = max((g.length for g in groups), default=1)
         tokens = run_tokens(scaled(RUN_TOKENS), per_token, longest, self.bound.cap)
-        return RunPool(make, chunk_groups(groups, tokens), bytes_of)
+        return RunPool(make, chunk_groups(groups, tokens))
 
     def store(self, kind: str, key: str | None, shapes: dict[str, tuple]) -> Store:
         """The per-prompt arrays of the run, gathered over ranks, resumed from and saved to the checkpoint

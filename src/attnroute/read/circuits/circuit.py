@@ -231,7 +231,7 @@ def run_circuit(study: Study, layout, graph, groups, asked, key) -> CircuitResul
     def make(g):
         return EdgeRun(loaded, layout, graph, g, fn, direction=s.direction, ablation=s.ablation, means=means)
 
-    pool = study.pool(make, lambda g: _run_bytes(graph, layout, g.tokens), groups, _work_per_token(graph, layout))
+    pool = study.pool(make, groups, _work_per_token(graph, layout))
     chunks = pool.chunks
     shapes = {"m_clean": (N,), "m_corrupt": (N,), "est": (E, N), "values.edges": (E, N)}
     if s.ig_steps > 1:  # EAP beside EAP-IG: each channel settles on the closer of the two (settling.per_channel)
@@ -303,11 +303,6 @@ def _key(study: Study) -> str | None:
         return None
     settings = [study.metric_name, s.direction, s.ig_steps, str(s.exact), s.top, s.limit, s.ablation]
     return pairs_key("circuit", s, study.pairs, study.loaded, settings)
-
-
-def _run_bytes(graph: Graph, layout, tokens: int) -> int:
-    """What a kept EdgeRun holds: its recordings and the deltas it caches (both bounded by the token count)."""
-    return (len(graph.senders) + 12 * len(layout.blocks)) * tokens * layout.d_model * 4
 
 
 WORK_FACTOR = 3.5  # measured: IOI's runs of 240 tokens held 1.37 GiB in their estimate, 3.25 × the formula below

@@ -286,7 +286,7 @@ def _evaluate(st: Study, layout, graph: Graph, chosen: list[int]) -> CircuitEval
     def make(g):
         return EdgeRun(st.loaded, layout, graph, g, st.metric, direction=s.direction, ablation=s.ablation, means=means)
 
-    pool = st.pool(make, lambda g: 0)
+    pool = st.pool(make)
     if means is not None:
         means.fill(pool, st.shard, st.say)
     ends = {"m_clean": np.full(N, np.nan), "m_corrupt": np.full(N, np.nan)}

@@ -92,9 +92,7 @@ def measure_edge(st: Study, groups: list, fn) -> PathPatchResult:
     graph = Graph(layout)
     (e,) = resolve_edges(graph, [_kv_named(s.edge, layout.heads // max(1, layout.kv_heads))])
     m = {k: np.full(len(st.record), np.nan) for k in ("clean", "corrupt", "exact", "estimate")}
-    pool = st.pool(
-        lambda g: EdgeRun(loaded, layout, graph, g, fn, direction=s.direction, ablation="corrupt"), lambda g: 0, groups
-    )
+    pool = st.pool(lambda g: EdgeRun(loaded, layout, graph, g, fn, direction=s.direction, ablation="corrupt"), groups)
     for i in range(len(pool)):
         r = pool.get(i)
         m["clean"][r.group.rows], m["corrupt"][r.group.rows] = r.m_clean.numpy(), r.m_corrupt.numpy()

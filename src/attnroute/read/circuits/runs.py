@@ -40,6 +40,7 @@ from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs, references
 from ..ground.budget import scaled
 from ..ground.copies import repeat_batch
+from ..ground.pool import Recorded
 from .graph import Graph, where_read
 from .layout import CircuitUnsupported, Layout
 from .stream import Forward, part_of, read_value, sender_writes
@@ -49,7 +50,9 @@ STREAM_BYTES = 512 << 20  # a circuit forward keeps every sender's write for its
 DELTA_BYTES = 512 << 20  # senders' deltas kept between uses (the rest recomputed from the recordings)
 
 
-class EdgeRun:
+class EdgeRun(Recorded):
+    SHARED = ("loaded", "layout", "graph", "metric", "means", "blocks")  # the rest is this run's (ground/pool.py)
+
     def __init__(
         self, loaded, layout: Layout, graph: Graph, group, metric, *, direction: str, ablation: str, means=None
     ):

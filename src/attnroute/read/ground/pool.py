@@ -1,7 +1,7 @@
 """Work sized to memory: prompts cut into runs of bounded tokens, and recorded runs kept only within a budget.
 
     chunks = chunk_groups(groups, RUN_TOKENS)               # no run holds more than RUN_TOKENS tokens
-    pool = RunPool(lambda g: PairRun(…, g, …), chunks, bytes_of, KEEP_BYTES)
+    pool = RunPool(lambda g: PairRun(…, g, …), chunks, KEEP_BYTES)
     for i in range(len(pool)):
         run = pool.get(i)                                   # recorded now, or kept from before
         …
@@ -10,12 +10,17 @@
 Any number of prompts then runs in bounded memory: one run's forward and backward hold activations for at
 most RUN_TOKENS tokens, and between rounds at most KEEP_BYTES of recordings are kept (a run past the budget
 is recorded again when a later round needs it — two forwards, against the many of a round of patches).
+A kept run's bytes are counted from the run itself (Recorded.nbytes: every storage it holds, at full size),
+not predicted: a prediction missed what a run held by 2.4× once (a view of one position that kept its whole
+[n, T, d] tensor), and peak memory grew with the number of prompts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+
+import torch
 
 from .budget import scaled
 
@@ -44,17 +49,6 @@ def chunk_groups(groups: list, max_tokens: int | None = None) -> list:
     return out
 
 
-def recorded_bytes(loaded, tokens: int) -> int:
-    """What a recorded clean/corrupt pair of runs holds for ``tokens`` tokens: every layer's q, k, v and head
-    outputs on both sides, and each block's output (float32)."""
-    H, Hkv, L = loaded.n_heads, loaded.n_kv_heads, loaded.n_layers
-    cfg = loaded.model.config
-    d = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "d_model", 0) or 0)
-    D = int(getattr(cfg, "head_dim", 0) or (d // max(1, H)))
-    per_layer = (2 * H * D + 2 * Hkv * D + d) * 4  # q and out [H, D], k and v [Hkv, D], the block's output
-    return 2 * L * per_layer * tokens
-
-
 def block_bytes(loaded, tokens: int) -> int:
     """Every block's output for ``tokens`` tokens (float32): what a layer restart keeps per run."""
     cfg = loaded.model.config
@@ -62,12 +56,46 @@ def block_bytes(loaded, tokens: int) -> int:
     return loaded.n_layers * d * 4 * tokens
 
 
-class RunPool:
-    """Runs made on demand by ``make(chunk)``; kept between uses while their bytes fit ``keep_bytes``."""
+def tensor_bytes(*objs) -> int:
+    """The bytes of every tensor storage reachable from ``objs`` through dicts, lists, tuples and plain objects'
+    attributes (modules excluded: weights are the model's), each storage once and at its full size — a view
+    of one position keeps its whole tensor alive."""
+    found: dict[int, int] = {}
+    stack, seen = list(objs), set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or isinstance(x, torch.nn.Module | type):
+            continue
+        seen.add(id(x))
+        if isinstance(x, torch.Tensor):
+            found[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
+        elif isinstance(x, dict):
+            stack += x.values()
+        elif isinstance(x, list | tuple | set):
+            stack += x
+        elif hasattr(x, "__dict__"):
+            stack += vars(x).values()
+    return sum(found.values())
 
-    def __init__(self, make: Callable, chunks: list, bytes_of: Callable[[object], int], keep_bytes: int | None = None):
+
+class Recorded:
+    """A run a RunPool keeps: what it holds is every attribute's tensors but SHARED's (the model, the metric,
+    what all runs of an experiment share)."""
+
+    SHARED: tuple[str, ...] = ()
+
+    def nbytes(self) -> int:
+        return tensor_bytes(*(v for k, v in vars(self).items() if k not in self.SHARED))
+
+
+class RunPool:
+    """Runs made on demand by ``make(chunk)``; kept between uses while their bytes (``bytes_of(run)``, by
+    default its own count: Recorded.nbytes) fit ``keep_bytes``."""
+
+    def __init__(self, make: Callable, chunks: list, keep_bytes: int | None = None, bytes_of: Callable | None = None):
         keep_bytes = scaled(KEEP_BYTES) if keep_bytes is None else keep_bytes  # under the memory cap in force
-        self.make, self.chunks, self.bytes_of, self.keep_bytes = make, chunks, bytes_of, keep_bytes
+        self.make, self.chunks, self.keep_bytes = make, chunks, keep_bytes
+        self.bytes_of = bytes_of or (lambda run: run.nbytes())
         self.kept: dict[int, object] = {}
         self.made = 0  # runs recorded, re-recordings included (for the record)
 
@@ -81,9 +109,9 @@ class RunPool:
         return self.kept[i]
 
     def done(self, i: int) -> None:
-        """Keep run ``i`` only if every kept run still fits the budget."""
-        if sum(self.bytes_of(c) for j, c in enumerate(self.chunks) if j in self.kept) > self.keep_bytes:
+        """Keep run ``i`` only if every kept run still fits the budget (counted now: a run grows as it is used)."""
+        if sum(self.bytes_of(run) for run in self.kept.values()) > self.keep_bytes:
             self.kept.pop(i, None)
 
 
-__all__ = ["KEEP_BYTES", "RUN_TOKENS", "RunPool", "block_bytes", "chunk_groups", "recorded_bytes"]
+__all__ = ["KEEP_BYTES", "RUN_TOKENS", "Recorded", "RunPool", "block_bytes", "chunk_groups", "tensor_bytes"]

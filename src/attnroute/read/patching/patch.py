@@ -30,7 +30,7 @@ from ...settings import SETTLE_STEP, PatchSettings, verb
 from ..ground.arrays import Store, pairs_key
 from ..ground.budget import said as memory_said
 from ..ground.group import Shard
-from ..ground.pool import RunPool, recorded_bytes
+from ..ground.pool import RunPool
 from ..ground.prompts import pair_positions
 from ..ground.settle import (
     SettleRule,
@@ -175,7 +175,7 @@ def _positions(st: Study, model, groups) -> tuple:
 def _run(st: Study, positions, resolved) -> PatchResult:
     loaded, s, pairs, shard, say = st.loaded, st.s, st.pairs, st.shard, st.say
     N, metric_name = len(pairs), st.metric_name
-    pool = st.pool(lambda g: PairRun(loaded, g, st.metric, s.direction), lambda g: recorded_bytes(loaded, g.tokens))
+    pool = st.pool(lambda g: PairRun(loaded, g, st.metric, s.direction))
     chunks = pool.chunks
     comps = {site: components(site, loaded.n_layers, loaded.n_heads, loaded.n_kv_heads, positions) for site in s.sites}
     store = st.store("patch", _key(st, loaded, metric_name), _shapes(comps, len(pairs)))

@@ -20,6 +20,7 @@ from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, output_kwargs, references
 from ..ground.budget import scaled
 from ..ground.copies import repeat_batch
+from ..ground.pool import Recorded
 from ..ground.prompts import Group
 from ..hooks import recorded
 from .direct import FinalRecorder, direct_effects
@@ -29,7 +30,9 @@ from .sites import Component, PatchCopies, Recorder, Tap, estimate_grid
 TOKEN_BUDGET = 8192  # tokens per exact forward (copies × prompts × length): bounded memory on 2 cores
 
 
-class PairRun:
+class PairRun(Recorded):
+    SHARED = ("loaded", "metric", "blocks")  # a pool counts the rest as this run's (ground/pool.py)
+
     def __init__(self, loaded, group: Group, metric, direction: str):
         self.loaded, self.group, self.metric, self.direction = loaded, group, metric, direction
         self.n = len(group.rows)
