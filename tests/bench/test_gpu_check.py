@@ -34,8 +34,22 @@ def test_the_comparison_runs_end_to_end_on_the_cpu(gpu_check, tmp_path, capsys):
             assert "error" not in r["bfloat16"] and (
                 r["bfloat16"].get("within") or "bfloat16" in r["bfloat16"]["refused"]
             )
+            # the held model as it was after every run, a refusal's too (weights, mode, hooks, next logits)
+            assert all(r[d]["left_as_it_was"] for d in ("float32", "bfloat16")), verb
     lines = capsys.readouterr().out.splitlines()
     assert sum(" float32 ok " in x for x in lines) == 10 and lines[-1].startswith("gpu-check: 0 failed")
+
+
+def test_a_verb_that_changes_the_held_model_fails_the_check(gpu_check, monkeypatch, tmp_path, capsys):
+    """The check's own state comparison can fail: a verb that leaves a hook on the model is a failure."""
+
+    def heads(**given):
+        given["model"].model.layers[0].register_forward_hook(lambda *a: None)
+        return {"entropy": [0.0]}
+
+    monkeypatch.setattr(gpu_check, "VERBS", {"heads": heads})
+    assert gpu_check.main(["--device", "cpu", "--quick", "--out", str(tmp_path / "g.json")]) == 1
+    assert "LEFT THE MODEL CHANGED (hooks)" in capsys.readouterr().out
 
 
 def test_a_missing_package_is_named_in_one_line(gpu_check, monkeypatch, capsys):
