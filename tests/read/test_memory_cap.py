@@ -139,7 +139,10 @@ def test_under_a_cap_a_run_holds_what_its_share_of_the_cap_holds():
         assert budget.run_tokens(1024, None, 15, cap) == 1024  # a verb that states no cost per token
         with pytest.raises(InputError, match=r"one prompt of 500 tokens holds about 0\.49 GiB: give at least"):
             budget.run_tokens(1024, 1 << 20, 500, cap)
-    assert budget.run_tokens(1024, 1 << 20, 500, None) == 1024  # no cap: as before
+    # no cap: within the whole default share (2 GiB: 1,024 tokens at 1 MiB each, 256 at 8 MiB), one token at least
+    assert budget.run_tokens(1024, 1 << 20, 500, None) == 1024
+    assert budget.run_tokens(1024, 8 << 20, 15, None) == 256
+    assert budget.run_tokens(1024, budget.DEFAULT_WORKING * 2, 15, None) == 1  # chunk_groups keeps one prompt a run
 
 
 def test_a_cap_that_cuts_a_circuits_runs_leaves_its_qk_layers_and_estimates_as_they_were(tiny_llama, monkeypatch):

@@ -199,8 +199,9 @@ class Study:
     def pool(self, make: Callable, groups: list | None = None, per_token: int | None = None):
         """This rank's prompts (or ``groups``) cut into runs of at most RUN_TOKENS tokens, each made by
         ``make(chunk)`` when first needed and kept while the bytes the kept runs hold fit the budget (pool.py).
-        ``per_token``: what a run's work holds per token — under a memory cap the runs are cut to what the cap
-        leaves for it (budget.run_tokens), or the cap is refused here, before any run, with the one that would do."""
+        ``per_token``: what a run's work holds per token — the runs are cut to what the batches' share holds
+        (budget.run_tokens: the default share, or what a memory cap leaves), or a cap is refused here, before any
+        run, with the one that would do."""
         groups = self.mine() if groups is None else groups
         longest = max((g.length for g in groups), default=1)
         tokens = run_tokens(scaled(RUN_TOKENS), per_token, longest, self.bound.cap)

@@ -141,12 +141,16 @@ RUN_SHARE = 1 / 2  # of the batches' capped share, what one run's work may take 
 
 
 def run_tokens(tokens: int, per_token: int | None, longest: int, cap: int | None) -> int:
-    """Tokens of one run (prompts × length): ``tokens`` (RUN_TOKENS scaled), and under a cap at most what
-    RUN_SHARE of the capped working set holds at ``per_token`` bytes a token — refused where not even one
-    prompt of ``longest`` tokens fits, with the cap that would do."""
+    """Tokens of one run (prompts × length): ``tokens`` (RUN_TOKENS scaled), and at most what the batches' share
+    holds at ``per_token`` bytes a token: uncapped, the whole DEFAULT_WORKING (a run of one prompt at least);
+    under a cap, RUN_SHARE of the capped share — refused where not even one prompt of ``longest`` tokens fits,
+    with the cap that would do. Uncapped, IOI's circuit runs (≤ 288 tokens) are whole; 144 IOI pairs made runs
+    of up to 864 tokens whose estimate held about 5 GiB, and the whole command peaked at 5.73 GiB."""
     scale = _SCALE.get()
-    if per_token is None or scale >= 1:
+    if per_token is None:
         return tokens
+    if scale >= 1:
+        return min(tokens, max(1, int(DEFAULT_WORKING // per_token)))
     room = RUN_SHARE * scale * DEFAULT_WORKING
     if per_token * longest > room:
         need = cap + (per_token * longest - room) / RUN_SHARE
