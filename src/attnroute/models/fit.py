@@ -32,13 +32,13 @@ TOKENIZER_PER_VOCAB = 1_332  # bytes a fast tokenizer holds per vocabulary entry
 # verb -> (A bytes, B bytes at float32, C bytes per vocabulary entry, the tokens of the runs measured)
 WORKING = {
     "heads": (int(1.007 * GIB), int(1.050 * GIB), 5_558, 25),
-    "patch": (int(0.348 * GIB), int(1.300 * GIB), 340, 16),
-    "circuit": (int(2.405 * GIB), 0, 2_360, 16),  # float32 only: the circuit family refuses bf16 and fp16
+    "patch": (int(0.598 * GIB), int(0.440 * GIB), 340, 16),
+    "circuit": (int(2.280 * GIB), 0, 2_914, 16),  # float32 only: the circuit family refuses bf16 and fp16
     "routes": (int(0.02 * GIB), 0, 0, 16),
     "why": (int(0.05 * GIB), 0, 0, 25),
 }
-# what the prompt-pair verbs were measured on: their working memory grows with the prompt set (measured, patch
-# on SmolLM2 in float32: 2.19, 2.59 and 5.50 GiB at 20, 48 and 144 pairs), so a prediction holds at this size
+# what the prompt-pair verbs were measured on: their runs grow with the prompt set up to RUN_TOKENS (1,024 tokens
+# a run), and the runs kept up to KEEP_BYTES, so a larger set needs more (docs/cost.md, "Other prompt sets")
 CALIBRATED_ON = {"patch": "48 prompt pairs of ~16 tokens (IOI)", "circuit": "48 prompt pairs of ~16 tokens (IOI)"}
 # the verbs whose settings say they read float32 only (Settings.FLOAT32_ONLY: refused below it by name)
 SETTINGS = {
