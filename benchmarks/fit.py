@@ -21,10 +21,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from precision import DTYPES, MODELS  # noqa: E402  (the same two models in the same two dtypes)
 from verbs import IOI, TEXT, run  # noqa: E402
 
-MODELS = ("smollm2", "gemma3-270m")
-DTYPES = ("float32", "bfloat16")
 ARGS = {
     "heads": ["heads", "--text", TEXT],
     "patch": ["patch", "--prompts", "ioi"],

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
-from ..models.fit import CALIBRATED_ON, FLOAT32_ONLY, WORKING, Shape, gib, predict
+from ..models.fit import CALIBRATED_ON, FLOAT32_ONLY, VERB_SETTINGS, WORKING, Shape, gib, predict
 from ..models.placement import stored_dtype
 from ..models.safety import available_memory
 from ..settings import FitSettings, verb
@@ -25,8 +25,8 @@ def fit(model=None, *, settings: FitSettings | None = None, **fields) -> dict:
     memory = s.device_memory or available_memory()
     verbs = list(WORKING) if s.verb == "all" else [s.verb]
     host = s.device == "cpu"
-    # auto reads a float32-only verb's model in float32, as the verbs do (read/study.py)
-    each = {v: "float32" if s.dtype == "auto" and v in FLOAT32_ONLY else dtype for v in verbs}
+    each = {v: VERB_SETTINGS[v].load_dtype(s.dtype) for v in verbs}  # auto, as each verb loads a name or path
+    each = {v: dtype if d == "auto" else d for v, d in each.items()}
     rows = [_row(shape, v, each[v], s.tokens, memory, host) for v in verbs]
     return {
         "model": source,

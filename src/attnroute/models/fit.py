@@ -40,15 +40,10 @@ WORKING = {
 # what the prompt-pair verbs were measured on: their runs grow with the prompt set up to RUN_TOKENS (1,024 tokens
 # a run), and the runs kept up to KEEP_BYTES, so a larger set needs more (docs/cost.md, "Other prompt sets")
 CALIBRATED_ON = {"patch": "48 prompt pairs of ~16 tokens (IOI)", "circuit": "48 prompt pairs of ~16 tokens (IOI)"}
-# the verbs whose settings say they read float32 only (Settings.FLOAT32_ONLY: refused below it by name)
-SETTINGS = {
-    "heads": "HeadsSettings",
-    "patch": "PatchSettings",
-    "circuit": "CircuitSettings",
-    "routes": "RoutesSettings",
-    "why": "WhySettings",
-}
-FLOAT32_ONLY = tuple(v for v, name in SETTINGS.items() if getattr(settings, name).FLOAT32_ONLY)
+# each verb's settings (heads -> HeadsSettings): which read float32 only (refused below it by name), and what
+# dtype auto loads for them (Settings.load_dtype)
+VERB_SETTINGS = {v: getattr(settings, f"{v.capitalize()}Settings") for v in settings.FIT_VERBS}
+FLOAT32_ONLY = tuple(v for v, cls in VERB_SETTINGS.items() if cls.FLOAT32_ONLY)
 BYTES = {name: getattr(torch, name).itemsize for name in ("float32", "bfloat16", "float16")}
 
 
@@ -114,4 +109,15 @@ def gib(n: int) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
-__all__ = ["BYTES", "CALIBRATED_ON", "FLOAT32_ONLY", "GIB", "Shape", "WORKING", "count_parameters", "gib", "predict"]
+__all__ = [
+    "BYTES",
+    "CALIBRATED_ON",
+    "FLOAT32_ONLY",
+    "GIB",
+    "VERB_SETTINGS",
+    "WORKING",
+    "Shape",
+    "count_parameters",
+    "gib",
+    "predict",
+]

@@ -101,8 +101,7 @@ class Study:
             s, say = self.s, lambda m: self.say("load", m)
             where = {"device": getattr(s, "device", None), "device_map": getattr(s, "device_map", None)}
             dtype = getattr(s, "dtype", None)
-            if dtype in (None, "auto") and getattr(s, "FLOAT32_ONLY", False) and not is_loaded_or_object(s.model):
-                dtype = "float32"  # auto never loads a float32-only verb's model into the dtype it refuses
+            dtype = dtype if is_loaded_or_object(s.model) else s.load_dtype(dtype)  # a held model keeps its own
             self.loaded = load(s.model, self.tokenizer(), say, dtype, **where)
         if self.loaded.view is not None and not hold(id(self.loaded), self.loaded.reading):
             raise ModelLoadError(  # outside a verb nothing would undo the view, and without it the numbers are wrong

@@ -63,6 +63,7 @@ from .read import (
 )
 from .tools import (
     CONVENTIONS,
+    FIT_VERBS,
     KV_DTYPES,
     MASK_FAMILIES,
     SERVE_TOKENS,
@@ -74,6 +75,7 @@ from .tools import (
 )
 
 __all__ = [
+    "FIT_VERBS",
     "ADD_KINDS",
     "ABLATIONS",
     "ABLATION_MODES",

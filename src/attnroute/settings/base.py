@@ -140,6 +140,12 @@ class Settings:
     FLOAT32_ONLY = False
 
     @classmethod
+    def load_dtype(cls, dtype: str | None) -> str | None:
+        """The dtype a name or path is loaded into for this verb: auto stays auto (the checkpoint's stored dtype),
+        except for a verb that reads float32 only, where it is float32 — auto never loads into a refused dtype."""
+        return "float32" if dtype in (None, "auto") and cls.FLOAT32_ONLY else dtype
+
+    @classmethod
     def from_name(cls, name: str, **overrides):
         if name not in cls.PRESETS:
             raise InputError(f"preset {name!r} is not one of {', '.join(cls.PRESETS)}", field="preset")
