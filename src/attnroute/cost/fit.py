@@ -12,6 +12,7 @@ from ..models.fit import CALIBRATED_ON, FLOAT32_ONLY, VERB_SETTINGS, WORKING, Sh
 from ..models.placement import stored_dtype
 from ..models.safety import available_memory
 from ..settings import FitSettings, verb
+from ..settings.base import load_dtype
 from .footprint import read_config_json
 
 
@@ -25,7 +26,7 @@ def fit(model=None, *, settings: FitSettings | None = None, **fields) -> dict:
     memory = s.device_memory or available_memory()
     verbs = list(WORKING) if s.verb == "all" else [s.verb]
     host = s.device == "cpu"
-    each = {v: VERB_SETTINGS[v].load_dtype(s.dtype) for v in verbs}  # auto, as each verb loads a name or path
+    each = {v: load_dtype(VERB_SETTINGS[v], s.dtype) for v in verbs}  # auto, as each verb loads a name or path
     each = {v: dtype if d == "auto" else d for v, d in each.items()}
     rows = [_row(shape, v, each[v], s.tokens, memory, host) for v in verbs]
     return {
