@@ -12,7 +12,7 @@ What it reads:
   circuit, why) runs on the CPU in float32 (the reference), then on the device in float32 and in bfloat16.
   Its numbers are compared with the reference: max |Δ| against the dtype's stated tolerance
   (engine/tolerance.READ_TOLERANCE), rank agreement (Spearman) and top-k overlap of rankings. A refusal
-  (the circuit family refuses bf16 by name) is recorded as such, not as a failure.
+  (routes refuses bf16 by name) is recorded as such, not as a failure.
 - cost: a random-weight model of Llama-3-8B's shape in bf16 on the device: time and peak device memory of
   heads, patch and circuit at 1,024 and 4,096 tokens (``--no-large`` skips it).
 

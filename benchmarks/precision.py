@@ -1,10 +1,10 @@
 """bf16 against float32 on SmolLM2 and Gemma 3 (issue 52.3): each verb run once per dtype in its own process
 (peak RSS and time by the kernel, as benchmarks/verbs.py), and its numbers compared — heads' roles, patch's
-head ranking on IOI (Spearman, top-10 overlap), routes' estimates (relative error: its exact knockouts are
-refused below float32). circuit and why refuse bf16 by name (their stream checks are calibrated to float32),
-so they have no bf16 row.
+head ranking on IOI (Spearman, top-10 overlap), circuit's top 20 edges on IOI (overlap, exact effects' largest
+difference), why's split (its sum against the model's own score in each dtype, and the score against float32's),
+routes (refused below float32: the row records the refusal).
 
-    .venv/bin/python benchmarks/precision.py [VERB …]   # about 15 minutes on 2 cores; VERBs: measure only those
+    .venv/bin/python benchmarks/precision.py [VERB …]   # about 40 minutes on 2 cores; VERBs: measure only those
 
 Writes benchmarks/results/precision.json and prints the markdown table of docs/precision.md."""
 
@@ -30,6 +30,8 @@ ARGS = {
     "patch": ["patch", "--prompts", "ioi"],
     # refused below float32 (route_attribution._float32_only); before, its estimates were compared (--verify 0)
     "routes": ["routes", IOI, "--answer", " Mary", "--wrong", " John", "--verify", "0"],
+    "circuit": ["circuit", "--prompts", "ioi"],
+    "why": ["why", TEXT, "--head", "L5.H0", "--routes", "induction"],  # L5.H0: a head both models have
 }
 
 
@@ -50,10 +52,36 @@ def agreement(verb: str, a: dict, b: dict) -> dict:
             "exact_heads": len(both),
             "exact_max_abs_diff": max((abs(xa[k] - xb[k]) for k in both), default=None),
         }
+    if verb == "circuit":
+        return _circuit(a, b)
+    if verb == "why":
+        return {
+            "sum_rel_err": {
+                k: abs(d["difference"]) / max(1.0, abs(d["score"])) for k, d in (("float32", a), ("bfloat16", b))
+            },
+            "score_float32": a["score"],
+            "score_bfloat16": b["score"],
+            "score_rel_diff": abs(a["score"] - b["score"]) / max(1.0, abs(a["score"])),
+        }
     xa, xb = ({(r["layer"], r["head"], r["query"], r["key"]): r["estimate"] for r in d["rows"]} for d in (a, b))
     both = sorted(set(xa) & set(xb))  # the same route in both: each run keeps its own top
     scale = max(1.0, max(abs(xa[k]) for k in both))  # the effects bound's scale (engine/tolerance.py)
     return {"routes": len(both), "estimate_max_rel_err": max(abs(xa[k] - xb[k]) for k in both) / scale}
+
+
+def _circuit(a: dict, b: dict) -> dict:
+    """The top 20 edges by value (the exact effect where measured, else the estimate) in each dtype: their overlap,
+    and where an edge was measured exactly in both, the largest difference relative to the largest |effect|."""
+    top = {k: [r["label"] for r in d["rows"][:20]] for k, d in (("a", a), ("b", b))}
+    xa, xb = ({r["label"]: r["exact"] for r in d["rows"] if r["exact"] is not None} for d in (a, b))
+    both = sorted(set(xa) & set(xb))
+    scale = max(1.0, max((abs(xa[k]) for k in both), default=1.0))
+    return {
+        "top20_overlap": len(set(top["a"]) & set(top["b"])),
+        "exact_both": len(both),
+        "exact_max_rel_diff": max((abs(xa[k] - xb[k]) for k in both), default=0.0) / scale,
+        "settled": [d["meta"]["exact"].get("settled") for d in (a, b)],
+    }
 
 
 def _spearman(a, b) -> float:

@@ -48,8 +48,10 @@ def test_llama3_8b_fits_one_80g_gpu_for_a_circuit_at_4096_tokens_in_float32_not_
     small = ar.cost_fit(str(config), tokens=4096, device_memory="24G", device="cuda", verb="heads")["rows"][0]
     assert small["fits"] is False and "weights" in small["verdict"]
     bf16 = {r["verb"]: r for r in ar.cost_fit(str(config), dtype="bfloat16", device_memory="24G")["rows"]}
-    assert bf16["circuit"]["fits"] is None and "refused in bfloat16" in bf16["circuit"]["verdict"]
-    assert bf16["routes"]["fits"] is None
+    assert bf16["routes"]["fits"] is None and "refused in bfloat16" in bf16["routes"]["verdict"]  # float32 only
+    assert bf16["circuit"]["weights"] == 2 * 8_030_261_248 and bf16["circuit"]["fits"] is True  # 16 GB + working
+    on_gpu = ar.cost_fit(str(config), dtype="bfloat16", tokens=4096, device_memory="80G", device="cuda", verb="circuit")
+    assert on_gpu["rows"][0]["fits"] is True  # the case: Llama-3-8B, 4,096 tokens, bf16, one 80 GB GPU
     assert bf16["heads"]["weights"] == 2 * 8_030_261_248
 
 
@@ -107,4 +109,5 @@ def test_auto_costs_the_stored_dtype_and_float32_for_the_verbs_that_read_only_fl
     config.write_text(json.dumps({**LLAMA3_8B, "torch_dtype": "bfloat16"}))
     rows = {r["verb"]: r for r in ar.cost_fit(str(config), device_memory="80G", device="cuda")["rows"]}
     assert rows["heads"]["dtype"] == "bfloat16" and rows["heads"]["weights"] == 2 * 8_030_261_248
-    assert rows["circuit"]["dtype"] == "float32" and rows["circuit"]["fits"] is not None
+    assert rows["circuit"]["dtype"] == "bfloat16" and rows["circuit"]["weights"] == 2 * 8_030_261_248
+    assert rows["routes"]["dtype"] == "float32" and rows["routes"]["fits"] is not None  # routes reads float32 only

@@ -83,3 +83,19 @@ def test_empty_sequences_give_empty_or_zero_outputs():
     q, k, v = qkv(1, 2, 2, 3, 0, 4)
     out = ar.attend(q, k, v, impl="eager")
     assert out.shape == (1, 2, 3, 4) and (out == 0).all()
+
+
+@pytest.mark.parametrize("impl", ["eager", "blocked"])
+def test_a_float16_overflow_of_q_dot_k_is_refused_by_name_not_read_as_nan(impl):
+    """Head dim 256 with entries of 200: q·k·scale ≈ 6·10⁵, past float16's 65,504, is inf before the scale. torch's
+    SDPA accumulates in float32 and gives finite output, so NaN weights here would misread a working model."""
+    from attnroute.errors import InputError
+
+    q = torch.full((1, 2, 3, 256), 200.0, dtype=torch.float16)
+    v = torch.randn(1, 2, 3, 8).half()
+    assert torch.isfinite(torch.nn.functional.scaled_dot_product_attention(q.float(), q.float(), v.float())).all()
+    with pytest.raises(InputError, match="overflows float16") as e:
+        ar.attend(q, q, v, impl=impl, layer=3)
+    assert e.value.field == "dtype" and "layer 3" in str(e.value) and "\n" not in str(e.value)
+    out = ar.attend(q.bfloat16(), q.bfloat16(), v.bfloat16(), impl=impl)  # bfloat16 has float32's range
+    assert torch.isfinite(out).all()

@@ -138,10 +138,12 @@ def test_auto_reads_a_checkpoint_in_the_dtype_it_stores_and_a_float32_only_verb_
     assert ar.load_model(str(bf16_dir), dtype="float32").dtype == torch.float32
     heads = ar.read_heads(str(bf16_dir), TEXT, exact=0, ablation=False)
     assert heads.to_dict()["model"].endswith("(bfloat16)")
-    why = ar.why(str(bf16_dir), TEXT, head="L1.H1", query="11", key="4")  # refuses bf16: auto loads float32
-    assert "bfloat16" not in why.to_dict()["model"]
+    why = ar.why(str(bf16_dir), TEXT, head="L1.H1", query="11", key="4")  # reads bf16 (its checks at bf16's rounding)
+    assert why.to_dict()["model"].endswith("(bfloat16)")
+    routes = ar.routes(str(bf16_dir), TEXT, metric="loss", layers=[0], no_checkpoint=True)  # float32 only
+    assert "bfloat16" not in routes.to_dict()["model"]
     with pytest.raises(InputError):  # asked by name, it is refused, never silently raised to float32
-        ar.why(str(bf16_dir), TEXT, head="L1.H1", query="11", key="4", dtype="bfloat16")
+        ar.routes(str(bf16_dir), TEXT, metric="loss", layers=[0], no_checkpoint=True, dtype="bfloat16")
 
 
 def test_the_bundled_models_stay_float32_under_auto():

@@ -32,7 +32,7 @@ from .errors import InputError, InputTypeError
 from .interventions import Intervention, apply_inputs
 from .masks import Mask, TensorMask
 from .probes import Probe
-from .stages import default_scale
+from .stages import all_finite, default_scale
 from .trace import Trace
 from .validate import validate_bias, validate_keep, validate_qkv, validate_sinks
 
@@ -188,11 +188,27 @@ def attend(
         out, trace = q.new_zeros(B, H, Tq, Dv), Trace(impl, notes=["empty query or key set"])
     else:
         out, trace = BACKENDS[impl](req)
+    _refuse_overflow(out, q, k, v, layer, impl)
     if not return_trace:
         return out
     trace = trace or Trace(impl, out=out)
     trace.impl, trace.reason = impl, reason
     return out, trace
+
+
+def _refuse_overflow(out: Tensor, q: Tensor, k: Tensor, v: Tensor, layer: int | None, impl: str) -> None:
+    """float16 holds at most 65,504: a q·k past it is inf before the scale, and its row's weights NaN. A fused
+    kernel (torch's SDPA on the CPU, flash-attention) accumulates the scores in float32 and does not overflow, so
+    a model that runs fine in float16 would be read as NaN — refused by name (Gemma 3's head dim 256 is the
+    known case). One reduction of the output, and only in float16: bfloat16 has float32's range."""
+    if q.dtype != torch.float16 or all_finite(out) or not all_finite(q, k, v):
+        return
+    where = "" if layer is None else f"layer {layer}: "
+    raise InputError(
+        f"{where}q·k overflows float16 (past 65,504) in the {impl} stages, so the weights would be NaN where the "
+        "model's fused kernel computes its scores in float32; read this model in bfloat16 or float32",
+        field="dtype",
+    )
 
 
 __all__ = ["attend", "choose_impl", "IMPLS", "UnsupportedRequest"]

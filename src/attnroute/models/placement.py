@@ -4,7 +4,7 @@ and checked before anything loads. A model the user holds is never moved or cast
 refused, like a dtype it does not compute in (door.py).
 
 - dtype: float32, bfloat16, float16, or auto (None): the dtype the checkpoint stores (stored_dtype), except
-  for a verb that reads float32 only (``Settings.FLOAT32_ONLY``: the circuit family, routes), where auto is
+  for a verb that reads float32 only (``Settings.FLOAT32_ONLY``: routes), where auto is
   float32 (read/study.py) — so auto never turns a command that reads into a refusal.
 - device: ``cpu`` (the default), ``cuda``, ``cuda:N``, ``mps``, or ``auto`` (the first of cuda, mps and cpu that
   torch sees). A device torch does not see is refused by name; so, until a GPU run has verified them

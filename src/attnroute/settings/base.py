@@ -142,7 +142,7 @@ class Settings:
     """Named presets (gpt-fast's ``ModelArgs.from_name``): ``PRESETS`` maps a name to field values."""
 
     PRESETS: dict[str, dict] = {}
-    # the verb reads float32 models only (the circuit family, routes): under dtype auto a name or path it loads
+    # the verb reads float32 models only (routes): under dtype auto a name or path it loads
     # is read in float32, not in the dtype its checkpoint stores (models/placement.py)
     FLOAT32_ONLY = False
 

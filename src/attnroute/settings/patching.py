@@ -264,8 +264,6 @@ class CircuitSettings(ClipPairSettings):
     """Circuits: every edge between heads, MLPs and the embeddings estimated (EAP, EAP-IG), the top settled by
     exact path patching, and the smallest set of edges that carries the behaviour."""
 
-    FLOAT32_ONLY = True  # refused below float32 (docs/precision.md): auto loads float32
-
     ig_steps: int = opt(1, "the estimate: 1 is EAP; m > 1 is EAP-IG with m interpolation steps")
     exact: int | str = opt("settle", "settle (the estimate's top until the exact top holds), all, or a number")
     top: int = opt(SETTLE_TOP, "the exact top that must stop changing")
@@ -302,8 +300,6 @@ class EvaluateSettings(PairSettings):
     on prompt pairs with circuit()'s own checks: the full edge set gives the clean run, the empty set the
     corrupt run (or the mean-ablated one)."""
 
-    FLOAT32_ONLY = True  # refused below float32 (docs/precision.md): auto loads float32
-
     edges: tuple[str, ...] = opt((), "the circuit: SENDER>RECEIVER edges (none: the empty circuit)")
     ablation: str = opt("corrupt", "what edges outside the circuit carry: corrupt (the corrupt run) or mean")
 
@@ -320,8 +316,6 @@ class EvaluateSettings(PairSettings):
 @dataclass(frozen=True)
 class PathPatchSettings(ClipPairSettings):
     """One edge path-patched exactly, beside its estimate: the sender's change reaches the receiver directly."""
-
-    FLOAT32_ONLY = True  # refused below float32 (docs/precision.md): auto loads float32
 
     sender: str = opt("embed", "embed, L5.H1 (a head), L5.MLP; an encoder's enc.embed, E2.H0")
     receiver: str = opt("logits", "L18.H6 (a query head), L18.KV2 (a kv head), L18.MLP, logits")
@@ -357,8 +351,6 @@ class PathPatchSettings(ClipPairSettings):
 class WhySettings(Settings):
     """Why a head attends where it does: one route's score (or a head's, averaged over routes) split exactly
     into (query-side component, key-side component) pairs."""
-
-    FLOAT32_ONLY = True  # refused below float32 (docs/precision.md): auto loads float32
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)
@@ -421,8 +413,6 @@ def route_spec(value):
 @dataclass(frozen=True)
 class CompositionSettings(Settings):
     """Q-, K- and V-composition between every pair of heads, from the weights (Elhage et al. 2021)."""
-
-    FLOAT32_ONLY = True  # refused below float32 (docs/precision.md): auto loads float32
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)

@@ -443,7 +443,7 @@ def _rows(graph: Graph, layout, st: dict, parts: dict) -> list[dict]:
     its channel settled on (``parts["est"]``). Means and intervals over prompts are computed for every edge at
     once."""
     base, value, est, values = parts["base"], parts["value"], parts["est"], st["values.edges"]
-    den = gap(st["m_clean"], st["m_corrupt"])  # the circuit family reads float32 (layout.refuse_low_precision)
+    den = gap(st["m_clean"], st["m_corrupt"])
     scale = None if den is None else abs(den)
     seq2seq, G = len(layout.streams) > 1, layout.heads // max(1, layout.kv_heads)
     order = np.argsort(-np.abs(value), kind="stable")

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import torch
 
+from ...engine.tolerance import split_tolerance
 from ...models.offload import param
 from ..adapter import replay, routed
 from ..ground.batches import batch_of, no_cache
 from ..ground.norms import frozen_norm
 from ..hooks import Hooks
 from .layout import CircuitUnsupported, Finder, Watch, _linear_like, _same, is_norm, stacks
-
-TOL = 1e-4
 
 
 class PostLNStream:
@@ -137,7 +136,7 @@ def side_parts(stream: PostLNStream, module, layer: int, side: str, unit: int, c
 
 def _check(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     gap = float((got - want.double()).abs().max())
-    if gap > TOL * max(1.0, float(want.abs().max())):
+    if gap > split_tolerance(want.dtype) * max(1.0, float(want.abs().max())):
         raise CircuitUnsupported(f"{what} is not the sum of its components (max difference {gap:.3g})")
 
 

@@ -53,12 +53,12 @@ class Products:
         rs = np.concatenate([self._rs[i] for i in order])
         G = self._grads[0] if len(self._grads) == 1 else torch.cat([self._grads[i] for i in order])
         self._rs, self._grads, self._bytes = [], [], 0
-        G = G.flatten(2).permute(1, 2, 0)  # (n, T·d, r)
+        G = G.flatten(2).permute(1, 2, 0).float()  # (n, T·d, r); products summed in float32 whatever the dtype
         for ss, D in self._sender_chunks(rs):
             idx = self.run.graph.matrix[np.ix_(ss, rs)]  # (s, r) edge indices, −1 where no edge
             first = int(np.argmax((idx >= 0).any(0)))
             idx = idx[:, first:]
-            S = torch.bmm(D.flatten(2).transpose(0, 1), G[..., first:])  # (n, s, r − first)
+            S = torch.bmm(D.flatten(2).transpose(0, 1).float(), G[..., first:])  # (n, s, r − first)
             ok = idx >= 0
             self.scores.index_add_(0, torch.from_numpy(idx[ok]), S.permute(1, 2, 0)[torch.from_numpy(ok)].double())
 

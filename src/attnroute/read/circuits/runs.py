@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...engine.tolerance import SPLIT_TOLERANCE, split_tolerance
 from ..adapter import routed
 from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs, references
@@ -401,7 +402,7 @@ def _check_sums(layout: Layout, graph: Graph, run: EdgeRun) -> dict:
     """Every read point must be the sum of the writes of the senders before it plus a constant (biases): the
     clean and the corrupt run must leave the same rest. Refused otherwise, with the gap. One running sum per
     run along each stream, checked at each distinct read point."""
-    worst, where = 0.0, None
+    worst, where, tol = 0.0, None, SPLIT_TOLERANCE[torch.float32]
     for stream in layout.streams:
         events = sorted(
             [(pos, 0, s) for s, (st, pos) in enumerate(graph.write_points) if st == stream]
@@ -424,11 +425,13 @@ def _check_sums(layout: Layout, graph: Graph, run: EdgeRun) -> dict:
             seen.add(pos)
             r = graph.receivers[i]
             rest = [read_value(layout, rec, r) - total[id(rec)] for rec in (run.clean, run.corrupt)]
-            scale = max(1.0, float(read_value(layout, run.clean, r).abs().max()))
+            whole = read_value(layout, run.clean, r)
+            tol = max(tol, split_tolerance(whole.dtype))
+            scale = max(1.0, float(whole.abs().max()))
             gap = float((rest[0] - rest[1]).abs().max()) / scale
             if gap > worst:
                 worst, where = gap, r.label()
-    if worst > 1e-4:
+    if worst > tol:
         raise CircuitUnsupported(
             f"the residual stream at {where} is not the sum of its senders' writes plus a constant (the clean and "
             f"corrupt runs leave rests that differ by {worst:.2e} of its size): edges would not add up here"

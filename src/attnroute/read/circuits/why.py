@@ -9,7 +9,8 @@ components the circuits' senders — the embeddings, each earlier head's write, 
 the biases (the norm's β, projection biases) as one more component per side. Under a soft-cap
 c · tanh(s / c) every term is scaled by the capped score over the raw one (said in the result); an additive
 position bias (T5) is its own pair. The terms' sum is checked against the score the model computed from its
-own q and k: the difference is reported, and over TOL the split is refused rather than printed.
+own q and k: the difference is reported, and over the dtype's split tolerance (engine/tolerance.py) the split is
+refused rather than printed.
 Over routes: every route's terms averaged (the table), the largest per-route difference reported.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ...engine.tolerance import split_tolerance
 from ...errors import InputError
 from ...settings import WhySettings, verb
 from ..adapter import routed
@@ -30,7 +32,7 @@ from ..study import Study
 from .graph import Graph
 from .layout import CircuitUnsupported, discover, stacks
 from .postln import PostLNStream, side_parts
-from .qk import TOL, Side, split_side
+from .qk import Side, split_side
 from .why_core import HEAD, ROUTES_MAX, Recorded, WhyResult, existing, receivers, result
 
 DISCOVER = 16  # tokens of the text the stream's layout is found on (it does not depend on the length)
@@ -100,7 +102,7 @@ def _why_post_ln(loaded, s: WhySettings, ids, listed) -> WhyResult:
 
 def _check_side(parts: torch.Tensor, actual: torch.Tensor, what: str) -> None:
     gap = float((parts.sum(0) - actual.double()).abs().max())
-    if gap > TOL * max(1.0, float(actual.abs().max())):
+    if gap > split_tolerance(actual.dtype) * max(1.0, float(actual.abs().max())):
         raise CircuitUnsupported(f"{what} split into components misses the model's own by {gap:.3g}")
 
 

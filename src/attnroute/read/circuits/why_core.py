@@ -13,13 +13,14 @@ import torch
 
 from ...engine import Mask
 from ...engine.jsonable import Meta, Result
+from ...engine.tolerance import split_tolerance
 from ...errors import InputError
 from ...settings import WhySettings
 from ..adapter import routed
 from ..ground.batches import batch_of, no_cache
 from ..stimuli import tokens_of
 from .graph import Graph
-from .qk import TOL, Side, record_qk_norms
+from .qk import Side, record_qk_norms
 from .stream import Forward
 
 ROUTES_MAX = 4096  # routes averaged in one call
@@ -277,7 +278,8 @@ def result(s: WhySettings, run: Recorded, routes, said: str, sides: tuple, heads
 def _split(run: Recorded, s: WhySettings, routes, qs: Side, ks: Side, heads) -> tuple:
     """(terms [Cq + 1, Ck + 1] — the mean over routes of each (query part × key part) pair's share of the score,
     the position bias's share, the model's own scores [R], their largest difference from the split and its
-    relative size); refused when the split misses the model's score by more than TOL."""
+    relative size); refused when the split misses the model's score by more than the split tolerance of the
+    dtype the model computed q and k in (engine/tolerance.SPLIT_TOLERANCE)."""
     h, kvh = heads
     qi = torch.tensor([qs.positions.index(i) for i, _ in routes])
     kj = torch.tensor([ks.positions.index(j) for _, j in routes])
@@ -291,7 +293,7 @@ def _split(run: Recorded, s: WhySettings, routes, qs: Side, ks: Side, heads) -> 
     actual = run.scores(h, kvh, routes)
     gap = float(((raw + bias) * factor - actual).abs().max())
     rel = gap / max(1.0, float(actual.abs().max()))
-    if rel > TOL:
+    if rel > split_tolerance(run.q.dtype):
         msg = f"{s.head}'s score split into pairs misses the model's by {gap:.3g}: not printed"
         raise InputError(msg, field="head")
     return terms, float((bias * factor).mean()), actual, gap, rel

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ...engine.tolerance import rounding
 from ...models.offload import param
-
-TOL = 1e-4
 
 
 @dataclass
@@ -53,25 +52,34 @@ class NormForm:
 
 def norm_form(module, x: torch.Tensor, y: torch.Tensor) -> NormForm | None:
     """The form (LayerNorm or RMSNorm, w or 1 + w) that reproduces the module's output y on x, or None. The
-    form that fitted a module of this class last is tried first (every check still compares outputs)."""
+    form that fitted a module of this class last is tried first, and taken when it fits to float32 rounding;
+    otherwise every form is tried and the closest one within the dtype's rounding taken — in bfloat16 a wrong
+    form (RMSNorm read as a LayerNorm) can come within the dtype's rounding, the right one comes closer."""
     eps = float(getattr(module, "eps", None) or getattr(module, "variance_epsilon", None) or 1e-5)
     dt = torch.promote_types(x.dtype, torch.float32)  # float32 at least; a float64 model keeps float64
     w = param(module, "weight")  # loaded where accelerate offloaded it (models/offload.py)
     w = torch.ones(x.shape[-1], dtype=dt) if w is None else w.to(dt)
     b = param(module, "bias")
     b = torch.zeros(x.shape[-1], dtype=dt) if b is None else b.to(dt)
+    size = max(1.0, float(y.detach().abs().max()))
+    tol, exact = rounding(y.dtype) * size, rounding(torch.float32) * size
     x, y = x.to(dt), y.to(dt)
-    tol = TOL * max(1.0, float(y.abs().max()))
     kinds = [(True, False), (True, True), (False, False), (False, True)]  # (centred, Gemma's 1 + w)
     last = _LAST.get(type(module))
+    best = (float("inf"), None, None)
     for centred, plus_one in ([last] if last else []) + [k for k in kinds if k != last]:
         c = x - x.mean(-1, keepdim=True) if centred else x
         sigma = (c.pow(2).mean(-1, keepdim=True) + eps).sqrt()
         scale = 1 + w if plus_one else w
-        if torch.allclose(scale * c / sigma + b, y, atol=tol):
-            _LAST[type(module)] = (centred, plus_one)
-            return NormForm(scale, b, c, sigma, centred)
-    return None
+        err = float((scale * c / sigma + b - y).abs().max())
+        if err < best[0]:
+            best = (err, (centred, plus_one), NormForm(scale, b, c, sigma, centred))
+        if err <= exact:
+            break
+    if best[0] > tol:
+        return None
+    _LAST[type(module)] = best[1]
+    return best[2]
 
 
 _LAST: dict[type, tuple[bool, bool]] = {}  # norm class -> the form that fitted it last

@@ -265,7 +265,7 @@ def _float32_only(loaded) -> None:
     (benchmarks/precision.py): the estimates off by 27 %, the exact knockouts by 26 % — a knockout
     renormalizes the rest of its row, and a sink route of weight 0.97 leaves 0.03 of weights held to 3 digits
     to scale 30-fold; running every row through the eager stages with a no-cut copy as the base made it 54 %.
-    So routes, like the circuit family, refuses bfloat16 and float16 by name."""
+    So routes refuses bfloat16 and float16 by name."""
     if loaded.dtype not in (torch.float32, torch.float64):
         dtype = str(loaded.dtype).removeprefix("torch.")
         raise InputError(
