@@ -37,8 +37,6 @@ def measure() -> dict:
     for verb, args in ARGS.items():
         for model in MODELS:
             for dtype in DTYPES:
-                if verb == "circuit" and dtype != "float32":
-                    continue  # refused by name in bf16 (the circuit family reads float32)
                 r = run([*args, "--model", model, "--dtype", dtype, "--json", "{json}"])
                 runs[f"{verb} {model} {dtype}"] = r
                 print(verb, model, dtype, r["peak_rss_gib"], file=sys.stderr, flush=True)
@@ -70,12 +68,12 @@ def compare(runs: dict) -> dict:
 
 def _left_out(runs: dict, key: str, shapes: dict) -> float | None:
     """The error of the prediction for ``key`` with the verb's constants fitted on its other runs (None where
-    they are too few to fit A, B and C: the circuit's two float32 runs, routes' small working memory)."""
+    they are too few to fit A, B and C: routes' small working memory)."""
     from attnroute.models.fit import BYTES, GIB, predict
 
     verb = key.split()[0]
     others = [k for k in runs if k.split()[0] == verb and k != key]
-    if verb not in ("heads", "patch") or len(others) < 3:
+    if verb not in ("heads", "patch", "circuit") or len(others) < 3:
         return None
     X, y = [], []
     for k in others:

@@ -9,7 +9,9 @@ bmm against 3 s). So receivers' gradients are gathered until they fill ``RECEIVE
 with the senders' deltas gathered up to ``SENDER_BYTES``: each delta is read (and, on a long text whose
 deltas do not all stay in memory, recomputed: runs.DELTA_BYTES) once per chunk of receivers, each gradient
 once per chunk of senders. The receivers are put in stream order, so a chunk of senders skips those read
-before its first sender writes; a pair inside the rest with no edge is computed and dropped.
+before its first sender writes; a pair inside the rest with no edge is computed and dropped. Both are held
+and multiplied in float32 whatever the model's dtype (a bf16 model's are cast on arrival), and counted so: a
+budget counted in bf16 bytes held twice the gradients, and their float32 copy doubled that again.
 
     products = Products(run, scores)   # scores [E, n], float64, added into
     products.add(receivers, grads)     # grads [r, n, T, d], the receivers' order
@@ -38,6 +40,7 @@ class Products:
         if self._grads and self._grads[0].shape[1:] != grads.shape[1:]:  # another stream's length (Whisper)
             self.flush()
         self._rs.append(np.asarray(list(receivers)))
+        grads = grads.float()  # multiplied in float32 whatever the dtype: held so, and counted at 4 bytes
         self._grads.append(grads)
         self._bytes += grads.numel() * grads.element_size()
         if self._bytes >= scaled(RECEIVER_BYTES):
@@ -53,12 +56,12 @@ class Products:
         rs = np.concatenate([self._rs[i] for i in order])
         G = self._grads[0] if len(self._grads) == 1 else torch.cat([self._grads[i] for i in order])
         self._rs, self._grads, self._bytes = [], [], 0
-        G = G.flatten(2).permute(1, 2, 0).float()  # (n, T·d, r); products summed in float32 whatever the dtype
+        G = G.flatten(2).permute(1, 2, 0)  # (n, T·d, r)
         for ss, D in self._sender_chunks(rs):
             idx = self.run.graph.matrix[np.ix_(ss, rs)]  # (s, r) edge indices, −1 where no edge
             first = int(np.argmax((idx >= 0).any(0)))
             idx = idx[:, first:]
-            S = torch.bmm(D.flatten(2).transpose(0, 1).float(), G[..., first:])  # (n, s, r − first)
+            S = torch.bmm(D.flatten(2).transpose(0, 1), G[..., first:])  # (n, s, r − first)
             ok = idx >= 0
             self.scores.index_add_(0, torch.from_numpy(idx[ok]), S.permute(1, 2, 0)[torch.from_numpy(ok)].double())
 
@@ -69,6 +72,7 @@ class Products:
             if (run.graph.matrix[np.ix_(senders, rs)] < 0).all():
                 continue
             ids, D = run.part_deltas(part)  # in the order of ids (= senders)
+            D = D.float()  # a bf16 part is counted as the float32 it is multiplied in
             if ds and D.shape[1:] != ds[0].shape[1:]:  # a part of another stream: never with the same receivers,
                 yield np.asarray(ss), ds[0] if len(ds) == 1 else torch.cat(ds)  # but kept apart all the same
                 ss, ds, size = [], [], 0
