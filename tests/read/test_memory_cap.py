@@ -190,3 +190,22 @@ def test_heads_under_a_cap_takes_its_gradient_by_rows_and_finds_the_same_effects
     assert np.isfinite(free.columns["ablation_delta"]).sum() >= 4  # some heads ablated exactly
     for column in ("grad_attr", "ablation_delta"):
         np.testing.assert_allclose(capped.columns[column], free.columns[column], atol=1e-5, rtol=1e-4, equal_nan=True)
+
+
+def test_a_half_precision_model_batches_the_tokens_a_float32_one_does_in_half_the_bytes(tiny_llama):
+    """Budgets counted in bytes let a bf16 model batch twice the tokens in the same memory, and its peak stayed
+    0.7–0.8× float32's: its batches are now at dtype_factor (1/2), under a cap at most that; float32 at 1."""
+    import torch
+
+    model = tiny_llama.model
+    assert budget.dtype_factor(model) == 1.0 and budget.dtype_factor(None) == 1.0
+    half = type(model)(model.config).to(torch.bfloat16)
+    assert budget.dtype_factor(half) == 0.5
+    with budget.Bound(None, model=half) as bound:
+        assert budget.scaled(1000) == 500 and bound.report() == {}
+        assert budget.run_tokens(1024, 1 << 20, 16, None) == min(1024, budget.DEFAULT_WORKING // 2 // (1 << 20))
+    assert budget.scaled(1000) == 1000  # left as it was
+    with budget.Bound(64 << 30, model=half) as bound:  # a cap that leaves room for all: still half
+        assert bound.report()["scale"] == 0.5
+    with budget.Bound(None, model=model):
+        assert budget.scaled(1000) == 1000

@@ -14,11 +14,13 @@ GiB at 0.52 of them: 0.56 GiB fixed, 1.94 GiB a full scale. With a cap, each bud
 
     scale = min(1, (cap − resident − FIXED_WORKING) / DEFAULT_WORKING)
 
-so the batches shrink together. Only budgets that cut work into batches are scaled — never one that
-chooses a method (the QK fix's QK_BUDGET): the numbers are the same under any cap, the time longer. A cap
-that leaves less than MIN_SCALE of the batches' share is refused before any work, with the figure that would
-do. The peak is then measured (Linux: the kernel's high-water mark, reset when the verb starts) and said:
-``kept`` False — the cap was passed — is printed in the verdict, never hidden.
+so the batches shrink together. A model held in bf16 or fp16 has its batches at ``dtype_factor`` (1/2) with
+no cap, and at most that under one: they hold the tokens a float32 model's hold, in half the bytes. Only
+budgets that cut work into batches are scaled — never one that chooses a method (the QK fix's QK_BUDGET):
+the numbers are the same under any cap, the time longer. A cap that leaves less than MIN_SCALE of the
+batches' share is refused before any work, with the figure that would do. The peak is then measured (Linux:
+the kernel's high-water mark, reset when the verb starts) and said: ``kept`` False — the cap was passed — is
+printed in the verdict, never hidden.
 """
 
 from __future__ import annotations
@@ -107,7 +109,10 @@ class Bound:
         self.cap, self.say, self.model, self.memory, self._token = cap, say, model, {}, None
 
     def __enter__(self) -> Bound:
+        factor = dtype_factor(self.model)
         if self.cap is None:
+            if factor < 1:
+                self._token = _SCALE.set(factor)
             return self
         if self.model is not None:
             _touch(self.model)
@@ -118,7 +123,7 @@ class Bound:
                 "leave max_memory out",
                 field="max_memory",
             )
-        scale = plan(self.cap, now)
+        scale = min(factor, plan(self.cap, now))
         self.memory = {"cap": self.cap, "resident": now, "scale": scale}
         if self.say is not None and scale < 1:
             self.say("stage", f"memory: batches at {scale:.2f} of their default size to stay within {gib(self.cap)}")
@@ -137,6 +142,20 @@ class Bound:
         return {**self.memory, "peak": top, "kept": top is not None and top <= self.cap}
 
 
+def dtype_factor(model) -> float:
+    """The share of the default batches a model's dtype takes: its bytes an element over float32's (bf16 and
+    fp16: 1/2; float32 and wider: 1). A bf16 model's batches hold the tokens a float32 model's hold, so the bytes
+    they take halve with the weights' — budgets counted in bytes alone let bf16 batch twice the tokens in the same
+    memory, and its peak stayed 0.7–0.8× float32's. The numbers do not change with the batches (as under a cap);
+    the float32 parts (logits, gradient products) are then batched smaller, and take more passes."""
+    if model is None:
+        return 1.0
+    from ...models.loaded import held_dtypes
+
+    sizes = [d.itemsize for d in held_dtypes(model)]
+    return min(1.0, max(sizes, default=4) / 4)
+
+
 RUN_SHARE = 1 / 2  # of the batches' capped share, what one run's work may take (the kept runs: KEEP_BYTES, the rest)
 
 
@@ -149,8 +168,8 @@ def run_tokens(tokens: int, per_token: int | None, longest: int, cap: int | None
     scale = _SCALE.get()
     if per_token is None:
         return tokens
-    if scale >= 1:
-        return min(tokens, max(1, int(DEFAULT_WORKING // per_token)))
+    if scale >= 1 or cap is None:  # uncapped: the default share, at a bf16 model's dtype_factor
+        return min(tokens, max(1, int(scale * DEFAULT_WORKING // per_token)))
     room = RUN_SHARE * scale * DEFAULT_WORKING
     if per_token * longest > room:
         need = cap + (per_token * longest - room) / RUN_SHARE
@@ -179,6 +198,7 @@ __all__ = [
     "MIN_SCALE",
     "Bound",
     "RUN_SHARE",
+    "dtype_factor",
     "run_tokens",
     "peak",
     "plan",
