@@ -87,3 +87,19 @@ def test_smollm2_read_in_low_precision_agrees_with_float32_within_the_stated_tol
     for c in ("entropy", "sink_mass", "prev_token", "induction"):
         assert np.nanmax(np.abs(np.asarray(got.columns[c]) - np.asarray(want.columns[c]))) <= tol, c
     assert got.model == f"smollm2 ({dtype})"
+
+
+def test_a_bundled_gguf_read_in_bf16_comes_from_its_own_cache_entry_with_the_float32_values_rounded(smollm2):
+    """Loading the float32 cache into bf16 read every float32 weight on the way (SmolLM2's load peaked at
+    1.15 GiB, 0.46 GiB from a bf16 entry): a half-precision read has its own entry, written once from the
+    float32 one, holding exactly the float32 values rounded to the dtype."""
+    from attnroute.bundled import cache_dir, model_path
+    from attnroute.models.caches import content_key
+
+    half = ar.load_model("smollm2", dtype="bfloat16")
+    gguf = model_path("smollm2")
+    entry = cache_dir() / f"{gguf.stem}-{content_key(gguf)}-bfloat16"
+    assert (entry / "attnroute-complete").exists() and (entry / "model.safetensors").exists()
+    want = dict(smollm2.model.named_parameters())
+    for name, p in half.model.named_parameters():
+        assert p.dtype == torch.bfloat16 and torch.equal(p, want[name].to(torch.bfloat16)), name
