@@ -161,3 +161,17 @@ def test_a_model_whose_q_dot_k_overflows_float16_is_refused_by_name_in_every_ver
         with pytest.raises(InputError, match="overflows float16") as e:
             verb()
         assert e.value.field == "dtype" and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("arch", ["gpt_neox", "gemma3_text", "gpt2", "olmo"])
+def test_circuits_in_bf16_across_architectures_agree_with_float32(arch, tmp_path_factory):
+    """Parallel attention and MLP (GPT-NeoX: its MLP's write read back past the attention's stream), post-norms
+    (Gemma 3), LayerNorm with biases (GPT-2), a norm without weights (OLMo): every edge within the effects bound."""
+    path = build(arch, tmp_path_factory.mktemp(arch))
+    got, want = (
+        {e["label"]: e["exact"] for e in ar.circuit(_model(path, dt), PAIRS, exact="all", progress=False).edges}
+        for dt in (torch.bfloat16, torch.float32)
+    )
+    assert set(got) == set(want)
+    w, g = np.array([want[k] for k in want]), np.array([got[k] for k in want])
+    assert _close(g, w, READ_TOLERANCE[torch.bfloat16]["effects"])

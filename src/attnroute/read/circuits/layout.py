@@ -214,7 +214,9 @@ def _mlp(f: Finder, x_in, x_mid, x_out, scale: float, attn_norm, where: str) -> 
         mlp_norm = f.first(lambda m: is_norm(m) and _same(f.input(m), x_in) and m is not attn_norm) or attn_norm
     base = x_in if parallel else x_mid
     write = (x_out - base) / scale - (x_mid - x_in) / scale * parallel
-    size = x_out.abs() / scale  # the write is a difference of residuals: rounding of their elements' sizes
+    # the write is a difference of residuals, each rounded to its own elements' sizes (GPT-NeoX's parallel MLP is
+    # read back past the attention's stream, which can be the larger where the MLP cancels it)
+    size = torch.maximum(torch.maximum(x_out.abs(), x_mid.abs()), x_in.abs()) / scale
     post = f.first(lambda m: is_norm(m) and _same(f.output(m), write, size))
     out = (
         f.first(lambda m: _same(f.output(m), f.input(post)))
