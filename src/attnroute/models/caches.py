@@ -86,14 +86,14 @@ def _converted(target: Path, name: str, say, place: Placement):
     return hit
 
 
-def _from_cache(target: Path, name: str, say, place: Placement = DEFAULT):
+def _from_cache(target: Path, name: str, say, place: Placement = DEFAULT, tokenizer_from: Path | None = None):
     """(model, tokenizer, kind) from a complete cache entry; None when there is none. A damaged entry is
-    removed (and rebuilt by the caller), not reported forever."""
+    removed (and rebuilt by the caller), not reported forever. ``tokenizer_from``: _load_dir's."""
     if not (target / "attnroute-complete").exists():
         return None
     say(f"loading {name} from the safetensors cache {target}")
     try:
-        return _load_dir(target, lambda m: None, place)
+        return _load_dir(target, lambda m: None, place, tokenizer_from)
     except ModelLoadError as e:
         not_an_interrupt()  # a Ctrl-C mid-read is not damage
         say(f"the cache {target} could not be read ({e}); rebuilding it")
@@ -108,16 +108,17 @@ def _in_dtype(target: Path, name: str, say, place: Placement):
     """The cached model read in the dtype asked. A half-precision read comes from its own entry beside the float32
     one (``…-bfloat16``), written once from it: loading the float32 entry into bf16 read every float32 weight on
     the way (SmolLM2's patch peaked at 1.19 GiB during the load, 0.69 GiB after it). The values are the same: the
-    float32 entry rounded to the dtype, as a cast rounds it. None when there is no float32 entry yet."""
+    float32 entry rounded to the dtype, as a cast rounds it. Its tokenizer is the float32 entry's object, which the
+    checks before the load read (Gemma 3's holds 0.3 GiB). None when there is no float32 entry yet."""
     if place.dtype not in HALF:
         return _from_cache(target, name, say, place)
     half = target.with_name(f"{target.name}-{str(place.dtype).removeprefix('torch.')}")
-    if (hit := _from_cache(half, name, say, place)) is not None:
+    if (hit := _from_cache(half, name, say, place, target)) is not None:
         return hit
     if not (target / "attnroute-complete").exists():
         return None
     with one_converter(half, say):
-        if (hit := _from_cache(half, name, say, place)) is not None:  # written while this process waited
+        if (hit := _from_cache(half, name, say, place, target)) is not None:  # written while this process waited
             return hit
         full = _from_cache(target, name, say, Placement(dtype=torch.float32))
         if full is None:
@@ -126,7 +127,10 @@ def _in_dtype(target: Path, name: str, say, place: Placement):
         say(f"writing {name} in {place.dtype} beside its float32 cache (once)")
         write_cache(half, model.to(place.dtype), tokenizer, say)
         del model, full
-    return _converted(half, name, say, place)
+    hit = _from_cache(half, name, say, place, target)
+    if hit is None:
+        raise ModelLoadError(f"{name}: written into {half}, and the cache could not be read back")
+    return hit
 
 
 @contextlib.contextmanager

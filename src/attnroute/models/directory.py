@@ -22,7 +22,8 @@ from .safety import (
 DEFAULT = Placement()
 
 
-def _load_dir(path: Path, say, place: Placement = DEFAULT):
+def _load_dir(path: Path, say, place: Placement = DEFAULT, tokenizer_from: Path | None = None):
+    """``tokenizer_from``: the directory whose tokenizer to share (a cache's bf16 entry shares its float32 one's)."""
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     if not (path / "config.json").exists():
@@ -51,7 +52,7 @@ def _load_dir(path: Path, say, place: Placement = DEFAULT):
             path, use_safetensors=True, trust_remote_code=False, output_loading_info=True, **kwargs
         )
         model = place.placed(model, kwargs)
-        tokenizer = directory_tokenizer(path)
+        tokenizer = directory_tokenizer(tokenizer_from or path)
     except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a bad directory; each is a refusal)
         not_an_interrupt()
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
