@@ -109,5 +109,10 @@ def test_a_bf16_cache_entry_shares_the_tokenizer_the_checks_before_the_load_read
     """The checks before the weights load read the float32 entry's tokenizer; the bf16 entry read its own copy,
     a second 0.3 GiB for Gemma 3 (its bf16 patch peaked 0.27 GiB above the float32 entry cast to bf16)."""
     from attnroute.models import facts_of
+    from attnroute.models.directory import _directory_tokenizer
+    from attnroute.models.facts import _facts
 
-    assert ar.load_model("smollm2", dtype="bfloat16").tokenizer is facts_of("smollm2").tokenizer
+    _directory_tokenizer.cache_clear()  # as in a fresh command: other tests' loads may have pushed it out
+    _facts.cache_clear()
+    before = facts_of("smollm2").tokenizer
+    assert ar.load_model("smollm2", dtype="bfloat16").tokenizer is before
