@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import torch
 
+from ...engine.tolerance import split_tolerance
 from ...models.offload import param
 from ..effects import layer_stack
 from ..ground.norms import frozen_norm
 from ..hooks import Hooks
-
-TOL = 1e-4
 
 
 def final_norm_candidates(loaded) -> list[torch.nn.Module]:
@@ -108,7 +107,8 @@ def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff
     db = torch.zeros(len(answer)) if hb is None else (hb[answer] - hb[wrong]).detach().float()
     through = (u * final.y.float()).sum(-1) + db
     gap = float((through - logit_diff).abs().max())
-    if gap > TOL * max(1.0, float(logit_diff.abs().max())):
+    tol = split_tolerance(final.y.dtype)  # the model's own rounding: a bf16 model's logits against float32 sums
+    if gap > tol * max(1.0, float(logit_diff.abs().max())):
         return {
             "reason": f"the model changes its logits after the output head (soft-cap or scaling): u·y + Δb differs "
             f"from its logit difference by {gap:.3g}, so direct effects would not add up"
@@ -118,7 +118,7 @@ def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff
         return {"reason": posts}
     per_head, written = _heads(loaded, recs, N, u, posts)  # (n, L, H), (n, d)
     gap_w = _writes_check(loaded, recs, final, posts)
-    if gap_w > TOL * 10:
+    if gap_w > tol * 10:
         return {"reason": f"the heads' writes do not sum to what the layers added (max |Δ| {gap_w:.3g})"}
     x = final.inputs[id(found)].float()
     rest = (u * N(x - written)).sum(-1) + (u * b).sum(-1) + db  # everything the heads did not write
