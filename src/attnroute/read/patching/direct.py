@@ -106,8 +106,7 @@ def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff
     hb = param(final.head, "bias")
     db = torch.zeros(len(answer)) if hb is None else (hb[answer] - hb[wrong]).detach().float()
     through = (u * final.y.float()).sum(-1) + db
-    gap = float((through - logit_diff).abs().max())
-    tol = split_tolerance(final.y.dtype)  # the model's own rounding: a bf16 model's logits against float32 sums
+    gap, tol = float((through - logit_diff).abs().max()), split_tolerance(final.y.dtype)  # a bf16 model's rounding
     if gap > tol * max(1.0, float(logit_diff.abs().max())):
         return {
             "reason": f"the model changes its logits after the output head (soft-cap or scaling): u·y + Δb differs "
