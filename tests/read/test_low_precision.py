@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import attnroute as ar
-from attnroute.engine.tolerance import READ_TOLERANCE, SPLIT_TOLERANCE
+from attnroute.engine.tolerance import READ_TOLERANCE, split_tolerance
 
 from .zoo import build
 
@@ -94,7 +94,7 @@ def _same_top(got, want, k: int, band: float) -> bool:
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_circuits_in_low_precision_agree_with_float32_within_the_stated_tolerance(tiny_dir, f32_circuits, dtype):
     """The circuit family reads bf16 and fp16 with its decomposition checks at the dtype's rounding
-    (engine/tolerance.SPLIT_TOLERANCE, ROUNDING): every edge's exact effect and estimate within the effects bound,
+    (engine/tolerance.SPLIT_TOLERANCE): every edge's exact effect and estimate within the effects bound,
     the top 10 edges the same up to the band, the faithfulness numbers, the path-patched edge, the composition
     scores and why's split — the split summing to the model's own score within the split tolerance."""
     m, tol, want = _model(tiny_dir, dtype), READ_TOLERANCE[dtype], f32_circuits
@@ -117,7 +117,7 @@ def test_circuits_in_low_precision_agree_with_float32_within_the_stated_toleranc
         a, b = (_composition(r, side) for r in (got["composition"], want["composition"]))
         assert (np.isnan(a) == np.isnan(b)).all() and np.nanmax(np.abs(a - b)) <= tol["weights"], side
     w, g = want["why"].to_dict(), got["why"].to_dict()
-    assert abs(g["difference"]) <= SPLIT_TOLERANCE[dtype] * max(1.0, abs(g["score"]))
+    assert abs(g["difference"]) <= split_tolerance(dtype) * max(1.0, abs(g["score"]))
     assert _close([g["score"], g["sum"]], [w["score"], w["sum"]], tol["effects"])
     assert abs(g["route_weights"][0]["weight"] - w["route_weights"][0]["weight"]) <= tol["weights"]
     assert str(dtype)[6:] in got["circuit"].model  # a low-precision reading never passes for a float32 one

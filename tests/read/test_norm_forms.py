@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnroute.engine.tolerance import ROUNDING, SPLIT_TOLERANCE, rounding, split_tolerance
+from attnroute.engine.tolerance import rounding, split_tolerance
 from attnroute.read.circuits.layout import _same
 from attnroute.read.ground.norms import _LAST, norm_form
 
@@ -61,8 +61,8 @@ def test_a_small_write_read_back_from_a_large_stream_is_matched_element_by_eleme
 
 
 def test_tolerances_are_stated_for_every_dtype_a_model_computes_in_and_refused_otherwise():
-    for table in (ROUNDING, SPLIT_TOLERANCE):
-        assert table[torch.float32] < table[torch.float16] < table[torch.bfloat16]
-    assert rounding(torch.int64) == ROUNDING[torch.float32]  # integers are exact
+    for of in (rounding, split_tolerance):
+        assert of(torch.float32) < of(torch.float16) < of(torch.bfloat16)
+    assert rounding(torch.int64) == rounding(torch.float32)  # integers are exact
     with pytest.raises(ValueError, match="float8"):
         split_tolerance(torch.float8_e4m3fn)

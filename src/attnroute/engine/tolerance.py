@@ -28,50 +28,42 @@ READ_TOLERANCE = {
     torch.bfloat16: {"weights": 5e-2, "effects": 1e-1},
 }
 
-# How far one operation's result may be from the same computed again in the dtype, element by element and
-# relative to max(1, |element|): finding a model's modules by the tensors they read and write (circuits' layout,
-# the norms' forms). float32: room for a different summation order; bfloat16 and float16: two roundings of the
-# dtype (2^-8, 2^-11 each; a residual add and the subtraction that reads a write back out of it). Measured: an
-# MLP's write read back from SmolLM2's bfloat16 stream misses by 7.7e-3 of the element, a wrong module by > 2.
-ROUNDING = {
-    torch.float64: 1e-4,
-    torch.float32: 1e-4,
-    torch.float16: 2e-3,
-    torch.bfloat16: 1.6e-2,
+# How closely the circuit family's decomposition checks hold a model computed in a dtype (docs/precision.md):
+# - "rounding": one operation's result against the same computed again, element by element and relative to
+#   max(1, |element|) — finding a model's modules by the tensors they read and write (circuits' layout, the
+#   norms' forms). float32: room for a different summation order; bfloat16 and float16: two roundings of the
+#   dtype (2^-8, 2^-11 each; a residual add and the subtraction that reads a write back out of it). Measured: an
+#   MLP's write read back from SmolLM2's bfloat16 stream misses by 7.7e-3 of the element, a wrong module by > 2.
+# - "split": a sum of parts against the whole the model computed, relative to the whole's largest |value| (at
+#   least 1) — a block's output against its input plus its writes, a stream against its senders' writes, q, k
+#   and a score against their split. In half precision the model rounds every residual add to its dtype while the
+#   parts are summed in float64, so the two differ by the dtype's rounding built up over the layers (measured on
+#   SmolLM2's 30 layers and Gemma 3's 18: benchmarks/precision.py).
+SPLIT_TOLERANCE = {
+    torch.float64: {"rounding": 1e-4, "split": 1e-4},
+    torch.float32: {"rounding": 1e-4, "split": 1e-4},
+    torch.float16: {"rounding": 2e-3, "split": 1e-2},
+    torch.bfloat16: {"rounding": 1.6e-2, "split": 5e-2},
 }
 
 
 def rounding(dtype: torch.dtype) -> float:
-    """ROUNDING for the dtype a tensor was computed in (integers are exact: float32's)."""
-    return _of(ROUNDING, dtype)
-
-
-# How far a sum of parts may miss the whole the model computed, relative to the whole's largest |value| (at least
-# 1): the circuit family's decomposition checks (a block's output against its input plus its writes, a stream
-# against its senders' writes, q, k and a score against their split). In float32 that is rounding. In half
-# precision the model rounds every residual add to its dtype (2^-8 of the stream in bfloat16, 2^-11 in float16)
-# while the parts are summed in float64, so the whole and the sum differ by the dtype's rounding, built up over
-# the layers: measured on SmolLM2's 30 layers and Gemma 3's 18 (docs/precision.md, benchmarks/precision.py).
-SPLIT_TOLERANCE = {
-    torch.float64: 1e-4,
-    torch.float32: 1e-4,
-    torch.float16: 1e-2,
-    torch.bfloat16: 5e-2,
-}
+    """SPLIT_TOLERANCE's "rounding" for the dtype a tensor was computed in (integers are exact: float32's)."""
+    return _of(dtype)["rounding"]
 
 
 def split_tolerance(dtype: torch.dtype) -> float:
-    """SPLIT_TOLERANCE for the dtype the model computed the whole in (integers are exact: float32's)."""
-    return _of(SPLIT_TOLERANCE, dtype)
+    """SPLIT_TOLERANCE's "split" for the dtype the model computed the whole in (integers are exact: float32's)."""
+    return _of(dtype)["split"]
 
 
-def _of(table: dict, dtype: torch.dtype) -> float:
+def _of(dtype: torch.dtype) -> dict:
     """A floating dtype with no stated tolerance (float8) is refused by name rather than given float32's."""
     if not dtype.is_floating_point:
-        return table[torch.float32]
-    if dtype not in table:
-        raise ValueError(f"no tolerance is stated for {dtype}: expected one of {list(table)}")
-    return table[dtype]
+        return SPLIT_TOLERANCE[torch.float32]
+    if dtype not in SPLIT_TOLERANCE:
+        raise ValueError(f"no tolerance is stated for {dtype}: expected one of {list(SPLIT_TOLERANCE)}")
+    return SPLIT_TOLERANCE[dtype]
 
 
 def max_error(x: torch.Tensor, ref: torch.Tensor) -> float:

@@ -78,9 +78,9 @@ def _load_gguf_cached(gguf: Path, say, place: Placement = DEFAULT):
     return _converted(target, gguf.name, say, place)
 
 
-def _converted(target: Path, name: str, say, place: Placement):
+def _converted(target: Path, name: str, say, place: Placement, tokenizer_from: Path | None = None):
     """The entry just written, loaded as asked; one that cannot be read back is refused, not retried."""
-    hit = _from_cache(target, name, say, place)
+    hit = _from_cache(target, name, say, place, tokenizer_from)
     if hit is None:
         raise ModelLoadError(f"{name}: converted into {target}, and the cache could not be read back")
     return hit
@@ -127,10 +127,7 @@ def _in_dtype(target: Path, name: str, say, place: Placement):
         say(f"writing {name} in {place.dtype} beside its float32 cache (once)")
         write_cache(half, model.to(place.dtype), tokenizer, say)
         del model, full
-    hit = _from_cache(half, name, say, place, target)
-    if hit is None:
-        raise ModelLoadError(f"{name}: written into {half}, and the cache could not be read back")
-    return hit
+    return _converted(half, name, say, place, target)
 
 
 @contextlib.contextmanager

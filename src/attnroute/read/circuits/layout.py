@@ -87,7 +87,7 @@ def is_norm(m: torch.nn.Module) -> bool:
 
 
 def _same(a, b, scale: float | torch.Tensor | None = None) -> bool:
-    """The same tensor up to one operation's rounding in b's dtype (engine/tolerance.ROUNDING), relative to
+    """The same tensor up to one operation's rounding in b's dtype (engine/tolerance "rounding"), relative to
     ``scale``: b's largest |value| by default, or a tensor of sizes element by element (a write read back as a
     difference of residuals rounds with each residual element: SmolLM2's stream reaches 764 in one dimension,
     and a size that large for every element would let a norm's output pass for a small MLP write in

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...engine.tolerance import SPLIT_TOLERANCE, split_tolerance
+from ...engine.tolerance import split_tolerance
 from ..adapter import routed
 from ..effects import layer_stack, restart_check, run_from
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs, references
@@ -402,7 +402,7 @@ def _check_sums(layout: Layout, graph: Graph, run: EdgeRun) -> dict:
     """Every read point must be the sum of the writes of the senders before it plus a constant (biases): the
     clean and the corrupt run must leave the same rest. Refused otherwise, with the gap. One running sum per
     run along each stream, checked at each distinct read point."""
-    worst, where, tol = 0.0, None, SPLIT_TOLERANCE[torch.float32]
+    worst, where, tol = 0.0, None, split_tolerance(torch.float32)
     for stream in layout.streams:
         events = sorted(
             [(pos, 0, s) for s, (st, pos) in enumerate(graph.write_points) if st == stream]
