@@ -435,8 +435,10 @@ def test_circuit_reports_every_edge_the_settled_top_and_the_curve(tiny_dir):
     assert set(settle["bands"]) == set(sizes) and sum(settle["could_enter_by"].values()) == settle["could_enter"]
     for ch, n in sizes.items():
         assert seen[ch] >= min(n, BAND_MIN)
-        worst = max(abs(e["exact"] - e["estimate"]) for e in measured if channel(e) == ch)
-        assert settle["bands"][ch] == pytest.approx(worst, rel=1e-6, abs=1e-9)
+        errors = [abs(e["exact"] - e["estimate"]) for e in measured if channel(e) == ch]
+        # with two estimates: the error of one of its measured edges (those of the unmeasured ones' size), at
+        # most the channel's largest (tests/read/test_settle.py says which)
+        assert min(abs(settle["bands"][ch] - x) for x in errors) < 1e-9 and settle["bands"][ch] <= max(errors)
         assert r["agreement"][ch]["band"] == settle["bands"][ch]
     # EAP beside EAP-IG (ig_steps=2): each channel on the closer of the two, said, with both agreements
     assert set(settle["estimates"]) == set(sizes) and set(settle["estimates"].values()) <= {"EAP", "EAP-IG"}
@@ -463,11 +465,12 @@ def test_each_channel_settles_on_the_estimate_closer_to_exact_on_its_first_measu
     ig = exact + np.where(channels == "q", 0.01, 1.0)[:, None] * rng.normal(size=(80, 3))  # close on q only
     ap = exact + np.where(channels == "v", 0.01, 1.0)[:, None] * rng.normal(size=(80, 3))  # close on v only
     measured: list[int] = []
-    est, chosen, seeds = per_channel(
+    est, other, chosen, seeds = per_channel(
         {"est": ig, "est_eap": ap}, channels, measured.extend, lambda idx: exact[idx].mean(1)
     )
     assert chosen == {"q": "EAP-IG", "v": "EAP"}
     assert np.array_equal(est[:40], ig[:40]) and np.array_equal(est[40:], ap[40:])
+    assert np.array_equal(other[:40], ap[:40]) and np.array_equal(other[40:], ig[40:])  # the bracket: the one not taken
     for ch in ("q", "v"):  # each channel's first 10 by each estimate were measured, once
         mine = np.flatnonzero(channels == ch)
         for e in (ig, ap):
@@ -475,7 +478,7 @@ def test_each_channel_settles_on_the_estimate_closer_to_exact_on_its_first_measu
     assert len(measured) == len(set(measured)) and seeds == measured
     # one estimate only (EAP): nothing measured, nothing chosen
     measured.clear()
-    assert per_channel({"est": ap}, channels, measured.extend, None)[1:] == ({}, []) and not measured
+    assert per_channel({"est": ap}, channels, measured.extend, None)[1:] == (None, {}, []) and not measured
 
 
 def test_a_zero_on_the_curve_is_said_to_be_edges_not_yet_connected_to_the_input():

@@ -28,7 +28,8 @@ def test_the_chosen_circuit_and_every_curve_point_are_reproduced_from_their_labe
     chosen = found.circuit["chosen"]
     again = ar.evaluate_circuit(tiny, PAIRS, found)  # a CircuitResult: its chosen circuit
     assert again.circuit["k"] == chosen["k"] and again.circuit["edges"] == chosen["labels"]
-    assert again.circuit["faithfulness"] == pytest.approx(chosen["faithfulness"], abs=1e-6)
+    # float32 forwards, divided by this pair's gap of 0.10: 1e-5, as every curve point below
+    assert again.circuit["faithfulness"] == pytest.approx(chosen["faithfulness"], abs=1e-5)
     for point in found.circuit["curve"][1:-1]:
         got = ar.evaluate_circuit(tiny, PAIRS, found.top(point["k"])).circuit
         assert got["m"] == pytest.approx(point["m"], abs=1e-5), point["k"]

@@ -1,6 +1,7 @@
 """The settle rule and measure_first on synthetic estimates: what is measured, how often, in which rounds."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -249,3 +250,45 @@ def test_the_settle_line_gives_each_channels_band_and_what_could_enter_through_i
         "exact top 10 edges: 150 measured, estimate error band ±7.18 (per channel: q ±0.75, mlp ±7.18); "
         "NOT settled: 4,546 unmeasured could still enter it (mlp 4,546) (raise --limit)"
     )
+
+
+def test_with_a_bracket_an_edge_reaches_from_the_larger_of_its_two_estimates():
+    """IOI's embed>L0.MLP: EAP −0.05, EAP-IG +6.93, exact +7.13. Settling on EAP's −0.05 alone, with a band
+    from edges of its size, would call a top settled that misses its largest edge; the bracket keeps it in."""
+    from attnroute.read.ground.settle import BAND_MIN, band
+
+    n = 3 * BAND_MIN
+    channels = np.array(["mlp"] * (n + 2))
+    est = np.concatenate([np.linspace(2.0, 1.0, n), [0.05, 0.04]])  # the last two unmeasured
+    other = est.copy()
+    other[n] = 6.93  # the other estimate of the first unmeasured edge
+    exact = est[:n] + 0.01
+    rule = SettleRule(top=10)
+    with_bracket = band(list(range(n + 2)), n, exact, est, rule, channels, other)
+    assert with_bracket.candidates == [n] and with_bracket.widths["mlp"] == pytest.approx(0.01)
+    assert band(list(range(n + 2)), n, exact, est, rule, channels).candidates == []  # one estimate: not seen
+
+
+def test_with_a_bracket_a_channels_band_is_its_error_on_edges_of_the_unmeasured_ones_size():
+    """IOI's L17.H4>L17.MLP: estimated 0.42, exact 0.93. That 0.52 set the band of every MLP edge, those of
+    0.02 included, and kept 4,545 in against a top-20 floor of 0.46; the errors of edges of 0.02 (at most 0.2
+    there) are what bound theirs. The measured edges of the unmeasured ones' size: estimates at most LIKE
+    times the largest unmeasured, and never fewer than LIKE_MIN."""
+    from attnroute.read.ground.settle import LIKE, LIKE_MIN, band
+
+    big = np.linspace(3.0, 0.46, 19)  # the top, estimated well (with the 0.93 edge: a top-20 floor of 0.46)
+    small = np.linspace(0.04, 0.025, LIKE_MIN)  # measured, of the unmeasured ones' size, each 0.05 off
+    rest = np.linspace(0.02, 0.0, 200)  # unmeasured
+    est = np.concatenate([big, [0.42], small, rest])
+    exact = np.concatenate([big, [0.93], small + 0.05])
+    m = len(exact)
+    channels = np.array(["mlp"] * len(est))
+    order = list(range(len(est)))
+    b = band(order, m, exact, est, SettleRule(top=20), channels, est)
+    assert b.widths["mlp"] == pytest.approx(0.05) and b.candidates == []
+    assert 0.04 <= LIKE * 0.02 < 0.42  # the 0.42 edge is not of their size, the small ones are
+    plain = band(order, m, exact, est, SettleRule(top=20), channels)  # without a bracket: the channel's largest
+    assert plain.widths["mlp"] == pytest.approx(0.51) and len(plain.candidates) == 200
+    # fewer of their size than LIKE_MIN measured: the LIKE_MIN smallest measured set the band
+    few = band(order[: m - 5] + order[m:], m - 5, exact[: m - 5], est, SettleRule(top=20), channels, est)
+    assert few.widths["mlp"] == pytest.approx(0.51)

@@ -259,14 +259,22 @@ def edge_labels(values) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+# A circuit's defaults (issue 53.3): EAP-IG beside EAP, so that each channel settles on the closer and each edge
+# reaches from the larger of the two (read/ground/settle.py); the top 20 settled, IOI's at 150 edges (docs/circuits.md)
+CIRCUIT_IG_STEPS, CIRCUIT_TOP = 5, 20
+
+
 @dataclass(frozen=True)
 class CircuitSettings(ClipPairSettings):
     """Circuits: every edge between heads, MLPs and the embeddings estimated (EAP, EAP-IG), the top settled by
     exact path patching, and the smallest set of edges that carries the behaviour."""
 
-    ig_steps: int = opt(1, "the estimate: 1 is EAP; m > 1 is EAP-IG with m interpolation steps")
+    ig_steps: int = opt(
+        CIRCUIT_IG_STEPS,
+        "the estimate: 1 is EAP; m > 1 is EAP-IG with m steps, EAP beside it (each channel the closer)",
+    )
     exact: int | str = opt("settle", "settle (the estimate's top until the exact top holds), all, or a number")
-    top: int = opt(SETTLE_TOP, "the exact top that must stop changing")
+    top: int = opt(CIRCUIT_TOP, "the exact top that must stop changing")
     limit: int = opt(150, "at most this many edges path-patched while settling (what could still enter is said)")
     edges: tuple[str, ...] | None = opt(None, "edges measured exactly whatever their estimate: SENDER>RECEIVER")
     faithfulness: float = opt(0.8, "the faithfulness the smallest circuit must reach")

@@ -87,7 +87,9 @@ def chosen_over(runs, n: int, count: int | None = None) -> list:
     return qkfix.choose(blocks, sums, n, count) if sums else []
 
 
-SUM_BYTES = 1 << 30  # the receivers' gradients summed over IG steps when they fit in this
+# the receivers' gradients summed over IG steps when they fit in this: at 1 GiB the default circuit of IOI (EAP-IG
+# beside EAP) peaked at 3.69 GiB, at 256 MiB at 3.44 (EAP alone: 3.49) for 11 s more CPU (docs/benchmarks.md)
+SUM_BYTES = 1 << 28
 STEP_TOKENS = 2048  # IG steps stacked along the batch of one pass up to this many tokens (steps × prompts × length)
 RECOMPUTE_FROM = 2048  # tokens (prompts × length): past this the gradient pass recomputes each block's activations
 

@@ -81,9 +81,9 @@ def settle_edges(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, 
         measure(asked)
     channels = graph.channels()
     delta = lambda idx: np.nanmean(values[idx] - base, 1)  # noqa: E731
-    est, chosen, seeds = store.state["est"], {}, []
+    est, other, chosen, seeds = store.state["est"], None, {}, []
     if s.exact == "settle":
-        est, chosen, seeds = per_channel(store.state, channels, measure, delta)
+        est, other, chosen, seeds = per_channel(store.state, channels, measure, delta)
     order = np.argsort(-np.abs(est.mean(1)), kind="stable")
     block = lambda e: where_read(graph.receivers[graph.pairs[e][1]])  # noqa: E731  (EdgeRun.measure groups by it)
     rule = SettleRule(top=s.top, limit=s.limit)
@@ -94,7 +94,10 @@ def settle_edges(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, 
         taken = set(known)
         order = np.array(known + [int(e) for e in order if int(e) not in taken])
         rule = dataclasses.replace(rule, first=max(rule.first, len(known)))
-    info = settle_as_asked(s.exact, order, measure, delta, rule, est.mean(1), group=block, channels=channels)
+    bracket = None if other is None else other.mean(1)  # each edge's other estimate (settle.band)
+    info = settle_as_asked(
+        s.exact, order, measure, delta, rule, est.mean(1), group=block, channels=channels, bracket=bracket
+    )
     if chosen:
         info["estimates"] = chosen
     if clock["edges"]:
@@ -102,14 +105,14 @@ def settle_edges(pool: RunPool, graph: Graph, s: CircuitSettings, store: Store, 
     return info, est
 
 
-def per_channel(st: dict, channels: np.ndarray, measure, delta) -> tuple[np.ndarray, dict]:
+def per_channel(st: dict, channels: np.ndarray, measure, delta) -> tuple:
     """With EAP beside EAP-IG (issue 53.3: a channel whose estimate disagrees with exact switches to a better
     one): each channel's first BAND_MIN edges by either estimate are measured, and the channel takes the
     estimate whose largest error on them is smaller — its band (EAP-IG where they tie: the one asked for).
-    Returns (the estimate per edge [E, N], {channel: "EAP" | "EAP-IG"}, the edges measured); without two
-    estimates, ("est", {}, [])."""
+    Returns (the estimate per edge [E, N], the other one [E, N] — the settle rule's bracket —, {channel: "EAP" |
+    "EAP-IG"}, the edges measured); without two estimates, ("est", None, {}, [])."""
     if "est_eap" not in st:
-        return st["est"], {}, []
+        return st["est"], None, {}, []
     ig, ap = st["est"], st["est_eap"]
     names = list(dict.fromkeys(channels.tolist()))
     seeds = []
@@ -120,15 +123,15 @@ def per_channel(st: dict, channels: np.ndarray, measure, delta) -> tuple[np.ndar
     seeds = list(dict.fromkeys(seeds))
     measure(seeds)
     exact = delta(seeds)
-    chosen, out = {}, ig.copy()
+    chosen, out, other = {}, ig.copy(), ap.copy()
     for ch in names:
         at = [i for i, e in enumerate(seeds) if channels[e] == ch]
         idx = [seeds[i] for i in at]
         err = {k: float(np.max(np.abs(exact[at] - e[idx].mean(1)))) for k, e in (("EAP-IG", ig), ("EAP", ap))}
         chosen[ch] = "EAP" if err["EAP"] < err["EAP-IG"] else "EAP-IG"
         if chosen[ch] == "EAP":
-            out[channels == ch] = ap[channels == ch]
-    return out, chosen, seeds
+            out[channels == ch], other[channels == ch] = ap[channels == ch], ig[channels == ch]
+    return out, other, chosen, seeds
 
 
 __all__ = ["channel_of", "per_channel", "settle_edges", "unsettled_said"]

@@ -18,6 +18,14 @@ has its own band — the largest error among *its* measured components, once it 
 overall band before) — so a channel whose estimate is poor (an MLP's, through its gate) widens only its
 own components' reach, not every channel's.
 
+With ``bracket`` (a second estimate of every component, as a circuit's EAP beside its EAP-IG) and channels, two
+things change, both tested on IOI's circuit (docs/circuits.md): a component's reach starts from the larger of its
+two estimates — where a linear estimate misses a nonlinearity the other may not (``embed > L0.MLP``: EAP −0.05,
+EAP-IG +6.93, exact +7.13), and their disagreement is then evidence, not noise — and a channel's band is the
+largest error among its measured components *of the unmeasured ones' size* (estimates at most LIKE times the
+largest unmeasured reach, at least LIKE_MIN of its smallest): an edge of 0.4 off by 0.5 says little of how far
+an edge of 0.02 can be off, and the top's errors had kept 4,545 MLP edges of IOI in.
+
 Rule 2 is what the estimate cannot fool: a linear estimate is wrong where a softmax saturates (an
 estimate of −0.025 for an exact +0.248 was seen on an induction head's query), and an order by the
 estimate alone never measures such a component. Where the estimates are poor the band is wide and more is
@@ -66,6 +74,7 @@ def exact_top(indices: Sequence[int], values: np.ndarray, k: int, signed: bool) 
 
 
 BAND_MIN = 10  # a channel's own error band once this many of its components are measured (the overall one before)
+LIKE, LIKE_MIN = 2.0, 2 * BAND_MIN  # with a bracket: a band over the measured of the unmeasured's size (docstring)
 
 
 @dataclass
@@ -79,28 +88,52 @@ class Band:
     could_enter: dict | None = None  # with channels: {channel: its candidates}
 
 
-def band(order: list[int], n: int, exact: np.ndarray, estimate: np.ndarray, rule: SettleRule, channels=None) -> Band:
+def band(
+    order: list[int], n: int, exact: np.ndarray, estimate: np.ndarray, rule: SettleRule, channels=None, bracket=None
+) -> Band:
     """``order[:n]`` measured (their exact values ``exact``); ``estimate`` every component's estimate;
-    ``channels`` (optional, an array [components]): each channel's own band (the module docstring)."""
+    ``channels`` (optional, an array [components]): each channel's own band; ``bracket`` (optional, with
+    channels): a second estimate of every component (the module docstring)."""
     measured = np.asarray(order[:n], dtype=int)
     err = np.abs(exact - estimate[measured])
     width = float(np.nanmax(err)) if n else np.inf
     ranked = exact if rule.signed else np.abs(exact)
     floor = float(np.sort(ranked)[::-1][min(rule.top, n) - 1]) if n >= rule.top else -np.inf
     rest = np.asarray(order[n:], dtype=int)
+    size = _size(estimate, bracket if channels is not None else None, rule.signed)  # [components]
     widths = np.full(len(rest), width)
     by: dict | None = None
     if channels is not None:
         by = {str(c): None for c in dict.fromkeys(channels[np.asarray(order, dtype=int)].tolist())}
         for c in by:
-            own = err[channels[measured] == c]
-            if len(own) >= BAND_MIN:
+            mine, left = channels[measured] == c, channels[rest] == c
+            if mine.sum() >= BAND_MIN:
+                own = err[mine]
+                if bracket is not None:
+                    own = own[_like(np.abs(estimate[measured[mine]]), size[rest[left]])]
                 by[c] = float(np.nanmax(own))
-                widths[channels[rest] == c] = by[c]
-    reach = (estimate[rest] if rule.signed else np.abs(estimate[rest])) + widths
-    picked = rest[reach >= floor]
+                widths[left] = by[c]
+    picked = rest[size[rest] + widths >= floor]
     left = None if by is None else {c: int(np.sum(channels[picked] == c)) for c in by}
     return Band(width, floor, picked.tolist(), by, left)
+
+
+def _size(estimate: np.ndarray, bracket: np.ndarray | None, signed: bool) -> np.ndarray:
+    """Where a component's reach starts: its estimate (|estimate|; by value when signed), or the larger of its
+    two estimates with a bracket."""
+    one = lambda e: e if signed else np.abs(e)  # noqa: E731
+    return one(estimate) if bracket is None else np.maximum(one(estimate), one(bracket))
+
+
+def _like(measured_size: np.ndarray, unmeasured_size: np.ndarray) -> np.ndarray:
+    """Which measured components (|estimate| [m]) are of the unmeasured ones' size: at most LIKE times the
+    largest unmeasured, and at least the LIKE_MIN smallest. A boolean mask [m]."""
+    reach = float(unmeasured_size.max()) if len(unmeasured_size) else 0.0
+    like = measured_size <= LIKE * reach
+    if like.sum() < min(LIKE_MIN, len(measured_size)):
+        like = np.zeros(len(measured_size), dtype=bool)
+        like[np.argsort(measured_size, kind="stable")[:LIKE_MIN]] = True
+    return like
 
 
 def settle(
@@ -110,7 +143,9 @@ def settle(
     rule: SettleRule,
     estimate: np.ndarray | None = None,
     measure_all: Callable[[list[int]], int] | None = None,
+    *,
     channels: np.ndarray | None = None,
+    bracket: np.ndarray | None = None,
 ) -> dict:
     """Measure in rounds until the exact top holds and nothing unmeasured could enter it (see the module
     docstring). Returns {"measured", "rounds", "settled", "band", "floor", "could_enter", "all_at_once", "grown"}
@@ -127,7 +162,7 @@ def settle(
         measure(idx)
         return 1
 
-    return drive(settle_rounds(order, exact, rule, estimate, channels), one)
+    return drive(settle_rounds(order, exact, rule, estimate, channels, bracket), one)
 
 
 def drive(rounds, measure: Callable[[list[int], bool], int]) -> dict:
@@ -160,7 +195,7 @@ def settle_jointly(rounds: dict, measure: Callable[[dict], None]) -> dict:
     return {key: out[key] for key in rounds}
 
 
-def settle_rounds(order: Sequence[int], exact: Callable, rule: SettleRule, estimate=None, channels=None):
+def settle_rounds(order: Sequence[int], exact: Callable, rule: SettleRule, estimate=None, channels=None, bracket=None):
     """The settle rule as a generator: yields (indices to measure, at once?) and is sent the rounds that took;
     returns the record settle() returns (with ``channels``: each channel's band and what could still enter
     through it). A driver measures (drive, settle_jointly)."""
@@ -169,9 +204,10 @@ def settle_rounds(order: Sequence[int], exact: Callable, rule: SettleRule, estim
     order, n = _seeded(order, rule.first, channels) if estimate is not None else (order, rule.first)
     n = min(n, cap)
     rounds, stable, at_once, grown = (yield order[:n], False), False, 0, 0
+    unbanded = Band(0.0, -np.inf, [])  # without an estimate: rule 1 alone
     while True:
         values = exact(order[:n])
-        b = band(order, n, values, estimate, rule, channels) if estimate is not None else Band(0.0, -np.inf, [])
+        b = unbanded if estimate is None else band(order, n, values, estimate, rule, channels, bracket)
         if (stable and not b.candidates) or n >= cap:
             break
         nothing_out = estimate is not None and len(b.candidates) == len(order) - n
@@ -280,7 +316,16 @@ def measure_first(
 
 
 def settle_as_asked(
-    exact, order, measure, delta, rule: SettleRule, estimate, *, group: Callable | None = None, channels=None
+    exact,
+    order,
+    measure,
+    delta,
+    rule: SettleRule,
+    estimate,
+    *,
+    group: Callable | None = None,
+    channels=None,
+    bracket=None,
 ) -> dict:
     """The switch every settling verb makes on its ``exact`` setting: "all" or N measures the first N of
     ``order`` (rounds of whole ``group``s, measure_first), anything else ("settle") the settle rule. Returns the
@@ -289,8 +334,10 @@ def settle_as_asked(
         n = len(order) if exact == "all" else min(int(exact), len(order))
         return {"rule": str(exact), **measure_first(order, n, measure, 3 * SETTLE_STEP, group=group)}
     at_once = lambda idx: measure_first(idx, len(idx), measure, 3 * SETTLE_STEP, group=group)["rounds"]  # noqa: E731
-    info = settle(order, measure, delta, rule, estimate=estimate, measure_all=at_once, channels=channels)
+    info = settle(order, measure, delta, rule, estimate, at_once, channels=channels, bracket=bracket)
     per = "" if channels is None else f"; a band per channel once {BAND_MIN} of it are measured (the first round's)"
+    if channels is not None and bracket is not None:
+        per += ", over its measured of the unmeasured's size, each unmeasured reaching from the larger of two estimates"
     return {"rule": rule.describe() + per, **info}
 
 
