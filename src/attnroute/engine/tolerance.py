@@ -70,6 +70,13 @@ def max_error(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((x.double() - ref.double()).abs().max()) if x.numel() else 0.0
 
 
+def split_gap(parts: torch.Tensor, whole: torch.Tensor) -> tuple[float, bool]:
+    """(the largest |parts − whole|, whether it is within the split tolerance of the dtype the model computed the
+    whole in, relative to max(1, the whole's largest |value|)): the one check of every decomposition's sum."""
+    gap = max_error(parts, whole)
+    return gap, gap <= split_tolerance(whole.dtype) * max(1.0, float(whole.abs().max()))
+
+
 def assert_close_to_reference(fast: torch.Tensor, plain: torch.Tensor, ref64: torch.Tensor, what: str = "") -> None:
     """fast and plain are outputs in the same low dtype; ref64 the fp64 truth."""
     floor = TOLERANCE[fast.dtype]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ...engine.tolerance import split_tolerance
+from ...engine.tolerance import split_gap
 from ...models.offload import param
 from ..adapter import replay, routed
 from ..ground.batches import batch_of, no_cache
@@ -135,8 +135,8 @@ def side_parts(stream: PostLNStream, module, layer: int, side: str, unit: int, c
 
 
 def _check(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    gap = float((got - want.double()).abs().max())
-    if gap > split_tolerance(want.dtype) * max(1.0, float(want.abs().max())):
+    gap, ok = split_gap(got, want)
+    if not ok:
         raise CircuitUnsupported(f"{what} is not the sum of its components (max difference {gap:.3g})")
 
 

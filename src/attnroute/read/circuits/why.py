@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ...engine.tolerance import split_tolerance
+from ...engine.tolerance import split_gap
 from ...errors import InputError
 from ...settings import WhySettings, verb
 from ..adapter import routed
@@ -101,8 +101,8 @@ def _why_post_ln(loaded, s: WhySettings, ids, listed) -> WhyResult:
 
 
 def _check_side(parts: torch.Tensor, actual: torch.Tensor, what: str) -> None:
-    gap = float((parts.sum(0) - actual.double()).abs().max())
-    if gap > split_tolerance(actual.dtype) * max(1.0, float(actual.abs().max())):
+    gap, ok = split_gap(parts.sum(0), actual)
+    if not ok:
         raise CircuitUnsupported(f"{what} split into components misses the model's own by {gap:.3g}")
 
 
