@@ -581,6 +581,22 @@ def test_ctrl_c_while_loading_is_one_line_and_130(tmp_path, second):
     assert rest.strip().splitlines()[-1].startswith("interrupted"), said
 
 
+def test_ctrl_cs_after_the_first_find_a_handler_that_does_nothing():
+    """After the first Ctrl-C the rest run a handler that does nothing, never SIG_IGN: a SIGINT landing while
+    CPython swaps in SIG_IGN stays pending and is later printed as a traceback, "OSError: Signal 2 ignored due
+    to race condition" (CI, a burst at 0.0 s). Pending ones run the handler and the process goes on."""
+    import subprocess
+    import sys
+
+    code = (
+        "import signal\nfrom attnroute.errors import ignore_interrupts\nignore_interrupts()\n"
+        "assert callable(signal.getsignal(signal.SIGINT)), signal.getsignal(signal.SIGINT)\n"
+        "for _ in range(200):\n    signal.raise_signal(signal.SIGINT)\nignore_interrupts()\nprint('alive')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "alive\n", ""), done
+
+
 # ------------------------------------------------------------------------------------ prompt pairs
 
 

@@ -1,6 +1,5 @@
 """`python -m attnroute …` (what `torchrun -m attnroute …` runs on every rank)."""
 
-import signal
 import sys
 
 
@@ -14,7 +13,9 @@ def run() -> int:
 
 
 def interrupted() -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while it exits changes nothing
+    from .errors import ignore_interrupts
+
+    ignore_interrupts()  # a second Ctrl-C while it exits changes nothing
     print("interrupted", file=sys.stderr)
     return 130
 

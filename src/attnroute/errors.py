@@ -83,6 +83,21 @@ def deferred_interrupt():
         raise KeyboardInterrupt
 
 
+def _nothing(sig, frame) -> None:
+    """What a Ctrl-C after the first does."""
+
+
+def ignore_interrupts() -> None:
+    """Every further Ctrl-C does nothing (main thread only; elsewhere nothing changes). A Python handler that
+    does nothing, not SIG_IGN: CPython runs pending handlers before it swaps one, and a SIGINT landing between
+    that check and the swap is found later, still pending, with SIG_IGN installed; CPython then prints
+    "OSError: Signal 2 ignored due to race condition" with a traceback (seen in CI under a burst of Ctrl-Cs).
+    With a handler installed, the late one just runs it. The process still cannot die of SIGINT: at the OS
+    level the handler stays CPython's, which only marks the signal."""
+    with contextlib.suppress(ValueError):  # not the main thread
+        signal.signal(signal.SIGINT, _nothing)
+
+
 def exit_now(code: int) -> None:
     """End the process with ``code`` at once, stdout and stderr flushed first, the interpreter's own shutdown
     skipped (os._exit): after a Ctrl-C, when what the command had to write or refuse is settled (or nothing is
@@ -97,6 +112,7 @@ def exit_now(code: int) -> None:
 
 
 __all__ = [
+    "ignore_interrupts",
     "readable_text",
     "InputError",
     "InputTypeError",

@@ -25,7 +25,7 @@ import contextlib
 import re
 import sys
 
-from ..errors import SEEN, InputError, Interrupted, exit_now, was_interrupted
+from ..errors import SEEN, InputError, Interrupted, exit_now, ignore_interrupts, was_interrupted
 from . import bench, cache, check, cost, experiments, heads, learn, patching, report, serve
 from .common import later_rank
 
@@ -66,7 +66,7 @@ def _watch_interrupts() -> None:
 
     def handler(sig, frame):
         SEEN.append(sig)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ignore_interrupts()
         if _importing(frame):  # nothing of the user's is open yet: leave now rather than raise into C++
             print("interrupted", file=sys.stderr)
             exit_now(130)
@@ -112,11 +112,8 @@ def _interrupted(line: str, program: bool) -> int:
     """One line and 130. When main() is the program (argv from sys.argv), a second Ctrl-C while the process
     winds down (threads joining, files closing) is ignored: it would otherwise escape as a traceback and a
     death by SIGINT after the line was said. A caller's own process (main([...]) in a test) is left as is."""
-    import signal
-
     if program:
-        with contextlib.suppress(ValueError):  # not the main thread: nothing to change
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ignore_interrupts()
     print(line, file=sys.stderr)
     return 130
 
