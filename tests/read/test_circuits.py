@@ -322,22 +322,6 @@ def test_eap_ig_with_one_step_is_eap_and_more_steps_average_the_interpolated_gra
     np.testing.assert_allclose(eap(run, 2, qk_fix=False), two, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("fix", [True, None, False])
-def test_eap_beside_eap_ig_from_its_first_pass_is_eap_bit_for_bit(fix, tmp_path):
-    """With the QK fix a step is a pass, and the first (α = 0) is EAP's: taken from it, EAP and EAP-IG are each
-    exactly what they are computed alone. Steps stacked in one pass (no fix) cannot be taken apart: None."""
-    from attnroute.read.circuits.estimate import eap_with_base
-
-    run = edge_run(load(str(build("llama", tmp_path))))
-    ig, base = eap_with_base(run, 3, qk_fix=fix)
-    np.testing.assert_array_equal(ig, eap(run, 3, qk_fix=fix))
-    if fix is False:
-        assert base is None
-        return
-    np.testing.assert_array_equal(base, eap(run, 1, qk_fix=fix))
-    assert run.qk_fixed and not np.array_equal(base, ig)  # the fix was applied, and the steps do move it
-
-
 @pytest.mark.parametrize("arch", ["llama", "gemma2", "gpt_oss"])
 def test_the_qk_fix_is_the_receiving_heads_exact_change_read_by_its_gradient(arch, tmp_path):
     """For a q or k edge: Σ ∂M/∂z · (z' − z), with z' the receiving heads' outputs when the edge is path

@@ -32,7 +32,7 @@ from ..ground.pool import RUN_TOKENS, RunPool, chunk_groups
 from ..ground.stats import agreement, gap, mean_ci, mean_ci_rows
 from ..study import Study
 from .composition import weight_scores
-from .estimate import chosen_over, eap, eap_with_base
+from .estimate import chosen_over, eap
 from .evaluate import Curve, zero_points_said
 from .graph import Graph
 from .layout import discover
@@ -354,8 +354,8 @@ def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say, groups: li
         m["m_clean"][r.group.rows], m["m_corrupt"][r.group.rows] = r.m_clean.numpy(), r.m_corrupt.numpy()
         if need:
             est = {k: np.zeros((len(r.graph), N)) for k in _estimates(s)} if est is None else est
-            for k, values in _estimated(r, s, None if g is None else chosen[g[0]]).items():
-                est[k][:, r.group.rows] = values
+            for k, steps in _estimates(s).items():
+                est[k][:, r.group.rows] = eap(r, steps, blocks=None if g is None else chosen[g[0]])
         checks.append({**r.checked, "restart": r.shortcut, "qk_fix": getattr(r, "qk_fixed", None)})
         pool.done(i)
         say("record", f"run {i + 1} of {len(pool)} recorded and estimated", done=i + 1, total=len(pool))
@@ -375,15 +375,6 @@ def _first_pass(pool: RunPool, s: CircuitSettings, store: Store, say, groups: li
         "restart": checks[0]["restart"] if checks else None,
         "qk_fix": qk_fix,
     }
-
-
-def _estimated(r, s: CircuitSettings, blocks: list | None) -> dict[str, np.ndarray]:
-    """The run's estimates by store key (_estimates); EAP beside EAP-IG taken from IG's first pass where that
-    pass is EAP's (estimate.eap_with_base: the same numbers for one gradient pass and QK fix fewer)."""
-    if s.ig_steps == 1:
-        return {"est": eap(r, 1, blocks=blocks)}
-    ig, base = eap_with_base(r, s.ig_steps, blocks=blocks)
-    return {"est": ig, "est_eap": eap(r, 1, blocks=blocks) if base is None else base}
 
 
 def _estimates(s: CircuitSettings) -> dict[str, int]:

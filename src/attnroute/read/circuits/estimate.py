@@ -36,16 +36,6 @@ def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None, blocks: li
     budget, None for the layers that matter most (QK_LAYERS) of those, False for none; ``blocks``: those
     layers chosen already (over the group this run was cut from: circuit.py).
     Value edges stay linear either way: the head's output is linear in its values given the pattern."""
-    return eap_with_base(run, ig_steps, say, qk_fix, blocks, base=False)[0]
-
-
-def eap_with_base(
-    run, ig_steps: int, say=None, qk_fix: bool | None = None, blocks: list | None = None, base: bool = True
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """eap(), and with ``base`` EAP's own estimate [E, n] beside EAP-IG's when it comes free: where IG's first
-    pass is EAP's one pass (the QK fix on: a step a pass, the first at α = 0), its products are taken apart as
-    well, and its gradient pass and QK fix serve both, each number as eap(run, 1) makes it. Else None (steps
-    stacked in one pass: EAP's products cannot be taken apart from the others'; run eap(run, 1) for it)."""
     scores = torch.zeros(len(run.graph), run.n, dtype=torch.float64)
     starts = {s: _start_delta(run, s) for s in run.layout.streams}
     fix = bool(blocks) if blocks is not None else affordable(run) if qk_fix is None else qk_fix
@@ -55,16 +45,21 @@ def eap_with_base(
     summed: dict | None = {} if ig_steps > 1 and _gradient_bytes(run) <= scaled(SUM_BYTES) else None
     products = Products(run, scores)
     per = 1 if fix else _steps_per_pass(run, ig_steps)  # the QK fix reads one pass's own q, k: a step a pass
-    first = torch.zeros_like(scores) if base and per == 1 and ig_steps > 1 else None  # EAP's, from pass 0
     for k in range(0, ig_steps, per):
         alphas = [i / ig_steps for i in range(k, min(ig_steps, k + per))]
         interp = {s: _toward(d, alphas) for s, d in starts.items()} if alphas != [0.0] else {}
         grad = GradPass(run, interp, copies=len(alphas))
         if fix and not k:  # the layers are chosen once, at the base run (qkfix.py)
             fixed = blocks or chosen_blocks(run, grad, len(run.layout.blocks) if qk_fix else QK_LAYERS)
-        alone = Products(run, first) if first is not None and not k else None
-        _gather(grad.receivers(skip={(b.stream, b.index) for b in fixed}), products, summed, alone)
-        _qk_fixed(run, grad, fixed, scores, first if alone is not None else None)
+        for rs, grads in grad.receivers(skip={(b.stream, b.index) for b in fixed}):
+            if summed is None:
+                products.add(rs, grads)
+            else:
+                key = tuple(rs)
+                summed[key] = summed[key] + grads if key in summed else grads
+        products.flush()  # before the QK fix adds its own, and before this pass's gradients are let go
+        for b in fixed:
+            qk_block(run, grad, b, scores)
         if say:
             done = k + len(alphas)
             say("estimate", f"edge attribution: step {done} of {ig_steps}", done=done, total=ig_steps)
@@ -72,37 +67,7 @@ def eap_with_base(
         products.add(rs, grads)
     products.flush()
     run.qk_fixed = sorted(b.attn.layer for b in fixed)
-    return (scores / ig_steps).numpy(), None if first is None else first.numpy()
-
-
-def _gather(receivers, products: Products, summed: dict | None, alone: Products | None) -> None:
-    """One pass's receivers' gradients into the products (or, summed over IG steps, kept for them), and into
-    ``alone`` as well where EAP's own products are taken from this pass; both multiplied before the QK fix
-    adds its own, and before this pass's gradients are let go."""
-    for rs, grads in receivers:
-        if alone is not None:
-            alone.add(rs, grads)
-        if summed is None:
-            products.add(rs, grads)
-        else:
-            key = tuple(rs)
-            summed[key] = summed[key] + grads if key in summed else grads
-    products.flush()
-    if alone is not None:
-        alone.flush()
-
-
-def _qk_fixed(run, grad, fixed: list, scores: torch.Tensor, also: torch.Tensor | None) -> None:
-    """The QK fix of this pass added into ``scores`` and, where given, ``also``: taken once into zeros and added
-    to each, which is bit for bit what adding it into each would give (one addition per edge and prompt)."""
-    for b in fixed:
-        if also is None:
-            qk_block(run, grad, b, scores)
-            continue
-        fix = torch.zeros_like(scores)
-        qk_block(run, grad, b, fix)
-        scores += fix
-        also += fix
+    return (scores / ig_steps).numpy()
 
 
 def chosen_over(runs, n: int, count: int | None = None) -> list:
@@ -367,4 +332,4 @@ def _read_point(run, rec: dict, b, a, side: str):
     return (r["x_cross"] if a.cross else r["x_in"]), a.norm, "hidden_states"
 
 
-__all__ = ["GradPass", "eap", "eap_with_base", "receiver_grads"]
+__all__ = ["GradPass", "eap", "receiver_grads"]
