@@ -60,6 +60,7 @@ def eap(run, ig_steps: int = 1, say=None, qk_fix: bool | None = None, blocks: li
         products.flush()  # before the QK fix adds its own, and before this pass's gradients are let go
         for b in fixed:
             qk_block(run, grad, b, scores)
+        del grad  # let this pass go before the next is made: else both are held while the next runs its backward
         if say:
             done = k + len(alphas)
             say("estimate", f"edge attribution: step {done} of {ig_steps}", done=done, total=ig_steps)
