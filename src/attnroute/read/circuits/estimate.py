@@ -85,6 +85,7 @@ def chosen_over(runs, n: int, count: int | None = None) -> list:
         grad = GradPass(run, {}, copies=1)
         for key, per in qkfix.effect_sums(run, grad, blocks).items():
             sums[key] = per if key not in sums else {ch: sums[key][ch] + e for ch, e in per.items()}
+        del grad  # before the next run's pass is made: these runs are a memory cap's cut
     return qkfix.choose(blocks, sums, n, count) if sums else []
 
 
