@@ -61,6 +61,36 @@ def test_the_pool_keeps_runs_within_its_budget_and_remakes_the_rest():
     assert pool.made == 6
 
 
+def test_a_run_the_pool_lets_go_is_freed_before_the_next_is_recorded():
+    """The caller's loop variable still names the last run while the next one is made: a run not kept is
+    emptied by done(), so its recordings are gone by then, and a use after it fails loudly."""
+    import weakref
+
+    class Run(pool_module.Recorded):
+        def __init__(self, c):
+            self.x = torch.ones(1000) * c
+
+    alive = []
+
+    def make(c):
+        alive.append(all(ref() is None for ref in refs))  # every earlier run's tensor freed by now
+        return Run(c)
+
+    refs: list = []
+    pool = pool_module.RunPool(make, [0, 1, 2], keep_bytes=0)
+    for i in range(3):
+        run = pool.get(i)
+        refs.append(weakref.ref(run.x))
+        pool.done(i)
+    assert alive == [True, True, True] and not pool.kept
+    with pytest.raises(AttributeError):
+        run.x  # noqa: B018
+    kept = pool_module.RunPool(Run, [5], keep_bytes=1 << 20)  # within the budget: kept whole
+    kept.get(0)
+    kept.done(0)
+    assert float(kept.get(0).x[0]) == 5.0
+
+
 def test_patch_gives_the_same_numbers_whatever_the_runs_and_the_budget(tiny_llama, monkeypatch):
     """Nine prompts as one run each, nothing kept between rounds: every number equals the one-batch run."""
     whole = ar.patch(tiny_llama, PAIRS, metric="logit-diff", exact="all", sites=("head", "v"))

@@ -5,7 +5,7 @@
     for i in range(len(pool)):
         run = pool.get(i)                                   # recorded now, or kept from before
         …
-        pool.done(i)                                        # dropped unless every kept run fits the budget
+        pool.done(i)                                        # dropped (and emptied) unless every kept run fits
 
 Any number of prompts then runs in bounded memory: one run's forward and backward hold activations for at
 most RUN_TOKENS tokens, and between rounds at most KEEP_BYTES of recordings are kept (a run past the budget
@@ -87,6 +87,12 @@ class Recorded:
     def nbytes(self) -> int:
         return tensor_bytes(*(v for k, v in vars(self).items() if k not in self.SHARED))
 
+    def release(self) -> None:
+        """Let go of all this run holds (RunPool.done, when it is not kept). The caller's loop variable still
+        names the run while the next one is recorded, and that held two runs' recordings at once, past what a
+        memory cap had counted; a use after this is an AttributeError, never a stale number."""
+        vars(self).clear()
+
 
 class RunPool:
     """Runs made on demand by ``make(chunk)``; kept between uses while their bytes (``bytes_of(run)``, by
@@ -111,7 +117,9 @@ class RunPool:
     def done(self, i: int) -> None:
         """Keep run ``i`` only if every kept run still fits the budget (counted now: a run grows as it is used)."""
         if sum(self.bytes_of(run) for run in self.kept.values()) > self.keep_bytes:
-            self.kept.pop(i, None)
+            run = self.kept.pop(i, None)
+            if isinstance(run, Recorded):
+                run.release()
 
 
 __all__ = ["KEEP_BYTES", "RUN_TOKENS", "Recorded", "RunPool", "block_bytes", "chunk_groups", "tensor_bytes"]
