@@ -90,6 +90,7 @@ def _state(model) -> dict:
         "params": [(n, p.requires_grad, p.dtype, p.device, p.grad is None) for n, p in model.named_parameters()],
         "training": [m.training for m in model.modules()],
         "attributes": sorted(k for m in model.modules() for k in vars(m) if "attnroute" in k.lower()),
+        "forwards": [(id(vars(m).get("forward")), id(vars(m).get("_old_forward"))) for m in model.modules()],
     }
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import attnroute
-from attnroute.read.hooks import Hooks, recorded
+from attnroute.read.hooks import Hooks, forwards_replaced, recorded
 
 SRC = Path(attnroute.__file__).parent
 REGISTER = (
@@ -71,3 +71,41 @@ def test_nothing_else_in_attnroute_registers_a_module_hook():
             if isinstance(node, ast.Attribute) and node.attr in REGISTER:
                 found.append(f"{path.relative_to(SRC)}:{node.lineno} {node.attr}")
     assert found == []
+
+
+def _sets_forward(node) -> bool:
+    """``x.forward = …``, ``del x.forward`` or ``x.__dict__["forward"] = …``."""
+    targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else []
+    for t in targets:
+        if isinstance(t, ast.Attribute) and t.attr == "forward":
+            return True
+        if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and t.slice.value == "forward":
+            return True
+    return False
+
+
+def test_nothing_else_in_attnroute_replaces_a_modules_forward():
+    """A forward replaced and then deleted took accelerate's hook wrapper with it (a dispatched layer's weights
+    then stayed on disk), and one saved as ``m.forward`` came back as an instance attribute the model never had:
+    every replacement goes through forwards_replaced, and models/arithmetic.py restores its own the same way."""
+    allowed = {SRC / "read" / "hooks.py", SRC / "models" / "arithmetic.py"}
+    found = [
+        f"{path.relative_to(SRC)}:{node.lineno}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path not in allowed
+        for node in ast.walk(ast.parse(path.read_text()))
+        if _sets_forward(node)
+    ]
+    assert found == []
+
+
+def test_a_replaced_forward_gives_back_exactly_what_the_module_held():
+    net, x = _net(), torch.randn(3, 4)
+    wrapper = lambda *a: torch.ones(3, 4)  # noqa: E731  (as accelerate's: an instance attribute)
+    net[0].forward = wrapper
+    with forwards_replaced({net[0]: lambda *a: torch.zeros(3, 4), net[2]: lambda *a: torch.zeros(3, 2)}):
+        assert torch.equal(net(x), torch.zeros(3, 2))
+    assert vars(net[0])["forward"] is wrapper and "forward" not in vars(net[2])
+    with pytest.raises(ZeroDivisionError), forwards_replaced({net[2]: lambda *a: 1 / 0}):
+        net(x)
+    assert "forward" not in vars(net[2]) and vars(net[0])["forward"] is wrapper

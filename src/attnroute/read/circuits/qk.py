@@ -26,7 +26,7 @@ import torch
 from ...engine.tolerance import split_gap
 from ..adapter import replay
 from ..ground.norms import frozen_norm
-from ..hooks import Hooks
+from ..hooks import Hooks, forwards_replaced
 from .layout import CircuitUnsupported, is_norm
 from .stream import _tile, part_of, read_value, sender_writes
 
@@ -163,22 +163,18 @@ def _frozen_qk_norms(module, recorded: dict, positions: list[int] | None, T: int
     """Inside ``module``, each QK-norm replaced by its linear map at the run's σ, sliced to ``positions`` of the
     ``T`` along the norm's sequence axis (_seq_axis: Qwen3 norms [B, T, H, D] before the transpose, Gemma 3
     [B, H, T, D] after it; the split is checked)."""
-    saved = {}
-    try:
-        for norm, (x, y) in recorded.items():
-            if positions is not None:
-                axis, at = _seq_axis(x, T, type(norm).__name__), torch.tensor(positions)
-                x, y = x.index_select(axis, at), y.index_select(axis, at)
-            frozen = frozen_norm(norm, x, y)
-            if frozen is None:
-                raise CircuitUnsupported(f"{type(norm).__name__} on the queries or keys is not a LayerNorm or RMSNorm")
-            N, beta = frozen
-            saved[norm] = norm.forward
-            norm.forward = lambda c, N=N, beta=beta: (N(c.float()) + beta).to(c.dtype)
+    frozen_forwards = {}
+    for norm, (x, y) in recorded.items():
+        if positions is not None:
+            axis, at = _seq_axis(x, T, type(norm).__name__), torch.tensor(positions)
+            x, y = x.index_select(axis, at), y.index_select(axis, at)
+        frozen = frozen_norm(norm, x, y)
+        if frozen is None:
+            raise CircuitUnsupported(f"{type(norm).__name__} on the queries or keys is not a LayerNorm or RMSNorm")
+        N, beta = frozen
+        frozen_forwards[norm] = lambda c, N=N, beta=beta: (N(c.float()) + beta).to(c.dtype)
+    with forwards_replaced(frozen_forwards):
         yield
-    finally:
-        for norm, forward in saved.items():
-            norm.forward = forward
 
 
 def _seq_axis(x: torch.Tensor, T: int, name: str) -> int:

@@ -15,6 +15,7 @@ import contextlib
 from torch.utils.checkpoint import checkpoint
 
 from ..effects import layer_stack
+from ..hooks import forwards_replaced
 
 
 @contextlib.contextmanager
@@ -25,14 +26,9 @@ def checkpointed(loaded, on: bool):
     if not blocks:
         yield False
         return
-    for b in blocks:
-        orig = type(b).forward.__get__(b)
-        b.forward = lambda *a, _f=orig, **k: checkpoint(_f, *a, use_reentrant=False, **k)
-    try:
+    steps = {b: lambda *a, _f=b.forward, **k: checkpoint(_f, *a, use_reentrant=False, **k) for b in blocks}
+    with forwards_replaced(steps):  # _f: the block's own forward, accelerate's wrapper included
         yield True
-    finally:
-        for b in blocks:
-            del b.forward
 
 
 __all__ = ["checkpointed"]

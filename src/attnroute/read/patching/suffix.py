@@ -27,6 +27,7 @@ import torch
 from ..adapter import routed
 from ..effects import rows_of
 from ..ground.copies import repeat_output
+from ..hooks import forwards_replaced
 
 
 def _rows_from(out, i: int):
@@ -104,16 +105,13 @@ class Suffix:
             "cache": DynamicCache(kv, config=self.loaded.model.config),
             "use_cache": True,
         }
+        answers = {}
         for j in range(start):  # only the last one's output is read: the rows it hands on
             out = repeat_output(_rows_from(self.stored[j], row), c) if j == start - 1 else None
-            self.blocks[j].forward = lambda *a, _out=out, **k: _out
+            answers[self.blocks[j]] = lambda *a, _out=out, **k: _out
         made = [iv for n, cut in enumerate(cuts) for iv in cut(list(range(n * B, (n + 1) * B)))]
-        try:
-            with torch.no_grad(), routed(self.loaded, interventions=made, impl="auto"):
-                out = self.loaded.model(**batch, **self.kwargs)
-        finally:
-            for j in range(start):
-                del self.blocks[j].forward
+        with torch.no_grad(), forwards_replaced(answers), routed(self.loaded, interventions=made, impl="auto"):
+            out = self.loaded.model(**batch, **self.kwargs)
         logits = out.logits if self.last_only else torch.cat([rep(self.logits[:, :row]), out.logits], 1)
         return list(self.value(logits, c).view(c, B))
 
