@@ -44,10 +44,10 @@ def measure() -> dict:
 
 
 def compare(runs: dict) -> dict:
-    from attnroute.models import facts_of
+    from attnroute.models import config_of
     from attnroute.models.fit import GIB, Shape, predict
 
-    shapes = {m: Shape.of(facts_of(m).config) for m in MODELS}
+    shapes = {m: Shape.of(config_of(m)) for m in MODELS}
     rows = []
     for key, r in runs.items():
         verb, model, dtype = key.split()

@@ -71,12 +71,12 @@ def _config(model: str):
             return AutoConfig.for_model(**raw), model
         except (ValueError, KeyError, TypeError) as e:
             raise InputError(f"{model}: transformers cannot read this config ({e})", field="model") from None
-    from ..models import facts_of
+    from ..models import config_of
 
-    facts = facts_of(model)
-    if facts is None:
+    config = config_of(model)
+    if config is None:
         raise InputError(f"model {model!r}: no config could be read without loading it", field="model")
-    return facts.config, str(model)
+    return config, str(model)
 
 
 __all__ = ["fit"]

@@ -24,7 +24,7 @@ import warnings
 from .caches import content_key, one_converter, write_cache
 from .discovery import attention_modules, model_kind, out_projection
 from .door import TAKES, from_object, load
-from .facts import Facts, facts_of, load_tokenizer, model_facts
+from .facts import Facts, config_of, facts_of, load_tokenizer, model_facts
 from .loaded import LoadedModel, ModelLoadError
 from .sources import BUNDLED, package_dir, quiet_transformers
 
@@ -37,6 +37,7 @@ __all__ = [
     "LoadedModel",
     "ModelLoadError",
     "attention_modules",
+    "config_of",
     "content_key",
     "facts_of",
     "from_object",

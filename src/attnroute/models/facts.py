@@ -88,6 +88,21 @@ def facts_of(model, tokenizer=None) -> Facts | None:
     return Facts(loaded.tokenizer, loaded.kind, loaded.model.config)
 
 
+def config_of(name_or_path: str):
+    """A model's config without its weights, or None: the facts' config, else a GGUF's own metadata (a bundled
+    GGUF's config is in its cache once it has been loaded; before that, reading the metadata takes 10–25 s)."""
+    facts = facts_of(name_or_path)
+    if facts is not None and facts.config is not None:
+        return facts.config
+    from transformers import AutoConfig
+
+    path = model_path(name_or_path) if name_or_path in MODELS else Path(name_or_path)
+    if facts is None or path.suffix.lower() != ".gguf":
+        return None
+    quiet_transformers()
+    return AutoConfig.from_pretrained(path.parent, gguf_file=path.name, trust_remote_code=False)
+
+
 def load_tokenizer(name_or_path: str):
     """(tokenizer, kind) without the weights (facts_of), or None."""
     facts = facts_of(name_or_path)
