@@ -12,7 +12,7 @@ What it reads:
   circuit, why) runs on the CPU in float32 (the reference), then on the device in float32 and in bfloat16.
   Its numbers are compared with the reference: max |Δ| against the dtype's stated tolerance
   (engine/tolerance.READ_TOLERANCE), rank agreement (Spearman) and top-k overlap of rankings. A refusal
-  (routes refuses bf16 by name) is recorded as such, not as a failure.
+  by name is recorded as such, not as a failure (routes reads bf16 weights in float32 arithmetic).
 - cost: a random-weight model of Llama-3-8B's shape in bf16 on the device: time and peak device memory of
   heads, patch and circuit at 1,024 and 4,096 tokens (``--no-large`` skips it).
 
@@ -254,8 +254,16 @@ def _state(model):
         logits = model(input_ids=ids).logits.float().cpu()
     params = [(n, p.dtype, str(p.device), p.requires_grad) for n, p in model.named_parameters()]
     hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+    forwards = [id(vars(m).get("forward")) for m in model.modules()]  # what a verb wrapped, given back
     attn = model.config._attn_implementation
-    return {"logits": logits, "params": params, "training": model.training, "hooks": hooks, "attn": attn}
+    return {
+        "logits": logits,
+        "params": params,
+        "training": model.training,
+        "hooks": hooks,
+        "forwards": forwards,
+        "attn": attn,
+    }
 
 
 def _left(before, model) -> dict:

@@ -2,7 +2,7 @@
 (peak RSS and time by the kernel, as benchmarks/verbs.py), and its numbers compared — heads' roles, patch's
 head ranking on IOI (Spearman, top-10 overlap), circuit's top 20 edges on IOI (overlap, exact effects' largest
 difference), why's split (its sum against the model's own score in each dtype, and the score against float32's),
-routes (refused below float32: the row records the refusal).
+routes' estimates and exact knockouts (bf16 weights read in float32 arithmetic, models/arithmetic.py).
 
     .venv/bin/python benchmarks/precision.py [VERB …]   # about 40 minutes on 2 cores; VERBs: measure only those
 
@@ -28,8 +28,7 @@ DTYPES = ("float32", "bfloat16")
 ARGS = {
     "heads": ["heads", "--text", TEXT],
     "patch": ["patch", "--prompts", "ioi"],
-    # refused below float32 (route_attribution._float32_only); before, its estimates were compared (--verify 0)
-    "routes": ["routes", IOI, "--answer", " Mary", "--wrong", " John", "--verify", "0"],
+    "routes": ["routes", IOI, "--answer", " Mary", "--wrong", " John"],
     "circuit": ["circuit", "--prompts", "ioi"],
     "why": ["why", TEXT, "--head", "L5.H0", "--routes", "induction"],  # L5.H0: a head both models have
 }
@@ -63,10 +62,20 @@ def agreement(verb: str, a: dict, b: dict) -> dict:
             "score_bfloat16": b["score"],
             "score_rel_diff": abs(a["score"] - b["score"]) / max(1.0, abs(a["score"])),
         }
-    xa, xb = ({(r["layer"], r["head"], r["query"], r["key"]): r["estimate"] for r in d["rows"]} for d in (a, b))
-    both = sorted(set(xa) & set(xb))  # the same route in both: each run keeps its own top
-    scale = max(1.0, max(abs(xa[k]) for k in both))  # the effects bound's scale (engine/tolerance.py)
-    return {"routes": len(both), "estimate_max_rel_err": max(abs(xa[k] - xb[k]) for k in both) / scale}
+    return _routes(a, b)
+
+
+def _routes(a: dict, b: dict) -> dict:
+    """The routes kept in both runs (each keeps its own top): the largest difference of their estimates and of
+    their exact effects where both measured one, over the largest |value|; the top 10's overlap."""
+    xa, xb = ({(r["layer"], r["head"], r["query"], r["key"]): r for r in d["rows"]} for d in (a, b))
+    both = [k for k in xa if k in xb]
+    out = {"routes": len(both), "top10_overlap": len(set(list(xa)[:10]) & set(list(xb)[:10]))}
+    for field in ("estimate", "exact"):
+        keys = [k for k in both if xa[k][field] is not None and xb[k][field] is not None]
+        err = max(abs(xa[k][field] - xb[k][field]) for k in keys) / max(abs(xa[k][field]) for k in keys)
+        out |= {f"{field}s": len(keys), f"{field}_max_rel_err": round(err, 4)}
+    return out
 
 
 def _circuit(a: dict, b: dict) -> dict:

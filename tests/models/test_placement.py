@@ -133,17 +133,20 @@ def bf16_dir(tmp_path_factory):
     return out
 
 
-def test_auto_reads_a_checkpoint_in_the_dtype_it_stores_and_a_float32_only_verb_in_float32(bf16_dir):
+def test_auto_reads_a_checkpoint_in_the_dtype_it_stores_and_routes_computes_on_it_in_float32(bf16_dir):
     assert ar.load_model(str(bf16_dir)).dtype == torch.bfloat16
     assert ar.load_model(str(bf16_dir), dtype="float32").dtype == torch.float32
     heads = ar.read_heads(str(bf16_dir), TEXT, exact=0, ablation=False)
     assert heads.to_dict()["model"].endswith("(bfloat16)")
     why = ar.why(str(bf16_dir), TEXT, head="L1.H1", query="11", key="4")  # reads bf16 (its checks at bf16's rounding)
     assert why.to_dict()["model"].endswith("(bfloat16)")
-    routes = ar.routes(str(bf16_dir), TEXT, metric="loss", layers=[0], no_checkpoint=True)  # float32 only
-    assert "bfloat16" not in routes.to_dict()["model"]
-    with pytest.raises(InputError):  # asked by name, it is refused, never silently raised to float32
-        ar.routes(str(bf16_dir), TEXT, metric="loss", layers=[0], no_checkpoint=True, dtype="bfloat16")
+    run = dict(metric="loss", layers=[0], no_checkpoint=True, progress=False)
+    routes = ar.routes(str(bf16_dir), TEXT, **run)  # the stored bf16 weights, read in float32 arithmetic
+    assert routes.to_dict()["model"].endswith("(bfloat16)")
+    assert routes.meta.arithmetic == {"weights": "bfloat16", "computes_in": "float32"}
+    loaded32 = ar.routes(str(bf16_dir), TEXT, dtype="float32", **run)  # the same weights, loaded into float32
+    got, want = ([(r["estimate"], r["exact"]) for r in x.routes] for x in (routes, loaded32))
+    np.testing.assert_allclose(np.array(got, float), np.array(want, float), rtol=1e-4, atol=1e-6)
 
 
 def test_the_bundled_models_stay_float32_under_auto():

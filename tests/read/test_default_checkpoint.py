@@ -179,6 +179,33 @@ def test_routes_resume_their_verified_routes_after_ctrl_c(model_dir, tmp_path, m
     assert _described(json.loads(one.read_text())) == _described(json.loads(two.read_text()))
 
 
+def test_a_routes_checkpoint_is_not_resumed_into_routes_kept_in_another_order(model_dir, tmp_path, monkeypatch):
+    """The exact effects are stored by position in the kept list. A run whose routes came out in another order
+    (the same model read in other arithmetic ranks them otherwise) resumed the first run's numbers into the wrong
+    routes (SmolLM2: exact effects cycled among five routes). The key holds the kept routes: it starts over."""
+    import sys
+
+    import attnroute.read.patching.route_attribution  # noqa: F401  (the module, not the function it exports)
+
+    ra = sys.modules["attnroute.read.patching.route_attribution"]
+    run = dict(metric="loss", top=8, verify=8, progress=False)
+    text, named = "the cat sat on the mat . the cat sat on the", str(tmp_path / "routes.ckpt")
+    first = ar.routes(str(model_dir), text, **run)  # checkpointed to the cache
+    ar.routes(str(model_dir), text, checkpoint=named, **run)
+    real = ra.stream_routes
+
+    def reordered(*args, **kwargs):
+        routes, *rest = real(*args, **kwargs)
+        return (routes[1:] + routes[:1], *rest)  # the same routes, ranked otherwise
+
+    monkeypatch.setattr(ra, "stream_routes", reordered)
+    with pytest.raises(InputError, match="checkpoint"):  # a file the user named: refused, never misread
+        ar.routes(str(model_dir), text, checkpoint=named, **run)
+    again = ar.routes(str(model_dir), text, **run)  # the cache's: started over
+    exact = {(r["layer"], r["head"], r["query"], r["key"]): r["exact"] for r in first.routes}
+    assert all(r["exact"] == pytest.approx(exact[(r["layer"], r["head"], r["query"], r["key"])]) for r in again.routes)
+
+
 def test_the_python_names_of_the_cache_command():
     _fake_run("x", 5, 1_000)
     assert ar.cache_list() == runs.entries() and len(ar.cache_list()) == 1

@@ -109,9 +109,16 @@ def test_every_route_equals_autograd_on_the_eager_weights(arch, metric, tmp_path
 IOI = "When Mary and John went to the store, John gave a drink to"
 
 
-def test_smollm2_top_routes_are_verified_and_weight_is_reported_beside_effect(smollm2):
-    r = route_attribution(smollm2, text=IOI, metric="logit-diff", answer=" Mary", wrong=" John", top=30, verify=12)
-    d = r.to_dict()
+IOI_ROUTES = dict(text=IOI, metric="logit-diff", answer=" Mary", wrong=" John", top=30, verify=12)
+
+
+@pytest.fixture(scope="module")
+def smollm2_routes(smollm2):
+    return route_attribution(smollm2, **IOI_ROUTES)
+
+
+def test_smollm2_top_routes_are_verified_and_weight_is_reported_beside_effect(smollm2, smollm2_routes):
+    d = smollm2_routes.to_dict()
     verified = [x for x in d["routes"] if x["exact"] is not None]
     assert len(d["routes"]) == 30 and len(verified) >= 12
     ranked = [abs(x["estimate"]) for x in d["routes"]]
@@ -212,3 +219,19 @@ def test_a_cross_attention_routes_exact_knockout_cuts_that_route(tmp_path):
     assert cross, "no cross-attention route among the verified"
     for x in cross:
         assert abs(x["exact"] - x["estimate"]) <= 0.2 * abs(x["estimate"]) + 1e-4, x
+
+
+def test_smollm2_in_bf16_reads_its_routes_within_the_effects_bound_of_float32(smollm2_routes):
+    """Read in bf16 arithmetic, SmolLM2's IOI routes were off by 17 % (estimates) and 33 % (exact) of the largest;
+    routes reads the bf16 weights in float32 arithmetic (models/arithmetic.py): measured 0.6 % and 3.3 %."""
+    from attnroute.engine.tolerance import READ_TOLERANCE
+
+    got = route_attribution(load("smollm2", dtype="bfloat16"), **IOI_ROUTES)
+    assert got.meta.arithmetic == {"weights": "bfloat16", "computes_in": "float32"}
+    a, b = ({(x["layer"], x["head"], x["query"], x["key"]): x for x in r.routes} for r in (smollm2_routes, got))
+    both = [k for k in a if k in b]
+    assert len(set(list(a)[:10]) & set(list(b)[:10])) >= 9 and len(both) >= 27
+    for field in ("estimate", "exact"):
+        keys = [k for k in both if a[k][field] is not None and b[k][field] is not None]
+        off = max(abs(a[k][field] - b[k][field]) for k in keys) / max(abs(a[k][field]) for k in keys)
+        assert len(keys) >= 10 and off <= READ_TOLERANCE[torch.bfloat16]["effects"] / 2, (field, off)

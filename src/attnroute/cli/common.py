@@ -42,8 +42,8 @@ def model_flag(p: argparse.ArgumentParser, help: str = MODEL_HELP) -> None:
     p.add_argument("--model", help=help)
     p.add_argument(
         "--dtype",
-        help="what the model is loaded into: auto (the dtype its checkpoint stores; float32 for the bundled models "
-        "and for verbs that read float32 only), float32, bfloat16 or float16",
+        help="what the model is loaded into: auto (the dtype its checkpoint stores; float32 for the bundled "
+        "models), float32, bfloat16 or float16",
     )
     p.add_argument("--device", help="where it is loaded: cpu (the default), cuda, cuda:N, mps or auto")
     p.add_argument(

@@ -8,11 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
-from ..models.fit import CALIBRATED_ON, FLOAT32_ONLY, VERB_SETTINGS, WORKING, Shape, gib, predict
+from ..models.fit import CALIBRATED_ON, WORKING, Shape, gib, predict
 from ..models.placement import stored_dtype
 from ..models.safety import available_memory
 from ..settings import FitSettings, verb
-from ..settings.base import load_dtype
 from .footprint import read_config_json
 
 
@@ -26,9 +25,7 @@ def fit(model=None, *, settings: FitSettings | None = None, **fields) -> dict:
     memory = s.device_memory or available_memory()
     verbs = list(WORKING) if s.verb == "all" else [s.verb]
     host = s.device == "cpu"
-    each = {v: load_dtype(VERB_SETTINGS[v], s.dtype) for v in verbs}  # auto, as each verb loads a name or path
-    each = {v: dtype if d == "auto" else d for v, d in each.items()}
-    rows = [_row(shape, v, each[v], s.tokens, memory, host) for v in verbs]
+    rows = [_row(shape, v, dtype, s.tokens, memory, host) for v in verbs]
     return {
         "model": source,
         "dtype": dtype,
@@ -44,8 +41,6 @@ def fit(model=None, *, settings: FitSettings | None = None, **fields) -> dict:
 def _row(shape: Shape, verb_name: str, dtype: str, tokens, memory, host: bool) -> dict:
     parts = predict(shape, verb_name, dtype, tokens, host)
     row = {"verb": verb_name, "dtype": dtype, **parts, "calibrated_on": CALIBRATED_ON.get(verb_name)}
-    if verb_name in FLOAT32_ONLY and dtype != "float32":
-        return row | {"fits": None, "verdict": f"refused in {dtype}: {verb_name} reads float32 models"}
     if memory is None:
         return row | {"fits": None, "verdict": "no memory figure: give device_memory"}
     fits = parts["peak"] <= memory

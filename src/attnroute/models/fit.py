@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import settings
+from .arithmetic import CHUNK
 
 GIB = 2**30
 RUNTIME_BASE = int(0.384 * GIB)  # Python + torch + transformers resident, before any model (measured)
@@ -40,10 +41,9 @@ WORKING = {
 # what the prompt-pair verbs were measured on: their runs grow with the prompt set up to RUN_TOKENS (1,024 tokens
 # a run), and the runs kept up to KEEP_BYTES, so a larger set needs more (docs/cost.md, "Other prompt sets")
 CALIBRATED_ON = {"patch": "48 prompt pairs of ~16 tokens (IOI)", "circuit": "48 prompt pairs of ~16 tokens (IOI)"}
-# each verb's settings (heads -> HeadsSettings): which read float32 only (refused below it by name), and what
-# dtype auto loads for them (Settings.load_dtype)
+# each verb's settings (heads -> HeadsSettings), and which compute in float32 whatever the weights' dtype
 VERB_SETTINGS = {v: getattr(settings, f"{v.capitalize()}Settings") for v in settings.FIT_VERBS}
-FLOAT32_ONLY = tuple(v for v, cls in VERB_SETTINGS.items() if cls.FLOAT32_ONLY)
+FLOAT32_ARITHMETIC = tuple(v for v, cls in VERB_SETTINGS.items() if cls.ARITHMETIC == "float32")
 BYTES = {name: getattr(torch, name).itemsize for name in ("float32", "bfloat16", "float16")}
 
 
@@ -88,7 +88,14 @@ def predict(shape: Shape, verb: str, dtype: str = "float32", tokens: int | None 
     weights = shape.parameters * size
     runtime = RUNTIME_BASE + TOKENIZER_PER_VOCAB * shape.vocab if host else 0
     working = a + b * size // 4 + c * shape.vocab + long_sequence(shape, verb, size, tokens or measured, measured)
+    working += cast_while_running(shape, verb, size)
     return {"runtime": runtime, "weights": weights, "working": working, "peak": runtime + weights + working}
+
+
+def cast_while_running(shape: Shape, verb: str, size: int) -> int:
+    """A verb that computes in float32 from bf16 or fp16 weights (routes; models/arithmetic.py) holds a float32
+    copy of the weights that run: the largest is the output head's, cast CHUNK weights at a time (64 MB)."""
+    return 4 * min(shape.vocab * shape.hidden, CHUNK) if verb in FLOAT32_ARITHMETIC and size < 4 else 0
 
 
 def long_sequence(shape: Shape, verb: str, size: int, tokens: int, measured: int) -> int:
@@ -112,7 +119,7 @@ def gib(n: int) -> str:
 __all__ = [
     "BYTES",
     "CALIBRATED_ON",
-    "FLOAT32_ONLY",
+    "FLOAT32_ARITHMETIC",
     "GIB",
     "VERB_SETTINGS",
     "WORKING",

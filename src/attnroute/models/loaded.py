@@ -39,6 +39,7 @@ class LoadedModel:
     out_projections: list = field(default_factory=list)  # per layer: the Linear after the heads (or None)
     attention_kinds: list = field(default_factory=list)  # per layer: "self", "decoder-self" or "cross"
     view: Callable | None = None  # what a verb enters while it reads the model (a PEFT model's merged adapters)
+    computes_in: torch.dtype | None = None  # set while a verb reads a bf16 model in float32 (models/arithmetic.py)
 
     def __repr__(self) -> str:  # one line, never the module tree (that is .model)
         return (
@@ -53,7 +54,10 @@ class LoadedModel:
 
     @property
     def dtype(self) -> torch.dtype:
-        """What the model computes in: its floating-point parameters' dtype (the least precise when they differ)."""
+        """What the model computes in: its floating-point parameters' dtype (the least precise when they differ),
+        or the dtype a verb reads it in (``computes_in``: float32 arithmetic on bf16 weights)."""
+        if self.computes_in is not None:
+            return self.computes_in
         return max(held_dtypes(self.model) or [torch.float32], key=lambda d: torch.finfo(d).eps)
 
     @property

@@ -3,9 +3,9 @@ from what a user asked (``dtype=``, ``device=``, ``device_map=``; ``--dtype``, `
 and checked before anything loads. A model the user holds is never moved or cast: a device it is not on is
 refused, like a dtype it does not compute in (door.py).
 
-- dtype: float32, bfloat16, float16, or auto (None): the dtype the checkpoint stores (stored_dtype), except
-  for a verb that reads float32 only (``Settings.FLOAT32_ONLY``: routes), where auto is
-  float32 (read/study.py) — so auto never turns a command that reads into a refusal.
+- dtype: float32, bfloat16, float16, or auto (None): the dtype the checkpoint stores (stored_dtype). A verb
+  that computes in float32 whatever the weights (``Settings.ARITHMETIC``: routes) reads bf16 weights in float32
+  arithmetic (models/arithmetic.py), so it loads them as stored too.
 - device: ``cpu`` (the default), ``cuda``, ``cuda:N``, ``mps``, or ``auto`` (the first of cuda, mps and cpu that
   torch sees). A device torch does not see is refused by name; so, until a GPU run has verified them
   (``make gpu-check``, docs/precision.md), are CUDA and MPS themselves, unless ATTNROUTE_UNVERIFIED_DEVICES=1

@@ -26,7 +26,7 @@ from ..errors import InputTypeError, Interrupted
 from ..models import Facts, LoadedModel, ModelLoadError, facts_of, load
 from ..models.door import is_loaded_or_object
 from ..progress import reporter
-from ..settings.base import hold, load_dtype
+from ..settings.base import hold
 from .ground import runs
 from .ground.arrays import Store
 from .ground.budget import Bound, run_tokens, scaled
@@ -100,9 +100,7 @@ class Study:
         if self.loaded is None:
             s, say = self.s, lambda m: self.say("load", m)
             where = {"device": getattr(s, "device", None), "device_map": getattr(s, "device_map", None)}
-            dtype = getattr(s, "dtype", None)
-            dtype = dtype if is_loaded_or_object(s.model) else load_dtype(s, dtype)  # a held model keeps its own
-            self.loaded = load(s.model, self.tokenizer(), say, dtype, **where)
+            self.loaded = load(s.model, self.tokenizer(), say, getattr(s, "dtype", None), **where)
         if self.loaded.view is not None and not hold(id(self.loaded), self.loaded.reading):
             raise ModelLoadError(  # outside a verb nothing would undo the view, and without it the numbers are wrong
                 "a PEFT model is read by attnroute's verbs, which apply its adapters while they run and undo "

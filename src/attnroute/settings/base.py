@@ -131,20 +131,13 @@ def set_field(obj, name: str, value) -> None:
     object.__setattr__(obj, name, value)  # frozen dataclasses normalise their own fields
 
 
-def load_dtype(settings, dtype: str | None) -> str | None:
-    """The dtype a name or path is loaded into for a verb's ``settings`` (an instance or class; anything without
-    FLOAT32_ONLY reads as False): auto stays auto (the checkpoint's stored dtype), except for a verb that reads
-    float32 only, where it is float32 — auto never loads a model into the dtype its verb refuses."""
-    return "float32" if dtype in (None, "auto") and getattr(settings, "FLOAT32_ONLY", False) else dtype
-
-
 class Settings:
     """Named presets (gpt-fast's ``ModelArgs.from_name``): ``PRESETS`` maps a name to field values."""
 
     PRESETS: dict[str, dict] = {}
-    # the verb reads float32 models only (routes): under dtype auto a name or path it loads
-    # is read in float32, not in the dtype its checkpoint stores (models/placement.py)
-    FLOAT32_ONLY = False
+    # the dtype the verb computes in whatever dtype the model is held in (routes: float32, from bf16 or fp16
+    # weights one module at a time: models/arithmetic.py); None: the model's own
+    ARITHMETIC: str | None = None
 
     @classmethod
     def from_name(cls, name: str, **overrides):

@@ -165,7 +165,7 @@ class SpeechPatchSettings(Settings):
 class SpeechRoutesSettings(Settings):
     """Route attribution on a clip: every route of the chosen layers (default: cross-attention) estimated."""
 
-    FLOAT32_ONLY = True  # refused below float32 (docs/precision.md): auto loads float32
+    ARITHMETIC = "float32"  # bf16/fp16 weights read in float32 arithmetic (models/arithmetic.py, docs/precision.md)
 
     model: ModelArg = opt(SPEECH_MODEL, SPEECH_MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)

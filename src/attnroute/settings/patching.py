@@ -174,7 +174,7 @@ def pair_fields(s) -> None:
 class RoutesSettings(Settings):
     """Route attribution: the first-order effect of removing every query→key route, top K kept, top N verified."""
 
-    FLOAT32_ONLY = True  # refused below float32 (docs/precision.md): auto loads float32
+    ARITHMETIC = "float32"  # bf16/fp16 weights read in float32 arithmetic (models/arithmetic.py, docs/precision.md)
 
     model: ModelArg = opt(DEFAULT_MODEL, MODEL_DOC)
     tokenizer: object = opt(None, TOKENIZER_DOC)

@@ -36,7 +36,7 @@ MAX_MEMORY_DOC = (
 NO_CHECKPOINT_DOC = "keep no checkpoint (by default a run checkpoints to attnroute's cache and a rerun resumes)"
 DTYPE_DOC = (
     "auto (a model you hold: its own; a name or path: the dtype its checkpoint stores, float32 for the bundled "
-    "models and for verbs that read float32 only), float32, bfloat16 or float16"
+    "models), float32, bfloat16 or float16"
 )
 DEVICE_DOC = (
     "where a name or path is loaded: cpu, cuda, cuda:N, mps or auto (unset: cpu; a model you hold stays where it is)"

@@ -19,6 +19,7 @@ from scipy.stats import spearmanr
 from ...engine import InputError
 from ...engine.jsonable import Meta, Result
 from ...errors import deferred_interrupt
+from ...models.arithmetic import arithmetic_of, arithmetic_said, float32_arithmetic
 from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import SETTLE_STEP, RoutesSettings, verb
 from ..adapter import routed
@@ -65,8 +66,18 @@ class RoutesMeta(Meta):
     settle: dict | None = None  # how the exact top was settled: measured, band, could_enter, beyond_kept
     skipped: list | None = None  # with skip_bad: the prompt rows left out, {row, reason}
     memory: dict | None = None  # with max_memory: the cap, what was resident, the batches' scale, the peak, kept
+    arithmetic: dict | None = None  # a bf16/fp16 model: its weights' dtype, read in float32 (models/arithmetic.py)
 
-    OPTIONAL = ("m_corrupt", "m_corrupt_values", "decoder_tokens", "restart", "settle", "skipped", "memory")
+    OPTIONAL = (
+        "m_corrupt",
+        "m_corrupt_values",
+        "decoder_tokens",
+        "restart",
+        "settle",
+        "skipped",
+        "memory",
+        "arithmetic",
+    )
 
 
 @dataclass(repr=False)
@@ -102,6 +113,24 @@ class RoutesResult(Result):
     content_routes: list[dict] | None = None  # then: the top routes to every other key (estimates)
 
     def payload(self) -> dict:
+        extra = {} if self.sink is None else {"sink": self.sink, "content_routes": self.content_routes}
+        return {
+            "experiment": "routes",
+            "verdict": {"lines": self._lines()},
+            "summary": {
+                "routes kept": len(self.routes),
+                "verified": sum(r.get("exact") is not None for r in self.routes),
+            },
+            "model": self.model,
+            "meta": self.meta.to_dict(),
+            "agreement": self.agreement,
+            "routes": self.routes,
+            **extra,
+        }
+
+    def _lines(self) -> list[str]:
+        """The verdict: the metric, the top verified routes, how the top settled, and what the reading says of
+        itself (sinks, a memory cap, its arithmetic)."""
         m = self.meta
         lines = [f"{m['metric']} = {m['m']:.3f} over {m['n_prompts']} prompt(s) of {m['T']} tokens"]
         verified = sorted((r for r in self.routes if r.get("exact") is not None), key=lambda r: -abs(r["exact"]))
@@ -128,20 +157,9 @@ class RoutesResult(Result):
             lines.append(sink_said(self.sink, len(self.routes)))
         if over := memory_said(m.memory):
             lines.append(over)
-        extra = {} if self.sink is None else {"sink": self.sink, "content_routes": self.content_routes}
-        return {
-            "experiment": "routes",
-            "verdict": {"lines": lines},
-            "summary": {
-                "routes kept": len(self.routes),
-                "verified": sum(r.get("exact") is not None for r in self.routes),
-            },
-            "model": self.model,
-            "meta": self.meta.to_dict(),
-            "agreement": self.agreement,
-            "routes": self.routes,
-            **extra,
-        }
+        if said := arithmetic_said(m.get("arithmetic")):
+            lines.append(said)
+        return lines
 
 
 @verb(RoutesSettings)
@@ -151,13 +169,12 @@ def route_attribution(model=None, text=None, *, settings: RoutesSettings | None 
     st = Study(s, progress, "route attribution", kind="routes")
     name, fn = resolve(s.metric)
     pairs = _before_weights(st, name)
-    with st:  # the checkpoint's lock, and Ctrl-C said with where the verified routes are kept
+    with st, float32_arithmetic(st.loaded):  # the checkpoint's lock, Ctrl-C said; bf16 weights read in float32
         return _attribute(st, name, fn, pairs)
 
 
 def _attribute(st: Study, name: str, fn, pairs) -> RoutesResult:
     s, say, loaded = st.s, st.say, st.loaded
-    _float32_only(loaded)
     pairs = st.usable(pairs, loaded, gradient=True)  # no facts before the weights: the model's own tokenizer
     groups, record = tokenize_pairs(loaded.tokenizer, loaded.kind, pairs, s.metric, gradient=True)
     g = _one_length(groups)
@@ -181,7 +198,7 @@ def _attribute(st: Study, name: str, fn, pairs) -> RoutesResult:
     del grads
     estimated = lambda: RoutesResult(loaded.name, result.meta, [{**r, "exact": None} for r in routes])  # noqa: E731
     st.partial(estimated, ["estimate"], ["verify"], f"{len(routes)} routes estimated; the top verified next")
-    store = _store(st, name, pairs, layers, len(routes))
+    store = _store(st, name, pairs, layers, routes)
     exact = _verify(run, routes, s.verify, recorded, result.meta, say, store)
     den = None if m_corrupt is None else gap(m_corrupt.numpy(), m_base.numpy(), loaded.dtype)
     for r, e in zip(routes, exact):
@@ -259,23 +276,6 @@ def _layers(n_layers: int, layers) -> list[int]:
     return sorted(set(layers))
 
 
-def _float32_only(loaded) -> None:
-    """A route's effect is a small difference of a deep model's metric, and below float32 it is read past the
-    effects bound (10 % of the largest, engine/tolerance.READ_TOLERANCE). Measured on SmolLM2's IOI in bfloat16
-    (benchmarks/precision.py): the estimates off by 27 %, the exact knockouts by 26 % — a knockout
-    renormalizes the rest of its row, and a sink route of weight 0.97 leaves 0.03 of weights held to 3 digits
-    to scale 30-fold; running every row through the eager stages with a no-cut copy as the base made it 54 %.
-    So routes refuses bfloat16 and float16 by name."""
-    if loaded.dtype not in (torch.float32, torch.float64):
-        dtype = str(loaded.dtype).removeprefix("torch.")
-        raise InputError(
-            f"the model computes in {dtype}: a route's effect, estimated or exact, is read past the stated bound "
-            f"below float32 (SmolLM2's IOI in {dtype}: 27 % and 26 % of the largest effect, against 10 %); "
-            "give routes a float32 copy of the model",
-            field="model",
-        )
-
-
 @torch.no_grad()
 def _corrupt_metric(loaded, g, fn, fields_, kwargs) -> torch.Tensor:
     batch = batch_of(loaded, g.corrupt)
@@ -301,14 +301,18 @@ class RouteRun:
 
 
 @torch.no_grad()
-def _store(st: Study, name: str, pairs, layers, n: int):
-    """The kept routes' exact effects (NaN: not yet measured) and the knockout forwards made, checkpointed."""
+def _store(st: Study, name: str, pairs, layers, routes: list[dict]):
+    """The kept routes' exact effects (NaN: not yet measured) and the knockout forwards made, checkpointed. The
+    key holds the kept routes themselves, in order, and the arithmetic: the exact effects are stored by position
+    in that list, so a run that kept other routes (or ranked them otherwise) must not resume them."""
     s = st.s
     key = None
     if st.checkpoint is not None:
-        key = pairs_key("routes", s, pairs, st.loaded, [name, list(layers), s.top, s.verify])
+        kept = [[r["layer"], r["head"], r["query"], r["key"]] for r in routes]
+        ident = [name, list(layers), s.top, s.verify, kept, arithmetic_of(st.loaded)]
+        key = pairs_key("routes", s, pairs, st.loaded, ident)
     st.shard = Shard(1, 0, 1)
-    return st.store("routes", key, {"values.routes": (n, 1), "forwards": (1,)})
+    return st.store("routes", key, {"values.routes": (len(routes), 1), "forwards": (1,)})
 
 
 def _verify(run: RouteRun, routes, verify, recorded, meta, say, store=None) -> list[float | None]:
@@ -457,6 +461,7 @@ def _meta(st: Study, run: RouteRun, g, m_corrupt, layers) -> RoutesMeta:
         backward="blocks checkpointed" if len(g.rows) * g.length > CHECKPOINT_FROM else "stored activations",
         skipped=st.skipped or None,
         memory=st.bound.report() or None,
+        arithmetic=arithmetic_of(loaded),
     )
     if m_corrupt is not None:
         meta.m_corrupt, meta.m_corrupt_values = float(m_corrupt.mean()), [finite(v) for v in m_corrupt.tolist()]

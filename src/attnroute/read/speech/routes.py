@@ -22,6 +22,7 @@ import torch
 from ...audio import FRAME_SECONDS, audio
 from ...engine import InputError
 from ...engine.jsonable import Result
+from ...models.arithmetic import arithmetic_of, arithmetic_said, float32_arithmetic
 from ...settings import SpeechRoutesSettings, verb
 from ..ground.speech import last_logit_diff, prompt_ids, speech_batch, text_ids, transcribe_batch, word_token
 from ..patching.route_attribution import RouteRun, _agreements, _verify
@@ -52,6 +53,7 @@ class SpeechRoutesResult(Result):
     layers: list[int]
     routes: list[dict] = field(default_factory=list)
     settle: dict | None = None
+    arithmetic: dict | None = None  # a bf16/fp16 model: its weights' dtype, read in float32
 
     def payload(self) -> dict:
         top = self.routes[0] if self.routes else None
@@ -62,6 +64,8 @@ class SpeechRoutesResult(Result):
                 f"{top['query_token']!r} → {top['key_said']}: estimate {top['estimate']:+.3f}"
                 + ("" if top["exact"] is None else f", exact {top['exact']:+.3f}")
             )
+        if said := arithmetic_said(self.arithmetic):
+            lines.append(said)
         return {
             "experiment": "speech-routes",
             "verdict": {"lines": lines},
@@ -76,6 +80,7 @@ class SpeechRoutesResult(Result):
             "routes": self.routes,
             "agreement": _agreements(self.routes),
             "settle": self.settle,
+            "arithmetic": self.arithmetic,
         }
 
     @classmethod
@@ -111,11 +116,16 @@ def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fiel
     """Every route of the chosen layers estimated on a clip; see the module docstring."""
     s = SpeechRoutesSettings.of(settings, model, fields, audio=clip)
     st = Study(s, progress)
-    say = st.say
     heard = audio(s.audio)  # before the weights load
     loaded = st.load()
     if not loaded.audio:
         raise SpeechRoutesError(f"{loaded.name} has no audio encoder: routes across streams need a speech model")
+    with float32_arithmetic(loaded):  # bf16 weights read in float32 (models/arithmetic.py)
+        return _attribute(st, s, heard, loaded)
+
+
+def _attribute(st: Study, s: SpeechRoutesSettings, heard, loaded) -> SpeechRoutesResult:
+    say = st.say
     feats = heard.features(int(loaded.model.config.num_mel_bins))
     transcript = transcribe_batch(loaded, feats)[0][1]
     prefix = s.text if s.text is not None else _prefix(transcript, s.answer)
@@ -143,9 +153,11 @@ def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fiel
     _label(loaded, routes, tokens)
     said = loaded.tokenizer.decode
     name = f"log p({said([answer])!r})" if wrong is None else f"logit({said([answer])!r}) − logit({said([wrong])!r})"
-    return SpeechRoutesResult(
+    result = SpeechRoutesResult(
         loaded.name, heard.describe(), transcript, prefix, name, float(m.mean()), tokens, layers, routes, meta.settle
     )
+    result.arithmetic = arithmetic_of(loaded)
+    return result
 
 
 __all__ = ["SpeechRoutesError", "SpeechRoutesResult", "speech_routes"]
