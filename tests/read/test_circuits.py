@@ -284,7 +284,9 @@ def test_eap_is_the_derivative_of_the_edges_interpolation_in_float64(tmp_path, m
     eps = 1e-4
     up, down = run.measure(edges, eps), run.measure(edges, -eps)
     fd = ((up - down) / (2 * eps)).numpy()
-    np.testing.assert_allclose(est[edges], fd, rtol=1e-6, atol=1e-9)
+    # the differences' error is ε²/6 times M's third derivative, absolute, not relative: 4.8e-9 on an edge of
+    # 0.0029 where the tiny model's random weights came out otherwise (torch's normal_ draws differ by CPU kernel)
+    np.testing.assert_allclose(est[edges], fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
 
 
 def _by_hand(run, receiver_grads_of_step: list) -> torch.Tensor:

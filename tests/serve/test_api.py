@@ -151,7 +151,8 @@ def test_a_route_cut_equals_attnroute_knockout_exactly(client, smollm2):
     with torch.no_grad(), ar.read_routed(smollm2, interventions=[ar.ZeroHead([0], layer=0)], impl="eager"):
         logits = smollm2.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, -1].float()
     p = float(torch.softmax(logits, -1)[r["target"]["id"]])
-    assert abs(r["after"]["p"] - p) <= 1e-6 and r["cuts"] == 1 and abs(r["after"]["p"] - r["before"]["p"]) > 1e-6
+    # float32 over 30 layers by two kernels: 1.0e-6 apart on an AVX2 machine
+    assert abs(r["after"]["p"] - p) <= 1e-5 and r["cuts"] == 1 and abs(r["after"]["p"] - r["before"]["p"]) > 1e-5
 
 
 def test_head_and_token_weights_are_the_models_own(client, smollm2):
