@@ -87,8 +87,8 @@ def _sets_forward(node) -> bool:
 def test_nothing_else_in_attnroute_replaces_a_modules_forward():
     """A forward replaced and then deleted took accelerate's hook wrapper with it (a dispatched layer's weights
     then stayed on disk), and one saved as ``m.forward`` came back as an instance attribute the model never had:
-    every replacement goes through forwards_replaced, and models/arithmetic.py restores its own the same way."""
-    allowed = {SRC / "read" / "hooks.py", SRC / "models" / "arithmetic.py"}
+    every replacement goes through models/forwards.py."""
+    allowed = {SRC / "models" / "forwards.py"}
     found = [
         f"{path.relative_to(SRC)}:{node.lineno}"
         for path in sorted(SRC.rglob("*.py"))

@@ -5,6 +5,7 @@
     door       the door itself — names, paths, LoadedModels and transformers objects
     adapters   what wraps a transformers model: PEFT read through its merged adapters; compiled, quantized refused
     offload    weights accelerate offloaded to the CPU or disk, read one module at a time
+    forwards   a module's forward replaced for a block and given back exactly
     arithmetic  a bf16 or fp16 model computing in float32 for a block, with no float32 copy of it (routes)
     placement  the dtype, device or device map a model is loaded with, checked before it loads
     fit        will it fit: a verb's peak memory predicted from the config alone (cost fit's formula)

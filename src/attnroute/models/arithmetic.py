@@ -21,7 +21,7 @@ table: 0.63 GiB, and a second time for the backward; Llama-3-8B's: 2.0 GiB). An 
 its own dtype and casts the rows, which is exact (a lookup copies them). A Linear of more than CHUNK weights is
 multiplied a block of output rows at a time, each block cast when it is used.
 
-The module's own forward is wrapped as an instance attribute and the attribute removed on exit (an
+The module's own forward is wrapped as an instance attribute and given back on exit (models/forwards.py; an
 accelerate-dispatched module's ``_old_forward``, which accelerate calls after it has loaded the offloaded
 weights, so the casts are of real weights; such a module's casts are held for the backward instead, since its
 weights go back to disk after the forward). Nothing else of the model changes: the parameters, buffers, their
@@ -38,11 +38,11 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from .loaded import held_dtypes
+from .forwards import attributes_replaced
+from .loaded import dtype_names
 
 LOW = (torch.bfloat16, torch.float16)
 CHUNK = 1 << 24  # weights of a Linear cast at once (64 MB in float32)
-_MISSING = object()
 
 
 def low_precision(loaded) -> bool:
@@ -70,8 +70,10 @@ def arithmetic_of(loaded) -> dict | None:
     """What a result says of its arithmetic when the model was read in float32 from lower-precision weights."""
     if loaded.computes_in is None:
         return None
-    held = [str(d).removeprefix("torch.") for d in held_dtypes(loaded.model)]
-    return {"weights": "+".join(held), "computes_in": str(loaded.computes_in).removeprefix("torch.")}
+    return {
+        "weights": "+".join(dtype_names(loaded.model)),
+        "computes_in": str(loaded.computes_in).removeprefix("torch."),
+    }
 
 
 def arithmetic_said(arithmetic: dict | None) -> str | None:
@@ -102,32 +104,26 @@ class Float32Arithmetic:
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self.casts = self.recast = 0
-        self._wrapped: list[tuple[torch.nn.Module, str, object]] = []  # (module, attribute, what it was)
         self._live: dict[int, torch.Tensor] = {}  # a live cast's storage pointer -> its parameter
-        self._saving: contextlib.AbstractContextManager | None = None
+        self._held = contextlib.ExitStack()
 
     def __enter__(self) -> Float32Arithmetic:
-        try:
-            for m in self.model.modules():
-                names = [n for n, t in chain(m._parameters.items(), m._buffers.items()) if _low(t)]
-                if names:
-                    self._wrap(m, names)
-            self._saving = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-            self._saving.__enter__()
-        except BaseException:
-            self._unwrap()
-            raise
+        wrapped = {}
+        for m in self.model.modules():
+            names = [n for n, t in chain(m._parameters.items(), m._buffers.items()) if _low(t)]
+            if names:
+                wrapped.update(self._wrapped(m, names))
+        with contextlib.ExitStack() as held:  # what raises here unwinds what was entered before it
+            held.enter_context(attributes_replaced(wrapped))
+            held.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
+            self._held = held.pop_all()
         return self
 
     def __exit__(self, *exc) -> None:
-        try:
-            if self._saving is not None:
-                self._saving.__exit__(*exc)
-        finally:
-            self._saving = None
-            self._unwrap()
+        self._held.__exit__(*exc)
 
-    def _wrap(self, m: torch.nn.Module, names: list[str]) -> None:
+    def _wrapped(self, m: torch.nn.Module, names: list[str]) -> dict:
+        """{(m, the attribute its forward is run through): the float32 forward}."""
         dispatched = hasattr(m, "_hf_hook") and hasattr(m, "_old_forward")  # accelerate: wrap what it calls
         attr = "_old_forward" if dispatched else "forward"
         inner, recast = getattr(m, attr), not dispatched
@@ -142,16 +138,7 @@ class Float32Arithmetic:
             run = lambda x: self._linear_in_chunks(m, recast, x)  # noqa: E731
         else:
             run = lambda *a, **k: self._run(m, inner, names, recast, a, k)  # noqa: E731
-        self._wrapped.append((m, attr, m.__dict__.get(attr, _MISSING)))
-        m.__dict__[attr] = run
-
-    def _unwrap(self) -> None:
-        while self._wrapped:
-            m, attr, was = self._wrapped.pop()
-            if was is _MISSING:
-                m.__dict__.pop(attr, None)
-            else:
-                m.__dict__[attr] = was
+        return {(m, attr): run}
 
     def _run(self, m: torch.nn.Module, inner, names: list[str], recast: bool, args: tuple, kwargs: dict):
         """``inner(*args, **kwargs)`` with ``m``'s low-precision tensors and the inputs in float32."""

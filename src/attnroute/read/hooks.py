@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from ..models.forwards import forwards_replaced  # re-exported: read/'s callers import it here
+
 
 class Hooks:
     """Module hooks added together and removed together (last first), once, whatever ends the block. Usable
@@ -63,30 +65,6 @@ def recorded(modules: Sequence[torch.nn.Module], first: bool = False) -> Iterato
         for i, m in enumerate(modules):
             hooks.after(m, keep(i))
         yield outputs
-
-
-_MISSING = object()
-
-
-@contextlib.contextmanager
-def forwards_replaced(replacements: dict) -> Iterator[None]:
-    """Each module's ``forward`` replaced by its function in ``replacements`` for the block; on any exit each
-    module gets back exactly what it had: the instance attribute it held (accelerate's hook wrapper: deleting
-    it would leave an offloaded layer unloaded on its next call) or none, the class's. A replacement that wants
-    the module's own forward takes ``module.forward`` before the block, never ``type(module).forward``, which
-    would bypass such a wrapper."""
-    saved = []
-    try:
-        for module, fn in replacements.items():
-            saved.append((module, module.__dict__.get("forward", _MISSING)))
-            module.__dict__["forward"] = fn
-        yield
-    finally:
-        for module, was in reversed(saved):
-            if was is _MISSING:
-                module.__dict__.pop("forward", None)
-            else:
-                module.__dict__["forward"] = was
 
 
 __all__ = ["Hooks", "forwards_replaced", "recorded"]
