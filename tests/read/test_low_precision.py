@@ -209,3 +209,29 @@ def test_patch_reads_direct_effects_in_low_precision_within_the_stated_tolerance
     assert "rows" in got, got.get("reason")
     g, w = (np.array([r["difference"] for r in d["rows"]]) for d in (got, want))
     assert _close(g, w, READ_TOLERANCE[dtype]["effects"])
+
+
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("block", [7, 40, 1 << 24])  # blocks of fewer rows than a prompt has, a few, all of them
+def test_token_loss_widens_low_precision_logits_a_block_at_a_time_to_autograds_numbers(monkeypatch, dtype, block):
+    """The loss of bf16/fp16 logits is the cross-entropy of their float32 widening, row for row, whatever the
+    block, and so is its gradient (autograd's through ``.float()``, cast back): the blocks bound the float32
+    copy (a whole one, with its saved log-softmax, is three times the logits), not the numbers."""
+    from attnroute.read.ground import metrics
+
+    monkeypatch.setattr(metrics, "WIDE_BLOCK", block)
+    g = torch.Generator().manual_seed(0)
+    whole = (torch.randn(3, 11, 10, generator=g) * 4).to(dtype).requires_grad_()
+    targets = torch.randint(0, 10, (3, 10), generator=g)
+    targets[1, 4] = metrics.IGNORED
+    weights = torch.rand(3, 10, generator=g)
+    want_logits = whole.detach().clone().requires_grad_()
+    flat = want_logits[:, :-1].float().reshape(-1, 10)
+    want = torch.nn.functional.cross_entropy(flat, targets.reshape(-1), reduction="none").view(3, 10)
+    (want * weights).sum().backward()
+    got = metrics.token_loss(whole[:, :-1], targets)  # a view, as `loss` passes it
+    (got * weights).sum().backward()
+    assert got.dtype == torch.float32 and got.shape == (3, 10) and torch.equal(got, want)
+    assert whole.grad.dtype == dtype and whole.grad[:, -1].abs().sum() == 0 and whole.grad[1, 4].abs().sum() == 0
+    # softmax against exp(log_softmax): one rounding of the dtype at most
+    torch.testing.assert_close(whole.grad, want_logits.grad, rtol=0, atol=float(torch.finfo(dtype).eps))

@@ -31,7 +31,7 @@ from ..engine import HeadGate, Intervention
 from ..engine.interventions import uniform_over_visible
 from .adapter import routed
 from .ground.budget import scaled
-from .ground.copies import repeat_batch, repeat_output
+from .ground.copies import metric_of_copies, repeat_batch, repeat_output
 from .ground.metrics import token_loss
 from .ground.settle import SettleRule, settle
 from .ground.speech import text_loss
@@ -127,9 +127,8 @@ class MetricEffect:
 
     def __call__(self, loaded, batch: dict, outputs, clean_embedding=None) -> torch.Tensor:
         x = outputs.logits if loaded.kind != "encoder" else pooled(outputs.last_hidden_state, batch["attention_mask"])
-        n = x.shape[0]  # a multiple of the prompts: copy c of a repeated batch holds rows c·B … (c+1)·B − 1
-        fields = {k: v.repeat(n // v.shape[0], *([1] * (v.dim() - 1))) for k, v in self.fields.items()}
-        return self.metric(x, {**batch, **fields})
+        n = next(iter(self.fields.values())).shape[0] if self.fields else x.shape[0]  # x: copies of n prompts
+        return metric_of_copies(self.metric, x, batch, self.fields, n)
 
 
 def rows_of(batch: dict) -> torch.Tensor:

@@ -38,9 +38,9 @@ import torch
 from ...engine.tolerance import split_tolerance
 from ..adapter import routed
 from ..effects import layer_stack, restart_check, run_from
-from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs, references
+from ..ground.batches import batch_of, logit_copies, metric_input, no_cache, output_kwargs, references
 from ..ground.budget import scaled
-from ..ground.copies import repeat_batch
+from ..ground.copies import metric_of_copies, repeat_batch
 from ..ground.pool import Recorded
 from .graph import Graph, where_read
 from .layout import CircuitUnsupported, Layout
@@ -120,10 +120,7 @@ class EdgeRun(Recorded):
 
     def _metric_value(self, outputs, ids, copies: int = 1) -> torch.Tensor:
         batch = repeat_batch(batch_of(self.loaded, ids), copies)
-        for name, value in self.fields.items():
-            if value is not None:
-                batch[name] = value.repeat(copies, *([1] * (value.dim() - 1)))
-        return self.metric(metric_input(self.loaded, outputs, batch), batch)
+        return metric_of_copies(self.metric, metric_input(self.loaded, outputs, batch), batch, self.fields, len(ids))
 
     def _metric(self, outputs, ids, copies: int = 1) -> torch.Tensor:
         v = self._metric_value(outputs, ids, copies).detach()
@@ -205,7 +202,11 @@ class EdgeRun(Recorded):
     # ---------------------------------------------------------------- path patching, exact
 
     def copies(self, k: int) -> int:
-        return max(1, min(k, scaled(TOKEN_BUDGET) // max(1, self.n * self.group.length)))
+        by_tokens = scaled(TOKEN_BUDGET) // max(1, self.n * self.group.length)
+        return max(1, min(k, by_tokens, self._logit_copies()))
+
+    def _logit_copies(self) -> int:
+        return logit_copies(self.loaded, self.n, self.group.length, self.kwargs)
 
     @torch.no_grad()
     def measure(self, edges: list[int], scale: float = 1.0) -> torch.Tensor:
@@ -236,7 +237,7 @@ class EdgeRun(Recorded):
 
     def circuit_copies(self) -> int:
         per = len(self.graph.senders) * self.n * self.group.length * self.layout.d_model * 4
-        return max(1, scaled(STREAM_BYTES) // max(1, per))
+        return max(1, min(scaled(STREAM_BYTES) // max(1, per), self._logit_copies()))
 
     @torch.no_grad()
     def circuits(self, masks: list[np.ndarray]) -> torch.Tensor:

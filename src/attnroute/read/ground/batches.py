@@ -14,7 +14,12 @@ import inspect
 import torch
 
 from ..effects import pooled
+from .budget import dtype_factor, scaled
 from .speech import Clips
+
+LOGIT_BYTES = (
+    256 << 20
+)  # the logits of one forward's copies of a group (as knockout's): a 262k vocabulary is 1 MiB a row
 
 
 def batch_of(loaded, ids: torch.Tensor | Clips) -> dict:
@@ -36,6 +41,20 @@ def output_kwargs(loaded, metric) -> dict:
     if loaded.kind == "encoder" or not getattr(metric, "last_only", False):
         return {}
     return last_logits(loaded)
+
+
+def logit_copies(loaded, n: int, length: int, kwargs: dict) -> int:
+    """Copies of a group of n prompts of ``length`` tokens whose logits one forward may hold: LOGIT_BYTES under the
+    memory cap in force, at the model's bytes a logit (a bf16 model's copies as many as float32's, in half the
+    bytes). The token budgets alone let Gemma 3's patch hold 546 copies' logits at 1 MiB a prompt, half its working
+    memory. The last position only under logits_to_keep=1; no bound for an encoder's pooled embedding."""
+    if loaded.kind == "encoder":
+        return 1 << 30
+    cfg = loaded.model.config
+    vocab = int(getattr(cfg, "vocab_size", 0) or getattr(cfg.get_text_config(), "vocab_size", 0) or 50_000)
+    positions = 1 if kwargs.get("logits_to_keep") == 1 else length
+    per_copy = n * positions * vocab * 4 * dtype_factor(loaded.model)
+    return max(1, int(scaled(LOGIT_BYTES) // max(1, per_copy)))
 
 
 def last_logits(loaded) -> dict:

@@ -27,6 +27,9 @@ import torch.nn.functional as F
 from ...errors import InputError
 from ...promptset import METRICS, Metric
 
+WIDE_BLOCK = 1 << 24  # fp32 values of low-precision logits widened at once (64 MiB)
+IGNORED = -100  # cross_entropy's default ignore_index
+
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
     """fp16/bf16 logits are read in fp32; fp32 and fp64 stay as they are."""
@@ -38,8 +41,8 @@ def _last(logits: torch.Tensor) -> torch.Tensor:
 
 
 def logit_diff(logits, batch):
-    last = _last(logits)
-    return (last.gather(1, batch["answer"][:, None]) - last.gather(1, batch["wrong"][:, None]))[:, 0]
+    last = logits[:, -1]  # the two logits read are widened, not the row: the same numbers
+    return (_wide(last.gather(1, batch["answer"][:, None])) - _wide(last.gather(1, batch["wrong"][:, None])))[:, 0]
 
 
 def prob(logits, batch):
@@ -54,9 +57,50 @@ def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Cross-entropy per position [B, T] of logits [B, T, V] (read in fp32 at least) against targets [B, T].
 
     Rows of [B·T, V], the vocabulary contiguous: cross_entropy over the transposed [B, V, T] view reads the
-    vocabulary with a stride of T and took 3.3 s instead of 0.35 s at 4,096 × 49,152 on 2 cores."""
-    x = _wide(logits)
-    return F.cross_entropy(x.reshape(-1, x.shape[-1]), targets.reshape(-1), reduction="none").view(targets.shape)
+    vocabulary with a stride of T and took 3.3 s instead of 0.35 s at 4,096 × 49,152 on 2 cores. fp16/bf16
+    logits go through _WidenedCrossEntropy: the same numbers, without a float32 copy of the whole."""
+    if logits.dtype.itemsize >= 4:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none").view(
+            targets.shape
+        )
+    return _WidenedCrossEntropy.apply(logits, targets)
+
+
+def _blocks(logits: torch.Tensor):
+    """(b, rows) blocks of one prompt's positions holding at most WIDE_BLOCK values, in order."""
+    step = max(1, WIDE_BLOCK // logits.shape[-1])
+    for b in range(logits.shape[0]):
+        for i in range(0, logits.shape[1], step):
+            yield b, slice(i, i + step)
+
+
+class _WidenedCrossEntropy(torch.autograd.Function):
+    """Cross-entropy of fp16/bf16 logits [B, T, V] in float32, widened a block at a time (WIDE_BLOCK values).
+
+    Autograd through ``logits.float()`` keeps a float32 copy and the float32 log-softmax of every position for
+    the backward, three times the bf16 logits (a 262k vocabulary: 1.5 MiB a position). This keeps the logits
+    alone and widens each block again in the backward; its gradient is (softmax − one-hot) · ∂out, cast to the
+    logits' dtype, as autograd's through the cast (tests/read/test_low_precision.py)."""
+
+    @staticmethod
+    def forward(ctx, logits, targets):
+        ctx.save_for_backward(logits, targets)
+        out = logits.new_empty(targets.shape, dtype=torch.float32)
+        for b, rows in _blocks(logits):
+            out[b, rows] = F.cross_entropy(logits[b, rows].float(), targets[b, rows], reduction="none")
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        logits, targets = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for b, rows in _blocks(logits):
+            p, t = torch.softmax(logits[b, rows].float(), -1), targets[b, rows]
+            kept = (t != IGNORED).nonzero()[:, 0]  # cross_entropy's ignore_index: no loss, no gradient
+            p[kept, t[kept]] -= 1
+            p[t == IGNORED] = 0
+            grad[b, rows] = p * grad_out[b, rows, None]
+        return grad, None
 
 
 def loss(logits, batch):

@@ -101,8 +101,8 @@ def direct_effects(loaded, recs, final: FinalRecorder, answer, wrong, logit_diff
     N, b = frozen
     if any(not isinstance(p, torch.nn.Linear) for p in loaded.out_projections):
         return {"reason": "an output projection is not a Linear (GPT-2's Conv1D): its per-head slices are not read"}
-    W_U = param(final.head).float()
-    u = W_U[answer] - W_U[wrong]  # (n, d)
+    W_U = param(final.head)  # (V, d), the model's dtype: only the rows read are cast (Gemma's table is 168M weights)
+    u = W_U[answer].float() - W_U[wrong].float()  # (n, d)
     hb = param(final.head, "bias")
     db = torch.zeros(len(answer)) if hb is None else (hb[answer] - hb[wrong]).detach().float()
     through = (u * final.y.float()).sum(-1) + db

@@ -17,9 +17,9 @@ import torch
 
 from ..adapter import routed
 from ..effects import layer_stack, restart_check, run_from
-from ..ground.batches import batch_of, metric_input, output_kwargs, references
+from ..ground.batches import batch_of, logit_copies, metric_input, output_kwargs, references
 from ..ground.budget import scaled
-from ..ground.copies import repeat_batch
+from ..ground.copies import metric_of_copies, repeat_batch
 from ..ground.pool import Recorded
 from ..ground.prompts import Group
 from ..hooks import recorded
@@ -64,10 +64,7 @@ class PairRun(Recorded):
         """The metric on ``outputs`` of ``copies`` stacked copies of ``ids``, its graph kept (the estimate
         differentiates it): logits, or an encoder's pooled embedding, with the answer fields tiled."""
         batch = self.batch(ids.repeat(copies, 1))
-        for name, value in self.fields.items():
-            if value is not None:
-                batch[name] = value.repeat(copies, *([1] * (value.dim() - 1)))
-        return self.metric(metric_input(self.loaded, outputs, batch), batch)
+        return metric_of_copies(self.metric, metric_input(self.loaded, outputs, batch), batch, self.fields, self.n)
 
     @torch.no_grad()
     def _record(self, ids: torch.Tensor):
@@ -98,7 +95,8 @@ class PairRun(Recorded):
         )
 
     def copies(self) -> int:
-        return max(1, scaled(TOKEN_BUDGET) // max(1, self.n * self.group.length))
+        by_tokens = scaled(TOKEN_BUDGET) // max(1, self.n * self.group.length)
+        return max(1, min(by_tokens, logit_copies(self.loaded, self.n, self.group.length, self.kwargs)))
 
     @torch.no_grad()
     def measure(self, comps: list[Component]) -> torch.Tensor:
