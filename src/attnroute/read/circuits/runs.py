@@ -120,7 +120,7 @@ class EdgeRun(Recorded):
 
     def _metric_value(self, outputs, ids, copies: int = 1) -> torch.Tensor:
         batch = repeat_batch(batch_of(self.loaded, ids), copies)
-        return metric_of_copies(self.metric, metric_input(self.loaded, outputs, batch), batch, self.fields, len(ids))
+        return metric_of_copies(self.metric, metric_input(self.loaded, outputs, batch), batch, self.fields, self.n)
 
     def _metric(self, outputs, ids, copies: int = 1) -> torch.Tensor:
         v = self._metric_value(outputs, ids, copies).detach()
