@@ -4,7 +4,10 @@ head ranking on IOI (Spearman, top-10 overlap), circuit's top 20 edges on IOI (o
 difference), why's split (its sum against the model's own score in each dtype, and the score against float32's),
 routes' estimates and exact knockouts (bf16 weights read in float32 arithmetic, models/arithmetic.py).
 
-    .venv/bin/python benchmarks/precision.py [VERB …]   # about 40 minutes on 2 cores; VERBs: measure only those
+    .venv/bin/python benchmarks/precision.py [VERB …] [MODEL …]   # about 40 minutes on 2 cores; measure only those
+
+Each row says when it was measured and on which CPU, and whether that CPU has bf16 arithmetic (AVX512-BF16 or
+AMX): without it torch emulates bf16 and a bf16 run's time is not bf16's cost.
 
 Writes benchmarks/results/precision.json and prints the markdown table of docs/precision.md."""
 
@@ -98,14 +101,24 @@ def _spearman(a, b) -> float:
     return round(float(np.corrcoef(ra, rb)[0, 1]), 4)
 
 
+def machine() -> dict:
+    """The CPU a row was measured on (Linux /proc/cpuinfo) and whether it computes in bf16 natively."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    return {"cpu": name, "cores": os.cpu_count(), "native_bf16": "avx512_bf16" in flags or "amx_bf16" in flags}
+
+
 def main() -> None:
-    only = sys.argv[1:]  # verbs to measure again; the file's other rows stay
+    asked = sys.argv[1:]  # verbs and models to measure again; the file's other rows stay
+    verbs = [a for a in asked if a in ARGS] or list(ARGS)
+    models = [a for a in asked if a in MODELS] or list(MODELS)
     out = ROOT / "benchmarks" / "results" / "precision.json"
-    rows = json.loads(out.read_text())["rows"] if only and out.exists() else {}
+    rows = json.loads(out.read_text())["rows"] if asked and out.exists() else {}
     for verb, args in ARGS.items():
-        if only and verb not in only:
+        if verb not in verbs:
             continue
-        for model in MODELS:
+        for model in models:
             got = {dt: run([*args, "--model", model, "--dtype", dt, "--json", "{json}"], keep=True) for dt in DTYPES}
             cost = {dt: {k: got[dt][k] for k in ("wall_s", "cpu_s", "peak_rss_gib") if k in got[dt]} for dt in DTYPES}
             refused = got["bfloat16"].get("refused")
@@ -113,6 +126,8 @@ def main() -> None:
                 **cost,
                 "agreement": None if refused else agreement(verb, got["float32"]["result"], got["bfloat16"]["result"]),
                 "refused": refused,
+                "when": time.strftime("%Y-%m-%d"),
+                **machine(),
             }
             print(verb, model, rows[f"{verb} {model}"], file=sys.stderr, flush=True)
     out.write_text(json.dumps({"when": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "rows": rows}, indent=1))
