@@ -31,7 +31,7 @@ from ..engine import HeadGate, Intervention
 from ..engine.interventions import uniform_over_visible
 from .adapter import routed
 from .ground.budget import scaled
-from .ground.copies import metric_of_copies, repeat_batch, repeat_output
+from .ground.copies import batch_rows, metric_of_copies, repeat_batch, repeat_output
 from .ground.metrics import token_loss
 from .ground.settle import SettleRule, settle
 from .ground.speech import text_loss
@@ -423,7 +423,7 @@ def gradient_estimate(loaded, batch: dict, effect=None) -> np.ndarray:
     step = B if encoder or not loaded.causal else max(1, scaled(GRAD_TOKENS) // rows_of(batch).shape[1])
     grad = torch.zeros(L, H)
     for a in range(0, B, step):  # rows at a time under a memory cap: the mean over rows, summed by parts
-        part = _rows(batch, a, min(B, a + step), B)
+        part = batch_rows(batch, a, min(B, a + step), B)
         with torch.enable_grad(), routed(loaded, interventions=ivs, impl=IMPL):
             out = loaded.model(**part)
             if not encoder:
@@ -436,13 +436,6 @@ def gradient_estimate(loaded, batch: dict, effect=None) -> np.ndarray:
 
 
 GRAD_TOKENS = 1024  # rows × tokens of the effect batch in one gradient pass (scaled under a memory cap)
-
-
-def _rows(batch: dict, a: int, b: int, B: int) -> dict:
-    """Rows a … b − 1 of a batch (every tensor whose first axis is its rows); the whole batch as it is."""
-    if (a, b) == (0, B):
-        return batch
-    return {k: v[a:b] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == B else v for k, v in batch.items()}
 
 
 def rank_agreement(estimate: np.ndarray, exact: np.ndarray, k: int = 10) -> dict:

@@ -325,10 +325,10 @@ def _audio_features(loaded: LoadedModel, features):
 
 @torch.no_grad()
 def induction_loss(loaded: LoadedModel, stim: Repeated) -> dict:
-    """Mean next-token loss predicting the first repeat's tokens versus the second's."""
+    """Mean next-token loss predicting the first repeat's tokens versus the second's (bf16 logits widened by
+    token_loss a block at a time, not whole)."""
     with routed(loaded, impl="auto"):  # sdpa where it can; eager under a soft-cap or sinks
         logits = loaded.model(input_ids=stim.input_ids, attention_mask=stim.attention_mask).logits
-    # token_loss widens bf16 a block of rows at a time
     ce = token_loss(logits[:, :-1], stim.input_ids[:, 1:])
     S, P = stim.S, stim.prefix
     # target position t is predicted by row t−1

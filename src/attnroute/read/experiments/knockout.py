@@ -28,6 +28,7 @@ from ...engine.jsonable import Result
 from ...progress import reporter
 from ...settings import KnockoutSettings, verb
 from ..adapter import routed
+from ..ground.batches import LOGIT_BYTES
 from ..ground.copies import repeat_batch
 from ..ground.positions import resolve_positions, said
 from ..ground.text_metric import TextMetric
@@ -225,7 +226,6 @@ def _logits(loaded, batch, interventions) -> torch.Tensor:
         return loaded.model(**batch).logits[0].float()  # (T, V)
 
 
-LOGIT_BYTES = 256 << 20  # the logits of one batched forward of copies (copies × T × V × 4 B)
 TOKEN_BUDGET = 4096  # tokens (copies × T) per batched forward
 
 

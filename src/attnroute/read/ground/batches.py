@@ -17,9 +17,8 @@ from ..effects import pooled
 from .budget import dtype_factor, scaled
 from .speech import Clips
 
-LOGIT_BYTES = (
-    256 << 20
-)  # the logits of one forward's copies of a group (as knockout's): a 262k vocabulary is 1 MiB a row
+# the logits of one batched forward's copies (patch, circuit, knockout): a 262k vocabulary is 1 MiB a float32 row
+LOGIT_BYTES = 256 << 20
 
 
 def batch_of(loaded, ids: torch.Tensor | Clips) -> dict:

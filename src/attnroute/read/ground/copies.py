@@ -24,12 +24,19 @@ def repeat_output(out, k: int):
     return out
 
 
+def batch_rows(batch: dict, a: int, b: int, B: int) -> dict:
+    """Rows a … b − 1 of a batch of B rows (every tensor whose first axis is its rows); the whole batch as it is."""
+    if (a, b) == (0, B):
+        return batch
+    return {k: v[a:b] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == B else v for k, v in batch.items()}
+
+
 def metric_of_copies(metric, x: torch.Tensor, batch: dict, fields: dict, n: int) -> torch.Tensor:
     """``metric(x, batch | fields)`` where x [k·n, …] holds k copies of n prompts (copy c: rows c·n … c·n + n − 1),
     ``batch`` is tiled as x, and ``fields`` [n, …] are per prompt: [k·n].
 
     Copies are read a slice at a time where the tiled fields and the float32 widening of x would pass TILE_BYTES.
-    The clean run's log-probabilities [n, V] tiled to 500 copies were 0.5 GiB of Gemma 3's patch (262k
+    The clean run's log-probabilities [n, V] tiled to some 500 rows were 0.5 GiB of Gemma 3's patch (262k
     vocabulary), read by no metric but kl. A metric is one value per prompt, so the slices change no number."""
     fields = {name: v for name, v in fields.items() if v is not None}
     k = x.shape[0] // n
@@ -38,13 +45,9 @@ def metric_of_copies(metric, x: torch.Tensor, batch: dict, fields: dict, n: int)
     parts = []
     for c in range(0, k, step):
         a, b = c * n, min(k, c + step) * n
-        sub = {
-            key: v[a:b] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == k * n else v
-            for key, v in batch.items()
-        }
         tiled = {name: v.repeat(b // n - c, *([1] * (v.dim() - 1))) for name, v in fields.items()}
-        parts.append(metric(x[a:b] if (a, b) != (0, k * n) else x, {**sub, **tiled}))
+        parts.append(metric(x[a:b], {**batch_rows(batch, a, b, k * n), **tiled}))
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-__all__ = ["TILE_BYTES", "metric_of_copies", "repeat_batch", "repeat_output"]
+__all__ = ["TILE_BYTES", "batch_rows", "metric_of_copies", "repeat_batch", "repeat_output"]
