@@ -110,6 +110,16 @@ def test_checkpoint_and_no_checkpoint_together_are_refused():
     assert e.value.field == "no_checkpoint"
 
 
+@pytest.mark.parametrize("settings", [ar.PatchSettings, ar.CircuitSettings, ar.RoutesSettings, ar.CorpusSettings])
+@pytest.mark.parametrize("bad", [False, True, 3, ["c.ck"]])
+def test_a_checkpoint_that_is_not_a_path_is_refused_by_name(settings, bad):
+    # checkpoint=False read as "keep none" is a natural guess from Python; it was a TypeError deep in the study
+    with pytest.raises(InputError) as e:
+        settings(prompts="ioi", checkpoint=bad) if settings is not ar.CorpusSettings else settings(corpus="c.txt", checkpoint=bad)
+    assert e.value.field == "checkpoint" and repr(bad) in str(e.value)
+    assert ("no_checkpoint=True" in str(e.value)) == (bad is False)
+
+
 def _fake_run(name: str, size: int, age: int) -> Path:
     folder = runs.runs_dir()
     folder.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ import contextvars
 import dataclasses
 import functools
 import inspect
-import os  # noqa: F401  (named in ModelArg)
+import os
 import re
 from collections.abc import Sequence  # noqa: F401  (named in PromptsArg)
 from dataclasses import MISSING, field, fields
@@ -302,7 +302,10 @@ def memory_field(s) -> None:
 
 def checkpoint_fields(s) -> None:
     """``checkpoint`` (a file) and ``no_checkpoint`` (keep none) cannot both be asked."""
-    off = getattr(s, "no_checkpoint", False)
+    off, named = getattr(s, "no_checkpoint", False), getattr(s, "checkpoint", None)
+    if named is not None and (isinstance(named, bool) or not isinstance(named, str | os.PathLike)):
+        hint = ": to keep none, pass no_checkpoint=True" if named is False else ""
+        raise InputTypeError(f"checkpoint must be a file's path or None, got {named!r}{hint}", field="checkpoint")
     if not isinstance(off, bool):
         raise InputTypeError(f"no_checkpoint must be True or False, got {off!r}", field="no_checkpoint")
     if off and getattr(s, "checkpoint", None) is not None:
