@@ -114,8 +114,9 @@ def test_checkpoint_and_no_checkpoint_together_are_refused():
 @pytest.mark.parametrize("bad", [False, True, 3, ["c.ck"]])
 def test_a_checkpoint_that_is_not_a_path_is_refused_by_name(settings, bad):
     # checkpoint=False read as "keep none" is a natural guess from Python; it was a TypeError deep in the study
+    asked = {"corpus": "c.txt"} if settings is ar.CorpusSettings else {"prompts": "ioi"}
     with pytest.raises(InputError) as e:
-        settings(prompts="ioi", checkpoint=bad) if settings is not ar.CorpusSettings else settings(corpus="c.txt", checkpoint=bad)
+        settings(**asked, checkpoint=bad)
     assert e.value.field == "checkpoint" and repr(bad) in str(e.value)
     assert ("no_checkpoint=True" in str(e.value)) == (bad is False)
 
