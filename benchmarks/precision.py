@@ -5,16 +5,20 @@ difference), why's split (its sum against the model's own score in each dtype, a
 routes' estimates and exact knockouts (bf16 weights read in float32 arithmetic, models/arithmetic.py).
 
     .venv/bin/python benchmarks/precision.py [VERB …] [MODEL …]   # about 40 minutes on 2 cores; measure only those
+    .venv/bin/python benchmarks/precision.py --floors              # only the floor columns, added to the rows
 
 Each row says when it was measured and on which CPU, and whether that CPU has bf16 arithmetic (AVX512-BF16 or
 AMX): without it torch emulates bf16 and a bf16 run's time is not bf16's cost.
 
-Writes benchmarks/results/precision.json and prints the markdown table of docs/precision.md."""
+Each row's ``peak`` also says the floor: what a verb's process holds whatever the dtype (the runtime and the
+tokenizer, 0.35 GiB for SmolLM2 and 0.70 GiB for Gemma 3's 262k vocabulary), and bf16's peak over float32's above
+it, the part the dtype governs (weights and working memory). Writes benchmarks/results/precision.json."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -109,12 +113,56 @@ def machine() -> dict:
     return {"cpu": name, "cores": os.cpu_count(), "native_bf16": "avx512_bf16" in flags or "amx_bf16" in flags}
 
 
+FLOOR = """
+import resource, sys
+import attnroute.cli  # the modules a verb's process imports: torch, transformers, attnroute
+from attnroute.bundled import cache_dir, model_path
+from attnroute.models.caches import content_key
+from attnroute.models.directory import directory_tokenizer
+path = model_path(sys.argv[1])
+directory_tokenizer(cache_dir() / f"{path.stem}-{content_key(path)}")
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def floor(model: str) -> float:
+    """GiB a verb's process holds whatever the dtype: the runtime and the model's tokenizer, no weights (a child
+    process that imports what a verb imports and reads the tokenizer from the model's cache). A peak minus this is
+    what the dtype governs: the weights and the working memory."""
+    out = subprocess.run([sys.executable, "-c", FLOOR, model], capture_output=True, text=True, check=True)
+    return round(int(out.stdout.split()[-1]) / 2**20, 2)  # kB on Linux
+
+
+def beside_floor(cost: dict, floor_gib: float) -> dict:
+    """The floor, and bf16's peak over float32's with and without it."""
+    a, b = cost["float32"]["peak_rss_gib"], cost["bfloat16"]["peak_rss_gib"]
+    return {
+        "floor_gib": floor_gib,
+        "ratio": round(b / a, 3),
+        "ratio_above_floor": round((b - floor_gib) / (a - floor_gib), 3),
+    }
+
+
+def add_floors(out: Path) -> None:
+    """``--floors``: the floor columns added to the stored rows, nothing measured again (the floor is the same
+    for every verb of a model and cheap to measure; the rows' peaks stay as measured)."""
+    data = json.loads(out.read_text())
+    floors = {model: floor(model) for model in MODELS}
+    for key, row in data["rows"].items():
+        if not row.get("refused"):
+            row["peak"] = beside_floor(row, floors[key.split()[1]])
+    out.write_text(json.dumps(data, indent=1))
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--floors"]:
+        return add_floors(ROOT / "benchmarks" / "results" / "precision.json")
     asked = sys.argv[1:]  # verbs and models to measure again; the file's other rows stay
     verbs = [a for a in asked if a in ARGS] or list(ARGS)
     models = [a for a in asked if a in MODELS] or list(MODELS)
     out = ROOT / "benchmarks" / "results" / "precision.json"
     rows = json.loads(out.read_text())["rows"] if asked and out.exists() else {}
+    floors: dict[str, float] = {}
     for verb, args in ARGS.items():
         if verb not in verbs:
             continue
@@ -124,6 +172,7 @@ def main() -> None:
             refused = got["bfloat16"].get("refused")
             rows[f"{verb} {model}"] = {
                 **cost,
+                "peak": None if refused else beside_floor(cost, floors.setdefault(model, floor(model))),
                 "agreement": None if refused else agreement(verb, got["float32"]["result"], got["bfloat16"]["result"]),
                 "refused": refused,
                 "when": time.strftime("%Y-%m-%d"),

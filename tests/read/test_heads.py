@@ -190,10 +190,13 @@ def test_exact_sweep_equals_one_forward_per_head(smollm2, mode):
 def test_gradient_estimate_ranks_like_the_exact_sweep(smollm2):
     stim = repeated_random_tokens(smollm2.tokenizer, S=12, batch=1, seed=2)
     batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
-    exact = effects.exact_sweep(smollm2, batch, modes=("zero",))["zero"]
+    # every third layer's 9 heads, 90 of 270 (5 s, not 14): rank_agreement compares the heads measured
+    heads = [(layer, h) for layer in range(0, smollm2.n_layers, 3) for h in range(smollm2.n_heads)]
+    exact = effects.exact_sweep(smollm2, batch, modes=("zero",), heads=heads)["zero"]
+    assert np.isnan(exact).sum() == 180
     est = effects.gradient_estimate(smollm2, batch)
     agree = effects.rank_agreement(est, exact)
-    assert agree["spearman"] > 0.5, agree
+    assert agree["spearman"] > 0.8, agree  # measured 0.93 (0.88 over all 270 heads)
 
 
 def test_minilm_table_with_effects_and_json_contract(minilm, tmp_path):
