@@ -6,6 +6,8 @@ constants fitted on the other three runs (leave one out): the error a new model 
     .venv/bin/python benchmarks/fit.py                     # measure (about 20 minutes on 2 cores), then compare
     .venv/bin/python benchmarks/fit.py --measured FILE     # compare runs measured before
 
+Its JSON's ``fitted`` holds A, B and C fitted on every run: the constants of models/fit.WORKING.
+
 Writes benchmarks/results/fit.json and prints the markdown table of docs/cost.md."""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import nnls
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -24,6 +27,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from precision import DTYPES, MODELS  # noqa: E402  (the same two models in the same two dtypes)
 from verbs import IOI, TEXT, run  # noqa: E402
 
+FITTED = ("heads", "patch", "circuit")  # routes and why: a small constant working memory, set by hand
 ARGS = {
     "heads": ["heads", "--text", TEXT],
     "patch": ["patch", "--prompts", "ioi"],
@@ -49,7 +53,10 @@ def compare(runs: dict) -> dict:
 
     shapes = {m: Shape.of(config_of(m)) for m in MODELS}
     rows = []
-    for key, r in runs.items():
+    verbs = [*FITTED, "routes"]
+    order = lambda k: (verbs.index(k.split()[0]), MODELS.index(k.split()[1]), DTYPES.index(k.split()[2]))  # noqa: E731
+    for key in sorted(runs, key=order):
+        r = runs[key]
         verb, model, dtype = key.split()
         p = predict(shapes[model], verb, dtype)
         rows.append(
@@ -66,6 +73,22 @@ def compare(runs: dict) -> dict:
     return {"when": time.strftime("%Y-%m-%d"), "runs": runs, "rows": rows}
 
 
+def constants(runs: dict, keys: list[str], shapes: dict) -> np.ndarray:
+    """A, B and C of models/fit.py (bytes; B and C at float32) fitted to the runs ``keys``: what each run's peak
+    leaves above its runtime and weights is A + (B + C·V)·(bytes of the dtype / 4), by non-negative least squares
+    (a negative part of a peak means nothing)."""
+    from attnroute.models.fit import BYTES, GIB, predict
+
+    X, y = [], []
+    for k in keys:
+        _, model, dtype = k.split()
+        base = predict(shapes[model], "routes", dtype)  # runtime + weights (+ routes' small working)
+        s = BYTES[dtype] / 4
+        X.append([1, s, shapes[model].vocab * s])
+        y.append(runs[k]["peak_rss_gib"] * GIB - base["runtime"] - base["weights"])
+    return nnls(np.array(X, float), np.array(y, float))[0]
+
+
 def _left_out(runs: dict, key: str, shapes: dict) -> float | None:
     """The error of the prediction for ``key`` with the verb's constants fitted on its other runs (None where
     they are too few to fit A, B and C: routes' small working memory)."""
@@ -73,19 +96,26 @@ def _left_out(runs: dict, key: str, shapes: dict) -> float | None:
 
     verb = key.split()[0]
     others = [k for k in runs if k.split()[0] == verb and k != key]
-    if verb not in ("heads", "patch", "circuit") or len(others) < 3:
+    if verb not in FITTED or len(others) < 3:
         return None
-    X, y = [], []
-    for k in others:
-        _, model, dtype = k.split()
-        base = predict(shapes[model], "routes", dtype)  # runtime + weights (+ routes' small working)
-        X.append([1, BYTES[dtype] / 4, shapes[model].vocab])
-        y.append(runs[k]["peak_rss_gib"] * GIB - base["runtime"] - base["weights"])
-    coef = np.linalg.lstsq(np.array(X, float), np.array(y), rcond=None)[0]
+    a, b, c = constants(runs, others, shapes)
     _, model, dtype = key.split()
     base = predict(shapes[model], "routes", dtype)
-    guess = base["runtime"] + base["weights"] + coef @ [1, BYTES[dtype] / 4, shapes[model].vocab]
+    guess = base["runtime"] + base["weights"] + a + (b + c * shapes[model].vocab) * BYTES[dtype] / 4
     return round(guess / GIB / runs[key]["peak_rss_gib"] - 1, 3)
+
+
+def fitted(runs: dict) -> dict:
+    """Each fitted verb's A, B and C on all its runs: what models/fit.WORKING holds (GiB, GiB, bytes an entry)."""
+    from attnroute.models import config_of
+    from attnroute.models.fit import GIB, Shape
+
+    shapes = {m: Shape.of(config_of(m)) for m in MODELS}
+    out = {}
+    for verb in FITTED:
+        a, b, c = constants(runs, [k for k in runs if k.split()[0] == verb], shapes)
+        out[verb] = {"A_gib": round(a / GIB, 3), "B_gib": round(b / GIB, 3), "C_bytes": round(c)}
+    return out
 
 
 def main() -> None:
@@ -94,7 +124,7 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fit.json"))
     a = p.parse_args()
     runs = json.loads(Path(a.measured).read_text()) if a.measured else measure()
-    result = compare(runs)
+    result = compare(runs) | {"fitted": fitted(runs)}
     out = Path(a.out)
     if out.exists():  # what was measured apart (the long-sequence runs) stays
         result = {**json.loads(out.read_text()), **result}

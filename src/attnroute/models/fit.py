@@ -3,14 +3,15 @@
     peak = runtime + weights + working(verb)
     runtime = RUNTIME_BASE + TOKENIZER_PER_VOCAB · V           (on the host: Python, torch, transformers, the tokenizer)
     weights = parameters · bytes of the dtype                  (counted on a meta-device copy of the config's model)
-    working = A + B · (bytes of the dtype / 4) + C · V + long(T)
+    working = A + (B + C · V) · (bytes of the dtype / 4) + long(T)
 
 V is the vocabulary. A, B and C are each verb's working memory at attnroute's default batching budgets
 (read/ground/budget.py): a part no dtype or vocabulary changes, a part held in the model's dtype (activations
-kept for a backward or a patch), and a part held in float32 per vocabulary entry (logits and their gradients,
-summed in float32 whatever the dtype). They were measured on SmolLM2-135M and Gemma 3 270M, in float32 and
-bfloat16, as whole-command peak RSS (benchmarks/fit.py; its results/fit.json holds each run, and the error of
-each prediction made without that run: docs/cost.md). ``long(T)`` is what one sequence longer than the
+kept for a backward or a patch), and a part per vocabulary entry, also in the model's dtype (logits and their
+gradients: what is summed in float32 is widened a block at a time, ground/metrics.py, so no whole float32 copy
+of them is held). They were measured on SmolLM2-135M and Gemma 3 270M, in float32 and bfloat16, as
+whole-command peak RSS (benchmarks/fit.py; its results/fit.json holds each run, and the error of each prediction
+made without that run: docs/cost.md). ``long(T)`` is what one sequence longer than the
 measured ones needs beyond that working memory, once its own forward and backward outgrow the batches.
 
 These are the host's figures (the machine's RAM); on a GPU the runtime stays on the host and the rest is device
@@ -30,11 +31,12 @@ GIB = 2**30
 RUNTIME_BASE = int(0.384 * GIB)  # Python + torch + transformers resident, before any model (measured)
 TOKENIZER_PER_VOCAB = 1_332  # bytes a fast tokenizer holds per vocabulary entry (SmolLM2 49k, Gemma 3 262k)
 
-# verb -> (A bytes, B bytes at float32, C bytes per vocabulary entry, the tokens of the runs measured)
+# verb -> (A bytes, B bytes at float32, C bytes per vocabulary entry at float32, the tokens of the runs measured):
+# benchmarks/fit.py fits A, B and C to each verb's runs (non-negative least squares; results/fit.json, "fitted")
 WORKING = {
-    "heads": (0, int(1.815 * GIB), 5_946, 25),  # A fitted as 0 (free, it came out -0.49 GiB): all scales with dtype
-    "patch": (int(0.801 * GIB), int(0.140 * GIB), 1_046, 16),
-    "circuit": (int(0.848 * GIB), int(1.690 * GIB), 1_273, 16),
+    "heads": (0, int(1.738 * GIB), 6_358, 25),  # A fits to 0: all of heads' working memory scales with the dtype
+    "patch": (int(0.323 * GIB), int(0.750 * GIB), 0, 16),  # C fits to 0: one prompt's logits row at a time
+    "circuit": (int(1.033 * GIB), int(1.385 * GIB), 2_104, 16),
     "routes": (int(0.02 * GIB), 0, 0, 16),
     "why": (int(0.05 * GIB), 0, 0, 25),
 }
@@ -83,13 +85,19 @@ def count_parameters(config) -> int:
 
 def predict(shape: Shape, verb: str, dtype: str = "float32", tokens: int | None = None, host: bool = True) -> dict:
     """The predicted peak in bytes and its parts. ``host``: the runtime counts (False: a GPU's memory)."""
-    a, b, c, measured = WORKING[verb]
+    measured = WORKING[verb][3]
     size = BYTES[dtype]
     weights = shape.parameters * size
     runtime = RUNTIME_BASE + TOKENIZER_PER_VOCAB * shape.vocab if host else 0
-    working = a + b * size // 4 + c * shape.vocab + long_sequence(shape, verb, size, tokens or measured, measured)
+    working = batched(shape, verb, size) + long_sequence(shape, verb, size, tokens or measured, measured)
     working += cast_while_running(shape, verb, size)
     return {"runtime": runtime, "weights": weights, "working": working, "peak": runtime + weights + working}
+
+
+def batched(shape: Shape, verb: str, size: int) -> int:
+    """The verb's working memory at its batching budgets (A, B and C above), for weights of ``size`` bytes."""
+    a, b, c, _ = WORKING[verb]
+    return a + (b + c * shape.vocab) * size // 4
 
 
 def cast_while_running(shape: Shape, verb: str, size: int) -> int:
@@ -103,13 +111,13 @@ def long_sequence(shape: Shape, verb: str, size: int, tokens: int, measured: int
     budgets hold the working memory flat as sequences grow (fewer copies, fewer rows a batch: measured, heads on
     SmolLM2 peaked at 3.25, 3.25 and 2.77 GiB at 25, 512 and 1,024 tokens) until one sequence's own forward and
     backward outgrows it: every layer's activations (about 16 hidden-size vectors a token, in the dtype), one
-    layer's attention weights and the logits with their log-softmax and gradient (float32)."""
+    layer's attention weights and the logits with their log-softmax and gradient (in the dtype: a low-precision
+    model's are widened to float32 a block at a time)."""
     if verb in ("routes", "why") or tokens <= measured:
         return 0
-    a, b, c, _ = WORKING[verb]
     single = 16 * shape.layers * shape.hidden * size * tokens + 4 * shape.heads * tokens * tokens
-    single += 3 * 4 * shape.vocab * tokens
-    return max(0, single - (a + b * size // 4 + c * shape.vocab))
+    single += 3 * size * shape.vocab * tokens
+    return max(0, single - batched(shape, verb, size))
 
 
 def gib(n: int) -> str:
