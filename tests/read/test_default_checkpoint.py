@@ -121,6 +121,30 @@ def test_a_checkpoint_that_is_not_a_path_is_refused_by_name(settings, bad):
     assert ("no_checkpoint=True" in str(e.value)) == (bad is False)
 
 
+PATH_FIELDS = [  # every settings field that names a file or folder, with what the class needs beside it
+    (ar.CorpusSettings, "corpus", {}),
+    (ar.CorpusSettings, "checkpoint", {"corpus": "c.txt"}),
+    (ar.SimulateSettings, "requests", {}),
+    (ar.InductionSettings, "save", {}),
+]
+
+
+@pytest.mark.parametrize(("settings", "name", "beside"), PATH_FIELDS)
+@pytest.mark.parametrize("bad", [3.5, True, ["a.txt"]])
+def test_a_path_field_given_no_path_is_refused_by_name_before_any_work(settings, name, beside, bad):
+    # a float or a list reached open() and was a TypeError traceback (corpus=3.5, requests=3.5)
+    with pytest.raises(InputError) as e:
+        settings(**beside, **{name: bad})
+    assert e.value.field == name and repr(bad) in str(e.value)
+    settings(**beside, **{name: Path("some") / "where"})  # a pathlib.Path is a path
+
+
+def test_a_corpus_field_that_is_not_a_name_is_refused():
+    with pytest.raises(InputError) as e:
+        ar.CorpusSettings(corpus="c.txt", field=3)
+    assert e.value.field == "field" and "got 3" in str(e.value)
+
+
 def _fake_run(name: str, size: int, age: int) -> Path:
     folder = runs.runs_dir()
     folder.mkdir(parents=True, exist_ok=True)

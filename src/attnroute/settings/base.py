@@ -258,6 +258,7 @@ def hold(key, enter) -> bool:
 
 __all__ = [
     "checkpoint_fields",
+    "path_arg",
     "memory_field",
     "size",
     "SEED_MAX",
@@ -300,12 +301,17 @@ def memory_field(s) -> None:
     set_field(s, "max_memory", size(s.max_memory, "max_memory"))
 
 
+def path_arg(value, name: str, what: str = "a file's path", hint: str = "") -> None:
+    """A path field holds a str or os.PathLike (None where it is optional): anything else is refused naming the
+    field, before open() would raise a TypeError deep in the work."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, str | os.PathLike)):
+        raise InputTypeError(f"{name} must be {what} or None, got {value!r}{hint}", field=name)
+
+
 def checkpoint_fields(s) -> None:
     """``checkpoint`` (a file) and ``no_checkpoint`` (keep none) cannot both be asked."""
     off, named = getattr(s, "no_checkpoint", False), getattr(s, "checkpoint", None)
-    if named is not None and (isinstance(named, bool) or not isinstance(named, str | os.PathLike)):
-        hint = ": to keep none, pass no_checkpoint=True" if named is False else ""
-        raise InputTypeError(f"checkpoint must be a file's path or None, got {named!r}{hint}", field="checkpoint")
+    path_arg(named, "checkpoint", hint=": to keep none, pass no_checkpoint=True" if named is False else "")
     if not isinstance(off, bool):
         raise InputTypeError(f"no_checkpoint must be True or False, got {off!r}", field="no_checkpoint")
     if off and getattr(s, "checkpoint", None) is not None:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, fields
 
 from ..errors import InputError
-from .base import Settings, opt
+from .base import Settings, opt, path_arg
 
 MAY_BE_ZERO = frozenset({"seed", "ff", "warmup"})  # ff = 0 is the attention-only model; warmup 0: none
 POSITIONS = ("learned", "sinusoidal", "rope")
@@ -69,6 +69,7 @@ class InductionSettings(TrainSettings):
 
     def __post_init__(self):
         super().__post_init__()
+        path_arg(self.save, "save", "a folder's path")
         if self.save is not None and self.positions != "rope":
             raise InputError(
                 f"only a rotary model is saved for --model (transformers has no architecture for positions="

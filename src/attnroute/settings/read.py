@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..errors import InputError, InputTypeError
 from ..promptset import MetricArg, metric_setting, pairs_of
 from .base import (
     SEED_MAX,
@@ -19,6 +19,7 @@ from .base import (
     names,
     nonempty_text,
     opt,
+    path_arg,
     set_field,
 )
 
@@ -184,8 +185,13 @@ class CorpusSettings(Settings):
     verify: bool = opt(True, "compare the routed model with its own eager attention before reading")
 
     def __post_init__(self):
+        path_arg(self.corpus, "corpus", "a file or folder of documents")
         if not self.corpus:
             raise InputError("corpus is empty: give a file or folder of documents", field="corpus")
+        if not isinstance(self.field, str) or not self.field:
+            raise InputTypeError(
+                f"field must be a .jsonl field or dataset column's name, got {self.field!r}", field="field"
+            )
         integer(self.limit, "limit", 1, optional=True)
         integer(self.max_tokens, "max_tokens", 2, optional=True)
         integer(self.importance_tokens, "importance_tokens", 2)

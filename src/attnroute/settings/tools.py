@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from .base import ModelArg, Settings, integer, nonempty_text, number, one_of, opt, set_field, size
+from .base import ModelArg, Settings, integer, nonempty_text, number, one_of, opt, path_arg, set_field, size
 from .read import DEFAULT_MODEL, DEVICE_DOC, DEVICE_MAP_DOC, DTYPE_DOC, MODEL_DOC, PROCESSOR_DOC, TOKENIZER_DOC
 
 CONVENTIONS = ("sdpa", "mha", "additive", "hf", "causal")
@@ -129,6 +129,9 @@ class SimulateSettings(Settings):
     budget_gb: float = opt(1.0, "KV-cache memory budget in GB")
     block_size: int = opt(16, "tokens per block")
     max_len: int = opt(2048, "the longest sequence a request may reach")
+
+    def __post_init__(self):
+        path_arg(self.requests, "requests", "a CSV file's path")  # the numbers are checked where they are drawn
 
 
 @dataclass(frozen=True)
