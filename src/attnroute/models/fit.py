@@ -36,7 +36,7 @@ TOKENIZER_PER_VOCAB = 1_332  # bytes a fast tokenizer holds per vocabulary entry
 WORKING = {
     "heads": (0, int(1.738 * GIB), 6_358, 25),  # A fits to 0: all of heads' working memory scales with the dtype
     "patch": (int(0.323 * GIB), int(0.750 * GIB), 0, 16),  # C fits to 0: one prompt's logits row at a time
-    "circuit": (int(1.033 * GIB), int(1.385 * GIB), 2_104, 16),
+    "circuit": (int(0.498 * GIB), int(2.111 * GIB), 269, 16),
     "routes": (int(0.02 * GIB), 0, 0, 16),
     "why": (int(0.05 * GIB), 0, 0, 25),
 }
