@@ -116,11 +116,10 @@ def machine() -> dict:
 FLOOR = """
 import resource, sys
 import attnroute.cli  # the modules a verb's process imports: torch, transformers, attnroute
-from attnroute.bundled import cache_dir, model_path
-from attnroute.models.caches import content_key
+from attnroute.bundled import model_path
+from attnroute.models.caches import gguf_cache
 from attnroute.models.directory import directory_tokenizer
-path = model_path(sys.argv[1])
-directory_tokenizer(cache_dir() / f"{path.stem}-{content_key(path)}")
+directory_tokenizer(gguf_cache(model_path(sys.argv[1])))
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 

@@ -44,11 +44,16 @@ def _content_key(path: str, size: int, mtime_ns: int) -> str:
 DEFAULT = Placement()
 
 
+def gguf_cache(gguf: Path) -> Path:
+    """The folder a GGUF file's conversion is cached in: its name and the first digits of its bytes' hash."""
+    return cache_dir() / f"{Path(gguf).stem}-{content_key(gguf)}"
+
+
 def _load_gguf_cached(gguf: Path, say, place: Placement = DEFAULT):
     # The cache is keyed by content, so a complete cache entry means these very bytes parsed and
     # converted before: the header check (2-3 s of GGUFReader) is only paid when converting.
     regular_file(gguf)
-    target = cache_dir() / f"{gguf.stem}-{content_key(gguf)}"
+    target = gguf_cache(gguf)
     if (hit := _in_dtype(target, gguf.name, say, place)) is not None:
         return hit
     check_gguf(gguf)

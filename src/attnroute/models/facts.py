@@ -8,9 +8,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bundled import MODELS, cache_dir, model_path
+from ..bundled import MODELS, model_path
 from ..errors import InputError
-from .caches import content_key, one_gguf_parse
+from .caches import gguf_cache, one_gguf_parse
 from .directory import directory_tokenizer
 from .discovery import model_kind
 from .sources import quiet_transformers
@@ -58,7 +58,7 @@ def _facts(name_or_path: str, stamp: int) -> Facts | None:
     try:
         path = model_path(name_or_path) if name_or_path in MODELS else Path(name_or_path)
         if path.suffix.lower() == ".gguf":
-            target = cache_dir() / f"{path.stem}-{content_key(path)}"
+            target = gguf_cache(path)
             if (target / "attnroute-complete").exists():
                 config = AutoConfig.from_pretrained(target, trust_remote_code=False)
                 return Facts(directory_tokenizer(target), "causal", config)
