@@ -69,8 +69,9 @@ def _read(loaded, res):
 
 
 @torch.no_grad()
-def reference_head_patching(loaded, clean, corrupt, metric, batch_fields):
-    """M(corrupt run with head h of layer l's output taken from the clean run), [L, H, B], by hooks."""
+def reference_head_patching(loaded, clean, corrupt, metric, batch_fields, layers=None):
+    """M(corrupt run with head h of layer l's output taken from the clean run), [L, H, B], by hooks; only the
+    rows of ``layers`` when given (the others stay NaN)."""
     L, H = loaded.n_layers, loaded.n_heads
     recorded = {}
     projs = loaded.out_projections
@@ -83,9 +84,10 @@ def reference_head_patching(loaded, clean, corrupt, metric, batch_fields):
     for h in hooks:
         h.remove()
     B = clean.shape[0]
-    out = np.zeros((L, H, B))
+    out = np.full((L, H, B), np.nan)
     below = _corrupt_layer_outputs(loaded, corrupt)  # a decoder-only LM: layers below l are not rerun
-    for l in range(L):  # one forward per layer: its H patched copies of the corrupt batch side by side
+    # one forward per layer: its H patched copies of the corrupt batch side by side
+    for l in range(L) if layers is None else layers:
         d = recorded[l].shape[-1] // H
 
         def swap(m, args, l=l, d=d):
@@ -158,12 +160,15 @@ def test_every_head_of_smollm2_matches_the_hook_reference(smollm2):
         "answer": torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(p.answer))[0] for p in PAIRS]),
         "wrong": torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(p.wrong))[0] for p in PAIRS]),
     }
-    ref = reference_head_patching(smollm2, clean, corrupt, logit_diff, fields)
+    # every head measured exactly, and the hooks' reference on every head of every third layer, the first and
+    # the last among them (all 30 layers: 15 s more of CI for the same comparison)
+    layers = [*range(0, 30, 3), 29]
+    ref = reference_head_patching(smollm2, clean, corrupt, logit_diff, fields, layers=layers)
     ours = _grid(r)
-    assert ours.shape == ref.shape == (30, 9, 2)
+    assert ours.shape == ref.shape == (30, 9, 2) and np.isfinite(ours).all()
     # fp32, logit differences of ~6: the model's eager attention and the engine's accumulate differently over
     # 30 layers (measured max 1.3e-5 here, ~27 ulp of 6; 2e-6 relative)
-    assert np.abs(ours - ref).max() <= 2e-5
+    assert np.abs(ours[layers] - ref[layers]).max() <= 2e-5
     assert r.meta["shortcut"][0]["used"]  # the restart ran and still matched
     # the clean and corrupt metric equal the unpatched model's own
     with eager(smollm2), torch.no_grad():

@@ -199,7 +199,7 @@ CLEAR_POINT = """() => { const svg = document.querySelector("SEL"), r = svg.getB
 WORDS = "river stone cloud table garden window paper music candle forest ladder mirror".split()
 
 
-@pytest.mark.parametrize("n", [20, 1000])  # a line, and many wrapped rows
+@pytest.mark.parametrize("n", [20, 400])  # a line, and many wrapped rows (1,000 took 33 s of CI for the same check)
 def test_the_page_fits_its_window_at_real_sizes(smollm2_server, n):
     """n tokens (about): no horizontal overflow of the page, token rows wrap, the selected token in view."""
     text = " ".join(WORDS[i % len(WORDS)] for i in range(n - 1))
