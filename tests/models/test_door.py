@@ -289,3 +289,27 @@ def test_a_speech_model_takes_its_processor_as_processor_or_tokenizer_and_not_bo
     with pytest.raises(InputError) as e:
         ar.read_heads(lm.model, audio="paris", processor=proc, tokenizer=lm.tokenizer, ablation=False)
     assert e.value.field == "processor"
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bart"])  # nn.Dropout modules; BART's functional dropout and layerdrop
+def test_a_model_in_training_mode_with_dropout_on_is_refused_by_name_and_left_in_it(tmp_path, arch):
+    """Its forward is random, so no number read from it is exact: refused naming model before any work (heads'
+    routing check used to fail instead, and patch ran and printed numbers). The mode stays the user's."""
+    from tests.read.zoo import config, model_class
+
+    obj = model_class(config(arch)).from_pretrained(build(arch, tmp_path)).train()
+    before = _state(obj)
+    for verb in (lambda m: ar.read_heads(m, TEXT, exact=0, ablation=False), lambda m: ar.patch(m, PAIRS, exact=0)):
+        with pytest.raises(InputError) as e:
+            verb(obj)
+        assert e.value.field == "model" and "training mode with dropout 0.1" in str(e.value)
+        assert "model.eval()" in str(e.value) and _state(obj) == before
+
+
+def test_training_mode_with_every_dropout_at_zero_is_deterministic_and_read(tiny_dir):
+    obj = _user_object(tiny_dir).train()  # Llama: attention_dropout 0, no dropout modules
+    before = _state(obj)
+    want = ar.read_heads(str(tiny_dir), TEXT, exact=0, ablation=False)
+    got = ar.read_heads(obj, TEXT, exact=0, ablation=False)
+    np.testing.assert_allclose(got.columns["entropy"], want.columns["entropy"], rtol=1e-6, atol=1e-7)
+    assert _state(obj) == before and all(m.training for m in obj.modules())

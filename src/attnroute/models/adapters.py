@@ -102,3 +102,29 @@ def _quantization(model) -> str | None:
     config = getattr(getattr(model, "config", None), "quantization_config", None)
     method = config.get("quant_method") if isinstance(config, dict) else getattr(config, "quant_method", None)
     return str(getattr(method, "value", method) or "integer weights")
+
+
+def refuse_random(model) -> None:
+    """A model in training mode with a dropout (or LayerDrop) that is on gives a different forward every call: no
+    reading of it is exact, and its routing check fails for no reason of its own. Refused by name, naming the
+    first such module; attnroute does not switch the mode for the user. Training mode with every dropout at 0
+    (Llama's default) is deterministic and is read."""
+    import torch
+
+    for name, module in model.named_modules():
+        if not module.training:
+            continue
+        p = module.p if isinstance(module, torch.nn.modules.dropout._DropoutNd) else _drop_rate(module)
+        if p:
+            raise InputError(
+                f"model is in training mode with dropout {p:g} in {name or type(module).__name__}: its forward is "
+                "random, so no reading of it is exact; call model.eval() first (attnroute leaves the mode to you)",
+                field="model",
+            )
+
+
+def _drop_rate(module) -> float:
+    """A rate a module applies itself in training mode (transformers' attention_dropout, BART's and Whisper's
+    functional dropout and layerdrop), or 0."""
+    rates = [v for k, v in vars(module).items() if "drop" in k and isinstance(v, float) and 0 < v <= 1]
+    return max(rates, default=0.0)
