@@ -313,3 +313,21 @@ def test_training_mode_with_every_dropout_at_zero_is_deterministic_and_read(tiny
     got = ar.read_heads(obj, TEXT, exact=0, ablation=False)
     np.testing.assert_allclose(got.columns["entropy"], want.columns["entropy"], rtol=1e-6, atol=1e-7)
     assert _state(obj) == before and all(m.training for m in obj.modules())
+
+
+def test_gradient_checkpointing_on_in_training_mode_is_refused_by_name(tmp_path):
+    """Gemma 3's patch and circuit crashed (a gradient that never arrived, a tensor that still required grad):
+    checkpointed layers rerun their forward in the backward pass. Refused, and left on; off in eval mode, read."""
+    from tests.read.zoo import config, model_class
+
+    obj = model_class(config("gemma3_text")).from_pretrained(build("gemma3_text", tmp_path))
+    obj.gradient_checkpointing_enable()
+    obj.train()
+    before = _state(obj)
+    for verb in (lambda m: ar.patch(m, PAIRS, exact=0), lambda m: ar.circuit(m, PAIRS, exact=0, ig_steps=1)):
+        with pytest.raises(InputError) as e:
+            verb(obj)
+        assert e.value.field == "model" and "gradient checkpointing" in str(e.value) and "model.eval()" in str(e.value)
+        assert _state(obj) == before and obj.is_gradient_checkpointing
+    obj.eval()
+    assert ar.patch(obj, PAIRS, exact=0).meta["m_clean"] is not None

@@ -128,3 +128,17 @@ def _drop_rate(module) -> float:
     functional dropout and layerdrop), or 0."""
     rates = [v for k, v in vars(module).items() if "drop" in k and isinstance(v, float) and 0 < v <= 1]
     return max(rates, default=0.0)
+
+
+def refuse_checkpointing(model) -> None:
+    """Gradient checkpointing, where it is on (training mode): each checkpointed layer runs its forward again
+    during the backward pass, so the activations attnroute hooks are recorded twice and the gradients of the ones
+    it kept never arrive (Gemma 3's patch and circuit crashed on it). Refused by name, before any work."""
+    on = [n for n, m in model.named_modules() if m.training and getattr(m, "gradient_checkpointing", False) is True]
+    if on:
+        raise InputError(
+            f"model has gradient checkpointing on in training mode ({on[0] or type(model).__name__}): its layers "
+            "rerun their forward in the backward pass, which attnroute's gradients cannot follow; call "
+            "model.eval() (or model.gradient_checkpointing_disable()) first",
+            field="model",
+        )

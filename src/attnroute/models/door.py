@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError, InputTypeError
-from .adapters import is_peft, refuse_compiled, refuse_quantized, refuse_random, unwrap_peft
+from .adapters import is_peft, refuse_checkpointing, refuse_compiled, refuse_quantized, refuse_random, unwrap_peft
 from .discovery import _finish, model_kind
 from .loaded import LoadedModel, ModelLoadError, dtype_names
 from .offload import unheld
@@ -46,6 +46,7 @@ def load(model, tokenizer=None, progress=None, dtype=None, device=None, device_m
     held = _held(model, tokenizer)
     check_held(held.model, place, device, device_map)
     refuse_random(held.model)
+    refuse_checkpointing(held.model)
     return _in_dtype(held, dtype)
 
 
