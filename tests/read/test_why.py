@@ -153,6 +153,10 @@ def test_masked_routes_and_bad_heads_are_refused(tmp_path):
         ar.why(loaded, TEXT, head="L5.H0", query="3", key="2")
     with pytest.raises(InputError, match="2 layers × 4 heads"):
         ar.why(load(str(build("bert", tmp_path / "b"))), TEXT, head="E2.H0", query="3", key="2")
+    with pytest.raises(InputError, match="has no decoder; its heads are E0.H0 … E1.H3"):  # not "0 layers"
+        ar.why(load(str(tmp_path / "b" / "bert")), TEXT, head="L1.H1", query="3", key="2")
+    with pytest.raises(InputError, match=r"has no encoder; its heads are L0.H0 … L1.H3"):
+        ar.why(loaded, TEXT, head="E0.H0", query="3", key="2")
 
 
 @pytest.mark.parametrize(

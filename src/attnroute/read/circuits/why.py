@@ -33,7 +33,7 @@ from .graph import Graph
 from .layout import CircuitUnsupported, discover, stacks
 from .postln import PostLNStream, side_parts
 from .qk import Side, split_side
-from .why_core import HEAD, ROUTES_MAX, Recorded, WhyResult, existing, receivers, result
+from .why_core import HEAD, ROUTES_MAX, Recorded, WhyResult, existing, no_such_head, receivers, result
 
 DISCOVER = 16  # tokens of the text the stream's layout is found on (it does not depend on the length)
 
@@ -75,8 +75,7 @@ def _why_post_ln(loaded, s: WhySettings, ids, listed) -> WhyResult:
     stream = "encoder" if side == "E" else "decoder"
     found = dict(stacks(loaded))
     if stream not in found or layer >= len(found[stream]) or h >= loaded.n_heads:
-        n = len(found.get(stream, []))
-        raise InputError(f"head {s.head}: this model's {stream} has {n} layers × {loaded.n_heads} heads", field="head")
+        raise no_such_head(s.head, stream, {name: len(stack) for name, stack in found.items()}, loaded.n_heads)
     index = {id(m): i for i, m in enumerate(loaded.attention_modules)}
     attns = [m for m in found[stream][layer].modules() if id(m) in index]
     kinds = [loaded.attention_kinds[index[id(m)]] for m in attns]

@@ -206,6 +206,21 @@ class Recorded:
         return s if not c else c * torch.tanh(s / c)
 
 
+def no_such_head(head: str, stream: str, sizes: dict[str, int], heads: int) -> InputError:
+    """The refusal of a head the model lacks, naming the heads it has (an encoder's are E<layer>.H<head>)."""
+    have = [
+        f"{'E' if name == 'encoder' else 'L'}0.H0 … {'E' if name == 'encoder' else 'L'}{n - 1}.H{heads - 1}"
+        for name, n in sizes.items()
+        if n
+    ]
+    if not sizes.get(stream):
+        return InputError(f"head {head}: this model has no {stream}; its heads are {' and '.join(have)}", field="head")
+    return InputError(
+        f"head {head}: this model's {stream} has {sizes[stream]} layers × {heads} heads ({' and '.join(have)})",
+        field="head",
+    )
+
+
 def receivers(graph: Graph, layout, head: str):
     """(the query head's q receiver, its kv head's k receiver, the attention) for L18.H6 / E2.H0 / L3.xH2."""
     side, layer, cross, h = HEAD.fullmatch(head).groups()
@@ -213,9 +228,8 @@ def receivers(graph: Graph, layout, head: str):
     stream = "encoder" if side == "E" else "decoder"
     stack = layout.stack(stream) if stream in layout.streams else []
     if layer >= len(stack) or h >= layout.heads:
-        raise InputError(
-            f"head {head}: this model's {stream} has {len(stack)} layers × {layout.heads} heads", field="head"
-        )
+        sizes = {name: len(layout.stack(name)) for name in layout.streams}
+        raise no_such_head(head, stream, sizes, layout.heads)
     a = stack[layer].cross if cross else stack[layer].attn
     if a is None:
         raise InputError(f"head {head}: layer {layer} has no {'cross-' if cross else ''}attention", field="head")
