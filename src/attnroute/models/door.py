@@ -158,8 +158,8 @@ def _saved_tokenizer(model):
         pass
     where = f"at {source!r}" if source else "(the model has no name_or_path)"
     raise ModelLoadError(
-        f"no tokenizer was given and none is saved {where}; load it as load_model(model, tokenizer=tok) "
-        "and give the verb that LoadedModel",
+        f"no tokenizer was given and none is saved {where}; give the one you hold beside the model: "
+        "tokenizer=tok to any verb (processor= for a speech model), or ar.load_model(model, tokenizer=tok)",
         field="tokenizer",
     )
 
