@@ -74,11 +74,10 @@ def test_corrupt_or_partial_weights_are_refused_by_name(tiny_bert_dir, tmp_path,
     with pytest.raises(ModelLoadError, match=words) as e:
         load(str(d))
     assert "\n" not in str(e.value) and str(d) in str(e.value)
-    for argv in (
-        ["heads", "--model", str(d), "--no-ablation"],
-        ["cost", "kv", "--model", str(d)],
-        ["check", f"hf:{d}", "--only", "causal"],
-    ):
+    # `check` loads in a child process of its own (4 s each): two of the five cases go through it, one
+    # unreadable file and one checkpoint that does not match
+    checked = [["check", f"hf:{d}", "--only", "causal"]] if case in ("truncated", "missing_layer") else []
+    for argv in (["heads", "--model", str(d), "--no-ablation"], ["cost", "kv", "--model", str(d)], *checked):
         assert main(argv) == 2
         err = capsys.readouterr().err
         lines = err.strip().splitlines()
