@@ -14,8 +14,8 @@ SRC = Path(attnroute.__file__).parent
 
 # Pinned: adding or removing a public name is a decision, made in __init__.py's one list and here, by its digest
 # (the names are not written twice: the failure prints them).
-PUBLIC_COUNT = 158  # + cost_fit and FitSettings (issue 52.5: will it fit)
-PUBLIC_DIGEST = "b1e97dbf5a32af5a"
+PUBLIC_COUNT = 157  # - transcribe: an internal step (a LoadedModel and features), not a verb; a held object crashed it
+PUBLIC_DIGEST = "d28cc0e39deb2e3a"
 
 
 def _digest(names) -> str:

@@ -127,7 +127,6 @@ _HOMES: dict[str, tuple[str, str]] = {
     "speech_routes": ("read.speech.routes", "speech_routes"),
     "audio": ("audio", "audio"),
     "Audio": ("audio", "Audio"),
-    "transcribe": ("read.ground.speech", "transcribe"),
     "HeadTable": ("read.headtable", "HeadTable"),
     "load_model": ("models", "load"),
     "routing_check": ("read.verify", "routing_check"),
