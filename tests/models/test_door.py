@@ -331,3 +331,29 @@ def test_gradient_checkpointing_on_in_training_mode_is_refused_by_name(tmp_path)
         assert _state(obj) == before and obj.is_gradient_checkpointing
     obj.eval()
     assert ar.patch(obj, PAIRS, exact=0).meta["m_clean"] is not None
+
+
+@pytest.mark.parametrize("verb", ["heads", "patch", "routes", "circuit"])
+def test_a_verb_called_inside_inference_mode_reads_as_outside_it(tiny_dir, verb):
+    """A notebook or a server may hold torch.inference_mode() around its calls: every gradient pass failed in
+    autograd there (raw RuntimeErrors). The verb runs outside it, gives the same numbers, and the mode is back."""
+    obj = _user_object(tiny_dir)
+    want = _numbers(DISPATCHED[verb](obj))
+    with torch.inference_mode():
+        got = _numbers(DISPATCHED[verb](obj))
+        assert torch.is_inference_mode_enabled()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_a_model_built_under_inference_mode_is_read(tiny_dir):
+    """Its rotary buffers are inference tensors, which have no version counter: the circuit's weight-score cache
+    read one and crashed. Such a model's scores are computed each time instead."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.inference_mode():
+        obj = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    assert any(b.is_inference() for b in obj.buffers())
+    for verb in ("circuit", "composition"):
+        np.testing.assert_allclose(
+            _numbers(DISPATCHED[verb](obj)), _numbers(DISPATCHED[verb](_user_object(tiny_dir))), rtol=1e-6, atol=1e-7
+        )

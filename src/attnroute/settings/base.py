@@ -22,6 +22,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 from collections.abc import Sequence  # noqa: F401  (named in PromptsArg)
 from dataclasses import MISSING, field, fields
 from typing import Union
@@ -235,12 +236,23 @@ def scoped(fn):
             return fn(*args, **kwargs)
         with contextlib.ExitStack() as stack:
             token = _SCOPE.set((stack, set()))
+            _normal_mode(stack)
             try:
                 return fn(*args, **kwargs)
             finally:
                 _SCOPE.reset(token)
 
     return run
+
+
+def _normal_mode(stack: contextlib.ExitStack) -> None:
+    """A verb called inside the user's ``torch.inference_mode()`` (a notebook's or a server's) runs outside it:
+    its gradient passes would otherwise fail in autograd (raw RuntimeErrors from patch, circuit, routes and heads'
+    estimate). The user's mode is back when the verb ends. torch is not imported for this: where it is not
+    loaded yet, no inference mode can be on."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.is_inference_mode_enabled():
+        stack.enter_context(torch.inference_mode(False))
 
 
 def hold(key, enter) -> bool:

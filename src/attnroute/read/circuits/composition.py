@@ -156,8 +156,14 @@ _SCORES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def weight_scores(loaded, layout=None) -> tuple[dict, str]:
     """scores_of(head_matrices(loaded, layout)) and the stream they are of, computed once per model and again
-    only when a weight or buffer changes (another tensor, or one written in place: torch's version counter)."""
-    key = tuple((t.data_ptr(), t._version) for t in (*loaded.model.parameters(), *loaded.model.buffers()))
+    only when a weight or buffer changes (another tensor, or one written in place: torch's version counter). A
+    model holding inference tensors (built under torch.inference_mode: its rotary buffers) has no version counter
+    to read, and is never cached."""
+    tensors = (*loaded.model.parameters(), *loaded.model.buffers())
+    if any(t.is_inference() for t in tensors):
+        mats = head_matrices(loaded, layout)
+        return scores_of(mats), mats["stream"]
+    key = tuple((t.data_ptr(), t._version) for t in tensors)
     hit = _SCORES.get(loaded.model)
     if hit is not None and hit[0] == key:
         return hit[1]
