@@ -357,3 +357,14 @@ def test_a_model_built_under_inference_mode_is_read(tiny_dir):
         np.testing.assert_allclose(
             _numbers(DISPATCHED[verb](obj)), _numbers(DISPATCHED[verb](_user_object(tiny_dir))), rtol=1e-6, atol=1e-7
         )
+
+
+def test_another_models_tokenizer_is_refused_before_it_indexes_past_the_embedding(tiny_dir, smollm2):
+    """SmolLM2's tokenizer (49,152 tokens) beside a model of 30,522 embedding rows: heads and knockout crashed
+    with a raw IndexError in the embedding; now refused naming tokenizer, before any work."""
+    obj, tok = _user_object(tiny_dir), smollm2.tokenizer
+    heads = lambda: ar.read_heads(obj, TEXT, tokenizer=tok, ablation=False)  # noqa: E731
+    for verb in (heads, lambda: ar.patch(obj, PAIRS, tokenizer=tok, exact=0)):
+        with pytest.raises(InputError) as e:
+            verb()
+        assert e.value.field == "tokenizer" and "49,152 tokens and the model's embedding 30,522 rows" in str(e.value)

@@ -138,8 +138,27 @@ def from_object(model, tokenizer=None) -> LoadedModel:
         tokenizer = tokenizer.tokenizer
     kind = model_kind(model.config)
     tokenizer = tokenizer if tokenizer is not None else _saved_tokenizer(model)
+    _same_vocabulary(model, tokenizer)
     name = str(getattr(model, "name_or_path", "") or type(model).__name__)
     return _finish((model, tokenizer, kind), name)
+
+
+def _same_vocabulary(model, tokenizer) -> None:
+    """A tokenizer with more tokens than the model has embedding rows is another model's: its ids past the last
+    row index nothing (a raw IndexError mid-forward). Refused naming tokenizer. Fewer is usual (rows padded to a
+    multiple of 64, Whisper's and T5's spare rows)."""
+    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    rows = getattr(embed, "num_embeddings", None)
+    try:
+        size = len(tokenizer)
+    except TypeError:  # not a tokenizer at all: what reads it says so
+        return
+    if rows is not None and size > rows:
+        raise InputError(
+            f"tokenizer has {size:,} tokens and the model's embedding {rows:,} rows: it is not this model's "
+            "tokenizer; give the one the model was trained with",
+            field="tokenizer",
+        )
 
 
 def _saved_tokenizer(model):
