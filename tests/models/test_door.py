@@ -368,3 +368,15 @@ def test_another_models_tokenizer_is_refused_before_it_indexes_past_the_embeddin
         with pytest.raises(InputError) as e:
             verb()
         assert e.value.field == "tokenizer" and "49,152 tokens and the model's embedding 30,522 rows" in str(e.value)
+
+
+def test_a_pipeline_is_refused_saying_to_pass_its_model_and_tokenizer(tiny_dir):
+    from transformers import pipeline
+
+    pipe = pipeline("text-generation", model=str(tiny_dir))
+    with pytest.raises(InputTypeError) as e:
+        ar.read_heads(pipe, TEXT, ablation=False)
+    assert e.value.field == "model" and "TextGenerationPipeline, which holds one: pass its .model" in str(e.value)
+    got = ar.read_heads(pipe.model, TEXT, tokenizer=pipe.tokenizer, ablation=False)
+    want = ar.read_heads(str(tiny_dir), TEXT, ablation=False)
+    np.testing.assert_allclose(got.columns["entropy"], want.columns["entropy"], rtol=1e-6, atol=1e-7)

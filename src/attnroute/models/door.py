@@ -66,6 +66,12 @@ def _held(model, tokenizer) -> LoadedModel:
         refuse_quantized(model)
         _not_offloaded(model)
         return from_object(model, tokenizer)
+    if _is_transformers_model(getattr(model, "model", None)):  # a pipeline, or another holder of one
+        raise InputTypeError(
+            f"model must be {TAKES}, got {type(model).__name__}, which holds one: pass its .model, with "
+            "tokenizer= its .tokenizer (or processor= its .processor)",
+            field="model",
+        )
     raise InputTypeError(f"model must be {TAKES}, got {type(model).__name__}", field="model")
 
 
