@@ -235,3 +235,17 @@ def test_token_loss_widens_low_precision_logits_a_block_at_a_time_to_autograds_n
     assert whole.grad.dtype == dtype and whole.grad[:, -1].abs().sum() == 0 and whole.grad[1, 4].abs().sum() == 0
     # softmax against exp(log_softmax): one rounding of the dtype at most
     torch.testing.assert_close(whole.grad, want_logits.grad, rtol=0, atol=float(torch.finfo(dtype).eps))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_an_encoder_in_low_precision_pools_in_float32_and_agrees_with_float32(tmp_path_factory, dtype):
+    """A bf16 BERT's heads, report and corpus read crashed turning its pooled effects into numpy: mean pooling (a
+    sum over tokens) now runs in float32 whatever the model's dtype."""
+    from transformers import AutoModel
+
+    path = build("bert", tmp_path_factory.mktemp("encoder"))
+    got = ar.read_heads(AutoModel.from_pretrained(path, dtype=dtype).eval(), TEXT, exact="all")
+    want = ar.read_heads(AutoModel.from_pretrained(path).eval(), TEXT, exact="all")
+    delta, tol = np.asarray(want.columns["ablation_delta"]), READ_TOLERANCE[dtype]
+    scale = max(1.0, float(np.nanmax(np.abs(delta))))
+    assert np.nanmax(np.abs(np.asarray(got.columns["ablation_delta"]) - delta)) <= tol["effects"] * scale

@@ -137,9 +137,11 @@ def rows_of(batch: dict) -> torch.Tensor:
 
 
 def pooled(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Mean pooling over real tokens, what sentence-transformers does for all-MiniLM-L6-v2."""
-    m = attention_mask[..., None].to(hidden.dtype)
-    return (hidden * m).sum(1) / m.sum(1).clamp_min(1)
+    """Mean pooling over real tokens, what sentence-transformers does for all-MiniLM-L6-v2: in float32 whatever
+    the model's dtype (a sum over the tokens; a bf16 encoder's effects and metrics came out bf16, which numpy
+    cannot hold)."""
+    m = attention_mask[..., None].float()
+    return (hidden.float() * m).sum(1) / m.sum(1).clamp_min(1)
 
 
 # ------------------------------------------------------------------------------------ the layer stack
