@@ -37,7 +37,7 @@ from .ground.ablation import exact_rule, metric_effect_columns
 from .ground.budget import Bound
 from .ground.budget import said as memory_said
 from .ground.metrics import token_loss
-from .ground.speech import decoder_ids, prompt_length, speech_batch, transcribe
+from .ground.speech import decoder_ids, features_of, prompt_length, speech_batch, transcribe
 from .headtable import COLUMNS, HeadTable, TextMeta
 from .stimuli import encode_text, tokens_of
 from .study import Study
@@ -187,7 +187,7 @@ def _inputs(loaded, s: HeadsSettings, clip: Audio | None, say):
         limit = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else loaded.max_positions or None
         ids, cut = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, limit)
         return ids, cut, limit, None
-    features = clip.features(int(loaded.model.config.num_mel_bins))
+    features = features_of(loaded, clip)
     if s.text is not None:
         ids, how = decoder_ids(loaded, s.text), "given (teacher-forced)"
     else:

@@ -136,7 +136,7 @@ def speech_view(model, clip, text: str | None = None, ablation: bool = True, ver
     maps and spectrogram for the page."""
     from ..audio import audio
     from .alignment import cross_weights
-    from .ground.speech import decoder_ids, prompt_length, speech_batch
+    from .ground.speech import decoder_ids, features_of, prompt_length, speech_batch
     from .stimuli import tokens_of
 
     t0, say = time.perf_counter(), reporter(progress)
@@ -147,7 +147,7 @@ def speech_view(model, clip, text: str | None = None, ablation: bool = True, ver
     ids = decoder_ids(loaded, table.meta.audio["transcript"])
     if tokens_of(loaded.tokenizer, ids[0]) != table.meta.tokens:  # the transcript re-encoded must be what ran
         raise InputError("the transcript does not re-encode to the tokens that were read; give it with `text`")
-    feats = heard.features(int(loaded.model.config.num_mel_bins))
+    feats = features_of(loaded, heard)
     cross, _ = cross_weights(loaded, speech_batch(feats, ids), heard)
     P = prompt_length(loaded, ids)
     tokens = [loaded.tokenizer.decode([int(t)]) for t in ids[0, P:-1]]

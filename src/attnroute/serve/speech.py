@@ -30,7 +30,7 @@ from ..errors import InputError, readable_text
 from ..models import LoadedModel
 from ..read.adapter import routed
 from ..read.alignment import alignment, cross_weights
-from ..read.ground.speech import decoder_ids, prompt_length, speech_batch, transcribe, transcribe_batch
+from ..read.ground.speech import decoder_ids, features_of, prompt_length, speech_batch, transcribe, transcribe_batch
 from ..show.speech import spectrogram
 from ..show.weights import head_payload
 from .errors import RequestError
@@ -110,7 +110,7 @@ class SpeechExplorer:
         if key in self._states:
             return self._states[key]
         heard, m = self._audio(name), self.loaded
-        feats = heard.features(int(m.model.config.num_mel_bins))
+        feats = features_of(m, heard)
         job.say("transcribing" if text is None else "reading the given transcript", 0, 3)
         said = text.strip() if text is not None else transcribe(m, feats)[1]
         try:

@@ -153,14 +153,19 @@ def split_at_difference(clean: str, corrupt: str) -> tuple[str, str, str]:
     )
 
 
+def features_of(loaded, clip) -> torch.Tensor:
+    """A clip's log-mel features [1, n_mels, 3000] as the model reads them: its number of mel bins, in the dtype
+    it computes in (a bf16 Whisper's first convolution refused float32 features: every speech verb crashed)."""
+    return clip.features(int(loaded.model.config.num_mel_bins)).to(loaded.dtype)
+
+
 def clip_pair(loaded, clean, corrupt, text: str | None = None, answer=None, wrong=None) -> ClipPair:
     """Two clips (audio.Audio) on a speech model, read with one decoder text: ``text`` with ``answer`` and
     ``wrong`` as given, or — unset — the words the greedy transcripts share before they first differ, and the
     two words there."""
     if not loaded.audio:
         raise ClipPairError(f"{loaded.name} has no audio encoder: compare two clips on a speech model", field="model")
-    n_mels = int(loaded.model.config.num_mel_bins)
-    fa, fb = clean.features(n_mels), corrupt.features(n_mels)
+    fa, fb = features_of(loaded, clean), features_of(loaded, corrupt)
     ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb])))
     prefix, word_a, word_b = (text, answer, wrong) if text is not None else split_at_difference(ta, tb)
     a, w = word_token(loaded, answer or word_a, "answer"), word_token(loaded, wrong or word_b, "wrong")
@@ -172,7 +177,7 @@ def clip_pair(loaded, clean, corrupt, text: str | None = None, answer=None, wron
 def clip_batch(loaded, clips) -> dict:
     """Clips (audio.Audio with a text) as one batch: features [N, n_mels, 3000] and each transcript
     teacher-forced, right-padded [N, T] with its decoder mask."""
-    feats = torch.cat([c.features(int(loaded.model.config.num_mel_bins)) for c in clips])
+    feats = torch.cat([features_of(loaded, c) for c in clips])
     rows = [decoder_ids(loaded, c.text)[0] for c in clips]
     ids = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -283,6 +288,7 @@ __all__ = [
     "clip_pair",
     "clip_batch",
     "decoder_ids",
+    "features_of",
     "last_logit_diff",
     "prompt_ids",
     "prompt_length",

@@ -34,7 +34,15 @@ from ...settings import CrossKnockoutSettings, CrossSwapSettings, verb
 from ..adapter import routed
 from ..alignment import SpanError, alignment, frame_span, word_positions
 from ..experiments.common import load_checked
-from ..ground.speech import decoder_ids, prompt_ids, prompt_length, speech_batch, suppressed, transcribe_batch
+from ..ground.speech import (
+    decoder_ids,
+    features_of,
+    prompt_ids,
+    prompt_length,
+    speech_batch,
+    suppressed,
+    transcribe_batch,
+)
 from ..mode_ablation import wer
 
 GAP = 5  # frames (100 ms) between the route's span and its control: a word's edge is not sharper
@@ -149,7 +157,7 @@ def cross_knockout(model=None, clip=None, *, settings=None, progress=None, **fie
     say = reporter(progress)
     heard = audio(s.audio)  # before the weights load
     loaded = _speech_model(s, say)
-    feats = heard.features(int(loaded.model.config.num_mel_bins))
+    feats = features_of(loaded, heard)
     text = s.text or transcribe_batch(loaded, feats)[0][1]
     batch = speech_batch(feats, decoder_ids(loaded, text))
     P = prompt_length(loaded, batch["decoder_input_ids"])
@@ -276,8 +284,7 @@ def cross_swap(model=None, clip_a=None, clip_b=None, *, settings=None, progress=
     say = reporter(progress)
     a, b = audio(s.audio_a), audio(s.audio_b)
     loaded = _speech_model(s, say)
-    n_mels = int(loaded.model.config.num_mel_bins)
-    fa, fb = a.features(n_mels), b.features(n_mels)
+    fa, fb = features_of(loaded, a), features_of(loaded, b)
     ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb])))
     heads = list(s.heads) if s.heads is not None else list(range(loaded.n_heads))
     result = CrossSwapResult(loaded.name, [a.describe(), b.describe()], ta, tb)

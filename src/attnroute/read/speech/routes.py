@@ -24,7 +24,15 @@ from ...engine import InputError
 from ...engine.jsonable import Result
 from ...models.arithmetic import arithmetic_of, arithmetic_said, float32_arithmetic
 from ...settings import SpeechRoutesSettings, verb
-from ..ground.speech import last_logit_diff, prompt_ids, speech_batch, text_ids, transcribe_batch, word_token
+from ..ground.speech import (
+    features_of,
+    last_logit_diff,
+    prompt_ids,
+    speech_batch,
+    text_ids,
+    transcribe_batch,
+    word_token,
+)
 from ..patching.route_attribution import RouteRun, _agreements, _verify
 from ..patching.routes import output_gradients, stream_routes
 from ..stimuli import tokens_of
@@ -126,7 +134,7 @@ def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fiel
 
 def _attribute(st: Study, s: SpeechRoutesSettings, heard, loaded) -> SpeechRoutesResult:
     say = st.say
-    feats = heard.features(int(loaded.model.config.num_mel_bins))
+    feats = features_of(loaded, heard)
     transcript = transcribe_batch(loaded, feats)[0][1]
     prefix = s.text if s.text is not None else _prefix(transcript, s.answer)
     answer = word_token(loaded, s.answer, "answer")

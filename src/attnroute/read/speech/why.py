@@ -28,7 +28,7 @@ from ..circuits.graph import Graph
 from ..circuits.layout import discover
 from ..circuits.qk import split_side
 from ..circuits.why_core import HEAD, ROUTES_MAX, Recorded, existing, receivers, result
-from ..ground.speech import Clips, decoder_ids, prompt_length, speech_batch, transcribe
+from ..ground.speech import Clips, decoder_ids, features_of, prompt_length, speech_batch, transcribe
 from ..stimuli import tokens_of
 from ..study import Study
 
@@ -41,7 +41,7 @@ def why_speech(s, say):
     loaded = Study(s, say=say).load()
     if not loaded.audio:
         raise InputError(f"{loaded.name} has no audio encoder: `audio` needs a speech model", field="audio")
-    feats = heard.features(int(loaded.model.config.num_mel_bins))
+    feats = features_of(loaded, heard)
     text = s.text.strip() if s.text is not None else transcribe(loaded, feats)[1]
     ids = decoder_ids(loaded, text)
     clips = Clips(feats, ids)
