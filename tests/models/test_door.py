@@ -380,3 +380,13 @@ def test_a_pipeline_is_refused_saying_to_pass_its_model_and_tokenizer(tiny_dir):
     got = ar.read_heads(pipe.model, TEXT, tokenizer=pipe.tokenizer, ablation=False)
     want = ar.read_heads(str(tiny_dir), TEXT, ablation=False)
     np.testing.assert_allclose(got.columns["entropy"], want.columns["entropy"], rtol=1e-6, atol=1e-7)
+
+
+def test_a_model_answering_with_tuples_is_refused_by_name(tiny_dir):
+    """config.return_dict = False (torchscript, an export): transformers' own forward fails on it, and every verb
+    crashed with that traceback. Refused naming the setting; the config is left as it was."""
+    obj = _user_object(tiny_dir)
+    obj.config.return_dict = False
+    with pytest.raises(InputError) as e:
+        ar.patch(obj, PAIRS, exact=0)
+    assert e.value.field == "model" and "return_dict is False" in str(e.value) and obj.config.return_dict is False

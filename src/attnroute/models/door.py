@@ -47,6 +47,7 @@ def load(model, tokenizer=None, progress=None, dtype=None, device=None, device_m
     check_held(held.model, place, device, device_map)
     refuse_random(held.model)
     refuse_checkpointing(held.model)
+    _outputs_by_name(held.model)
     return _in_dtype(held, dtype)
 
 
@@ -147,6 +148,18 @@ def from_object(model, tokenizer=None) -> LoadedModel:
     _same_vocabulary(model, tokenizer)
     name = str(getattr(model, "name_or_path", "") or type(model).__name__)
     return _finish((model, tokenizer, kind), name)
+
+
+def _outputs_by_name(model) -> None:
+    """``config.return_dict = False`` (set for torchscript or an export) makes a model answer with tuples, which
+    transformers' own causal-LM forward cannot read (it fails on ``outputs.last_hidden_state``): refused by name
+    before any work, rather than that traceback from inside every verb."""
+    if getattr(getattr(model, "config", None), "return_dict", True) is False:
+        raise InputError(
+            "model.config.return_dict is False: the model answers with tuples, which transformers' own forward "
+            "(and attnroute) read by name; set model.config.return_dict = True first",
+            field="model",
+        )
 
 
 def _same_vocabulary(model, tokenizer) -> None:
