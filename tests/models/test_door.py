@@ -282,9 +282,11 @@ def test_a_speech_model_takes_its_processor_as_processor_or_tokenizer_and_not_bo
 
     lm = ar.load_model("whisper-tiny")
     proc = WhisperProcessor(feature_extractor=WhisperFeatureExtractor(), tokenizer=lm.tokenizer)
-    quick = dict(audio="paris", exact=0, ablation=False, seeds=(0,), stimulus_batch=1)  # the processor is the point
-    got = ar.read_heads(lm.model, processor=proc, **quick)
-    want = ar.read_heads(lm, **quick)  # the bundled model as loaded by name (a second load: 4 s of CI)
+    # the processor is the point: the transcript is given (teacher-forced), no greedy decoding in either read
+    quick = dict(audio="paris", exact=0, ablation=False, seeds=(0,), stimulus_batch=1)
+    said = "The capital of France is Paris."
+    got = ar.read_heads(lm.model, said, processor=proc, **quick)
+    want = ar.read_heads(lm, said, **quick)  # the bundled model as loaded by name (a second load: 4 s of CI)
     np.testing.assert_allclose(got.columns["entropy"], want.columns["entropy"], rtol=1e-6, atol=1e-7)
     with pytest.raises(InputError) as e:
         ar.read_heads(lm.model, audio="paris", processor=proc, tokenizer=lm.tokenizer, ablation=False)
