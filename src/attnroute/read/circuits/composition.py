@@ -160,16 +160,14 @@ def weight_scores(loaded, layout=None) -> tuple[dict, str]:
     model holding inference tensors (built under torch.inference_mode: its rotary buffers) has no version counter
     to read, and is never cached."""
     tensors = (*loaded.model.parameters(), *loaded.model.buffers())
-    if any(t.is_inference() for t in tensors):
-        mats = head_matrices(loaded, layout)
-        return scores_of(mats), mats["stream"]
-    key = tuple((t.data_ptr(), t._version) for t in tensors)
+    key = None if any(t.is_inference() for t in tensors) else tuple((t.data_ptr(), t._version) for t in tensors)
     hit = _SCORES.get(loaded.model)
-    if hit is not None and hit[0] == key:
+    if key is not None and hit is not None and hit[0] == key:
         return hit[1]
     mats = head_matrices(loaded, layout)
     found = scores_of(mats), mats["stream"]
-    _SCORES[loaded.model] = (key, found)
+    if key is not None:
+        _SCORES[loaded.model] = (key, found)
     return found
 
 

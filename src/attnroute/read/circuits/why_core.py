@@ -208,10 +208,9 @@ class Recorded:
 
 def no_such_head(head: str, stream: str, sizes: dict[str, int], heads: int) -> InputError:
     """The refusal of a head the model lacks, naming the heads it has (an encoder's are E<layer>.H<head>)."""
+    prefix = {"encoder": "E"}  # the decoder's (and a decoder-only model's) heads are L<layer>.H<head>
     have = [
-        f"{'E' if name == 'encoder' else 'L'}0.H0 … {'E' if name == 'encoder' else 'L'}{n - 1}.H{heads - 1}"
-        for name, n in sizes.items()
-        if n
+        f"{prefix.get(name, 'L')}0.H0 … {prefix.get(name, 'L')}{n - 1}.H{heads - 1}" for name, n in sizes.items() if n
     ]
     if not sizes.get(stream):
         return InputError(f"head {head}: this model has no {stream}; its heads are {' and '.join(have)}", field="head")

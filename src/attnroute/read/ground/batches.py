@@ -76,7 +76,7 @@ def metric_input(loaded, outputs, batch: dict) -> torch.Tensor:
 def references(loaded, clean_out, batch) -> dict:
     """What kl and cosine compare with: the clean run's last-position log-probabilities / pooled embedding."""
     if loaded.kind == "encoder":
-        return {"clean_embedding": pooled(clean_out.last_hidden_state, batch["attention_mask"]).detach().float()}
+        return {"clean_embedding": pooled(clean_out.last_hidden_state, batch["attention_mask"]).detach()}
     return {"clean_logprobs": torch.log_softmax(clean_out.logits[:, -1].float(), -1).detach()}
 
 
