@@ -7,6 +7,7 @@
     offload    weights accelerate offloaded to the CPU or disk, read one module at a time
     forwards   a module's forward replaced for a block and given back exactly
     arithmetic  a bf16 or fp16 model computing in float32 for a block, with no float32 copy of it (routes)
+    gradient_layout  a CPU bf16/fp16 Linear's input gradient in the layout torch's GEMM is fast in
     placement  the dtype, device or device map a model is loaded with, checked before it loads
     fit        will it fit: a verb's peak memory predicted from the config alone (cost fit's formula)
     sources    bundled names, directories, .gguf files, CTranslate2 folders and hub ids

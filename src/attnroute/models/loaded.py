@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import InputError
+from .gradient_layout import column_major_gradients, needs_layout
 
 
 def held_dtypes(model: torch.nn.Module) -> list[torch.dtype]:
@@ -47,10 +48,17 @@ class LoadedModel:
             f"({self.n_kv_heads} kv), {self.max_positions or 'unbounded'} positions>"
         )
 
+    @contextlib.contextmanager
     def reading(self):
         """The context a verb reads the model in (read/study.Study enters it): the model as attnroute reads it
-        inside, as the user left it outside — for a PEFT model, its adapters merged (adapters.py)."""
-        return contextlib.nullcontext() if self.view is None else self.view()
+        inside, as the user left it outside — for a PEFT model, its adapters merged (adapters.py); a bf16 or
+        fp16 model on the CPU, its Linears' input gradients column-major (gradient_layout.py)."""
+        with contextlib.ExitStack() as stack:
+            if self.view is not None:
+                stack.enter_context(self.view())
+            if needs_layout(self.model):
+                stack.enter_context(column_major_gradients(self.model))
+            yield
 
     @property
     def dtype(self) -> torch.dtype:

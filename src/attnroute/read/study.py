@@ -101,7 +101,7 @@ class Study:
             s, say = self.s, lambda m: self.say("load", m)
             where = {"device": getattr(s, "device", None), "device_map": getattr(s, "device_map", None)}
             self.loaded = load(s.model, self.tokenizer(), say, getattr(s, "dtype", None), **where)
-        if self.loaded.view is not None and not hold(id(self.loaded), self.loaded.reading):
+        if not hold(id(self.loaded), self.loaded.reading) and self.loaded.view is not None:
             raise ModelLoadError(  # outside a verb nothing would undo the view, and without it the numbers are wrong
                 "a PEFT model is read by attnroute's verbs, which apply its adapters while they run and undo "
                 "them after; pass it to a verb (ar.read_heads, ar.patch, …)"
