@@ -95,6 +95,7 @@ def test_float32_and_a_model_on_no_cpu_are_left_alone(tmp_path):
 
 
 def test_a_dispatched_model_with_a_layer_on_disk_is_wrapped_where_accelerate_calls_it(tmp_path):
+    """The layer on disk is on the meta device between its calls, and accelerate loads it onto the CPU to run."""
     path = build("llama", tmp_path)
     where = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.norm": "cpu"}
     where |= {"model.rotary_emb": "cpu", "lm_head": "cpu"}
@@ -102,8 +103,9 @@ def test_a_dispatched_model_with_a_layer_on_disk_is_wrapped_where_accelerate_cal
     plain = _low(path, torch.bfloat16)
     before = _as_it_was(moved, False)
     want_logits, want_g, _ = _pass(plain)
-    with column_major_gradients(moved):
+    with column_major_gradients(moved) as wrapped:
         logits, g, _ = _pass(moved)
+    assert wrapped == sum(type(m) is torch.nn.Linear for m in moved.modules())  # the layer on disk's too
     assert torch.equal(logits, want_logits)
     assert (g - want_g).abs().max().float() <= BOUND[torch.bfloat16] * want_g.abs().max().float()
     assert _as_it_was(moved, False) == before

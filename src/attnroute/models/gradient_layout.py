@@ -39,8 +39,8 @@ BLOCK = 16 << 20  # bytes of gradient rows copied at a time (SmolLM2's head: 1.7
 
 
 def needs_layout(model: torch.nn.Module) -> bool:
-    """Whether any Linear of ``model`` holds a bf16 or fp16 weight on the CPU."""
-    return any(_slow(m.weight) for m in _linears(model))
+    """Whether any Linear of ``model`` holds a bf16 or fp16 weight on the CPU (or offloaded, to run there)."""
+    return any(_runs_slow(m) for m in _linears(model))
 
 
 @contextlib.contextmanager
@@ -49,7 +49,7 @@ def column_major_gradients(model: torch.nn.Module) -> Iterator[int]:
     Linears were wrapped. Whatever ends the block, every forward is the model's own again."""
     wrapped = {}
     for m in _linears(model):
-        if _slow(m.weight):
+        if _runs_slow(m):
             attr = "_old_forward" if hasattr(m, "_hf_hook") and hasattr(m, "_old_forward") else "forward"
             wrapped[(m, attr)] = _forward_of(m, getattr(m, attr))
     with attributes_replaced(wrapped):
@@ -62,6 +62,14 @@ def _linears(model: torch.nn.Module) -> Iterator[torch.nn.Linear]:
 
 def _slow(w: torch.Tensor) -> bool:
     return w.dtype in LOW and w.device.type == "cpu"
+
+
+def _runs_slow(m: torch.nn.Linear) -> bool:
+    """``m`` computes with a CPU bf16/fp16 weight: one held there, or one accelerate offloaded (to the meta device
+    between calls) and loads onto the CPU to run it."""
+    w, hook = m.weight, getattr(m, "_hf_hook", None)
+    offloaded = w.device.type == "meta" and str(getattr(hook, "execution_device", None)).startswith("cpu")
+    return w.dtype in LOW and (w.device.type == "cpu" or offloaded)
 
 
 def _forward_of(m: torch.nn.Linear, inner):
