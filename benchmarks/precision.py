@@ -94,6 +94,8 @@ def _circuit(a: dict, b: dict) -> dict:
     scale = max(1.0, max((abs(xa[k]) for k in both), default=1.0))
     return {
         "top20_overlap": len(set(top["a"]) & set(top["b"])),
+        "top10_overlap": len(set(top["a"][:10]) & set(top["b"][:10])),
+        "top20_changed": sorted(set(top["a"]) ^ set(top["b"])),  # to judge against the error band
         "exact_both": len(both),
         "exact_max_rel_diff": max((abs(xa[k] - xb[k]) for k in both), default=0.0) / scale,
         "settled": [d["meta"]["exact"].get("settled") for d in (a, b)],

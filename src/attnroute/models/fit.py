@@ -35,8 +35,8 @@ TOKENIZER_PER_VOCAB = 1_332  # bytes a fast tokenizer holds per vocabulary entry
 # benchmarks/fit.py fits A, B and C to each verb's runs (non-negative least squares; results/fit.json, "fitted")
 WORKING = {
     "heads": (0, int(1.738 * GIB), 6_358, 25),  # A fits to 0: all of heads' working memory scales with the dtype
-    "patch": (int(0.068 * GIB), int(1.020 * GIB), 0, 16),  # C fits to 0: one prompt's logits row at a time
-    "circuit": (int(0.498 * GIB), int(2.111 * GIB), 269, 16),
+    "patch": (int(0.143 * GIB), int(0.940 * GIB), 0, 16),  # C fits to 0: one prompt's logits row at a time
+    "circuit": (int(0.048 * GIB), int(2.331 * GIB), 1_579, 16),
     "routes": (int(0.02 * GIB), 0, 0, 16),
     "why": (int(0.05 * GIB), 0, 0, 25),
 }
