@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attnroute.models import gradient_layout
@@ -130,3 +132,37 @@ def test_a_verb_reads_a_bf16_model_through_it_and_gives_it_back(tmp_path, monkey
     assert [r["delta"] for r in got.rows] == [r["delta"] for r in want.rows]
     e, e0 = (torch.tensor([r["estimate"] for r in x.rows]) for x in (got, want))
     assert (e - e0).abs().max() <= BOUND[torch.bfloat16] * max(1.0, e0.abs().max())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=st.integers(1, 40),
+    lead=st.sampled_from([(), (2,), (3, 1)]),
+    sizes=st.tuples(st.integers(1, 48), st.integers(1, 48)),
+    bias=st.booleans(),
+    dtype=st.sampled_from([torch.bfloat16, torch.float16]),
+    block=st.sampled_from([2, 64, 16 << 20]),  # bytes: one row, a few rows, all rows in one copy
+)
+def test_one_linear_against_autograds_on_awkward_shapes(rows, lead, sizes, bias, dtype, block):
+    """Odd row counts, 2-D and 3-D inputs, with and without a bias, blocks of one row up to all: the forward
+    equal bit for bit, dL/dx, dL/dW and dL/db within the dtype's rounding of one product."""
+    torch.manual_seed(rows)
+    n_in, n_out = sizes
+    layer = torch.nn.Linear(n_in, n_out, bias=bias).to(dtype)
+    x = torch.randn(*lead, rows, n_in).to(dtype).requires_grad_()
+    g = torch.randn(*lead, rows, n_out).to(dtype)
+    inputs = [x, *layer.parameters()]
+    want_y = layer(x)
+    want = torch.autograd.grad(want_y, inputs, g)
+    old, gradient_layout.BLOCK = gradient_layout.BLOCK, block
+    try:
+        with column_major_gradients(layer) as wrapped:
+            y = layer(x)
+            got = torch.autograd.grad(y, inputs, g)
+    finally:
+        gradient_layout.BLOCK = old
+    assert wrapped == 1 and torch.equal(y, want_y)
+    eps = torch.finfo(dtype).eps
+    for a, b in zip(got, want, strict=True):
+        scale = float(b.abs().max()) + 1
+        assert float((a.float() - b.float()).abs().max()) <= 2 * eps * scale
