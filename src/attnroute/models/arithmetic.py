@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from .forwards import attributes_replaced
+from .forwards import attributes_replaced, called_forward
 from .loaded import dtype_names
 
 LOW = (torch.bfloat16, torch.float16)
@@ -124,9 +124,8 @@ class Float32Arithmetic:
 
     def _wrapped(self, m: torch.nn.Module, names: list[str]) -> dict:
         """{(m, the attribute its forward is run through): the float32 forward}."""
-        dispatched = hasattr(m, "_hf_hook") and hasattr(m, "_old_forward")  # accelerate: wrap what it calls
-        attr = "_old_forward" if dispatched else "forward"
-        inner, recast = getattr(m, attr), not dispatched
+        attr = called_forward(m)  # accelerate: wrap what it calls
+        inner, recast = getattr(m, attr), attr == "forward"
         if isinstance(m, torch.nn.Embedding) and "weight" in names:  # a lookup copies rows: cast them, not the table
             lookup = [n for n in names if n != "weight"]
             run = lambda *a, **k: self._run(m, _Lookups(m.weight).around(inner), lookup, recast, a, k)  # noqa: E731

@@ -38,9 +38,15 @@ def attributes_replaced(replacements: dict[tuple[torch.nn.Module, str], Callable
                 module.__dict__[attr] = was
 
 
+def called_forward(module: torch.nn.Module) -> str:
+    """The attribute a module's forward is run through: accelerate's dispatched module calls ``_old_forward``
+    inside its hook, after it has loaded offloaded weights; any other module, ``forward``."""
+    return "_old_forward" if hasattr(module, "_hf_hook") and hasattr(module, "_old_forward") else "forward"
+
+
 def forwards_replaced(replacements: dict[torch.nn.Module, Callable]):
     """Each module's ``forward`` replaced by its function for the block (attributes_replaced)."""
     return attributes_replaced({(module, "forward"): fn for module, fn in replacements.items()})
 
 
-__all__ = ["attributes_replaced", "forwards_replaced"]
+__all__ = ["attributes_replaced", "called_forward", "forwards_replaced"]

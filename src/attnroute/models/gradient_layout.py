@@ -32,9 +32,9 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from .forwards import attributes_replaced
+from .forwards import attributes_replaced, called_forward
 
-LOW = (torch.bfloat16, torch.float16)
+LOW = (torch.bfloat16, torch.float16)  # as models/arithmetic.LOW, which imports loaded.py (which imports this)
 BLOCK = 16 << 20  # bytes of gradient rows copied at a time (SmolLM2's head: 1.7 s a pass; 1.5 s at 64 MB)
 
 
@@ -50,7 +50,7 @@ def column_major_gradients(model: torch.nn.Module) -> Iterator[int]:
     wrapped = {}
     for m in _linears(model):
         if _runs_slow(m):
-            attr = "_old_forward" if hasattr(m, "_hf_hook") and hasattr(m, "_old_forward") else "forward"
+            attr = called_forward(m)
             wrapped[(m, attr)] = _forward_of(m, getattr(m, attr))
     with attributes_replaced(wrapped):
         yield len(wrapped)
@@ -69,7 +69,7 @@ def _runs_slow(m: torch.nn.Linear) -> bool:
     between calls) and loads onto the CPU to run it."""
     w, hook = m.weight, getattr(m, "_hf_hook", None)
     offloaded = w.device.type == "meta" and str(getattr(hook, "execution_device", None)).startswith("cpu")
-    return w.dtype in LOW and (w.device.type == "cpu" or offloaded)
+    return _slow(w) or (w.dtype in LOW and offloaded)
 
 
 def _forward_of(m: torch.nn.Linear, inner):
