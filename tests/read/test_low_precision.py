@@ -211,30 +211,38 @@ def test_patch_reads_direct_effects_in_low_precision_within_the_stated_tolerance
     assert _close(g, w, READ_TOLERANCE[dtype]["effects"])
 
 
-@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("dtype", [*LOW, torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("block", [7, 40, 1 << 24])  # blocks of fewer rows than a prompt has, a few, all of them
-def test_token_loss_widens_low_precision_logits_a_block_at_a_time_to_autograds_numbers(monkeypatch, dtype, block):
-    """The loss of bf16/fp16 logits is the cross-entropy of their float32 widening, row for row, whatever the
-    block, and so is its gradient (autograd's through ``.float()``, cast back): the blocks bound the float32
-    copy (a whole one, with its saved log-softmax, is three times the logits), not the numbers."""
+def test_token_loss_reads_logits_a_block_at_a_time_to_autograds_numbers_keeping_the_logits_alone(
+    monkeypatch, dtype, block
+):
+    """The loss of logits is the cross-entropy of their widening to float32 at least, row for row, whatever the
+    block, and so is its gradient (autograd's through ``.float()``, cast back). The backward keeps the logits
+    and targets alone: autograd's cross-entropy keeps a log-softmax as large as the logits besides (float32:
+    twice the logits; bf16, with its float32 copy: three times), which made heads' float32 working memory grow
+    faster than its dtype."""
     from attnroute.read.ground import metrics
 
     monkeypatch.setattr(metrics, "WIDE_BLOCK", block)
     g = torch.Generator().manual_seed(0)
-    whole = (torch.randn(3, 11, 10, generator=g) * 4).to(dtype).requires_grad_()
+    whole = (torch.randn(3, 11, 10, generator=g, dtype=torch.float64) * 4).to(dtype).requires_grad_()
     targets = torch.randint(0, 10, (3, 10), generator=g)
     targets[1, 4] = metrics.IGNORED
-    weights = torch.rand(3, 10, generator=g)
+    weights = torch.rand(3, 10, generator=g, dtype=torch.float64)
+    wide = torch.promote_types(dtype, torch.float32)
     want_logits = whole.detach().clone().requires_grad_()
-    flat = want_logits[:, :-1].float().reshape(-1, 10)
+    flat = want_logits[:, :-1].to(wide).reshape(-1, 10)
     want = torch.nn.functional.cross_entropy(flat, targets.reshape(-1), reduction="none").view(3, 10)
-    (want * weights).sum().backward()
+    (want * weights.to(wide)).sum().backward()
     got = metrics.token_loss(whole[:, :-1], targets)  # a view, as `loss` passes it
-    (got * weights).sum().backward()
-    assert got.dtype == torch.float32 and got.shape == (3, 10) and torch.equal(got, want)
+    saved = sum(t.numel() * t.element_size() for t in got.grad_fn.saved_tensors)
+    assert saved == whole[:, :-1].numel() * whole.element_size() + targets.numel() * targets.element_size()
+    (got * weights.to(wide)).sum().backward()
+    assert got.dtype == wide and got.shape == (3, 10) and torch.equal(got, want)
     assert whole.grad.dtype == dtype and whole.grad[:, -1].abs().sum() == 0 and whole.grad[1, 4].abs().sum() == 0
-    # softmax against exp(log_softmax): one rounding of the dtype at most
-    torch.testing.assert_close(whole.grad, want_logits.grad, rtol=0, atol=float(torch.finfo(dtype).eps))
+    # softmax against exp(log_softmax): one rounding of the dtype at most (two of float32's, whose own is finer)
+    eps = float(torch.finfo(dtype).eps) * (2 if dtype.itemsize >= 4 else 1)
+    torch.testing.assert_close(whole.grad, want_logits.grad, rtol=0, atol=eps)
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)

@@ -111,12 +111,12 @@ def long_sequence(shape: Shape, verb: str, size: int, tokens: int, measured: int
     budgets hold the working memory flat as sequences grow (fewer copies, fewer rows a batch: measured, heads on
     SmolLM2 peaked at 3.25, 3.25 and 2.77 GiB at 25, 512 and 1,024 tokens) until one sequence's own forward and
     backward outgrows it: every layer's activations (about 16 hidden-size vectors a token, in the dtype), one
-    layer's attention weights and the logits with their log-softmax and gradient (in the dtype: a low-precision
-    model's are widened to float32 a block at a time)."""
+    layer's attention weights and the logits with their gradient, in the dtype (the loss keeps no log-softmax:
+    it is read a block at a time, read/ground/metrics.token_loss)."""
     if verb in ("routes", "why") or tokens <= measured:
         return 0
     single = 16 * shape.layers * shape.hidden * size * tokens + 4 * shape.heads * tokens * tokens
-    single += 3 * size * shape.vocab * tokens
+    single += 2 * size * shape.vocab * tokens
     return max(0, single - batched(shape, verb, size))
 
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from ...errors import InputError
 from ...promptset import METRICS, Metric
 
-WIDE_BLOCK = 1 << 24  # fp32 values of low-precision logits widened at once (64 MiB)
+WIDE_BLOCK = 1 << 24  # logits' values a cross-entropy block reads at once (64 MiB in fp32)
 IGNORED = -100  # cross_entropy's default ignore_index
 
 
@@ -56,14 +56,13 @@ def logprob(logits, batch):
 def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Cross-entropy per position [B, T] of logits [B, T, V] (read in fp32 at least) against targets [B, T].
 
-    Rows of [B·T, V], the vocabulary contiguous: cross_entropy over the transposed [B, V, T] view reads the
-    vocabulary with a stride of T and took 3.3 s instead of 0.35 s at 4,096 × 49,152 on 2 cores. fp16/bf16
-    logits go through _WidenedCrossEntropy: the same numbers, without a float32 copy of the whole."""
-    if logits.dtype.itemsize >= 4:
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none").view(
-            targets.shape
-        )
-    return _WidenedCrossEntropy.apply(logits, targets)
+    Every dtype goes through _BlockwiseCrossEntropy, which keeps the logits alone for the backward: autograd
+    through F.cross_entropy keeps a log-softmax as large as the logits (in fp32 for low-precision logits, with
+    a float32 copy besides). Heads' working memory then scales with the logits' dtype, as models/fit.py counts
+    it. Each block holds rows of [B·T, V], the vocabulary contiguous: cross_entropy over the transposed
+    [B, V, T] view reads the vocabulary with a stride of T and took 3.3 s instead of 0.35 s at 4,096 × 49,152
+    on 2 cores."""
+    return _BlockwiseCrossEntropy.apply(logits, targets)
 
 
 def _blocks(logits: torch.Tensor):
@@ -74,20 +73,21 @@ def _blocks(logits: torch.Tensor):
             yield b, slice(i, i + step)
 
 
-class _WidenedCrossEntropy(torch.autograd.Function):
-    """Cross-entropy of fp16/bf16 logits [B, T, V] in float32, widened a block at a time (WIDE_BLOCK values).
+class _BlockwiseCrossEntropy(torch.autograd.Function):
+    """Cross-entropy of logits [B, T, V], in float32 at least, a block at a time (WIDE_BLOCK values).
 
-    Autograd through ``logits.float()`` keeps a float32 copy and the float32 log-softmax of every position for
-    the backward, three times the bf16 logits (a 262k vocabulary: 1.5 MiB a position). This keeps the logits
-    alone and widens each block again in the backward; its gradient is (softmax − one-hot) · ∂out, cast to the
-    logits' dtype, as autograd's through the cast (tests/read/test_low_precision.py)."""
+    Autograd through ``F.cross_entropy`` keeps the log-softmax of every position for the backward, and through
+    ``logits.float()`` a float32 copy too: three times bf16 logits (a 262k vocabulary: 1.5 MiB a position),
+    twice float32 ones. This keeps the logits alone and widens each block again in the backward; its gradient
+    is (softmax − one-hot) · ∂out, cast to the logits' dtype, as autograd's through the cast, within rounding
+    (tests/read/test_low_precision.py)."""
 
     @staticmethod
     def forward(ctx, logits, targets):
         ctx.save_for_backward(logits, targets)
-        out = logits.new_empty(targets.shape, dtype=torch.float32)
+        out = logits.new_empty(targets.shape, dtype=torch.promote_types(logits.dtype, torch.float32))
         for b, rows in _blocks(logits):
-            out[b, rows] = F.cross_entropy(logits[b, rows].float(), targets[b, rows], reduction="none")
+            out[b, rows] = F.cross_entropy(_wide(logits[b, rows]), targets[b, rows], reduction="none")
         return out
 
     @staticmethod
@@ -95,7 +95,7 @@ class _WidenedCrossEntropy(torch.autograd.Function):
         logits, targets = ctx.saved_tensors
         grad = torch.empty_like(logits)
         for b, rows in _blocks(logits):
-            p, t = torch.softmax(logits[b, rows].float(), -1), targets[b, rows]
+            p, t = torch.softmax(_wide(logits[b, rows]), -1), targets[b, rows]
             kept = (t != IGNORED).nonzero()[:, 0]  # cross_entropy's ignore_index: no loss, no gradient
             p[kept, t[kept]] -= 1
             p[t == IGNORED] = 0
