@@ -5,7 +5,7 @@ module that hangs, prints or exits while it is imported takes its caller with it
 runs the battery in a child process (child.py) and watches its events:
 
 - loading (importing the module, or loading an `hf:` model) must end within LOAD_TIMEOUT (an `hf:`
-  model) or max(10, 6 × timeout) seconds, else the check is refused: the target did not load;
+  model) or max(LOAD_FLOOR, 6 × timeout) seconds, else the check is refused: the target did not load;
 - a call of the target must end within timeout + CALL_GRACE seconds, else the process is stopped, that
   check fails (the target hung, holding the interpreter) and the checks after it are not called —
   what a hung target gets in process too;
@@ -32,6 +32,7 @@ from .outcome import CheckResult, Outcome
 from .report import CheckReport
 
 LOAD_TIMEOUT = 600.0  # seconds an hf: model may take to load (Gemma's first load dequantizes for ~90 s)
+LOAD_FLOOR = 10.0  # seconds a module may take to load, however short --timeout: the check process imports torch
 CALL_GRACE = 2.0  # seconds past the per-call timeout before a call counts as holding the interpreter
 QUIET = 120.0  # seconds without any event between calls (a check of the model end to end runs no call)
 
@@ -90,7 +91,7 @@ def run_isolated(settings, timeout: float) -> list[CheckReport] | None:
 
 def _follow(w: _Watch, settings, timeout: float) -> list[CheckReport]:
     hf = str(settings.target).startswith("hf:")
-    deadline = time.monotonic() + (LOAD_TIMEOUT if hf else max(10.0, 6 * timeout))
+    deadline = time.monotonic() + (LOAD_TIMEOUT if hf else max(LOAD_FLOOR, 6 * timeout))
     while True:
         e = w.next(deadline)
         if e is None and w.plan is None:
@@ -121,7 +122,7 @@ def _follow(w: _Watch, settings, timeout: float) -> list[CheckReport]:
 
 
 def deadline_said(hf: bool, timeout: float) -> str:
-    return f"{LOAD_TIMEOUT:g} s" if hf else f"{max(10.0, 6 * timeout):g} s (six times --timeout)"
+    return f"{LOAD_TIMEOUT:g} s" if hf else f"{max(LOAD_FLOOR, 6 * timeout):g} s (six times --timeout)"
 
 
 def _cut_short(w: _Watch, settings, timeout: float, hung: bool) -> list[CheckReport]:
