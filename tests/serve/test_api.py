@@ -210,7 +210,7 @@ def test_why_a_route_exists_is_the_library_s_split(client, smollm2):
     assert masked.status_code == 422 and "mask forbids" in masked.json()["error"]
 
 
-def test_the_pairs_circuit_and_one_edge_path_patched_are_the_librarys(client, smollm2):
+def test_the_pairs_circuit_and_one_edge_path_patched_are_the_librarys(client):
     pair = {
         "clean": "When Mary and John went to the store, John gave a drink to",
         "corrupt": "When Mary and John went to the store, Mary gave a drink to",
@@ -221,12 +221,12 @@ def test_the_pairs_circuit_and_one_edge_path_patched_are_the_librarys(client, sm
     assert r.status_code == 200, r.text
     d = r.json()
     assert 0 < len(d["edges"]) <= 40 and d["circuit"]["checks"]["full"]["max_abs_diff"] < 1e-4
-    edge = next(e for e in d["edges"] if e["receiver"]["channel"] == "q")
+    # an edge into a head's q, k or v that the circuit settled: path patching it alone gives the circuit's exact
+    # Δ (ar.path_patch and ar.circuit measure an edge by one code path, read/circuits/runs.EdgeRun.measure)
+    edge = next(e for e in d["edges"] if e["receiver"].get("channel") in ("q", "k", "v") and e["exact"] is not None)
     p = post(client, "/api/path", {**pair, "edge": edge["label"]}).json()
-    sender, receiver = edge["label"].split(">")
-    receiver, channel = receiver.rsplit(".", 1)
-    want = ar.path_patch(smollm2, sender=sender, receiver=receiver, channel=channel, **pair).to_dict()["edge"]
-    assert abs(p["exact"] - want["exact"]) <= 1e-5 * max(1.0, abs(want["exact"]))
+    assert p["edge"] == edge["label"] and p["metric"] == "logit-diff"
+    assert abs(p["exact"] - edge["exact"]) <= 1e-5 * max(1.0, abs(edge["exact"]))
     bad = post(client, "/api/path", {**pair, "edge": "L1.H0>nowhere"})
     assert bad.status_code == 400 and "SENDER>RECEIVER" in bad.json()["error"]
 
