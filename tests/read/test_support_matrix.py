@@ -185,6 +185,26 @@ def test_heads_and_the_report_run_on_every_read_architecture(arch):
     assert page.data["attention"] == lm.attention_kinds
 
 
+@pytest.mark.parametrize("arch", ["t5", "bart"])
+def test_decoder_ablations_read_one_clean_encoding_and_equal_rerunning_the_encoder(arch, monkeypatch):
+    """An ablation in the decoder's self or cross layers cannot change the encoder's output: the sweep encodes
+    once (a Whisper encoder's 1,500 frames were most of each forward) and its numbers are the full forwards'."""
+    lm = loaded(arch)
+    batch = effect_batch(lm)
+    heads = [(layer, h) for layer in range(lm.n_layers) if lm.mode(layer) != "encoder" for h in range(lm.n_heads)]
+    runs = []
+    hook = lm.model.get_encoder().register_forward_hook(lambda *a: runs.append(1))
+    try:
+        got = effects.exact_sweep(lm, batch, modes=("zero", "uniform"), heads=heads, reuse_residual=False)
+    finally:
+        hook.remove()
+    assert len(runs) == 2  # the clean pass and the one encoding, for every decoder head in both modes
+    monkeypatch.setattr(effects, "clean_encoding", lambda *a: None)  # the encoder rerun in every forward
+    want = effects.exact_sweep(lm, batch, modes=("zero", "uniform"), heads=heads, reuse_residual=False)
+    for mode in want:
+        assert np.array_equal(got[mode], want[mode], equal_nan=True) and np.isfinite(got[mode][lm.n_layers - 1]).all()
+
+
 def test_a_wrong_shortcut_is_caught_and_full_forwards_are_used(monkeypatch):
     """If replaying the recorded block outputs does not reproduce the clean effect, the sweep says so
     and falls back to full forwards — whose numbers are the truth."""

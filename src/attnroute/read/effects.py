@@ -189,14 +189,35 @@ def forward_from(
     clean_emb=None,
     blocks=None,
     effect=effect_loss,
+    **model_kwargs,
 ):
     """The model's own forward on ``batch`` (``copies`` repeats of the effect batch), with blocks 0 … start−1
     replaced by their clean outputs: everything else — masks, position embeddings, the output head with
     its soft-cap or logit scaling — is the model's own code. Returns the effect per example."""
     result = run_from(
-        loaded, start, stored, batch, interventions=interventions, copies=copies, blocks=blocks, impl=IMPL
+        loaded,
+        start,
+        stored,
+        batch,
+        interventions=interventions,
+        copies=copies,
+        blocks=blocks,
+        impl=IMPL,
+        **model_kwargs,
     )
     return effect(loaded, batch, result, clean_emb)
+
+
+@torch.no_grad()
+def clean_encoding(loaded, batch: dict) -> torch.Tensor | None:
+    """An encoder–decoder model's encoder output on ``batch`` [B, S, d], under the engine every ablation runs
+    (IMPL): an ablation in the decoder (its self or cross layers) cannot change it, so one encoding serves them
+    all, bit for bit the one each full forward would compute. None for a model of one stack."""
+    if "cross" not in loaded.attention_kinds:
+        return None
+    keys = ("input_features",) if "input_features" in batch else ("input_ids", "attention_mask")
+    with routed(loaded, impl=IMPL):
+        return loaded.model.get_encoder()(**{k: batch[k] for k in keys if k in batch}).last_hidden_state
 
 
 @torch.no_grad()
@@ -291,6 +312,9 @@ class Sweep:
         )
         self.k = copies_per_forward(loaded, batch)
         self.blocks = layer_stack(loaded)  # found once, not once per forward
+        # an encoder-decoder's encoder runs once for every decoder-side ablation (a Whisper encoder's 1,500
+        # frames were most of each forward, run once per copy)
+        self.encoded = clean_encoding(loaded, batch) if self.blocks is None else None
         L, H = loaded.n_layers, loaded.n_heads
         self.deltas = {m: np.full((L, H), np.nan) for m in self.modes}
         self.measured: list[tuple[int, int]] = []
@@ -324,6 +348,7 @@ class Sweep:
                         clean_emb=self.clean_emb,
                         blocks=self.blocks,
                         effect=self.effect,
+                        **self._encoder_outputs(layer, len(chunk)),
                     )
                     per = per.view(len(chunk), self.B)  # (k, B)
                     self.deltas[mode][layer, chunk] = (per - self.base[None]).mean(1).numpy()
@@ -331,6 +356,12 @@ class Sweep:
                     if self.progress:
                         self.progress(mode, layer, done, total)
         self.measured += [p for p in pairs if p not in self.measured]
+
+    def _encoder_outputs(self, layer: int, copies: int) -> dict:
+        """The clean encoding for the copies of an ablation in the decoder; {} (the encoder runs) in the encoder."""
+        if self.encoded is None or self.loaded.mode(layer) == "encoder":
+            return {}
+        return {"encoder_outputs": (self.encoded.repeat(copies, 1, 1),)}
 
 
 def exact_sweep(
