@@ -98,6 +98,34 @@ def test_it_transcribes_the_committed_clips(whisper):
     assert P == 2 and torch.softmax(logits[at - 1], -1)[paris] > 0.99  # p(" Paris" | … is) as measured: 0.999
 
 
+def test_a_token_stimulus_hears_its_clip_once_with_the_scores_of_one_encoding_a_row(whisper, monkeypatch):
+    """The decoder's repeated-token stimulus: the encoder hears the clip once for every row (it ran once a
+    row, a 1,500-frame encoder for the same frames), and the decoder's scores are those of one encoding a row
+    within float32's rounding (an encoder's products on one row and on three round differently: 3e-8 here)."""
+    from attnroute.audio import audio
+    from attnroute.engine.repeats import repeated_random_tokens
+    from attnroute.read import heads
+    from attnroute.read.ground.speech import features_of
+
+    feats = features_of(whisper, audio("paris"))
+    stim = repeated_random_tokens(whisper.tokenizer, S=8, batch=3, seed=0, causal=True)
+    stim.input_ids[:, 0] = int(whisper.model.config.decoder_start_token_id)
+    runs = []
+    seen = lambda m, args, kwargs: runs.append((args or [kwargs.get("input_features")])[0].shape[0])  # noqa: E731
+    hook = whisper.model.model.encoder.register_forward_pre_hook(seen, with_kwargs=True)
+    try:
+        got = heads.repeated_scores(whisper, stim, features=feats)
+        assert runs == [1]
+        monkeypatch.setattr(heads, "_speech_stimulus", lambda lm, f, st: speech_batch(f, st.input_ids))
+        want = heads.repeated_scores(whisper, stim, features=feats)  # the clip encoded once a row
+        assert runs == [1, 3]
+    finally:
+        hook.remove()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-6)
+    assert np.isfinite(got["prev_token"][4:8]).all() and np.isnan(got["prev_token"][:4]).all()  # decoder; encoder
+
+
 def test_heads_reads_three_modes_and_ranks_alignment_heads(whisper):
     from attnroute.read.heads import read_heads
 

@@ -299,14 +299,11 @@ def repeated_scores(loaded: LoadedModel, stim: Repeated, impl: str | None = None
         raise InputError(f"impl: the fused path cannot read this model: {_fused_refusal(loaded)}", field="impl")
     S = stim.S
     diag = PerLayer(lambda: FusedRowStats(diagonals=(1, S, S - 1), entropy=False)) if fused else repeat_probe(S)
-    if loaded.audio:  # the decoder reads the tokens; the encoder's frames are not tokens
-        batch = speech_batch(_audio_features(loaded, features), stim.input_ids)
-    else:
-        batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
+    batch = {"input_ids": stim.input_ids, "attention_mask": stim.attention_mask}
     if loaded.seq2seq and not loaded.audio:  # the decoder reads the stimulus too: its diagonals mean the encoder's
         batch.update(decoder_input_ids=stim.input_ids, decoder_attention_mask=stim.attention_mask)
     with routed(loaded, probes=[diag], impl="fused" if fused else "eager"):  # three named weights per row
-        body(loaded)(**batch)
+        body(loaded)(**(_speech_stimulus(loaded, features, stim) if loaded.audio else batch))
     scores = diagonal_scores(diag, stim, loaded.n_layers, loaded.n_heads)
     for layer, kind in enumerate(loaded.attention_kinds):
         # a query and a key of two streams (cross), or audio frames (a speech encoder): no "previous token"
@@ -314,6 +311,17 @@ def repeated_scores(loaded: LoadedModel, stim: Repeated, impl: str | None = None
             for name in scores:
                 scores[name][layer] = np.nan
     return scores
+
+
+def _speech_stimulus(loaded: LoadedModel, features, stim: Repeated) -> dict:
+    """A speech model's inputs for a token stimulus: the decoder reads the rows, the encoder hears the clip (or
+    silence) once for them all, not once a row (its frames are not tokens: its layers' scores are not read).
+    Run inside the stimulus's routed context, so the encoder runs on the engine it ran on before."""
+    feats = _audio_features(loaded, features)
+    B = stim.input_ids.shape[0]
+    enc = loaded.model.get_encoder()(input_features=feats[:1] if feats.shape[0] == 1 else feats).last_hidden_state
+    enc = enc.expand(B, -1, -1) if enc.shape[0] == 1 else enc
+    return speech_batch(feats, stim.input_ids) | {"input_features": None, "encoder_outputs": (enc,)}
 
 
 def _audio_features(loaded: LoadedModel, features):
