@@ -180,22 +180,24 @@ def cross_knockout(model=None, clip=None, *, settings=None, progress=None, **fie
         how,
         _word_score(loaded, scored, queries),
     )
-    rows = [q - 1 for q in queries]  # the rows that predict the word
     for layers in windows(loaded, s.window):
         say("stage", f"cross layers {[loaded.stream_layer(x) for x in layers]}")
-        r = _word_score(loaded, scored, queries, _cut(layers, rows, (a, b), heads))
-        c = _word_score(loaded, scored, queries, _cut(layers, rows, (ca, cb), heads))
-        result.rows.append(
-            {
-                "cross_layers": [loaded.stream_layer(x) for x in layers],
-                "delta_logprob_route": r["logprob"] - result.clean["logprob"],
-                "delta_logprob_control": c["logprob"] - result.clean["logprob"],
-                "p_first_route": r["p_first"],
-                "p_first_control": c["p_first"],
-            }
-        )
+        spans = {"route": (a, b), "control": (ca, cb)}
+        result.rows.append(_window_row(loaded, scored, queries, layers, spans, heads, result.clean["logprob"]))
     result.transcripts.update(_cut_transcripts(loaded, feats, {"route": (a, b), "control": (ca, cb)}, heads))
     return result
+
+
+def _window_row(loaded, scored: dict, queries: list[int], layers: list[int], spans: dict, heads, clean: float) -> dict:
+    """One window of cross layers: the word's Δ log p (against ``clean``) and first-token p with each span's
+    frames ({"route": (a, b), "control": …}) cut from the rows that predict it."""
+    rows = [q - 1 for q in queries]  # the rows that predict the word
+    got = {side: _word_score(loaded, scored, queries, _cut(layers, rows, span, heads)) for side, span in spans.items()}
+    return {
+        "cross_layers": [loaded.stream_layer(x) for x in layers],
+        **{f"delta_logprob_{side}": got[side]["logprob"] - clean for side in spans},
+        **{f"p_first_{side}": got[side]["p_first"] for side in spans},
+    }
 
 
 def _cut_transcripts(loaded, feats, spans: dict, heads) -> dict[str, str]:
