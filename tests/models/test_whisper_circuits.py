@@ -21,7 +21,7 @@ def test_a_circuit_between_two_clips_crosses_streams(tmp_path, capsys):
     out, png, csv = tmp_path / "c.json", tmp_path / "c.png", tmp_path / "c.csv"
     # EAP alone (--ig-steps 1): EAP-IG's interpolation is tested on text (tests/read/test_circuits.py); here, on a
     # 1,500-frame encoder, its five steps were a quarter of CI's longest test
-    argv = ["circuit", "--audio-clean", "paris", "--audio-corrupt", "rome", "--exact", "10", "--ig-steps", "1"]
+    argv = ["circuit", "--audio-clean", "paris", "--audio-corrupt", "rome", "--exact", "6", "--ig-steps", "1"]
     argv += ["--edges", "E3.H0>L3.xKV3.v", "--json", str(out), "--plot", str(png), "--csv", str(csv)]
     assert main(argv) == 0  # no --model: a clip pair reads whisper-tiny
     said = capsys.readouterr()
