@@ -319,7 +319,7 @@ def _speech_stimulus(loaded: LoadedModel, features, stim: Repeated) -> dict:
     Run inside the stimulus's routed context, so the encoder runs on the engine it ran on before."""
     feats = _audio_features(loaded, features)
     B = stim.input_ids.shape[0]
-    enc = loaded.model.get_encoder()(input_features=feats[:1] if feats.shape[0] == 1 else feats).last_hidden_state
+    enc = loaded.model.get_encoder()(input_features=feats).last_hidden_state  # [1, F, d]: one clip for every row
     enc = enc.expand(B, -1, -1) if enc.shape[0] == 1 else enc
     return speech_batch(feats, stim.input_ids) | {"input_features": None, "encoder_outputs": (enc,)}
 
