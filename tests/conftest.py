@@ -66,20 +66,53 @@ def no_model_load(monkeypatch):
     monkeypatch.setattr(door, "load_source", fail)
 
 
-# The longest modules (seconds of one worker, full run on 2 cores, 2026-12-03, after knockout's batched windows),
-# collected first. `make test` hands whole modules to whichever of its two workers is free, in collection order
-# (--no-loadscope-reorder; xdist's own order is by number of tests, which put these few-test, minute-long modules
-# last, and a long module started last leaves the other worker idle until it ends).
+# Every module of 10 s or more (seconds of one worker, full run on 2 cores, 2026-12-06), longest first: `make
+# test` hands whole modules to whichever of its two workers is free, in collection order (--no-loadscope-reorder;
+# xdist's own order is by number of tests, which put few-test, minute-long modules last). Longest first, the
+# short ones last (the rest, in collection order) is the longest-processing-time rule: a long module started
+# last would leave the other worker idle until it ended.
 FIRST = [
-    "tests/serve/test_browser.py",  # 168
-    "tests/models/test_gemma.py",  # 154
-    "tests/models/test_whisper.py",  # 102
-    "tests/read/test_corpus.py",  # 90
-    "tests/models/test_whisper_circuits.py",  # 76
-    "tests/check/test_cli_check.py",  # 67
-    "tests/learn/test_induction.py",  # 63
-    "tests/serve/test_lifecycle.py",  # 50
-    "tests/check/test_battery.py",  # 50
+    "tests/models/test_gemma.py",  # 106
+    "tests/models/test_whisper.py",  # 103
+    "tests/serve/test_browser.py",  # 99
+    "tests/models/test_whisper_circuits.py",  # 71
+    "tests/read/test_corpus.py",  # 70
+    "tests/learn/test_induction.py",  # 49
+    "tests/check/test_cli_check.py",  # 45
+    "tests/learn/test_pruning.py",  # 42
+    "tests/read/test_low_precision.py",  # 41
+    "tests/read/test_heads.py",  # 41
+    "tests/check/test_battery.py",  # 40
+    "tests/models/test_door.py",  # 39
+    "tests/read/test_circuits.py",  # 39
+    "tests/serve/test_notebook.py",  # 38
+    "tests/serve/test_lifecycle.py",  # 38
+    "tests/serve/test_api.py",  # 37
+    "tests/check/test_hf_zoo.py",  # 35
+    "tests/read/test_support_matrix.py",  # 34
+    "tests/read/test_patching.py",  # 31
+    "tests/show/test_report.py",  # 31
+    "tests/serve/test_speech_explorer.py",  # 28
+    "tests/test_refusals.py",  # 25
+    "tests/learn/test_scale.py",  # 24
+    "tests/check/test_isolation.py",  # 23
+    "tests/serve/test_hostile.py",  # 23
+    "tests/read/test_knockout.py",  # 22
+    "tests/serve/test_load.py",  # 21
+    "tests/test_nothing_lost.py",  # 20
+    "tests/show/test_speech_page.py",  # 20
+    "tests/models/test_loading_refusals.py",  # 20
+    "tests/learn/test_crossattn.py",  # 20
+    "tests/read/test_suffix.py",  # 17
+    "tests/models/test_dtype.py",  # 17
+    "tests/read/test_patching_cli.py",  # 16
+    "tests/read/test_patching_ranks.py",  # 16
+    "tests/read/test_memory_cap.py",  # 15
+    "tests/cost/test_fit.py",  # 15
+    "tests/models/test_placement.py",  # 13
+    "tests/learn/test_feedforward.py",  # 13
+    "tests/bench/test_gpu_check.py",  # 12
+    "tests/check/test_real_gallery.py",  # 11
 ]
 
 
