@@ -46,7 +46,7 @@ format: venv
 # processes on one core each finish sooner than one on two. loadscope keeps a module's fixtures in one worker;
 # modules are handed out in collection order, the longest first (conftest.FIRST).
 # --durations: the 15 slowest tests, printed at the end of every run (CI's log keeps them).
-# Bytecode for the project's own modules first: pip byte-compiles what it installs, not an editable source
+# Bytecode for the project's own modules first: `make venv` compiles what pip installed, not an editable source
 # tree, and where PYTHONDONTWRITEBYTECODE is set (it is on this machine) every process the tests start
 # compiled attnroute's modules again (0.4 s of each full import). A stale .pyc is never used: Python checks
 # each against its source.
