@@ -109,10 +109,10 @@ def cast_while_running(shape: Shape, verb: str, size: int) -> int:
 def long_sequence(shape: Shape, verb: str, size: int, tokens: int, measured: int) -> int:
     """What a sequence of ``tokens`` adds to the working memory measured at ``measured`` tokens. The batching
     budgets hold the working memory flat as sequences grow (fewer copies, fewer rows a batch: measured, heads on
-    SmolLM2 peaked at 3.25, 3.25 and 2.77 GiB at 25, 512 and 1,024 tokens) until one sequence's own forward and
-    backward outgrows it: every layer's activations (about 16 hidden-size vectors a token, in the dtype), one
-    layer's attention weights and the logits with their gradient, in the dtype (the loss keeps no log-softmax:
-    it is read a block at a time, read/ground/metrics.token_loss)."""
+    SmolLM2 in float32 peaked at 2.44, 2.42 and 2.42 GiB at 25, 512 and 1,024 tokens) until one sequence's own
+    forward and backward outgrows it: every layer's activations (about 16 hidden-size vectors a token, in the
+    dtype), one layer's attention weights and the logits with their gradient, in the dtype (the loss keeps no
+    log-softmax: it is read a block at a time, read/ground/metrics.token_loss)."""
     if verb in ("routes", "why") or tokens <= measured:
         return 0
     single = 16 * shape.layers * shape.hidden * size * tokens + 4 * shape.heads * tokens * tokens

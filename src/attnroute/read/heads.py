@@ -317,11 +317,10 @@ def _speech_stimulus(loaded: LoadedModel, features, stim: Repeated) -> dict:
     """A speech model's inputs for a token stimulus: the decoder reads the rows, the encoder hears the clip (or
     silence) once for them all, not once a row (its frames are not tokens: its layers' scores are not read).
     Run inside the stimulus's routed context, so the encoder runs on the engine it ran on before."""
-    feats = _audio_features(loaded, features)
-    B = stim.input_ids.shape[0]
-    enc = loaded.model.get_encoder()(input_features=feats).last_hidden_state  # [1, F, d]: one clip for every row
-    enc = enc.expand(B, -1, -1) if enc.shape[0] == 1 else enc
-    return speech_batch(feats, stim.input_ids) | {"input_features": None, "encoder_outputs": (enc,)}
+    ids = stim.input_ids
+    enc = loaded.model.get_encoder()(input_features=_audio_features(loaded, features)).last_hidden_state  # [1, F, d]
+    enc = enc.expand(ids.shape[0], -1, -1) if enc.shape[0] == 1 else enc
+    return {"encoder_outputs": (enc,), "decoder_input_ids": ids, "decoder_attention_mask": torch.ones_like(ids)}
 
 
 def _audio_features(loaded: LoadedModel, features):

@@ -180,11 +180,11 @@ def cross_knockout(model=None, clip=None, *, settings=None, progress=None, **fie
         how,
         _word_score(loaded, scored, queries),
     )
+    spans = {"route": (a, b), "control": (ca, cb)}
     for layers in windows(loaded, s.window):
         say("stage", f"cross layers {[loaded.stream_layer(x) for x in layers]}")
-        spans = {"route": (a, b), "control": (ca, cb)}
         result.rows.append(_window_row(loaded, scored, queries, layers, spans, heads, result.clean["logprob"]))
-    result.transcripts.update(_cut_transcripts(loaded, feats, {"route": (a, b), "control": (ca, cb)}, heads))
+    result.transcripts.update(_cut_transcripts(loaded, feats, spans, heads))
     return result
 
 
