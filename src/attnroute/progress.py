@@ -12,7 +12,9 @@ Like errors.py, this module imports nothing heavy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 
 
@@ -124,4 +126,38 @@ def eta(started: float, now: float, done: int, total: int) -> float:
     return (now - started) / max(done, 1) * max(total - done, 0)
 
 
-__all__ = ["Event", "NotebookBar", "Progress", "StderrLines", "bar_html", "eta", "reporter"]
+_CHECKS = threading.local()  # this thread's cancellation check (the explorer's worker: its job's)
+
+
+@contextlib.contextmanager
+def cancellable(check: Callable[[], None]) -> Iterator[None]:
+    """Inside the block, every attention call a verb routes (read/adapter.py) first calls ``check()``, which
+    raises to stop the work: a request cancelled mid-forward stops within one layer, not at the verb's next
+    progress event (SmolLM2's prompt-pair patch ran 5 s past the server's grace between two events).
+    The check belongs to the calling thread alone."""
+    before = getattr(_CHECKS, "check", None)
+    _CHECKS.check = check
+    try:
+        yield
+    finally:
+        _CHECKS.check = before
+
+
+def checkpoint() -> None:
+    """The calling thread's cancellation check (cancellable), if it has one."""
+    check = getattr(_CHECKS, "check", None)
+    if check is not None:
+        check()
+
+
+__all__ = [
+    "Event",
+    "NotebookBar",
+    "Progress",
+    "StderrLines",
+    "bar_html",
+    "cancellable",
+    "checkpoint",
+    "eta",
+    "reporter",
+]

@@ -198,6 +198,45 @@ def test_a_job_whose_time_ran_out_in_the_queue_never_runs_and_is_counted_out():
     worker.shutdown()
 
 
+def test_a_job_cancelled_mid_forward_stops_at_the_next_layer_and_leaves_the_model_as_it_was(tiny_llama):
+    """A running job stops at its forward's next attention call, not at its verb's next progress event (a
+    prompt-pair patch ran 5 s past the server's grace between two); the model's attention is its own again.
+    The check is the worker thread's alone: the same forward outside a job runs whole."""
+    import torch
+
+    import attnroute as ar
+    from attnroute.read.adapter import routed
+
+    lm = ar.load_model(tiny_llama)
+    ids = torch.tensor([[1, 5, 9, 2, 7]])
+    with torch.no_grad():
+        want = lm.model(ids).logits
+    impl, layers = lm.model.config._attn_implementation, lm.n_layers
+    seen = []
+
+    def work(job):
+        def attended(layer, *_):  # the client goes away while layer 0 attends
+            seen.append(layer)
+            job.cancelled.set()
+
+        with torch.no_grad(), routed(lm, before_attend=[attended]):
+            lm.model(ids)
+        return "ran to the end"
+
+    worker = Worker(1)
+    with pytest.raises(Cancelled):
+        worker.submit(work, Job("mid-forward")).result(30)
+    assert layers > 1 and seen == [0]  # layer 1's attention call was the check that stopped it
+    worker.shutdown()
+    assert lm.model.config._attn_implementation == impl
+    with torch.no_grad():
+        assert torch.equal(lm.model(ids).logits, want)
+    seen.clear()
+    with routed(lm, before_attend=[lambda layer, *_: seen.append(layer)]), torch.no_grad():
+        lm.model(ids)  # this thread has no check: every layer attends
+    assert seen == list(range(layers))
+
+
 def test_a_full_queue_refuses_at_once_with_retry_after():
     from attnroute.serve.errors import RequestError
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..engine import InputError, attend, causal, from_additive
+from ..progress import checkpoint
 
 # Keyword arguments transformers' attention interface passes that say nothing about the attention
 # itself (bookkeeping for caches, outputs and positions already applied to q and k).
@@ -153,6 +154,7 @@ def _make_attention_fn(name: str):
         if _REPLAYS and not _REPLAYS[-1]:  # a replay(): hand back what would be attended, attend nothing
             _REPLAYS[-1].update(q=query, k=key, v=value)
             raise _Captured
+        checkpoint()  # a cancelled request (the explorer's) stops here, within one layer
         s = _SESSIONS[name]
         layer = s.layer_of.get(id(module))
         args = _engine_arguments(module, key.shape[2], kwargs)

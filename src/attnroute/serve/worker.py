@@ -3,8 +3,8 @@
 A model in one process runs one forward at a time (torch's threads already share the cores), so
 requests are serialized: ``submit`` queues a job or, past ``queue`` waiting jobs, refuses it at once
 (503 with Retry-After, never a hang). A job is cancelled when its client goes away or its time runs
-out: queued, it never starts; running, it stops at its next ``check()`` (between forwards: the
-progress callbacks of the read floor are the check points).
+out: queued, it never starts; running, it stops at its next ``check()``: every progress event of the read
+floor, and every attention call of its forwards (progress.cancellable), so within one layer.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ..progress import Event
+from ..progress import Event, cancellable
 from .errors import Cancelled, RequestError
 
 
@@ -83,7 +83,8 @@ class Worker:
             job.check()  # dropped while it waited
             job.started = time.perf_counter()
             try:
-                return fn(job)
+                with cancellable(job.check):  # and at every attention call of the job's forwards
+                    return fn(job)
             finally:
                 self.seconds = (self.seconds + [time.perf_counter() - job.started])[-20:]
 
