@@ -106,3 +106,32 @@ def test_audio_clips_are_checked_before_the_weights_load(tmp_path, capsys):
     shutil.copy(AUDIO_DIR / "paris.wav", tmp_path / "other.wav")
     assert main(["serve", "--model", "smollm2", "--audio", str(tmp_path / "other.wav")]) == 2
     assert "need a speech model" in capsys.readouterr().err
+
+
+def test_a_cut_runs_the_decoder_alone_on_the_clips_encoding_and_changes_no_number(whisper):
+    """A cut is in a cross layer, so the encoder's output is the clip's own: the explorer encodes a clip once
+    (with its state) and a cut's log-probabilities and its decoding run the decoder alone. Its numbers are
+    those of the whole model rerun with the cut, bit for bit (each click ran the 1,500-frame encoder twice)."""
+    import torch
+
+    from attnroute.read.adapter import routed
+    from attnroute.serve.speech import SpeechExplorer
+    from attnroute.serve.worker import Job
+
+    ex, said = SpeechExplorer(whisper), "The capital of France is Rome."
+    st = ex.state("rome", said, Job())
+    row = st.page["tokens"].index(" Rome")
+    cuts = [{"kind": "routes", "layer": 3, "head": None, "row": row, "start": 0, "end": st.clip.frames}]
+    runs = []
+    hook = whisper.model.model.encoder.register_forward_hook(lambda *a: runs.append(1))
+    try:
+        got = ex.clip_cut("rome", said, cuts, Job())
+    finally:
+        hook.remove()
+    assert runs == [] and got["delta"][row] < -0.1  # no encoder run, and the cut moved the word's row
+    made = ex.interventions(cuts, st)
+    with torch.no_grad(), routed(whisper, interventions=made, impl="eager"):  # the whole model, encoder and all
+        logits = whisper.model(**st.batch).logits[0].float()
+    ids = st.batch["decoder_input_ids"][0, st.P :, None]
+    want = torch.log_softmax(logits[st.P - 1 : -1], -1).gather(1, ids)[:, 0].double().numpy()
+    assert (ex._logprobs(st.batch, st.P, made, st.encoding) == want).all()

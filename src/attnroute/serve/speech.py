@@ -31,6 +31,7 @@ from ..models import LoadedModel
 from ..read.adapter import routed
 from ..read.alignment import alignment, cross_weights
 from ..read.ground.speech import decoder_ids, features_of, prompt_length, speech_batch, transcribe, transcribe_batch
+from ..read.speech.cross import encoded
 from ..show.speech import spectrogram
 from ..show.weights import head_payload
 from .errors import RequestError
@@ -50,6 +51,7 @@ class ClipState:
     source: str  # "given (teacher-forced)" or "greedy decoding"
     page: dict  # the page's data (JSON-ready)
     logprobs: np.ndarray  # [N + 1]: each row's log p of the token it predicts (the last: <|endoftext|>)
+    encoding: object  # the encoder's output (eager, as every forward here): a cut is in the decoder, never in it
 
 
 def clips_of(paths) -> dict[str, Audio]:
@@ -124,10 +126,11 @@ class SpeechExplorer:
         job.check()
         job.say("each row's log-probability", 2, 3)
         P = prompt_length(m, batch["decoder_input_ids"])
-        lp = self._logprobs(batch, P, [])
+        enc = encoded(m, batch["input_features"])
+        lp = self._logprobs(batch, P, [], enc)
         source = "given (teacher-forced)" if text is not None else "greedy decoding"
         page = self._page(heard, batch, P, said, source=source, weights=weights, found=found, lp=lp)
-        st = ClipState(heard, batch, P, said, source, page, lp)
+        st = ClipState(heard, batch, P, said, source, page, lp, enc)
         self._states = {**dict(list(self._states.items())[-3:]), key: st}  # the last four clips
         return st
 
@@ -177,7 +180,7 @@ class SpeechExplorer:
         st = self.state(clip, text, job)
         made = self.interventions(cuts, st)
         job.say(f"each row's log p with {len(made)} cut(s)", 0, 2)
-        after = self._logprobs(st.batch, st.P, made)
+        after = self._logprobs(st.batch, st.P, made, st.encoding)
         job.check()
         job.say("the transcript decoded again with the cuts", 1, 2)
         redecoded = self._decode(st, made, job)
@@ -191,18 +194,22 @@ class SpeechExplorer:
         }
 
     @torch.no_grad()
-    def _logprobs(self, batch: dict, P: int, made: list) -> np.ndarray:
-        """Each text row's log p of the token it predicts (rows P − 1 … T − 2), teacher-forced, eager."""
+    def _logprobs(self, batch: dict, P: int, made: list, enc) -> np.ndarray:
+        """Each text row's log p of the token it predicts (rows P − 1 … T − 2), teacher-forced, eager; the
+        decoder alone runs, on the clip's encoding ``enc`` (the cuts are in cross layers: it is the same)."""
         ids = batch["decoder_input_ids"]
+        inputs = {k: v for k, v in batch.items() if k != "input_features"}
         with routed(self.loaded, interventions=made, impl="eager"):
-            logits = self.loaded.model(**batch).logits[0].float()
+            logits = self.loaded.model(encoder_outputs=enc, **inputs).logits[0].float()
         logp = torch.log_softmax(logits[P - 1 : -1], -1)
         return logp.gather(1, ids[0, P:, None])[:, 0].numpy().astype(np.float64)
 
     def _decode(self, st: ClipState, made: list, job) -> str:
-        """Greedy decoding (transcribe's rules) with the cuts on, the decoder rerun on all tokens each step."""
+        """Greedy decoding (transcribe's rules) with the cuts on, the decoder rerun on all tokens each step, on
+        the clip's encoding."""
         with torch.no_grad(), routed(self.loaded, interventions=made, impl="eager"):
-            ((_, text),) = transcribe_batch(self.loaded, st.batch["input_features"], cache=False, check=job.check)
+            feats = st.batch["input_features"]
+            ((_, text),) = transcribe_batch(self.loaded, feats, cache=False, check=job.check, encoding=st.encoding)
         return text
 
 

@@ -236,7 +236,7 @@ def transcribe(loaded, features: torch.Tensor, max_new: int = 120) -> tuple[torc
 
 @torch.no_grad()
 def transcribe_batch(
-    loaded, features: torch.Tensor, max_new: int = 120, cache: bool = True, check=None
+    loaded, features: torch.Tensor, max_new: int = 120, cache: bool = True, check=None, encoding=None
 ) -> list[tuple[torch.Tensor, str]]:
     """Greedy decoding of clips [B, n_mels, 3000] at once, as OpenAI's does it without timestamps: the
     suppressed tokens never, the begin-suppressed ones not first, timestamp tokens never; a row stops at
@@ -244,13 +244,14 @@ def transcribe_batch(
     decodes under that intervention: the encoder runs once, under it too. ``cache`` False: every step reruns
     the decoder on all tokens so far, so an intervention placed on decoder rows (KnockoutEdges by_row) stays
     on those positions (with the cache each step is row 0). ``check``: called between steps (cancellation).
-    Per clip: ids [T] and text."""
+    ``encoding``: the clips' encoder output, where the caller holds it (computed under the same routing, and
+    no intervention of the encoder): the encoder is not run again. Per clip: ids [T] and text."""
     from transformers import DynamicCache, EncoderDecoderCache
 
     model, cfg = loaded.model, loaded.model.config
     eot, B = int(cfg.eos_token_id), features.shape[0]
     ids = torch.tensor([prompt_ids(loaded)] * B)
-    enc = model.model.encoder(input_features=features)
+    enc = encoding if encoding is not None else model.model.encoder(input_features=features)
     banned, first = suppressed(loaded)
     done = torch.zeros(B, dtype=torch.bool)
     # A KV cache: the cross-attention keys and values of the 1,500 frames are projected once, not per token.
