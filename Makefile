@@ -57,8 +57,8 @@ test: lint browser
 test-fast: venv
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder -m "not slow"
 
-report: venv
-	$(BIN)/attnroute report --out routing-report.html
+report: venv  # as `test`, the bytecode of what it imports is written once (PYTHONDONTWRITEBYTECODE unset)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/attnroute report --out routing-report.html
 
 bench: venv
 	$(BIN)/attnroute bench --out benchmarks/results
