@@ -151,6 +151,33 @@ def test_heads_reads_three_modes_and_ranks_alignment_heads(whisper):
     assert d["meta"]["ablation"]["exact_heads"] and "decoder's loss on the transcript" in d["meta"]["effect_batch"]
 
 
+def test_an_encoder_heads_ablation_restarts_at_its_layer_and_equals_the_full_forward(whisper):
+    """Exact ablation of Whisper's heads: an encoder head's copies replay the 1,500-frame encoder from the head's
+    layer (the blocks before it answer with the clean run's outputs), a decoder-side head's read one clean
+    encoding. Every Δ equals full forwards' (one whole model per copy), and encoder layer 0 runs less often."""
+    from attnroute.audio import audio
+    from attnroute.read import effects
+    from attnroute.read.ground.speech import features_of
+
+    feats = features_of(whisper, audio("paris"))
+    batch = speech_batch(feats, decoder_ids(whisper, "The capital of France is Paris."))
+    heads = [(0, 1), (2, 3), (3, 5), (5, 2), (9, 0)]  # encoder layers 0, 2 and 3, decoder self 1, cross 1
+    first = whisper.attention_modules[0]
+    runs = {}
+    for name, reuse in (("restart", True), ("full", False)):
+        calls, info = [], {}
+        hook = first.register_forward_pre_hook(lambda *a, c=calls: c.append(1))
+        try:
+            runs[name] = effects.exact_sweep(whisper, batch, heads=heads, reuse_residual=reuse, info=info)["zero"]
+        finally:
+            hook.remove()
+        runs[name + " calls"], runs[name + " info"] = len(calls), info
+    assert runs["restart info"]["shortcut"]["used"] and not runs["full info"]["shortcut"]["used"]
+    got, want = (np.array([runs[k][h] for h in heads]) for k in ("restart", "full"))
+    assert np.isfinite(want).all() and np.abs(got - want).max() <= 1e-5 * max(1.0, np.abs(want).max())
+    assert runs["restart calls"] < runs["full calls"]  # layers 2 and 3's copies did not run encoder layer 0
+
+
 def test_audio_and_text_models_refuse_the_wrong_input(capsys):
     assert main(["heads", "--model", "whisper-tiny", "--no-ablation"]) == 2
     assert "reads audio: give --audio" in capsys.readouterr().err
@@ -251,6 +278,30 @@ def test_patching_two_clips_finds_where_the_word_is_heard(tmp_path):
         assert row["normalized"] == pytest.approx(row["delta"] / (r["metric"]["clean"] - r["metric"]["corrupt"]))
     # the decoder's self-attention never hears the audio: no decoder head alone restores the answer
     assert r["by_mode"]["decoder"]["best"]["normalized"] < r["by_mode"]["encoder"]["best"]["normalized"]
+    check = r["shortcut"]  # encoder heads' copies replayed the encoder from their layer, once this held
+    assert check["used"] and check["restart_check_max_abs_diff"] <= check["tolerance"]
+
+
+def test_a_patched_encoder_heads_restart_equals_the_whole_forward(whisper):
+    """speech_patch's encoder restart (the blocks before the head's layer answer with the corrupted run's
+    outputs) against the whole model on every copy: layer 2's six heads, bit for bit."""
+    from dataclasses import replace
+
+    from attnroute.audio import audio
+    from attnroute.read.ground.speech import clip_pair, last_logit_diff
+    from attnroute.read.speech import patch as sp
+
+    pair = clip_pair(whisper, audio("paris"), audio("rome"))
+    (fa, fb), ids, metric = pair.features, pair.ids, last_logit_diff(pair.answer, pair.wrong)
+    clean_recs, _, clean_logits, _ = sp._record(whisper, {"input_features": fa, "decoder_input_ids": ids})
+    corrupt = {"input_features": fb, "decoder_input_ids": ids}
+    _, enc, logits, stored = sp._record(whisper, corrupt)
+    check, blocks = sp._shortcut(whisper, corrupt, stored, metric, logits)
+    assert check["used"] and len(blocks) == 4
+    m = (float(metric(clean_logits)), float(metric(logits)))
+    runs = sp._Runs(fb, enc, ids, clean_recs, metric, *m, stored, blocks)
+    restarted, whole = sp._patch_layer(whisper, 2, runs), sp._patch_layer(whisper, 2, replace(runs, blocks=None))
+    assert [r["delta"] for r in restarted] == [r["delta"] for r in whole] and len(whole) == 6
 
 
 def test_patch_of_two_clips_refuses_text_prompt_flags(capsys):

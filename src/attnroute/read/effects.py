@@ -165,12 +165,34 @@ def layer_stack(loaded) -> list | None:
     return None
 
 
+def encoder_stack(loaded) -> list | None:
+    """An encoder–decoder's encoder blocks in order (each holding its encoder layer's attention), or None: the
+    stack an ablation in the encoder restarts in, as a single-stack model restarts in layer_stack. Encoder
+    layers come first in the model's layer numbering (global layer i is encoder block i)."""
+    if not loaded.seq2seq:
+        return None
+    enc = [a for i, a in enumerate(loaded.attention_modules) if loaded.mode(i) == "encoder"]
+    if not enc or any(loaded.mode(i) != "encoder" for i in range(len(enc))):
+        return None
+    for module in loaded.model.get_encoder().modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == len(enc):
+            if all(any(m is a for m in b.modules()) for a, b in zip(enc, module, strict=True)):
+                return list(module)
+    return None
+
+
+def restart_stack(loaded) -> list | None:
+    """The blocks an exact ablation restarts in: every layer's (one stack), the encoder's (an encoder–decoder,
+    whose decoder-side ablations read one clean encoding instead: clean_encoding), or None."""
+    return layer_stack(loaded) or encoder_stack(loaded)
+
+
 @torch.no_grad()
 def clean_pass(loaded, batch: dict, effect=effect_loss):
     """Clean loss per example, per-head mean outputs, each block's output (for the restart shortcut)
     and the clean embedding (encoders)."""
     recs = [OutputMean(layer) for layer in range(loaded.n_layers)]
-    with recorded(layer_stack(loaded) or []) as outputs, routed(loaded, interventions=recs, impl=IMPL):
+    with recorded(restart_stack(loaded) or []) as outputs, routed(loaded, interventions=recs, impl=IMPL):
         out = loaded.model(**batch)
     clean_emb = None if loaded.kind != "encoder" else pooled(out.last_hidden_state, batch["attention_mask"])
     base = effect(loaded, batch, out, clean_emb)
@@ -236,9 +258,12 @@ def run_from(
     """The model's outputs on ``batch`` with blocks 0 … start−1 answering with ``stored`` (their outputs on
     the run being edited, repeated ``copies`` times): an edit at layer ``start`` cannot change them."""
     blocks = (blocks or layer_stack(loaded)) if start > 0 else []  # callers in a loop pass theirs
+    # one stack: only the last answer is read. An encoder–decoder restarts in its encoder, whose later blocks
+    # may read an earlier one's output too (T5's position bias, from block 0): every answer is repeated
+    every = loaded.seq2seq
     answers = {}
     for j in range(start):
-        out = repeat_output(stored[j], copies) if j == start - 1 else stored[j]  # only the last one is read
+        out = repeat_output(stored[j], copies) if every or j == start - 1 else stored[j]
         answers[blocks[j]] = lambda *a, _out=out, **k: _out
     with forwards_replaced(answers), routed(loaded, interventions=interventions, impl=impl):
         return loaded.model(**batch, **model_kwargs)
@@ -253,7 +278,7 @@ def restart_check(
     blocks = blocks or layer_stack(loaded)
     if blocks is None:
         return {"used": False, "reason": "no single stack of layers (encoder-decoder): full forwards"}
-    start = max(1, loaded.n_layers // 2)
+    start = max(1, len(blocks) // 2)
     out = run_from(loaded, start, stored, batch, interventions=[], copies=1, blocks=blocks, impl=impl, **model_kwargs)
     diff = float((value(out) - base).abs().max())
     tol = 1e-4 * max(1.0, float(base.abs().max()))
@@ -268,9 +293,13 @@ def restart_check(
 
 
 def shortcut_check(loaded, batch: dict, base: torch.Tensor, stored: dict, clean_emb, effect=effect_loss) -> dict:
-    """The ablation sweep's restart check: its clean effect through the shortcut equals the full forward's."""
+    """The ablation sweep's restart check: its clean effect through the shortcut equals the full forward's (an
+    encoder–decoder's: restarted in its encoder, the decoder run whole)."""
     value = lambda out: effect(loaded, batch, out, clean_emb)  # noqa: E731
-    return restart_check(loaded, stored, batch, value, base, impl=IMPL)
+    blocks = restart_stack(loaded)
+    if blocks is None:
+        return {"used": False, "reason": "no stack of layers to restart in: full forwards"}
+    return restart_check(loaded, stored, batch, value, base, blocks, impl=IMPL)
 
 
 COPIES_BYTES = 512 << 20  # the logits of one forward's ablated copies (copies × B × T × vocab fp32)
@@ -311,10 +340,10 @@ class Sweep:
             else {"used": False}
         )
         self.k = copies_per_forward(loaded, batch)
-        self.blocks = layer_stack(loaded)  # found once, not once per forward
+        self.blocks = restart_stack(loaded)  # found once, not once per forward
         # an encoder-decoder's encoder runs once for every decoder-side ablation (a Whisper encoder's 1,500
-        # frames were most of each forward, run once per copy)
-        self.encoded = clean_encoding(loaded, batch) if self.blocks is None else None
+        # frames were most of each forward, run once per copy); an encoder-side one restarts at its layer
+        self.encoded = clean_encoding(loaded, batch) if loaded.seq2seq else None
         L, H = loaded.n_layers, loaded.n_heads
         self.deltas = {m: np.full((L, H), np.nan) for m in self.modes}
         self.measured: list[tuple[int, int]] = []
@@ -337,7 +366,7 @@ class Sweep:
                     chunk = hs[i : i + self.k]
                     iv = BatchedAblation(layer, chunk, self.B, mode, self.means.get(layer))
                     rep = repeat_batch(self.batch, len(chunk))
-                    start = layer if self.check["used"] else 0
+                    start = self._start(layer)
                     per = forward_from(
                         self.loaded,
                         start,
@@ -356,6 +385,16 @@ class Sweep:
                     if self.progress:
                         self.progress(mode, layer, done, total)
         self.measured += [p for p in pairs if p not in self.measured]
+
+    def _start(self, layer: int) -> int:
+        """The block an ablation of ``layer`` restarts at: its own (one stack; an encoder–decoder's encoder
+        layer, in the encoder's stack), else 0 (a decoder-side layer of an encoder–decoder: the decoder runs whole
+        on the clean encoding)."""
+        if not self.check["used"]:
+            return 0
+        if not self.loaded.seq2seq:
+            return layer
+        return self.loaded.stream_layer(layer) if self.loaded.mode(layer) == "encoder" else 0
 
     def _encoder_outputs(self, layer: int, copies: int) -> dict:
         """The clean encoding for the copies of an ablation in the decoder; {} (the encoder runs) in the encoder."""

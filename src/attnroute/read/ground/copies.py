@@ -15,12 +15,16 @@ def repeat_batch(batch: dict, k: int) -> dict:
     return {key: val.repeat(k, *([1] * (val.dim() - 1))) for key, val in batch.items()}
 
 
-def repeat_output(out, k: int):
-    """A block's output (a tensor or a tuple holding tensors) with every batch-major tensor repeated k times."""
+def repeat_output(out, k: int, rows: int | None = None):
+    """A block's output (a tensor or a tuple holding tensors) with every batch-major tensor repeated k times. In
+    a tuple, batch-major means as many rows as its first tensor: a tensor of one row beside a batch of several
+    broadcasts over it (T5's position bias [1, H, T, T], which each block hands the next) and stays as it is."""
     if isinstance(out, torch.Tensor):
-        return out.repeat(k, *([1] * (out.dim() - 1)))
-    if isinstance(out, tuple):
-        return type(out)(repeat_output(o, k) for o in out) if not hasattr(out, "_fields") else out
+        return out.repeat(k, *([1] * (out.dim() - 1))) if rows is None or out.shape[0] == rows else out
+    if isinstance(out, tuple) and not hasattr(out, "_fields"):
+        first = next((o for o in out if isinstance(o, torch.Tensor) and o.dim()), None)
+        n = rows if rows is not None else None if first is None else first.shape[0]
+        return type(out)(repeat_output(o, k, n) for o in out)
     return out
 
 

@@ -11,7 +11,9 @@ exactly, alone: its output in the corrupted run replaced by its output in the cl
 position (an encoder head: every frame). Normalized as patch's denoising: (M_patched − M_corrupt) /
 (M_clean − M_corrupt), 1 when a head alone restores the clean answer. Exact for every head — 72 on
 Whisper tiny.en, so there is no estimate to settle; decoder and cross heads run on the corrupted
-clip's cached encoder output (their patch cannot change the encoder).
+clip's cached encoder output (their patch cannot change the encoder), and an encoder head's copies replay the
+encoder from the head's layer (the blocks before it answer with the corrupted run's outputs), once a restart
+from the encoder's middle has reproduced the corrupted run (``shortcut``; else whole forwards, said).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from ...audio import audio
 from ...engine.jsonable import Result
 from ...settings import SpeechPatchSettings, verb
 from ..adapter import routed
+from ..effects import encoder_stack, restart_check, run_from
 from ..ground.speech import ClipPairError, clip_pair, last_logit_diff
 from ..ground.stats import gap
+from ..hooks import recorded
 from ..patching.sites import Component, PatchCopies, Recorder
 from ..study import Study
 
@@ -54,6 +58,7 @@ class SpeechPatchResult(Result):
     clean: float  # the metric on the clean run
     corrupt: float
     rows: list[dict] = field(default_factory=list)
+    shortcut: dict = field(default_factory=dict)  # the encoder restart's check (effects.restart_check)
 
     def payload(self) -> dict:
         rows = sorted(self.rows, key=lambda r: -abs(r["normalized"]))
@@ -84,6 +89,7 @@ class SpeechPatchResult(Result):
             "wrong": self.wrong,
             "metric": {"name": "logit-diff", "clean": self.clean, "corrupt": self.corrupt, "direction": "denoising"},
             "by_mode": modes,
+            "shortcut": self.shortcut,
             "rows": rows,
         }
 
@@ -91,16 +97,19 @@ class SpeechPatchResult(Result):
     def from_dict(cls, data: dict) -> SpeechPatchResult:
         keys = ("model", "clips", "transcripts", "prefix", "answer", "wrong")
         rows = sorted(data["rows"], key=lambda r: (r["layer"], r["head"]))  # the order they were measured in
-        return cls(*(data[k] for k in keys), data["metric"]["clean"], data["metric"]["corrupt"], rows)
+        m = data["metric"]
+        return cls(*(data[k] for k in keys), m["clean"], m["corrupt"], rows, data.get("shortcut", {}))
 
 
-def _record(loaded, batch: dict) -> tuple[list[Recorder], object, torch.Tensor]:
+def _record(loaded, batch: dict) -> tuple[list[Recorder], object, torch.Tensor, dict]:
+    """Every head's output, the encoder's output, the logits and each encoder block's output (a restart's)."""
     recs = [Recorder(layer) for layer in range(loaded.n_layers)]
     # "auto" here and in the patched runs alike: recording and patching edit q/k/v and head outputs, never the
     # weights, so torch's fused kernel serves both (eager over 1,500 encoder frames was most of the time)
-    with torch.no_grad(), routed(loaded, interventions=recs, impl="auto"):
+    stack = encoder_stack(loaded) or []
+    with torch.no_grad(), recorded(stack) as blocks, routed(loaded, interventions=recs, impl="auto"):
         out = loaded.model(**batch)
-    return recs, out.encoder_last_hidden_state, out.logits
+    return recs, out.encoder_last_hidden_state, out.logits, blocks
 
 
 @verb(SpeechPatchSettings)
@@ -113,8 +122,8 @@ def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progres
     loaded = st.load()
     pair = clip_pair(loaded, a, b, s.text, s.answer, s.wrong)
     (fa, fb), ids, metric = pair.features, pair.ids, last_logit_diff(pair.answer, pair.wrong)
-    clean_recs, _, clean_logits = _record(loaded, {"input_features": fa, "decoder_input_ids": ids})
-    _, enc_b, corrupt_logits = _record(loaded, {"input_features": fb, "decoder_input_ids": ids})
+    clean_recs, _, clean_logits, _ = _record(loaded, {"input_features": fa, "decoder_input_ids": ids})
+    _, enc_b, corrupt_logits, stored = _record(loaded, corrupt := {"input_features": fb, "decoder_input_ids": ids})
     m_clean, m_corrupt = float(metric(clean_logits)), float(metric(corrupt_logits))
     if gap([m_clean], [m_corrupt], loaded.dtype) is None:
         raise SpeechPatchError("the metric is the same on both clips: nothing to restore", field="corrupt")
@@ -128,7 +137,8 @@ def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progres
         m_clean,
         m_corrupt,
     )
-    runs = _Runs(fb, enc_b, ids, clean_recs, metric, m_clean, m_corrupt)
+    result.shortcut, blocks = _shortcut(loaded, corrupt, stored, metric, corrupt_logits)
+    runs = _Runs(fb, enc_b, ids, clean_recs, metric, m_clean, m_corrupt, stored, blocks)
     for layer in range(loaded.n_layers):
         say("layer", f"{loaded.mode(layer)} layer {loaded.stream_layer(layer)}", done=layer + 1, total=loaded.n_layers)
         result.rows += _patch_layer(loaded, layer, runs)
@@ -147,6 +157,18 @@ class _Runs:
     metric: object
     m_clean: float
     m_corrupt: float
+    stored: dict  # each encoder block's output on the corrupted clip
+    blocks: list | None  # the encoder's blocks, where a restart reproduced the corrupted run; else None
+
+
+def _shortcut(loaded, batch: dict, stored: dict, metric, logits) -> tuple[dict, list | None]:
+    """The encoder restart's check on the corrupted run (effects.restart_check: from the encoder's middle, the
+    metric as the whole forward's), and the encoder's blocks to restart in where it held (None: whole forwards)."""
+    blocks = encoder_stack(loaded)
+    if blocks is None:
+        return {"used": False, "reason": "no encoder stack to restart in: whole forwards"}, None
+    check = restart_check(loaded, stored, batch, lambda out: metric(out.logits), metric(logits), blocks, impl="auto")
+    return check, blocks if check["used"] else None
 
 
 def _patch_layer(loaded, layer: int, runs: _Runs) -> list[dict]:
@@ -161,8 +183,7 @@ def _patch_layer(loaded, layer: int, runs: _Runs) -> list[dict]:
             batch["input_features"] = runs.features.repeat(k, *([1] * (runs.features.dim() - 1)))
         batch["decoder_input_ids"] = runs.ids.repeat(k, 1)
         patch = PatchCopies(layer, [Component(layer, "head", h, None) for h in heads], 1, runs.clean_recs[layer])
-        with torch.no_grad(), routed(loaded, interventions=[patch], impl="auto"):
-            patched = runs.metric(loaded.model(**batch).logits)
+        patched = runs.metric(_patched(loaded, layer, runs, batch, patch, k).logits)
         gap = runs.m_clean - runs.m_corrupt
         for h, m in zip(heads, patched.tolist()):
             rows.append(
@@ -176,6 +197,19 @@ def _patch_layer(loaded, layer: int, runs: _Runs) -> list[dict]:
                 }
             )
     return rows
+
+
+@torch.no_grad()
+def _patched(loaded, layer: int, runs: _Runs, batch: dict, patch, k: int):
+    """The model's outputs on ``k`` patched copies: an encoder layer's restarted at that layer where the check
+    held (run_from: the blocks before it answer with the corrupted run's outputs), else the whole forward."""
+    if runs.blocks is not None and loaded.mode(layer) == "encoder":
+        start = loaded.stream_layer(layer)
+        return run_from(
+            loaded, start, runs.stored, batch, interventions=[patch], copies=k, blocks=runs.blocks, impl="auto"
+        )
+    with routed(loaded, interventions=[patch], impl="auto"):
+        return loaded.model(**batch)
 
 
 __all__ = ["SpeechPatchError", "SpeechPatchResult", "speech_patch"]
