@@ -183,6 +183,9 @@ def test_results_are_cached_and_the_page_saves_an_offline_report(client):
     first = post(client, "/api/text", {"text": TEXT})
     again = post(client, "/api/text", {"text": TEXT})
     assert again.status_code == 200 and again.headers["x-attnroute-cache"] == "hit" and again.content == first.content
+    # the page sends each request with its own progress id: the same question is still the cached answer
+    paged = post(client, "/api/text", {"text": TEXT, "job": "j-another-click"})
+    assert paged.headers["x-attnroute-cache"] == "hit" and paged.content == first.content
     r = post(client, "/api/report", {"text": TEXT})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert "attachment" in r.headers["content-disposition"] and "Routing report" in r.text
@@ -208,27 +211,6 @@ def test_why_a_route_exists_is_the_library_s_split(client, smollm2):
     assert [p["term"] for p in d["pairs"]] == pytest.approx([p["term"] for p in want["pairs"]], rel=1e-5, abs=1e-7)
     masked = post(client, "/api/why", {"text": TEXT, "layer": 6, "head": 2, "query": 2, "key": 9})
     assert masked.status_code == 422 and "mask forbids" in masked.json()["error"]
-
-
-def test_the_pairs_circuit_and_one_edge_path_patched_are_the_librarys(client):
-    pair = {
-        "clean": "When Mary and John went to the store, John gave a drink to",
-        "corrupt": "When Mary and John went to the store, Mary gave a drink to",
-        "answer": " Mary",
-        "wrong": " John",
-    }
-    r = post(client, "/api/circuit", pair)
-    assert r.status_code == 200, r.text
-    d = r.json()
-    assert 0 < len(d["edges"]) <= 40 and d["circuit"]["checks"]["full"]["max_abs_diff"] < 1e-4
-    # an edge into a head's q, k or v that the circuit settled: path patching it alone gives the circuit's exact
-    # Δ (ar.path_patch and ar.circuit measure an edge by one code path, read/circuits/runs.EdgeRun.measure)
-    edge = next(e for e in d["edges"] if e["receiver"].get("channel") in ("q", "k", "v") and e["exact"] is not None)
-    p = post(client, "/api/path", {**pair, "edge": edge["label"]}).json()
-    assert p["edge"] == edge["label"] and p["metric"] == "logit-diff"
-    assert abs(p["exact"] - edge["exact"]) <= 1e-5 * max(1.0, abs(edge["exact"]))
-    bad = post(client, "/api/path", {**pair, "edge": "L1.H0>nowhere"})
-    assert bad.status_code == 400 and "SENDER>RECEIVER" in bad.json()["error"]
 
 
 def test_a_routes_estimated_effect_in_every_head_is_route_attributions(client, smollm2):

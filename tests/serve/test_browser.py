@@ -178,6 +178,32 @@ def test_prompt_pair_mode_patches_and_verifies_a_route(smollm2_server):
     assert events["errors"] == []
 
 
+def test_the_pairs_circuit_and_one_edge_path_patched_are_the_librarys(smollm2_server):
+    """Through the API: the page's default pair's circuit (after the page above drew it, the server's cached
+    answer: one circuit for both tests, as a user's second look) and one settled edge path-patched alone."""
+    import httpx
+
+    pair = {
+        "clean": "When Mary and John went to the store, John gave a drink to",
+        "corrupt": "When Mary and John went to the store, Mary gave a drink to",
+        "answer": " Mary",
+        "wrong": " John",
+    }
+    with httpx.Client(base_url=smollm2_server.base, headers=smollm2_server.headers(), timeout=240) as client:
+        r = client.post("/api/circuit", json=pair)
+        assert r.status_code == 200, r.text
+        d = r.json()
+        assert 0 < len(d["edges"]) <= 40 and d["circuit"]["checks"]["full"]["max_abs_diff"] < 1e-4
+        # an edge into a head's q, k or v that the circuit settled: path patching it alone gives the circuit's
+        # exact Δ (ar.path_patch and ar.circuit measure an edge by one code path, read/circuits/runs.EdgeRun.measure)
+        edge = next(e for e in d["edges"] if e["receiver"].get("channel") in ("q", "k", "v") and e["exact"] is not None)
+        p = client.post("/api/path", json={**pair, "edge": edge["label"]}).json()
+        bad = client.post("/api/path", json={**pair, "edge": "L1.H0>nowhere"})
+    assert p["edge"] == edge["label"] and p["metric"] == "logit-diff"
+    assert abs(p["exact"] - edge["exact"]) <= 1e-5 * max(1.0, abs(edge["exact"]))
+    assert bad.status_code == 400 and "SENDER>RECEIVER" in bad.json()["error"]
+
+
 SEEN = """() => { const t = document.querySelector("#token-text .tok[data-index='LAST']"),
   c = document.getElementById("token-text"), a = t.getBoundingClientRect(), b = c.getBoundingClientRect();
   return a.top >= b.top - 1 && a.bottom <= b.bottom + 1 && a.right <= window.innerWidth; }"""

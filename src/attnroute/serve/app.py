@@ -151,10 +151,11 @@ class ExplorerApp:
                 what = "a speech model's clips" if self.explorer.info()["kind"] == "speech" else "a text model"
                 raise RequestError(400, f"/api/{kind} is not served here: this server reads {what}")
             args = arguments(kind, await body_of(request))
+            job_id = args.pop("job")  # the page's progress id, a new one per request: not part of what is asked
             key = kind + json.dumps(args, sort_keys=True, ensure_ascii=False)
             if (hit := self.cache.get(key)) is not None:
                 return _respond(kind, hit, cache="hit")
-            job = Job(args.pop("job", None))
+            job = Job(job_id)
             if job.id in self.worker.jobs:
                 raise RequestError(409, f"job id {job.id!r} is in use: give each request its own")
             call = [args[n] for n in names]
