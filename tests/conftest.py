@@ -87,7 +87,6 @@ FIRST = [
     "tests/read/test_circuits.py",  # 39
     "tests/serve/test_notebook.py",  # 38
     "tests/serve/test_lifecycle.py",  # 38
-    "tests/serve/test_api.py",  # 37
     "tests/check/test_hf_zoo.py",  # 35
     "tests/read/test_support_matrix.py",  # 34
     "tests/read/test_patching.py",  # 31
@@ -110,6 +109,7 @@ FIRST = [
     "tests/read/test_memory_cap.py",  # 15
     "tests/cost/test_fit.py",  # 15
     "tests/models/test_placement.py",  # 13
+    "tests/serve/test_api.py",  # 13 (its circuit, 24 s, is the page's, cached: tests/serve/test_browser.py)
     "tests/learn/test_feedforward.py",  # 13
     "tests/bench/test_gpu_check.py",  # 12
     "tests/check/test_real_gallery.py",  # 11
