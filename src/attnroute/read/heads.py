@@ -223,8 +223,7 @@ def _stimulus(loaded, s: HeadsSettings, reuse: Reuse | None, cols: dict, meta: d
     if reuse is not None and reuse.seeds == tuple(s.seeds):
         per_seed, stim, induction = reuse.stimulus
     else:
-        per_seed, stim = stimulus_scores(loaded, s.seeds, s.stimulus_batch, features)
-        induction = induction_loss(loaded, stim) if loaded.causal else None
+        per_seed, stim, induction = stimulus_scores(loaded, s.seeds, s.stimulus_batch, features)
     if stim.S < DEFAULT_LEN:
         say(
             "warn",
@@ -245,18 +244,18 @@ def reusable(loaded: LoadedModel, settings: HeadsSettings, progress=None) -> Reu
     say("stage", "verifying routed attention against the model's own eager attention")
     check = routing_check(loaded)
     say("stage", f"repeated random tokens ({len(settings.seeds)} seeds)")
-    per_seed, stim = stimulus_scores(loaded, settings.seeds, settings.stimulus_batch)
-    induction = induction_loss(loaded, stim) if loaded.causal else None
+    per_seed, stim, induction = stimulus_scores(loaded, settings.seeds, settings.stimulus_batch)
     return Reuse(check, (per_seed, stim, induction), tuple(settings.seeds))
 
 
 STIMULUS_SCORES = ("prev_token", "duplicate", "induction")
 
 
-def stimulus_scores(loaded: LoadedModel, seeds, batch: int, features=None) -> tuple[list[dict], Repeated]:
-    """The repeated-token scores per probe seed, and the first seed's stimulus (its loss and description):
-    the one repeated-stimulus block of a text read and a corpus read. A speech model's decoder reads
-    <|startoftranscript|> r r (its encoder hears ``features``)."""
+def stimulus_scores(loaded: LoadedModel, seeds, batch: int, features=None) -> tuple[list[dict], Repeated, dict | None]:
+    """The repeated-token scores per probe seed, the first seed's stimulus (its description) and, for a causal LM,
+    its induction loss, read from the logits of the first seed's own forward (a second forward of the model on
+    the same tokens was a fifth of a SmolLM2 read): the one repeated-stimulus block of a text read and a corpus
+    read. A speech model's decoder reads <|startoftranscript|> r r (its encoder hears ``features``)."""
     S = stimulus_length(loaded)
 
     def stimulus(seed):
@@ -266,7 +265,11 @@ def stimulus_scores(loaded: LoadedModel, seeds, batch: int, features=None) -> tu
             stim.input_ids[:, 0] = int(loaded.model.config.decoder_start_token_id)
         return stim
 
-    return [repeated_scores(loaded, stimulus(s), features=features) for s in seeds], stimulus(seeds[0])
+    first, kept = stimulus(seeds[0]), [] if loaded.causal else None
+    per_seed = [repeated_scores(loaded, first, features=features, logits=kept)]
+    induction = induction_loss(loaded, first, kept.pop()) if loaded.causal else None  # its logits freed here
+    per_seed += [repeated_scores(loaded, stimulus(s), features=features) for s in seeds[1:]]
+    return per_seed, first, induction
 
 
 def stimulus_length(loaded: LoadedModel, S: int = DEFAULT_LEN) -> int:
@@ -288,10 +291,11 @@ def mean_scores(per_seed: list[dict]) -> dict:
 
 
 @torch.no_grad()
-def repeated_scores(loaded: LoadedModel, stim: Repeated, impl: str | None = None, features=None) -> dict:
+def repeated_scores(loaded: LoadedModel, stim: Repeated, impl: str | None = None, features=None, logits=None) -> dict:
     """prev_token, duplicate, induction [L, H] on one repeated-random-token batch. Fused backend (three
     named weights per row) unless the model needs the weights (``impl="eager"`` asks for them: the
-    benchmark compares both paths)."""
+    benchmark compares both paths). ``logits``: a list that receives the model's logits on the batch (the
+    whole model runs, its output head included; else its body alone)."""
     if impl not in (None, "fused", "eager"):
         raise InputError(f"impl: expected 'fused' or 'eager', got {impl!r}", field="impl")
     fused = _fused_refusal(loaded) is None and impl != "eager"
@@ -303,7 +307,11 @@ def repeated_scores(loaded: LoadedModel, stim: Repeated, impl: str | None = None
     if loaded.seq2seq and not loaded.audio:  # the decoder reads the stimulus too: its diagonals mean the encoder's
         batch.update(decoder_input_ids=stim.input_ids, decoder_attention_mask=stim.attention_mask)
     with routed(loaded, probes=[diag], impl="fused" if fused else "eager"):  # three named weights per row
-        body(loaded)(**(_speech_stimulus(loaded, features, stim) if loaded.audio else batch))
+        out = (body(loaded) if logits is None else loaded.model)(
+            **(_speech_stimulus(loaded, features, stim) if loaded.audio else batch)
+        )
+    if logits is not None:
+        logits.append(out.logits)
     scores = diagonal_scores(diag, stim, loaded.n_layers, loaded.n_heads)
     for layer, kind in enumerate(loaded.attention_kinds):
         # a query and a key of two streams (cross), or audio frames (a speech encoder): no "previous token"
@@ -331,11 +339,13 @@ def _audio_features(loaded: LoadedModel, features):
 
 
 @torch.no_grad()
-def induction_loss(loaded: LoadedModel, stim: Repeated) -> dict:
+def induction_loss(loaded: LoadedModel, stim: Repeated, logits: torch.Tensor | None = None) -> dict:
     """Mean next-token loss predicting the first repeat's tokens versus the second's (bf16 logits widened by
-    token_loss a block at a time, not whole)."""
-    with routed(loaded, impl="auto"):  # sdpa where it can; eager under a soft-cap or sinks
-        logits = loaded.model(input_ids=stim.input_ids, attention_mask=stim.attention_mask).logits
+    token_loss a block at a time, not whole), from the model's ``logits`` on ``stim`` where the caller holds
+    them (stimulus_scores), else from a forward of its own."""
+    if logits is None:
+        with routed(loaded, impl="auto"):  # sdpa where it can; eager under a soft-cap or sinks
+            logits = loaded.model(input_ids=stim.input_ids, attention_mask=stim.attention_mask).logits
     ce = token_loss(logits[:, :-1], stim.input_ids[:, 1:])
     S, P = stim.S, stim.prefix
     # target position t is predicted by row t−1

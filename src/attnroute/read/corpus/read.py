@@ -37,7 +37,7 @@ from ...settings import CorpusSettings, verb
 from .. import effects, roles
 from ..ground.checkpoint import CheckpointMismatch
 from ..ground.group import agree
-from ..heads import ReadError, induction_loss, mean_scores, stimulus_scores
+from ..heads import ReadError, mean_scores, stimulus_scores
 from ..headtable import COLUMNS, CorpusMeta, HeadTable
 from ..stimuli import encode_text
 from ..study import Study
@@ -185,9 +185,9 @@ def stimulus_pass(loaded: LoadedModel, s: CorpusSettings, meta: dict, say) -> di
     """The repeated-token scores (not per document: they carry no interval) and the induction loss."""
     t0 = time.perf_counter()
     say("stage", "repeated random tokens (not per document: the stimulus scores carry no interval)")
-    per_seed, stim = stimulus_scores(loaded, s.seeds, s.stimulus_batch)
-    if loaded.causal:
-        meta["induction_loss"] = induction_loss(loaded, stim)
+    per_seed, _, induction = stimulus_scores(loaded, s.seeds, s.stimulus_batch)
+    if induction is not None:
+        meta["induction_loss"] = induction
     meta["timings_s"]["repeated"] = time.perf_counter() - t0
     return mean_scores(per_seed)
 
