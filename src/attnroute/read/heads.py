@@ -267,7 +267,7 @@ def stimulus_scores(loaded: LoadedModel, seeds, batch: int, features=None) -> tu
 
     first, kept = stimulus(seeds[0]), [] if loaded.causal else None
     per_seed = [repeated_scores(loaded, first, features=features, logits=kept)]
-    induction = induction_loss(loaded, first, kept.pop()) if loaded.causal else None  # its logits freed here
+    induction = induction_loss(first, kept.pop()) if loaded.causal else None  # its logits freed here
     per_seed += [repeated_scores(loaded, stimulus(s), features=features) for s in seeds[1:]]
     return per_seed, first, induction
 
@@ -339,13 +339,10 @@ def _audio_features(loaded: LoadedModel, features):
 
 
 @torch.no_grad()
-def induction_loss(loaded: LoadedModel, stim: Repeated, logits: torch.Tensor | None = None) -> dict:
+def induction_loss(stim: Repeated, logits: torch.Tensor) -> dict:
     """Mean next-token loss predicting the first repeat's tokens versus the second's (bf16 logits widened by
-    token_loss a block at a time, not whole), from the model's ``logits`` on ``stim`` where the caller holds
-    them (stimulus_scores), else from a forward of its own."""
-    if logits is None:
-        with routed(loaded, impl="auto"):  # sdpa where it can; eager under a soft-cap or sinks
-            logits = loaded.model(input_ids=stim.input_ids, attention_mask=stim.attention_mask).logits
+    token_loss a block at a time, not whole), from the model's ``logits`` on ``stim`` (stimulus_scores: the
+    stimulus forward's own)."""
     ce = token_loss(logits[:, :-1], stim.input_ids[:, 1:])
     S, P = stim.S, stim.prefix
     # target position t is predicted by row t−1

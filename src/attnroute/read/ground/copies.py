@@ -22,9 +22,9 @@ def repeat_output(out, k: int, rows: int | None = None):
     if isinstance(out, torch.Tensor):
         return out.repeat(k, *([1] * (out.dim() - 1))) if rows is None or out.shape[0] == rows else out
     if isinstance(out, tuple) and not hasattr(out, "_fields"):
-        first = next((o for o in out if isinstance(o, torch.Tensor) and o.dim()), None)
-        n = rows if rows is not None else None if first is None else first.shape[0]
-        return type(out)(repeat_output(o, k, n) for o in out)
+        if rows is None:  # the tuple's rows: its first tensor's
+            rows = next((o.shape[0] for o in out if isinstance(o, torch.Tensor) and o.dim()), None)
+        return type(out)(repeat_output(o, k, rows) for o in out)
     return out
 
 
