@@ -225,9 +225,12 @@ CLEAR_POINT = """() => { const svg = document.querySelector("SEL"), r = svg.getB
 WORDS = "river stone cloud table garden window paper music candle forest ladder mirror".split()
 
 
-@pytest.mark.parametrize("n", [20, 400])  # a line, and many wrapped rows (1,000 took 33 s of CI for the same check)
+# a line, and more wrapped rows than the token box shows (250: 429 px of rows in a 320 px box; 400 and 1,000 took
+# 23 and 33 s of CI for the same check)
+@pytest.mark.parametrize("n", [20, 250])
 def test_the_page_fits_its_window_at_real_sizes(smollm2_server, n):
-    """n tokens (about): no horizontal overflow of the page, token rows wrap, the selected token in view."""
+    """n tokens (about): no horizontal overflow of the page, token rows wrap, the selected token in view — for
+    250, scrolled into view inside a box that overflows."""
     text = " ".join(WORDS[i % len(WORDS)] for i in range(n - 1))
     with browser_page(smollm2_server.url) as (page, events):
         page.wait_for_selector("body[data-ready='idle']", state="attached")
@@ -237,6 +240,8 @@ def test_the_page_fits_its_window_at_real_sizes(smollm2_server, n):
         T = page.evaluate("G.tokens.length")
         assert abs(T - n) <= 2
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), "the page overflows"
+        box = page.evaluate("(b => [b.scrollHeight, b.clientHeight])(document.getElementById('token-text'))")
+        assert (box[0] > box[1]) == (n > 100), box  # the long text's rows overflow the box: the scroll is tested
         last = T - 2
         page.click(f"#token-text .tok[data-index='{last}']")
         wait_until(page, f"document.getElementById('token-card').dataset.token === '{last}'")
