@@ -338,7 +338,7 @@ def test_a_given_transcript_is_teacher_forced_and_said_so(whisper):
     from attnroute.read.heads import read_heads
 
     text = "The quick brown fox jumps over the lazy dog."  # Whisper itself hears "… quick roundfire jump …"
-    table = read_heads(whisper, text, audio="fox", seeds=(0,), stimulus_batch=1, ablation=False)
+    table = read_heads(whisper, text, audio="fox", seeds=(0,), stimulus_batch=1, ablation=False, verify=False)
     said = table.meta.audio
     assert said["transcript_source"] == "given (teacher-forced)" and said["transcript"] == text
     assert table.meta.tokens[:3] == ["<|startoftranscript|>", "<|notimestamps|>", " The"]
