@@ -20,6 +20,9 @@ PAIRS = (
     ar.PromptPair("a bird flew over the house and", "a bird ran over the house and", " the", " a", row=2),
 )
 LOW = [torch.bfloat16, torch.float16]
+# every head ablated exactly on 2 sequences of repeated tokens (the default 8 put 8 × 80 rows through the 30,522-word
+# output head for each head: 14 s of float16 matrix products on a CPU without half-precision arithmetic)
+HEADS = dict(exact="all", effect_batch=2, stimulus_batch=2)
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +39,12 @@ def _model(path, dtype):
 @pytest.fixture(scope="module")
 def f32(tiny_dir):
     m = _model(tiny_dir, torch.float32)
-    return {"heads": ar.read_heads(m, TEXT, exact="all"), "patch": ar.patch(m, PAIRS, exact="all")}
+    return {"heads": ar.read_heads(m, TEXT, **HEADS), "patch": ar.patch(m, PAIRS, exact="all")}
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_head_statistics_and_ablation_agree_with_float32_within_the_stated_tolerance(tiny_dir, f32, dtype):
-    got, want, tol = ar.read_heads(_model(tiny_dir, dtype), TEXT, exact="all"), f32["heads"], READ_TOLERANCE[dtype]
+    got, want, tol = ar.read_heads(_model(tiny_dir, dtype), TEXT, **HEADS), f32["heads"], READ_TOLERANCE[dtype]
     for c in ("entropy", "sink_mass", "prev_token", "induction"):
         assert np.nanmax(np.abs(np.asarray(got.columns[c]) - np.asarray(want.columns[c]))) <= tol["weights"], c
     delta = np.asarray(want.columns["ablation_delta"])
