@@ -63,7 +63,7 @@ def _load_gguf_cached(gguf: Path, say, place: Placement = DEFAULT):
     with one_converter(target, say):
         if (hit := _from_cache(target, gguf.name, say, place)) is not None:  # converted while this process waited
             return hit
-        say(f"dequantizing {gguf.name} (once, then cached: 20 s for SmolLM2, 50 s for Gemma 3 on one core)")
+        say(f"dequantizing {gguf.name} (once, then cached: 20 s for SmolLM2, 33 s for Gemma 3 on one core)")
         try:
             with one_gguf_parse():
                 model, info = AutoModelForCausalLM.from_pretrained(
