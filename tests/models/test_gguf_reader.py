@@ -1,12 +1,10 @@
 """one_gguf_parse's reader (a GGUFReader over a plain array view of its memory map, for speed) reads every
 field and tensor of a GGUF file exactly as gguf's own reader does: a written file with every value type."""
 
+import gguf
 import numpy as np
-import pytest
 
-gguf = pytest.importorskip("gguf")
-
-from attnroute.models.caches import one_gguf_parse  # noqa: E402
+from attnroute.models.caches import one_gguf_parse
 
 
 def _write(path) -> None:
