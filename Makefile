@@ -50,7 +50,9 @@ format: venv
 # every process the tests start compiled torch's, transformers' and attnroute's modules again (seconds per
 # full import). The tests run with it unset, so the first process to import a module writes its .pyc into the
 # venv (or src) and every later one reads it. A stale .pyc is never used: Python checks each against its source.
-test: lint browser
+# The browser's apt-get runs beside the venv's pip (`-j2`): on a fresh machine neither waits for the other.
+test:
+	$(MAKE) -j2 lint browser
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15
 
 # The inner loop: no real model, no training (the `slow` marker, tests/conftest.py), seconds to a minute.

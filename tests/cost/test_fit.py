@@ -109,6 +109,14 @@ def test_a_config_without_a_model_type_is_refused_naming_model(tmp_path):
     assert e.value.field == "model" and "model_type" in str(e.value)
 
 
+def test_a_speech_model_is_refused_not_costed_as_a_text_model(capsys):
+    """whisper-tiny's facts now come before its load (its CTranslate2 folder read): a speech model is refused by
+    name, as the formula never measured an encoder that hears 1,500 frames."""
+    assert main(["cost", "fit", "--model", "whisper-tiny", "--verb", "heads", "--device-memory", "8G"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "whisper-tiny is a speech model" in err[0]
+
+
 def test_auto_costs_the_stored_dtype_for_every_verb(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({**LLAMA3_8B, "torch_dtype": "bfloat16"}))

@@ -178,11 +178,85 @@ def test_an_encoder_heads_ablation_restarts_at_its_layer_and_equals_the_full_for
     assert runs["restart calls"] < runs["full calls"]  # layers 2 and 3's copies did not run encoder layer 0
 
 
-def test_audio_and_text_models_refuse_the_wrong_input(capsys):
+def test_audio_and_text_models_refuse_the_wrong_input(capsys, no_model_load):
+    """Before the weights load (no_model_load): the facts of a CTranslate2 folder say it hears audio."""
     assert main(["heads", "--model", "whisper-tiny", "--no-ablation"]) == 2
-    assert "reads audio: give --audio" in capsys.readouterr().err
+    assert "whisper-tiny reads audio: give --audio" in capsys.readouterr().err
     assert main(["heads", "--model", "smollm2", "--audio", "paris", "--no-ablation"]) == 2
-    assert "--audio is for a speech model" in capsys.readouterr().err
+    assert "smollm2 reads text; --audio is for a speech model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["patch", "--audio-clean", "paris", "--audio-corrupt", "rome"],
+        ["circuit", "--audio-clean", "paris", "--audio-corrupt", "rome"],
+        ["routes", "--audio", "rome", "--answer", "Rome"],
+        ["why", "--audio", "rome", "--head", "L3.xH3", "--query", "Rome", "--key", "Rome"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_clips_given_to_a_text_model_are_refused_before_its_weights_load(argv, capsys, no_model_load):
+    assert main([*argv, "--model", "minilm"]) == 2
+    err = capsys.readouterr().err
+    assert "minilm has no audio encoder" in err and "Traceback" not in err
+
+
+TEXT = "When Mary and John went to the store, John gave a drink to"
+
+
+@pytest.mark.parametrize(
+    "argv, instead",
+    [
+        (["patch", "--prompts", "ioi"], "--audio-clean and --audio-corrupt"),
+        (["circuit", "--prompts", "ioi"], "--audio-clean and --audio-corrupt"),
+        (["routes", TEXT, "--answer", " Mary", "--wrong", " John"], "give it a clip: --audio"),
+        (["why", TEXT, "--head", "L3.H0", "--query", "to", "--key", "Mary"], "give it a clip: --audio"),
+    ],
+    ids=lambda x: x[0] if isinstance(x, list) else "",
+)
+def test_text_given_to_a_speech_model_is_refused_before_its_weights_load(argv, instead, capsys, no_model_load):
+    """A text prompt reached Whisper's encoder as no features at all: a traceback (AttributeError) after the
+    load. The speech model is now refused by name, saying what to give instead, before the weights load."""
+    assert main([*argv, "--model", "whisper-tiny"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "whisper-tiny is a speech model: it hears clips, not text" in err[0] and instead in err[0]
+
+
+@pytest.mark.parametrize("verb", ["patch", "route_attribution", "circuit", "path_patch", "why", "evaluate_circuit"])
+def test_a_speech_model_object_given_text_is_refused_by_every_text_verb(verb, whisper):
+    import attnroute as ar
+
+    fields = {
+        "patch": dict(prompts="ioi"),
+        "route_attribution": dict(text=TEXT, answer=" Mary", wrong=" John"),
+        "circuit": dict(prompts="ioi"),
+        "path_patch": dict(prompts="ioi", sender="L0.H0", receiver="L3.H0", channel="q"),
+        "why": dict(text=TEXT, head="L3.H0", query="to", key="Mary"),
+        "evaluate_circuit": dict(prompts="ioi", edges=["L0.H0>L3.H0"]),
+    }[verb]
+    with pytest.raises(ar.InputError, match="whisper-tiny is a speech model: it hears clips, not text"):
+        getattr(ar, verb)(whisper, **fields)
+
+
+def test_the_facts_of_a_ct2_folder_come_from_its_file_before_any_conversion(tmp_path, monkeypatch, whisper):
+    """An empty cache: config and tokenizer read from the CTranslate2 folder (0.3 s), as the conversion builds
+    them; with the converted entry there, from it. Either way a speech model of 12 attention layers."""
+    from attnroute.bundled import model_path
+    from attnroute.models import model_facts
+
+    cached = model_facts("whisper-tiny")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fresh = model_facts(str(model_path("whisper-tiny")))
+    assert not (tmp_path / "attnroute").exists()  # read, not converted
+    ids = whisper.tokenizer.encode(" The capital of France is Paris.", add_special_tokens=False)
+    for facts in (cached, fresh):
+        assert (facts.kind, facts.audio, facts.n_layers) == ("seq2seq", True, 12)
+        assert facts.tokenizer.encode(" The capital of France is Paris.", add_special_tokens=False) == ids
+    own = whisper.model.config.to_dict()
+    for key, value in fresh.config.to_dict().items():
+        if key not in ("architectures", "dtype", "transformers_version", "_name_or_path"):
+            assert own[key] == value, key
 
 
 def test_word_error_rate_counts_edits_after_normalizing():

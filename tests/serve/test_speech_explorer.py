@@ -97,7 +97,7 @@ def test_the_api_serves_clips_by_name_only(client):
     assert client.get("/health").json()["status"] == "ok"  # and it keeps serving
 
 
-def test_audio_clips_are_checked_before_the_weights_load(tmp_path, capsys):
+def test_audio_clips_are_checked_before_the_weights_load(tmp_path, capsys, no_model_load):
     assert main(["serve", "--model", "whisper-tiny", "--audio", str(tmp_path / "none.wav")]) == 2
     assert "no audio file" in capsys.readouterr().err
     (tmp_path / "paris.wav").write_bytes((AUDIO_DIR / "paris.wav").read_bytes())

@@ -20,6 +20,12 @@ def fit(model=None, *, settings: FitSettings | None = None, **fields) -> dict:
     """Each verb's predicted peak against the device's memory: the rows, and what the model is."""
     s = FitSettings.of(settings, model, fields)
     config, source = _config(s.model)
+    if getattr(config, "model_type", None) == "whisper":  # right or refused: no speech model was measured
+        raise InputError(
+            f"{source} is a speech model: cost fit's working memory was measured on text models (SmolLM2, Gemma 3) "
+            "and does not count an encoder's 1,500 audio frames; measure its peak with --max-memory on the verb",
+            field="model",
+        )
     shape = Shape.of(config)
     dtype = str(stored_dtype(config)).removeprefix("torch.") if s.dtype == "auto" else s.dtype
     memory = s.device_memory or available_memory()

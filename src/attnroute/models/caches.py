@@ -50,6 +50,11 @@ def gguf_cache(gguf: Path) -> Path:
     return cache_dir() / f"{Path(gguf).stem}-{content_key(gguf)}"
 
 
+def ct2_cache(folder: Path) -> Path:
+    """The folder a CTranslate2 Whisper's conversion is cached in: keyed by its model.bin's bytes."""
+    return cache_dir() / f"whisper-{content_key(Path(folder) / 'model.bin')}"
+
+
 def _load_gguf_cached(gguf: Path, say, place: Placement = DEFAULT):
     # The cache is keyed by content, so a complete cache entry means these very bytes parsed and
     # converted before: the header check (2-3 s of GGUFReader) is only paid when converting.
@@ -241,6 +246,8 @@ def is_ct2(path: Path) -> bool:
     """A CTranslate2 model (a folder holding model.bin, or the file): its first bytes are binary version 6
     and a spec name. Not a pickle, so not refused as one; read by ct2.py, never unpickled."""
     f = path / "model.bin" if path.is_dir() else path
+    if not f.is_file():  # a pipe or a device is never opened: it could block, or never end
+        return False
     try:
         with open(f, "rb") as fh:
             head = fh.read(8)
@@ -255,7 +262,7 @@ def _load_ct2_cached(folder: Path, say, place: Placement = DEFAULT):
 
     check_folder(folder)
     regular_file(folder / "model.bin")
-    target = cache_dir() / f"whisper-{content_key(folder / 'model.bin')}"
+    target = ct2_cache(folder)
     if (hit := _in_dtype(target, folder.name, say, place)) is not None:
         return hit
     with one_converter(target, say):

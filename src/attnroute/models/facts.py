@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..bundled import MODELS, model_path
 from ..errors import InputError
-from .caches import gguf_cache, one_gguf_parse
+from .caches import ct2_cache, gguf_cache, is_ct2, one_gguf_parse
 from .directory import directory_tokenizer
 from .discovery import model_kind
 from .sources import quiet_transformers
@@ -38,16 +39,27 @@ class Facts:
         n = getattr(c, "num_hidden_layers", None)
         return int(n) if n else None
 
+    @property
+    def audio(self) -> bool | None:
+        """Whether the encoder hears log-mel features, as LoadedModel.audio says after the load: True for a
+        Whisper, False for a causal LM or an encoder, None (not known before the load) for another
+        encoder–decoder. A refusal before the load takes only True or False."""
+        if getattr(self.config, "model_type", None) == "whisper":
+            return True
+        return False if self.kind in ("causal", "encoder") else None
+
 
 def model_facts(name_or_path: str) -> Facts | None:
     """Facts of a model by name or path, read once per process (a tokenizer takes ~0.4 s to load); None
     when the name needs load()'s own checks first (load then refuses it properly)."""
     try:
         path = model_path(name_or_path) if name_or_path in MODELS else Path(name_or_path)
-        stamp = os.stat(path).st_mtime_ns
+        st = os.stat(path)
     except (OSError, InputError):
         return None  # not there: load() says why
-    return _facts(name_or_path, stamp)
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        return None  # a device or a pipe is never hashed or opened here: load() refuses it by name
+    return _facts(name_or_path, st.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=8)
@@ -66,12 +78,29 @@ def _facts(name_or_path: str, stamp: int) -> Facts | None:
                 tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
                 config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name, trust_remote_code=False)
             return Facts(tokenizer, "causal", config)
+        if is_ct2(path):
+            return _ct2_facts(path)
         if not (path / "config.json").is_file():
             return None
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
         return Facts(directory_tokenizer(path), model_kind(config), config)
     except Exception:  # noqa: BLE001  (any problem here is load()'s to name, with its own message)
         return None
+
+
+def _ct2_facts(path: Path) -> Facts:
+    """A CTranslate2 Whisper folder (whisper-tiny): its converted cache entry's config and tokenizer once it
+    has one, else the config its file describes (a read of its tensors' shapes, 0.3 s) and its tokenizer."""
+    from transformers import AutoConfig
+
+    from .whisper import read_folder
+
+    folder = path.parent if path.is_file() else path
+    target = ct2_cache(folder)
+    if (target / "attnroute-complete").exists():
+        return Facts(directory_tokenizer(target), "seq2seq", AutoConfig.from_pretrained(target))
+    _, tokenizer, config = read_folder(folder)
+    return Facts(tokenizer, "seq2seq", config)
 
 
 def facts_of(model, tokenizer=None) -> Facts | None:

@@ -16,6 +16,7 @@ Before all of it (unless verify=False) the routed model is checked against its o
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass
 
@@ -91,6 +92,8 @@ def read_heads(
     st = Study(s, progress)
     pairs = s.read_pairs() if s.ablation and s.own_metric else ()  # your prompts, read before the weights load
     clip = audio(s.audio) if s.audio is not None else None  # likewise the audio
+    if isinstance(s.model, str | os.PathLike) and (facts := st.facts()) is not None:  # before the weights load
+        _hears(facts.audio, clip, os.fspath(s.model))
     loaded = st.load()
     with Bound(
         s.max_memory, st.say, loaded.model
@@ -173,16 +176,22 @@ class Speech:
         }
 
 
+def _hears(audio: bool | None, clip: Audio | None, name: str) -> None:
+    """Refuses a speech model without a clip and a text model with one (``audio`` None: not known yet)."""
+    if audio is None or audio == (clip is not None):
+        return
+    raise ReadError(
+        f"{name} reads audio: give `audio` (a .wav file or a bundled clip such as paris)"
+        if audio
+        else f"{name} reads text; `audio` is for a speech model (whisper-tiny)",
+        field="audio",
+    )
+
+
 def _inputs(loaded, s: HeadsSettings, clip: Audio | None, say):
     """(decoder or text ids [1, T], tokens cut, the token limit, Speech or None): a speech model's transcript
     (given, or transcribed) behind Whisper's prompt; a text model's text, cut to its positions."""
-    if loaded.audio != (clip is not None):
-        raise ReadError(
-            f"{loaded.name} reads audio: give `audio` (a .wav file or a bundled clip such as paris)"
-            if loaded.audio
-            else f"{loaded.name} reads text; `audio` is for a speech model (whisper-tiny)",
-            field="audio",
-        )
+    _hears(loaded.audio, clip, loaded.name)
     if clip is None:
         limit = loaded.fit(s.max_tokens, "max_tokens", "max_tokens") if s.max_tokens else loaded.max_positions or None
         ids, cut = encode_text(loaded.tokenizer, DEFAULT_TEXT if s.text is None else s.text, limit)

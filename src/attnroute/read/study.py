@@ -19,10 +19,11 @@ facts) before the weights load; every rank takes the checkpoint's lock before th
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import InputTypeError, Interrupted
+from ..errors import InputError, InputTypeError, Interrupted
 from ..models import Facts, LoadedModel, ModelLoadError, facts_of, load
 from ..models.door import is_loaded_or_object
 from ..progress import reporter
@@ -36,6 +37,10 @@ from .ground.metrics import resolve
 from .ground.pool import RUN_TOKENS, RunPool, chunk_groups
 from .ground.prompts import check_metric_kind, tokenize_pairs, usable_pairs
 
+CLIP_PAIR = (
+    "compare two clips instead: `audio_clean` and `audio_corrupt`"  # a prompt-pair verb's word to a speech model
+)
+
 
 class Study:
     """One verb's run. ``what`` names the work in the Interrupted line a Ctrl-C inside the block becomes
@@ -43,7 +48,9 @@ class Study:
     verb that checkpoints by default — to ``settings.checkpoint`` when given, else to attnroute's cache
     (ground/runs.py) unless ``settings.no_checkpoint``; ``checkpoint(base, rank, world)`` is the file this rank
     writes (default: rank 0 writes the base). ``say``: a reporter a caller already made (ground/speech's
-    helpers take one), instead of one made from ``progress``."""
+    helpers take one), instead of one made from ``progress``. ``clips``: a verb that reads text says how a speech
+    model is given its clips instead (``audio`` …): a speech model is then refused naming them, before its
+    weights load when its facts can tell (a text prompt reached Whisper's encoder as no features at all)."""
 
     def __init__(
         self,
@@ -53,8 +60,9 @@ class Study:
         checkpoint: Callable | None = None,
         say=None,
         kind: str | None = None,
+        clips: str | None = None,
     ):
-        self.s, self.progress, self.what, self.kind = settings, progress, what, kind
+        self.s, self.progress, self.what, self.kind, self.clips = settings, progress, what, kind, clips
         self.say = say or reporter(progress)
         self._checkpoint = checkpoint or _rank_zero_writes
         self.checkpoint: Path | None = None  # the run's checkpoint (this rank's file: self._checkpoint of it)
@@ -93,7 +101,15 @@ class Study:
         if is_loaded_or_object(self.s.model):  # in memory already: built once, and its facts read from it
             loaded = self.load()
             return Facts(loaded.tokenizer, loaded.kind, loaded.model.config)
-        return facts_of(self.s.model, self.tokenizer())
+        facts = facts_of(self.s.model, self.tokenizer())
+        if facts is not None:
+            self._reads_text(facts.audio, os.fspath(self.s.model))
+        return facts
+
+    def _reads_text(self, audio: bool | None, name: str) -> None:
+        """A text verb (``clips`` set) refuses a model that hears audio."""
+        if self.clips is not None and audio:
+            raise InputError(f"{name} is a speech model: it hears clips, not text; {self.clips}", field="model")
 
     def load(self) -> LoadedModel:
         """The settings' model through the one door, once."""
@@ -101,12 +117,24 @@ class Study:
             s, say = self.s, lambda m: self.say("load", m)
             where = {"device": getattr(s, "device", None), "device_map": getattr(s, "device_map", None)}
             self.loaded = load(s.model, self.tokenizer(), say, getattr(s, "dtype", None), **where)
+            self._reads_text(self.loaded.audio, self.loaded.name)
         if not hold(id(self.loaded), self.loaded.reading) and self.loaded.view is not None:
             raise ModelLoadError(  # outside a verb nothing would undo the view, and without it the numbers are wrong
                 "a PEFT model is read by attnroute's verbs, which apply its adapters while they run and undo "
                 "them after; pass it to a verb (ar.read_heads, ar.patch, …)"
             )
         return self.loaded
+
+    def load_speech(self, refuse: Callable[[str], Exception]) -> LoadedModel:
+        """load() for a verb that hears clips: a model without an audio encoder is refused by ``refuse(its
+        name)`` — before its weights load when its facts already say it reads text (a causal LM, an encoder)."""
+        given = self.s.model
+        if isinstance(given, str | os.PathLike) and (facts := self.facts()) is not None and facts.audio is False:
+            raise refuse(os.fspath(given))
+        loaded = self.load()
+        if not loaded.audio:
+            raise refuse(loaded.name)
+        return loaded
 
     def tokenizer(self):
         """What goes beside a model object: ``tokenizer`` or ``processor`` (a speech model's), one of them."""

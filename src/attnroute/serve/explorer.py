@@ -57,11 +57,11 @@ class TextState:
     table: object = None  # the HeadTable of the text (the saved report's page reuses it)
 
 
-def refuse_kind(kind: str) -> None:
+def refuse_kind(kind: str, audio: bool | None = False) -> None:
     """The explorer reads causal LMs, encoders and speech models (serve/speech.py); any other encoder–decoder
     is a refusal of the command (exit 2), said before the weights load when the model's config can be read
-    alone (server.prepare)."""
-    if kind == "seq2seq":
+    alone (server.prepare). ``audio``: the model hears audio (a speech model), or None: not known yet."""
+    if kind == "seq2seq" and audio is False:
         raise InputError(
             "the explorer reads causal LMs, encoders and speech models (whisper-tiny); for a text "
             "encoder-decoder use `attnroute report`",

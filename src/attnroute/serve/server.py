@@ -99,8 +99,10 @@ def prepare(s, progress=None):
     sock = free_socket(s.host, s.port)
     try:
         facts = facts_of(s.model)
-        if facts is not None:
-            refuse_kind(facts.kind)  # before the weights load
+        if facts is not None:  # before the weights load
+            refuse_kind(facts.kind, facts.audio)
+            if facts.audio is False and s.audio is not None and isinstance(s.model, str):
+                raise InputError(text_model_given_clips(s.model), field="audio")
         clips = clips_of(s.audio)  # read and checked before the weights load
         loaded = st.load()
         explorer = _explorer(loaded, s, clips, progress, say)
@@ -125,12 +127,16 @@ def prepare(s, progress=None):
     return _Server(config), sock, url, token
 
 
+def text_model_given_clips(name) -> str:
+    return f"{name} reads text: `audio` clips need a speech model (whisper-tiny)"
+
+
 def _explorer(loaded, s, clips: dict, progress, say):
     """A speech model's explorer (clips and their cross-attention), or a text model's (its startup read)."""
     if loaded.audio:
         return SpeechExplorer(loaded, clips, progress=progress)
     if s.audio is not None:
-        raise InputError(f"{loaded.name} reads text: `audio` clips need a speech model (whisper-tiny)", field="audio")
+        raise InputError(text_model_given_clips(loaded.name), field="audio")
     say("stage", "the explorer's startup read: routing check and repeated-token scores")
     return Explorer(loaded, s.max_tokens, progress=progress)
 

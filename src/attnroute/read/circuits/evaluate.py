@@ -268,7 +268,7 @@ def evaluate_circuit(
             )
         edges = chosen["labels"]
     s = EvaluateSettings.of(settings, model, fields, prompts=prompts, edges=edges)
-    st = Study(s, progress)
+    st = Study(s, progress, clips="a speech model's circuits are read between two clips (circuit with `audio_clean`)")
     st.prompts(check=lambda facts, groups: check_lengths(groups, st.pairs) if s.ablation == "mean" else None)
     with st:
         if s.ablation == "mean":

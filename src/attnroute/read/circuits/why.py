@@ -43,9 +43,10 @@ def why(model=None, text: str | None = None, *, settings: WhySettings | None = N
     """The route's score split into (query side, key side) pairs; see the module docstring. The fields are
     WhySettings' (head, query, key, routes, top), or pass ``settings``."""
     s = WhySettings.of(settings, model, fields, text=text)
-    st = Study(s, progress)
+    st = Study(s, progress, clips="give it a clip: `audio`")
     say = st.say
     listed, made_on = _listed(s)
+    st.facts()  # what can be refused before the weights load (a speech model given text)
     loaded = st.load()
     ids, _ = encode_text(loaded.tokenizer, s.text, None, add_bos=loaded.causal)
     loaded.fit(ids.shape[1], "text", "the text")

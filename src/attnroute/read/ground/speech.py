@@ -101,6 +101,11 @@ class ClipPairError(InputError):
     """Two clips that cannot be compared as asked."""
 
 
+def no_audio_encoder(name: str) -> ClipPairError:
+    """The refusal of clips given to a model that reads text (Study.load_speech raises it before the load)."""
+    return ClipPairError(f"{name} has no audio encoder: compare two clips on a speech model", field="model")
+
+
 @dataclass(frozen=True)
 class ClipPair:
     """A clean and a corrupted clip read with the same decoder text, and the two words compared after it.
@@ -164,7 +169,7 @@ def clip_pair(loaded, clean, corrupt, text: str | None = None, answer=None, wron
     ``wrong`` as given, or — unset — the words the greedy transcripts share before they first differ, and the
     two words there."""
     if not loaded.audio:
-        raise ClipPairError(f"{loaded.name} has no audio encoder: compare two clips on a speech model", field="model")
+        raise no_audio_encoder(loaded.name)
     fa, fb = features_of(loaded, clean), features_of(loaded, corrupt)
     ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb])))
     prefix, word_a, word_b = (text, answer, wrong) if text is not None else split_at_difference(ta, tb)
@@ -291,6 +296,7 @@ __all__ = [
     "decoder_ids",
     "features_of",
     "last_logit_diff",
+    "no_audio_encoder",
     "prompt_ids",
     "prompt_length",
     "speech_batch",

@@ -166,7 +166,7 @@ class RoutesResult(Result):
 def route_attribution(model=None, text=None, *, settings: RoutesSettings | None = None, progress=None, **fields):
     """Route attribution; the fields are RoutesSettings' (or pass ``settings``). See the module docstring."""
     s = RoutesSettings.of(settings, model, fields, text=text)
-    st = Study(s, progress, "route attribution", kind="routes")
+    st = Study(s, progress, "route attribution", kind="routes", clips="give it a clip: `audio`")
     name, fn = resolve(s.metric)
     pairs = _before_weights(st, name)
     with st, float32_arithmetic(st.loaded):  # the checkpoint's lock, Ctrl-C said; bf16 weights read in float32

@@ -23,14 +23,14 @@ from ..circuits.nodes import resolve_edges
 from ..circuits.path import PathPatchResult, measure_edge
 from ..ground.group import Shard
 from ..ground.metrics import resolve
-from ..ground.speech import ClipGroup, clip_pair
+from ..ground.speech import ClipGroup, clip_pair, no_audio_encoder
 from ..study import Study
 
 
 def clip_run_inputs(s, say) -> tuple[LoadedModel, ClipGroup, list[dict]]:
     """(the model, the clips as one group, what the result records of them) for settings with clips."""
     a, b = audio(s.audio_clean), audio(s.audio_corrupt)  # read and checked before the weights load
-    loaded = Study(s, say=say).load()
+    loaded = Study(s, say=say).load_speech(no_audio_encoder)
     pair = clip_pair(loaded, a, b, s.text, s.answer, s.wrong)
     return loaded, pair.group(loaded), pair.record(loaded)
 

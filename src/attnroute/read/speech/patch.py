@@ -27,7 +27,7 @@ from ...engine.jsonable import Result
 from ...settings import SpeechPatchSettings, verb
 from ..adapter import routed
 from ..effects import encoder_stack, restart_check, run_from
-from ..ground.speech import ClipPairError, clip_pair, last_logit_diff
+from ..ground.speech import ClipPairError, clip_pair, last_logit_diff, no_audio_encoder
 from ..ground.stats import gap
 from ..hooks import recorded
 from ..patching.sites import Component, PatchCopies, Recorder
@@ -119,7 +119,7 @@ def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progres
     st = Study(s, progress)
     say = st.say
     a, b = audio(s.clean), audio(s.corrupt)  # before the weights load
-    loaded = st.load()
+    loaded = st.load_speech(no_audio_encoder)
     pair = clip_pair(loaded, a, b, s.text, s.answer, s.wrong)
     (fa, fb), ids, metric = pair.features, pair.ids, last_logit_diff(pair.answer, pair.wrong)
     clean_recs, _, clean_logits, _ = _record(loaded, {"input_features": fa, "decoder_input_ids": ids})

@@ -125,9 +125,8 @@ def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fiel
     s = SpeechRoutesSettings.of(settings, model, fields, audio=clip)
     st = Study(s, progress)
     heard = audio(s.audio)  # before the weights load
-    loaded = st.load()
-    if not loaded.audio:
-        raise SpeechRoutesError(f"{loaded.name} has no audio encoder: routes across streams need a speech model")
+    no_encoder = "has no audio encoder: routes across streams need a speech model"
+    loaded = st.load_speech(lambda name: SpeechRoutesError(f"{name} {no_encoder}"))
     with float32_arithmetic(loaded):  # bf16 weights read in float32 (models/arithmetic.py)
         return _attribute(st, s, heard, loaded)
 

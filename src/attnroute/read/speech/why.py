@@ -38,9 +38,8 @@ INDICES = re.compile(r"\s*\d+(\s*,\s*\d+)*\s*")
 def why_speech(s, say):
     """why() with ``s.audio``: see the module docstring."""
     heard = audio(s.audio)  # before the weights load
-    loaded = Study(s, say=say).load()
-    if not loaded.audio:
-        raise InputError(f"{loaded.name} has no audio encoder: `audio` needs a speech model", field="audio")
+    refuse = lambda name: InputError(f"{name} has no audio encoder: `audio` needs a speech model", field="audio")  # noqa: E731
+    loaded = Study(s, say=say).load_speech(refuse)
     feats = features_of(loaded, heard)
     text = s.text.strip() if s.text is not None else transcribe(loaded, feats)[1]
     ids = decoder_ids(loaded, text)
