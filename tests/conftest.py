@@ -27,7 +27,7 @@ os.environ["OMP_NUM_THREADS"] = str(THREADS)
 def smollm2():
     from attnroute.models import load
 
-    return load("smollm2")  # the first load in a fresh cache dequantizes the GGUF (~25 s on one core), once
+    return load("smollm2")  # the first load in a fresh cache dequantizes the GGUF (~11 s on one core), once
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +48,7 @@ def whisper():
 def gemma():
     from attnroute.models import load
 
-    return load("gemma3-270m")  # assembled and dequantized once (~50 s on one core), then cached
+    return load("gemma3-270m")  # assembled and dequantized once (~31 s on one core), then cached
 
 
 MODEL_FIXTURES = {"smollm2", "minilm", "whisper", "gemma"}

@@ -47,3 +47,16 @@ def test_the_parse_shared_within_the_block_reads_what_ggufs_own_reader_reads(tmp
     ]
     for a, b in zip(ours.tensors, ref.tensors, strict=True):
         assert np.array_equal(np.asarray(a.data), np.asarray(b.data)) and a.data.dtype == b.data.dtype
+
+
+def test_the_tensor_name_map_is_built_once_per_architecture_within_the_block():
+    """transformers asks gguf for an architecture's name map once per module of the model (313 times for Gemma 3):
+    within the block one map per (architecture, layers) answers every ask, the same names as a fresh one."""
+    original = gguf.get_tensor_name_map
+    arch = gguf.MODEL_ARCH.LLAMA
+    fresh = original(arch, 30)
+    with one_gguf_parse():
+        first = gguf.get_tensor_name_map(arch, 30)
+        assert gguf.get_tensor_name_map(arch, 30) is first and gguf.get_tensor_name_map(arch, 2) is not first
+    assert gguf.get_tensor_name_map is original and original(arch, 30) is not fresh  # restored after it
+    assert first.mapping == fresh.mapping and first.get_name("model.layers.29.self_attn.q_proj") == "blk.29.attn_q"

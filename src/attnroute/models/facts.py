@@ -41,12 +41,17 @@ class Facts:
 
     @property
     def audio(self) -> bool | None:
-        """Whether the encoder hears log-mel features, as LoadedModel.audio says after the load: True for a
-        Whisper, False for a causal LM or an encoder, None (not known before the load) for another
-        encoder–decoder. A refusal before the load takes only True or False."""
-        if getattr(self.config, "model_type", None) == "whisper":
-            return True
-        return False if self.kind in ("causal", "encoder") else None
+        """Whether the model hears log-mel features (Whisper), as LoadedModel.audio says after the load: its
+        transformers class's main input, read from the class the config maps to (nothing is built). None when
+        no class is known for the config: a refusal before the load takes only True or False."""
+        if self.config is None:
+            return None
+        try:
+            from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+            return MODEL_MAPPING[type(self.config)].main_input_name == "input_features"
+        except Exception:  # noqa: BLE001  (a config transformers maps to no model: the load says what it is)
+            return None
 
 
 def model_facts(name_or_path: str) -> Facts | None:
