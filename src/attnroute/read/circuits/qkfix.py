@@ -24,6 +24,7 @@ not on their path), as does cross-attention.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ...engine import attend
@@ -142,13 +143,17 @@ def _effects(run, grad, b, chunk: list[int] | None) -> dict[str, torch.Tensor]:
 
 
 def _scatter(run, chunk: list[int], mine: list[int], eff: dict, scores: torch.Tensor) -> None:
+    """scores[e] += the chunk's effect for every edge e from a sender of ``chunk`` into a receiver of ``mine``:
+    one indexed add per receiver (each edge is one (sender, receiver) pair, so no index repeats), not one per
+    pair — 3,600 small adds a block on SmolLM2, 2.7 s of its circuit's QK fix."""
     graph = run.graph
-    for j in mine:
+    edges = graph.matrix[np.asarray(chunk)[:, None], np.asarray(mine)[None, :]]  # [c, receivers]: edge or −1
+    for col, j in enumerate(mine):
         rc = graph.receivers[j]
-        for ci, s in enumerate(chunk):
-            e = graph.matrix[s, j]
-            if e >= 0:
-                scores[e] += eff[rc.channel][ci, :, rc.head].double()
+        rows = np.flatnonzero(edges[:, col] >= 0)
+        if len(rows):
+            taken = torch.as_tensor(rows)
+            scores[torch.as_tensor(edges[rows, col])] += eff[rc.channel][taken, :, rc.head].double()
 
 
 __all__ = [
