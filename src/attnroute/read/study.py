@@ -37,9 +37,8 @@ from .ground.metrics import resolve
 from .ground.pool import RUN_TOKENS, RunPool, chunk_groups
 from .ground.prompts import check_metric_kind, tokenize_pairs, usable_pairs
 
-CLIP_PAIR = (
-    "compare two clips instead: `audio_clean` and `audio_corrupt`"  # a prompt-pair verb's word to a speech model
-)
+# what a prompt-pair verb (patch, circuit, path_patch) tells a speech model's user to give instead
+CLIP_PAIR = "compare two clips instead: `audio_clean` and `audio_corrupt`"
 
 
 class Study:
