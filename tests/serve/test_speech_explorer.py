@@ -135,3 +135,18 @@ def test_a_cut_runs_the_decoder_alone_on_the_clips_encoding_and_changes_no_numbe
     ids = st.batch["decoder_input_ids"][0, st.P :, None]
     want = torch.log_softmax(logits[st.P - 1 : -1], -1).gather(1, ids)[:, 0].double().numpy()
     assert (ex._logprobs(st.batch, st.P, made, st.encoding) == want).all()
+
+
+def test_a_whisper_directory_is_not_refused_as_a_text_encoder_decoder(tmp_path, capsys):
+    """serve's check before the load took every encoder–decoder's facts for a text one: a Whisper saved as a
+    directory was refused with "for a text encoder-decoder use report". Its facts now say it hears audio, so the
+    check lets it through to the load (where this random one's tokenizer, without Whisper's prompt tokens, is
+    refused by name); a T5 directory is still refused before the load (tests/serve/test_hostile.py)."""
+    from attnroute.models import facts_of
+    from tests.read.zoo import build
+
+    whisper_dir = build("whisper", tmp_path)
+    assert facts_of(str(whisper_dir)).audio is True and facts_of(str(build("t5", tmp_path))).audio is False
+    assert main(["serve", "--model", str(whisper_dir), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "text encoder-decoder" not in err and "<|startoftranscript|>" in err
