@@ -239,6 +239,29 @@ def test_a_speech_model_object_given_text_is_refused_by_every_text_verb(verb, wh
         getattr(ar, verb)(whisper, **fields)
 
 
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (
+            ["knockout", "The cat sat", "--model", "whisper-tiny", "--from", "cat", "--to", "The"],
+            "whisper-tiny is not one",
+        ),
+        (["swap", "a b", "a c", "--model", "whisper-tiny"], "whisper-tiny is not one"),
+        (["needle", "--model", "whisper-tiny"], "whisper-tiny is not one"),
+        (["needle", "--model", "minilm"], "minilm is not one"),
+        (["knockout", "--model", "smollm2", "--audio", "rome", "--from", "Rome", "--to", "word"], "no audio encoder"),
+        (["swap", "--model", "smollm2", "--audio-a", "paris", "--audio-b", "rome"], "smollm2 has no audio encoder"),
+    ],
+    ids=lambda x: "-".join(x[:1] + [x[x.index("--model") + 1]]) if isinstance(x, list) else "",
+)
+def test_experiments_refuse_a_model_they_cannot_read_before_its_weights_load(argv, said, capsys, no_model_load):
+    """knockout, swap and needle read a causal LM's next token, their clip forms a speech model: the model's
+    facts say which it is, so the refusal comes before the load (it came after: 8 s of Whisper for nothing)."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0]
+
+
 def test_the_facts_of_a_ct2_folder_come_from_its_file_before_any_conversion(tmp_path, monkeypatch, whisper):
     """An empty cache: config and tokenizer read from the CTranslate2 folder (0.3 s), as the conversion builds
     them; with the converted entry there, from it. Either way a speech model of 12 attention layers."""

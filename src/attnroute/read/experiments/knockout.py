@@ -33,7 +33,7 @@ from ..ground.copies import repeat_batch
 from ..ground.positions import resolve_positions, said
 from ..ground.text_metric import TextMetric
 from ..stimuli import encode_text, tokens_of
-from .common import check_window_heads, load_checked
+from .common import causal_only, check_window_heads, load_checked
 
 
 class KnockoutError(InputError):
@@ -283,10 +283,9 @@ def knockout(model=None, text: str | None = None, *, settings: KnockoutSettings 
     fields are KnockoutSettings' (source, target, window, heads, target_token, seed), or pass ``settings``."""
     s = KnockoutSettings.of(settings, model, fields, text=text)
     say = reporter(progress)
-    loaded = load_checked(s, say)
+    not_one = "route knockout measures a causal LM's next-token prediction; {} is not one"
+    loaded = load_checked(s, say, causal_only(lambda name: KnockoutError(not_one.format(name))))
     say("stage", f"knocking out {s.source!r} → {s.target!r} in every {s.window}-layer window")
-    if not loaded.causal:
-        raise KnockoutError("route knockout measures a causal LM's next-token prediction; this model is not one")
     ids, _ = encode_text(loaded.tokenizer, s.text, None)
     loaded.fit(ids.shape[1], "text", "the text")  # word positions are resolved on the tokens that run
     check_window_heads(loaded, s.window, s.heads, KnockoutError)

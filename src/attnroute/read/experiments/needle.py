@@ -22,10 +22,11 @@ from ...engine.fused_probes import FusedKeyMass, FusedRowStats
 from ...engine.jsonable import Result
 from ...engine.probes import PerLayer
 from ...models import LoadedModel
+from ...progress import reporter
 from ...settings import NeedleSettings, verb
 from ..adapter import routed
 from ..stimuli import encode_text
-from ..study import Study
+from .common import causal_only, load_checked
 
 NEEDLE = " The secret code is {code}."
 QUESTION = " What is the secret code? The secret code is"
@@ -99,11 +100,9 @@ def needle(
     """The probe at each length (see the module docstring). The fields are NeedleSettings' (lengths, seed,
     code, top), or pass ``settings``."""
     s = NeedleSettings.of(settings, model, fields, **({} if lengths is None else {"lengths": tuple(lengths)}))
-    st = Study(s, progress)
-    say = st.say
-    loaded = st.load()
-    if not loaded.causal:
-        raise InputError("the needle probe asks a causal LM to answer; this model is not one", field="model")
+    say = reporter(progress)
+    not_one = "the needle probe asks a causal LM to answer; {} is not one"
+    loaded = load_checked(s, say, causal_only(lambda name: InputError(not_one.format(name), field="model")))
     per = []
     for n in _lengths(loaded, list(s.lengths), say):
         say("stage", f"needle at {n} tokens")

@@ -26,7 +26,7 @@ from ..capture import capture_weights
 from ..ground.batches import last_logits
 from ..ground.text_metric import TextMetric
 from ..stimuli import encode_text, tokens_of
-from .common import check_window_heads, load_checked
+from .common import causal_only, check_window_heads, load_checked
 
 
 class SwapError(InputError):
@@ -122,10 +122,9 @@ def swap(
     SwapSettings' (window, heads), or pass ``settings``."""
     s = SwapSettings.of(settings, model, fields, prompt_a=prompt_a, prompt_b=prompt_b)
     say = reporter(progress)
-    loaded = load_checked(s, say)
+    not_one = "map swap compares a causal LM's next-token prediction; {} is not one"
+    loaded = load_checked(s, say, causal_only(lambda name: SwapError(not_one.format(name))))
     say("stage", f"running B with A's maps in every {s.window}-layer window")
-    if not loaded.causal:
-        raise SwapError("map swap compares a causal LM's next-token prediction; this model is not one")
     ids_a, ids_b = _prompts(loaded, s)
     check_window_heads(loaded, s.window, s.heads, SwapError)
     heads = list(s.heads) if s.heads is not None else None

@@ -52,10 +52,12 @@ CrossError = SpanError  # a cross-stream intervention that cannot be placed: the
 
 
 def _speech_model(s, say):
-    loaded = load_checked(s, say)
-    if not loaded.audio:
-        raise CrossError(f"{loaded.name} has no audio encoder; cross-stream routes need a speech model", field="model")
-    return loaded
+    def refuse(kind, audio, name):
+        if audio is False:
+            return CrossError(f"{name} has no audio encoder; cross-stream routes need a speech model", field="model")
+        return None
+
+    return load_checked(s, say, refuse)
 
 
 def cross_layers(loaded) -> list[int]:
