@@ -251,6 +251,10 @@ def test_a_speech_model_object_given_text_is_refused_by_every_text_verb(verb, wh
         (["needle", "--model", "minilm"], "minilm is not one"),
         (["knockout", "--model", "smollm2", "--audio", "rome", "--from", "Rome", "--to", "word"], "no audio encoder"),
         (["swap", "--model", "smollm2", "--audio-a", "paris", "--audio-b", "rome"], "smollm2 has no audio encoder"),
+        (
+            ["report", "--model", "smollm2", "--audio", "paris", "--out", "/tmp/ar-refused.html"],
+            "smollm2 reads text",
+        ),
     ],
     ids=lambda x: "-".join(x[:1] + [x[x.index("--model") + 1]]) if isinstance(x, list) else "",
 )

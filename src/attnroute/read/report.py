@@ -140,8 +140,11 @@ def speech_view(model, clip, text: str | None = None, ablation: bool = True, ver
     from .stimuli import tokens_of
 
     t0, say = time.perf_counter(), reporter(progress)
-    heard = audio(clip)  # before the weights load
-    loaded = Study(SimpleNamespace(model=model), say=say).load()
+    heard = audio(clip)  # before the weights load, and so is a model that reads text (when its facts can tell)
+    said = "reads text; `audio` is for a speech model (whisper-tiny)"
+    loaded = Study(SimpleNamespace(model=model), say=say).load_speech(
+        lambda name: InputError(f"{name} {said}", field="audio")
+    )
     hs = HeadsSettings.from_name("report", model=loaded, audio=clip, text=text, ablation=ablation, verify=verify)
     table = read_heads(settings=hs, progress=progress)
     ids = decoder_ids(loaded, table.meta.audio["transcript"])
