@@ -27,7 +27,7 @@ from .corpus.read import SEQ2SEQ_CORPUS, read_corpus
 from .heads import DEFAULT_TEXT, read_heads
 from .headtable import HeadTable
 from .stimuli import encode_text
-from .study import Study
+from .study import Study, hears_audio
 from .verify import model_inputs
 
 
@@ -142,9 +142,8 @@ def speech_view(model, clip, text: str | None = None, ablation: bool = True, ver
     t0, say = time.perf_counter(), reporter(progress)
     heard = audio(clip)  # before the weights load, and so is a model that reads text (when its facts can tell)
     said = "reads text; `audio` is for a speech model (whisper-tiny)"
-    loaded = Study(SimpleNamespace(model=model), say=say).load_speech(
-        lambda name: InputError(f"{name} {said}", field="audio")
-    )
+    text_model = hears_audio(lambda name: InputError(f"{name} {said}", field="audio"))
+    loaded = Study(SimpleNamespace(model=model), say=say, refuse=text_model).load()
     hs = HeadsSettings.from_name("report", model=loaded, audio=clip, text=text, ablation=ablation, verify=verify)
     table = read_heads(settings=hs, progress=progress)
     ids = decoder_ids(loaded, table.meta.audio["transcript"])

@@ -39,6 +39,24 @@ from .ground.prompts import check_metric_kind, tokenize_pairs, usable_pairs
 
 # what a prompt-pair verb (patch, circuit, path_patch) tells a speech model's user to give instead
 CLIP_PAIR = "compare two clips instead: `audio_clean` and `audio_corrupt`"
+# refuse(kind, audio, name) -> a verb's refusal of a model it cannot read, or None; audio None: not known yet
+Refuse = Callable[[str, "bool | None", str], "Exception | None"]
+
+
+def reads_text(instead: str) -> Refuse:
+    """A text verb's refusal of a speech model, saying what to give it ``instead``."""
+    said = "is a speech model: it hears clips, not text;"
+    return lambda kind, audio, name: InputError(f"{name} {said} {instead}", field="model") if audio else None
+
+
+def hears_audio(error: Callable[[str], Exception]) -> Refuse:
+    """A clip verb's refusal (``error(name)``) of a model known to read text."""
+    return lambda kind, audio, name: error(name) if audio is False else None
+
+
+def causal_only(error: Callable[[str], Exception]) -> Refuse:
+    """A refusal (``error(name)``) of every model but a causal LM."""
+    return lambda kind, audio, name: error(name) if kind != "causal" else None
 
 
 class Study:
@@ -47,9 +65,9 @@ class Study:
     verb that checkpoints by default — to ``settings.checkpoint`` when given, else to attnroute's cache
     (ground/runs.py) unless ``settings.no_checkpoint``; ``checkpoint(base, rank, world)`` is the file this rank
     writes (default: rank 0 writes the base). ``say``: a reporter a caller already made (ground/speech's
-    helpers take one), instead of one made from ``progress``. ``clips``: a verb that reads text says how a speech
-    model is given its clips instead (``audio`` …): a speech model is then refused naming them, before its
-    weights load when its facts can tell (a text prompt reached Whisper's encoder as no features at all)."""
+    helpers take one), instead of one made from ``progress``. ``refuse``: the verb's refusal of a model it cannot
+    read (reads_text, hears_audio, causal_only), asked of a named model's facts before its weights load and of
+    the loaded model after (a text prompt once reached Whisper's encoder as no features at all)."""
 
     def __init__(
         self,
@@ -59,9 +77,9 @@ class Study:
         checkpoint: Callable | None = None,
         say=None,
         kind: str | None = None,
-        clips: str | None = None,
+        refuse: Refuse | None = None,
     ):
-        self.s, self.progress, self.what, self.kind, self.clips = settings, progress, what, kind, clips
+        self.s, self.progress, self.what, self.kind, self.refuse = settings, progress, what, kind, refuse
         self.say = say or reporter(progress)
         self._checkpoint = checkpoint or _rank_zero_writes
         self.checkpoint: Path | None = None  # the run's checkpoint (this rank's file: self._checkpoint of it)
@@ -102,38 +120,28 @@ class Study:
             return Facts(loaded.tokenizer, loaded.kind, loaded.model.config)
         facts = facts_of(self.s.model, self.tokenizer())
         if facts is not None:
-            self._reads_text(facts.audio, os.fspath(self.s.model))
+            self._refused(facts.kind, facts.audio, os.fspath(self.s.model))
         return facts
 
-    def _reads_text(self, audio: bool | None, name: str) -> None:
-        """A text verb (``clips`` set) refuses a model that hears audio."""
-        if self.clips is not None and audio:
-            raise InputError(f"{name} is a speech model: it hears clips, not text; {self.clips}", field="model")
+    def _refused(self, kind: str, audio: bool | None, name: str) -> None:
+        if self.refuse is not None and (error := self.refuse(kind, audio, name)) is not None:
+            raise error
 
     def load(self) -> LoadedModel:
         """The settings' model through the one door, once."""
         if self.loaded is None:
+            if self.refuse is not None and isinstance(self.s.model, str | os.PathLike):
+                self.facts()  # the refusal before the weights load, when the facts can tell
             s, say = self.s, lambda m: self.say("load", m)
             where = {"device": getattr(s, "device", None), "device_map": getattr(s, "device_map", None)}
             self.loaded = load(s.model, self.tokenizer(), say, getattr(s, "dtype", None), **where)
-            self._reads_text(self.loaded.audio, self.loaded.name)
+            self._refused(self.loaded.kind, self.loaded.audio, self.loaded.name)
         if not hold(id(self.loaded), self.loaded.reading) and self.loaded.view is not None:
             raise ModelLoadError(  # outside a verb nothing would undo the view, and without it the numbers are wrong
                 "a PEFT model is read by attnroute's verbs, which apply its adapters while they run and undo "
                 "them after; pass it to a verb (ar.read_heads, ar.patch, …)"
             )
         return self.loaded
-
-    def load_speech(self, refuse: Callable[[str], Exception]) -> LoadedModel:
-        """load() for a verb that hears clips: a model without an audio encoder is refused by ``refuse(its
-        name)`` — before its weights load when its facts already say it reads text (a causal LM, an encoder)."""
-        given = self.s.model
-        if isinstance(given, str | os.PathLike) and (facts := self.facts()) is not None and facts.audio is False:
-            raise refuse(os.fspath(given))
-        loaded = self.load()
-        if not loaded.audio:
-            raise refuse(loaded.name)
-        return loaded
 
     def tokenizer(self):
         """What goes beside a model object: ``tokenizer`` or ``processor`` (a speech model's), one of them."""

@@ -30,7 +30,7 @@ from ..ground.arrays import Store, pairs_key
 from ..ground.budget import said as memory_said
 from ..ground.pool import RUN_TOKENS, RunPool, chunk_groups
 from ..ground.stats import agreement, gap, mean_ci, mean_ci_rows
-from ..study import CLIP_PAIR, Study
+from ..study import CLIP_PAIR, Study, reads_text
 from .composition import weight_scores
 from .estimate import chosen_over, eap
 from .evaluate import Curve, zero_points_said
@@ -173,7 +173,7 @@ def circuit(model=None, prompts=None, *, settings: CircuitSettings | None = None
     """Circuit discovery; the fields are CircuitSettings' (or pass ``settings``). See the module docstring.
     Under torchrun the prompts are sharded over the ranks; every rank returns the same result."""
     s = CircuitSettings.of(settings, model, fields, prompts=prompts)
-    study = Study(s, progress, "circuit discovery", kind="circuit", clips=CLIP_PAIR)
+    study = Study(s, progress, "circuit discovery", kind="circuit", refuse=reads_text(CLIP_PAIR))
     study.prompts(
         check=lambda facts, groups: (_check_groups(s, study.pairs, groups), check_sizes(s.edges or (), facts))
     )

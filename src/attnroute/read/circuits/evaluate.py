@@ -22,7 +22,7 @@ from ...settings import CircuitSettings, EvaluateSettings, verb
 from ..ground.group import Shard
 from ..ground.pool import RunPool
 from ..ground.stats import gap, mean_ci
-from ..study import Study
+from ..study import Study, reads_text
 from .graph import Graph
 from .layout import discover
 from .means import GroupMeans, check_lengths
@@ -268,7 +268,8 @@ def evaluate_circuit(
             )
         edges = chosen["labels"]
     s = EvaluateSettings.of(settings, model, fields, prompts=prompts, edges=edges)
-    st = Study(s, progress, clips="a speech model's circuits are read between two clips (circuit with `audio_clean`)")
+    between_clips = "a speech model's circuits are read between two clips (circuit with `audio_clean`)"
+    st = Study(s, progress, refuse=reads_text(between_clips))
     st.prompts(check=lambda facts, groups: check_lengths(groups, st.pairs) if s.ablation == "mean" else None)
     with st:
         if s.ablation == "mean":

@@ -20,7 +20,7 @@ from ...settings import PathPatchSettings, verb
 from ..ground.metrics import resolve
 from ..ground.prompts import tokenize_pairs
 from ..ground.stats import gap, mean_ci
-from ..study import CLIP_PAIR, Study
+from ..study import CLIP_PAIR, Study, reads_text
 from .estimate import eap
 from .graph import Graph
 from .layout import discover
@@ -78,7 +78,7 @@ class PathPatchResult(Result):
 def path_patch(model=None, prompts=None, *, settings: PathPatchSettings | None = None, progress=None, **fields):
     """Path patching of one edge; the fields are PathPatchSettings'. See the module docstring."""
     s = PathPatchSettings.of(settings, model, fields, prompts=prompts)
-    st = Study(s, progress, clips=CLIP_PAIR)
+    st = Study(s, progress, refuse=reads_text(CLIP_PAIR))
     st.metric_name, fn = resolve(s.metric)
     loaded, groups, st.record = _inputs(st)
     return measure_edge(st, groups, fn)

@@ -28,7 +28,7 @@ from ...settings import WhySettings, verb
 from ..adapter import routed
 from ..ground.positions import resolve_positions
 from ..stimuli import encode_text, tokens_of
-from ..study import Study
+from ..study import Study, reads_text
 from .graph import Graph
 from .layout import CircuitUnsupported, discover, stacks
 from .postln import PostLNStream, side_parts
@@ -43,7 +43,7 @@ def why(model=None, text: str | None = None, *, settings: WhySettings | None = N
     """The route's score split into (query side, key side) pairs; see the module docstring. The fields are
     WhySettings' (head, query, key, routes, top), or pass ``settings``."""
     s = WhySettings.of(settings, model, fields, text=text)
-    st = Study(s, progress, clips="give it a clip: `audio`")
+    st = Study(s, progress, refuse=reads_text("give it a clip: `audio`"))
     say = st.say
     listed, made_on = _listed(s)
     st.facts()  # what can be refused before the weights load (a speech model given text)

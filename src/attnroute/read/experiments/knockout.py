@@ -33,7 +33,8 @@ from ..ground.copies import repeat_batch
 from ..ground.positions import resolve_positions, said
 from ..ground.text_metric import TextMetric
 from ..stimuli import encode_text, tokens_of
-from .common import causal_only, check_window_heads, load_checked
+from ..study import causal_only
+from .common import check_window_heads, load_checked
 
 
 class KnockoutError(InputError):

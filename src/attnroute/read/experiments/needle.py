@@ -26,7 +26,8 @@ from ...progress import reporter
 from ...settings import NeedleSettings, verb
 from ..adapter import routed
 from ..stimuli import encode_text
-from .common import causal_only, load_checked
+from ..study import causal_only
+from .common import load_checked
 
 NEEDLE = " The secret code is {code}."
 QUESTION = " What is the secret code? The secret code is"

@@ -26,7 +26,8 @@ from ..capture import capture_weights
 from ..ground.batches import last_logits
 from ..ground.text_metric import TextMetric
 from ..stimuli import encode_text, tokens_of
-from .common import causal_only, check_window_heads, load_checked
+from ..study import causal_only
+from .common import check_window_heads, load_checked
 
 
 class SwapError(InputError):

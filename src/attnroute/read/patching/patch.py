@@ -42,7 +42,7 @@ from ..ground.settle import (
 )
 from ..ground.stats import agreement, gap, mean_ci
 from ..ground.wire import gather
-from ..study import CLIP_PAIR, Study
+from ..study import CLIP_PAIR, Study, reads_text
 from .runs import PairRun
 from .sites import Component, components, pick
 
@@ -159,7 +159,7 @@ def patch(model=None, prompts=None, *, settings: PatchSettings | None = None, pr
     """Activation patching; the fields are PatchSettings' (or pass ``settings``). See the module docstring.
     Under torchrun the prompts are sharded over the ranks (ground/arrays.py); every rank returns the same result."""
     s = PatchSettings.of(settings, model, fields, prompts=prompts)
-    st = Study(s, progress, "patching", kind="patch", clips=CLIP_PAIR)
+    st = Study(s, progress, "patching", kind="patch", refuse=reads_text(CLIP_PAIR))
     st.prompts(check=lambda facts, groups: refuse_unsupported(facts.kind, _positions(st, facts, groups)[0]))
     with st:
         mode, positions, resolved = _positions(st, st.loaded, st.groups)

@@ -34,7 +34,7 @@ from ..ground.prompts import PromptError, check_metric_kind, tokenize_pairs
 from ..ground.settle import SettleRule, settle, settle_said
 from ..ground.stats import agreement, gap
 from ..stimuli import tokens_of
-from ..study import Study
+from ..study import Study, reads_text
 from .routes import CHECKPOINT_FROM, MAX_TOKENS, knockout_one, output_gradients, stream_routes
 from .sinks import sink_said, sinks_of
 from .suffix import Suffix, cache_differs, windowed
@@ -166,7 +166,7 @@ class RoutesResult(Result):
 def route_attribution(model=None, text=None, *, settings: RoutesSettings | None = None, progress=None, **fields):
     """Route attribution; the fields are RoutesSettings' (or pass ``settings``). See the module docstring."""
     s = RoutesSettings.of(settings, model, fields, text=text)
-    st = Study(s, progress, "route attribution", kind="routes", clips="give it a clip: `audio`")
+    st = Study(s, progress, "route attribution", kind="routes", refuse=reads_text("give it a clip: `audio`"))
     name, fn = resolve(s.metric)
     pairs = _before_weights(st, name)
     with st, float32_arithmetic(st.loaded):  # the checkpoint's lock, Ctrl-C said; bf16 weights read in float32

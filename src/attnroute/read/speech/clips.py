@@ -24,13 +24,13 @@ from ..circuits.path import PathPatchResult, measure_edge
 from ..ground.group import Shard
 from ..ground.metrics import resolve
 from ..ground.speech import ClipGroup, clip_pair, no_audio_encoder
-from ..study import Study
+from ..study import Study, hears_audio
 
 
 def clip_run_inputs(s, say) -> tuple[LoadedModel, ClipGroup, list[dict]]:
     """(the model, the clips as one group, what the result records of them) for settings with clips."""
     a, b = audio(s.audio_clean), audio(s.audio_corrupt)  # read and checked before the weights load
-    loaded = Study(s, say=say).load_speech(no_audio_encoder)
+    loaded = Study(s, say=say, refuse=hears_audio(no_audio_encoder)).load()
     pair = clip_pair(loaded, a, b, s.text, s.answer, s.wrong)
     return loaded, pair.group(loaded), pair.record(loaded)
 

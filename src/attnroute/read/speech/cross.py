@@ -44,6 +44,7 @@ from ..ground.speech import (
     transcribe_batch,
 )
 from ..mode_ablation import wer
+from ..study import hears_audio
 
 GAP = 5  # frames (100 ms) between the route's span and its control: a word's edge is not sharper
 
@@ -52,12 +53,8 @@ CrossError = SpanError  # a cross-stream intervention that cannot be placed: the
 
 
 def _speech_model(s, say):
-    def refuse(kind, audio, name):
-        if audio is False:
-            return CrossError(f"{name} has no audio encoder; cross-stream routes need a speech model", field="model")
-        return None
-
-    return load_checked(s, say, refuse)
+    no_encoder = "has no audio encoder; cross-stream routes need a speech model"
+    return load_checked(s, say, hears_audio(lambda name: CrossError(f"{name} {no_encoder}", field="model")))
 
 
 def cross_layers(loaded) -> list[int]:

@@ -31,7 +31,7 @@ from ..ground.speech import ClipPairError, clip_pair, last_logit_diff, no_audio_
 from ..ground.stats import gap
 from ..hooks import recorded
 from ..patching.sites import Component, PatchCopies, Recorder
-from ..study import Study
+from ..study import Study, hears_audio
 
 COPIES = 3  # patched copies per forward: an encoder head's copy holds 6 × 1,500² eager scores
 
@@ -116,10 +116,10 @@ def _record(loaded, batch: dict) -> tuple[list[Recorder], object, torch.Tensor, 
 def speech_patch(model=None, clean=None, corrupt=None, *, settings=None, progress=None, **fields) -> SpeechPatchResult:
     """Patch every head's clean output into the corrupted clip's run; see the module docstring."""
     s = SpeechPatchSettings.of(settings, model, fields, clean=clean, corrupt=corrupt)
-    st = Study(s, progress)
+    st = Study(s, progress, refuse=hears_audio(no_audio_encoder))
     say = st.say
     a, b = audio(s.clean), audio(s.corrupt)  # before the weights load
-    loaded = st.load_speech(no_audio_encoder)
+    loaded = st.load()
     pair = clip_pair(loaded, a, b, s.text, s.answer, s.wrong)
     (fa, fb), ids, metric = pair.features, pair.ids, last_logit_diff(pair.answer, pair.wrong)
     clean_recs, _, clean_logits, _ = _record(loaded, {"input_features": fa, "decoder_input_ids": ids})

@@ -36,7 +36,7 @@ from ..ground.speech import (
 from ..patching.route_attribution import RouteRun, _agreements, _verify
 from ..patching.routes import output_gradients, stream_routes
 from ..stimuli import tokens_of
-from ..study import Study
+from ..study import Study, hears_audio
 
 
 class SpeechRoutesError(InputError):
@@ -123,10 +123,10 @@ def _label(loaded, routes: list[dict], tokens: list[str]) -> None:
 def speech_routes(model=None, clip=None, *, settings=None, progress=None, **fields) -> SpeechRoutesResult:
     """Every route of the chosen layers estimated on a clip; see the module docstring."""
     s = SpeechRoutesSettings.of(settings, model, fields, audio=clip)
-    st = Study(s, progress)
-    heard = audio(s.audio)  # before the weights load
     no_encoder = "has no audio encoder: routes across streams need a speech model"
-    loaded = st.load_speech(lambda name: SpeechRoutesError(f"{name} {no_encoder}"))
+    st = Study(s, progress, refuse=hears_audio(lambda name: SpeechRoutesError(f"{name} {no_encoder}")))
+    heard = audio(s.audio)  # before the weights load
+    loaded = st.load()
     with float32_arithmetic(loaded):  # bf16 weights read in float32 (models/arithmetic.py)
         return _attribute(st, s, heard, loaded)
 

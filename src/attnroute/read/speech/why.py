@@ -30,7 +30,7 @@ from ..circuits.qk import split_side
 from ..circuits.why_core import HEAD, ROUTES_MAX, Recorded, existing, receivers, result
 from ..ground.speech import Clips, decoder_ids, features_of, prompt_length, speech_batch, transcribe
 from ..stimuli import tokens_of
-from ..study import Study
+from ..study import Study, hears_audio
 
 INDICES = re.compile(r"\s*\d+(\s*,\s*\d+)*\s*")
 
@@ -39,7 +39,7 @@ def why_speech(s, say):
     """why() with ``s.audio``: see the module docstring."""
     heard = audio(s.audio)  # before the weights load
     refuse = lambda name: InputError(f"{name} has no audio encoder: `audio` needs a speech model", field="audio")  # noqa: E731
-    loaded = Study(s, say=say).load_speech(refuse)
+    loaded = Study(s, say=say, refuse=hears_audio(refuse)).load()
     feats = features_of(loaded, heard)
     text = s.text.strip() if s.text is not None else transcribe(loaded, feats)[1]
     ids = decoder_ids(loaded, text)
