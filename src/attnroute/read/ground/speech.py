@@ -102,7 +102,7 @@ class ClipPairError(InputError):
 
 
 def no_audio_encoder(name: str) -> ClipPairError:
-    """The refusal of clips given to a model that reads text (Study.load_speech raises it before the load)."""
+    """The refusal of clips given to a model that reads text (a clip verb's Study raises it, before the load)."""
     return ClipPairError(f"{name} has no audio encoder: compare two clips on a speech model", field="model")
 
 
