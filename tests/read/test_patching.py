@@ -400,3 +400,22 @@ def test_direct_effects_that_would_not_add_up_are_refused_with_the_reason(arch, 
     loaded = load(str(build(arch, tmp_path)))
     r = patch(loaded, TINY, metric="logit-diff", exact=0)
     assert reason in r.to_dict()["direct"]["reason"]
+
+
+def test_no_forward_of_patch_or_knockout_builds_a_kv_cache(tiny_llama):
+    """Nothing here decodes: every forward of patch (recording, gradients, exact runs) and of knockout passes
+    use_cache=False, so none builds a cache (a 7B model's at 4,096 tokens is 0.5 GiB)."""
+    import attnroute as ar
+
+    seen = []
+    spy = tiny_llama.model.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs.get("use_cache")), with_kwargs=True
+    )
+    try:
+        patch(tiny_llama, TINY, metric="logit-diff", exact="all")
+        n_patch = len(seen)
+        ar.knockout(tiny_llama, text="the cat sat on the mat and the cat", source="cat", target="mat", window=1)
+    finally:
+        spy.remove()
+    assert n_patch >= 4 and len(seen) > n_patch  # recordings, gradients and exact runs; then knockout's
+    assert set(seen) == {False}

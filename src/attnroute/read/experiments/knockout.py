@@ -28,7 +28,7 @@ from ...engine.jsonable import Result
 from ...progress import reporter
 from ...settings import KnockoutSettings, verb
 from ..adapter import routed
-from ..ground.batches import LOGIT_BYTES
+from ..ground.batches import LOGIT_BYTES, no_cache
 from ..ground.copies import repeat_batch
 from ..ground.positions import resolve_positions, said
 from ..ground.text_metric import TextMetric
@@ -224,7 +224,7 @@ def _nll(p: float) -> float:
 
 def _logits(loaded, batch, interventions) -> torch.Tensor:
     with torch.no_grad(), routed(loaded, interventions=interventions, impl="auto"):
-        return loaded.model(**batch).logits[0].float()  # (T, V)
+        return loaded.model(**batch, **no_cache(loaded)).logits[0].float()  # (T, V)
 
 
 TOKEN_BUDGET = 4096  # tokens (copies × T) per batched forward
@@ -245,7 +245,7 @@ def _runs(loaded, batch: dict, cuts: list, k: int):
         copies = repeat_batch(batch, len(chunk))
         made = [iv for c, cut in enumerate(chunk) for iv in cut(c)]
         with torch.no_grad(), routed(loaded, interventions=made, impl="auto"):
-            logits = loaded.model(**copies).logits.float()  # (copies, T, V)
+            logits = loaded.model(**copies, **no_cache(loaded)).logits.float()  # (copies, T, V)
         yield from logits.unbind(0)
 
 
@@ -326,7 +326,7 @@ def route_layers(loaded, batch: dict, queries: list[int], keys: list[int]) -> li
 
     masks: dict[int, object] = {}
     with routed(loaded, on_attend=[lambda layer, mask, args: masks.setdefault(layer, mask)]):
-        loaded.model(**batch)
+        loaded.model(**batch, **no_cache(loaded))
     T = batch["input_ids"].shape[1]
     q, k = torch.tensor(queries), torch.tensor(keys)
     exists = []

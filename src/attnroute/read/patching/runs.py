@@ -17,7 +17,7 @@ import torch
 
 from ..adapter import routed
 from ..effects import layer_stack, restart_check, run_from
-from ..ground.batches import batch_of, logit_copies, metric_input, output_kwargs, references
+from ..ground.batches import batch_of, logit_copies, metric_input, no_cache, output_kwargs, references
 from ..ground.budget import scaled
 from ..ground.copies import metric_of_copies, repeat_batch
 from ..ground.pool import Recorded
@@ -36,7 +36,8 @@ class PairRun(Recorded):
     def __init__(self, loaded, group: Group, metric, direction: str):
         self.loaded, self.group, self.metric, self.direction = loaded, group, metric, direction
         self.n = len(group.rows)
-        self.kwargs = output_kwargs(loaded, metric)
+        # no KV cache: nothing here decodes, and each forward built one (a 7B model's, at 4,096 tokens: 0.5 GiB)
+        self.kwargs = {**output_kwargs(loaded, metric), **no_cache(loaded)}
         self.fields = {"answer": group.answer, "wrong": group.wrong}
         clean_out, self.clean_rec, clean_blocks, self.clean_final = self._record(group.clean)
         self.fields.update(references(loaded, clean_out, self.batch(group.clean)))
