@@ -116,3 +116,27 @@ def test_a_bf16_cache_entry_shares_the_tokenizer_the_checks_before_the_load_read
     _facts.cache_clear()
     before = facts_of("smollm2").tokenizer
     assert ar.load_model("smollm2", dtype="bfloat16").tokenizer is before
+
+
+@pytest.mark.parametrize("cls", ["LlamaTokenizer", "GPT2Tokenizer"])
+def test_a_tokenizer_attnroute_reads_keeps_no_python_copy_of_its_vocabulary(tmp_path, cls):
+    """transformers' BPE classes keep the vocabulary and merges they built their Rust backend from (Gemma 3's:
+    0.13 GiB): a tokenizer attnroute reads from a directory drops them, and encodes and decodes as before."""
+    import transformers
+
+    from attnroute.models.directory import directory_tokenizer
+
+    chars = "abcdehlmnorst▁Ġ "
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
+    merges = [("▁", "t"), ("h", "e"), ("▁t", "he"), ("a", "t"), ("Ġ", "c")]
+    for m in merges:
+        vocab.setdefault("".join(m), len(vocab))
+    getattr(transformers, cls)(vocab=vocab, merges=merges, unk_token="<unk>").save_pretrained(tmp_path)
+    fresh = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert type(fresh).__name__ == cls and len(fresh._vocab) == len(vocab)  # what is shed exists to begin with
+    ours = directory_tokenizer(tmp_path)
+    assert not hasattr(ours, "_vocab") and not hasattr(ours, "_merges")
+    for text in ["the cat sat", " at the  hat", "héllo wörld", ""]:
+        ids = fresh(text)["input_ids"]
+        assert ours(text)["input_ids"] == ids and ours.decode(ids) == fresh.decode(ids)
+    assert ours.get_vocab() == fresh.get_vocab()

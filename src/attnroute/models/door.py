@@ -191,7 +191,10 @@ def _saved_tokenizer(model):
 
             return directory_tokenizer(Path(source))
         if source:
-            return AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=False)
+            from .directory import shed_build_copies
+
+            found = AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=False)
+            return shed_build_copies(found)
     except Exception:  # noqa: BLE001  (no tokenizer files there: refused below, in one line)
         pass
     where = f"at {source!r}" if source else "(the model has no name_or_path)"
