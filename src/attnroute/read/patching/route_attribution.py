@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy.stats import spearmanr
 
 from ...engine import InputError
 from ...engine.jsonable import Meta, Result
@@ -476,6 +475,8 @@ def _rank(a, b) -> float | None:
     ok = np.isfinite(a) & np.isfinite(b)
     if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
         return None
+    from scipy.stats import spearmanr  # here: importing scipy.stats costs every process ~1 s (ground/stats.py)
+
     return float(spearmanr(a[ok], b[ok]).statistic)
 
 
