@@ -20,7 +20,7 @@ import torch
 
 from ..bundled import cache_dir
 from ..files import umask
-from .directory import _load_dir, shed_build_copies
+from .directory import _load_dir, read_tokenizer
 from .loaded import ModelLoadError
 from .placement import Placement
 from .safety import check_gguf, not_an_interrupt, refuse_partial_weights, regular_file
@@ -63,7 +63,7 @@ def _load_gguf_cached(gguf: Path, say, place: Placement = DEFAULT):
     if (hit := _in_dtype(target, gguf.name, say, place)) is not None:
         return hit
     check_gguf(gguf)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     with one_converter(target, say):
         if (hit := _from_cache(target, gguf.name, say, place)) is not None:  # converted while this process waited
@@ -74,7 +74,7 @@ def _load_gguf_cached(gguf: Path, say, place: Placement = DEFAULT):
                 model, info = AutoModelForCausalLM.from_pretrained(
                     gguf.parent, gguf_file=gguf.name, dtype=torch.float32, output_loading_info=True
                 )
-                tokenizer = shed_build_copies(AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
+                tokenizer = read_tokenizer(gguf.parent, gguf_file=gguf.name)
         except Exception as e:  # noqa: BLE001  (a malformed GGUF fails in many ways inside transformers)
             not_an_interrupt()
             first = str(e).splitlines()[0] if str(e) else type(e).__name__

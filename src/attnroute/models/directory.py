@@ -87,9 +87,15 @@ def directory_tokenizer(path: Path):
 
 @functools.lru_cache(maxsize=8)
 def _directory_tokenizer(path: str, stamp: tuple):
+    return read_tokenizer(path)
+
+
+def read_tokenizer(*args, **kwargs):
+    """AutoTokenizer.from_pretrained for every tokenizer attnroute reads itself (a directory's, a GGUF's, one found
+    from a model's name_or_path): no remote code, and the copies below shed."""
     from transformers import AutoTokenizer
 
-    return shed_build_copies(AutoTokenizer.from_pretrained(path, trust_remote_code=False))
+    return shed_build_copies(AutoTokenizer.from_pretrained(*args, trust_remote_code=False, **kwargs))
 
 
 def shed_build_copies(tokenizer):

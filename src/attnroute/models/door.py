@@ -182,19 +182,14 @@ def _same_vocabulary(model, tokenizer) -> None:
 
 def _saved_tokenizer(model):
     """The tokenizer saved where the model was loaded from, without a download; refused when there is none."""
-    from transformers import AutoTokenizer
+    from .directory import directory_tokenizer, read_tokenizer
 
     source = str(getattr(model, "name_or_path", "") or "")
     try:
         if source and Path(source).is_dir():
-            from .directory import directory_tokenizer
-
             return directory_tokenizer(Path(source))
         if source:
-            from .directory import shed_build_copies
-
-            found = AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=False)
-            return shed_build_copies(found)
+            return read_tokenizer(source, local_files_only=True)
     except Exception:  # noqa: BLE001  (no tokenizer files there: refused below, in one line)
         pass
     where = f"at {source!r}" if source else "(the model has no name_or_path)"

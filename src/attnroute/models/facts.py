@@ -12,7 +12,7 @@ from pathlib import Path
 from ..bundled import MODELS, model_path
 from ..errors import InputError
 from .caches import ct2_cache, gguf_cache, is_ct2, one_gguf_parse
-from .directory import directory_tokenizer, shed_build_copies
+from .directory import directory_tokenizer, read_tokenizer
 from .discovery import model_kind
 from .sources import quiet_transformers
 
@@ -69,7 +69,7 @@ def model_facts(name_or_path: str) -> Facts | None:
 
 @functools.lru_cache(maxsize=8)
 def _facts(name_or_path: str, stamp: int) -> Facts | None:
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     quiet_transformers()
     try:
@@ -80,7 +80,7 @@ def _facts(name_or_path: str, stamp: int) -> Facts | None:
                 config = AutoConfig.from_pretrained(target, trust_remote_code=False)
                 return Facts(directory_tokenizer(target), "causal", config)
             with one_gguf_parse():  # the tokenizer and the config from one parse of the file: 8 s, not 16 (SmolLM2)
-                tokenizer = shed_build_copies(AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name))
+                tokenizer = read_tokenizer(path.parent, gguf_file=path.name)
                 config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name, trust_remote_code=False)
             return Facts(tokenizer, "causal", config)
         if is_ct2(path):
