@@ -48,10 +48,12 @@ def test_ioi_answer_as_measured(gemma):
 def test_heads_reads_a_text_longer_than_the_window(gemma):
     from attnroute.read.heads import read_heads
 
-    text = " ".join(["The quick brown fox jumps over the lazy dog, and the dog sleeps on."] * 45)
+    # 577 tokens: past the 512-token window by 65, so the local layers drop keys (45 copies, 721 tokens, cost CI 6 s
+    # more for the same check)
+    text = " ".join(["The quick brown fox jumps over the lazy dog, and the dog sleeps on."] * 36)
     table = read_heads(gemma, text, seeds=(0,), stimulus_batch=2, ablation=False)
     meta = table.to_dict()["meta"]
-    assert meta["text_tokens"] > 600 and meta["routing_check"]["impl"] == "blocked"
+    assert meta["text_tokens"] > 560 and meta["routing_check"]["impl"] == "blocked"
     holds_past_the_window(meta["routing_check"])
     rows = table.rows()
     assert all(r["mode"] == "decoder" and r["entropy"] is not None for r in rows)
