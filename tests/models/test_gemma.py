@@ -48,7 +48,7 @@ def test_ioi_answer_as_measured(gemma):
 def test_heads_reads_a_text_longer_than_the_window(gemma):
     from attnroute.read.heads import read_heads
 
-    # 577 tokens: past the 512-token window by 65, so the local layers drop keys (45 copies, 721 tokens, cost CI 6 s
+    # 577 tokens: past the 512-token window by 65, so the local layers drop keys (45 copies, 721 tokens, cost CI 4 s
     # more for the same check)
     text = " ".join(["The quick brown fox jumps over the lazy dog, and the dog sleeps on."] * 36)
     table = read_heads(gemma, text, seeds=(0,), stimulus_batch=2, ablation=False)

@@ -131,7 +131,7 @@ def test_heads_reads_three_modes_and_ranks_alignment_heads(whisper):
 
     # the gradient estimate of every head's ablation effect; exact ablation on Whisper (the encoder restarted at a
     # head's layer) is test_an_encoder_heads_ablation_restarts_…, and its settling on text models (heads, patch):
-    # settling the top 1 here was three rounds of encoder copies, 12 s of CI
+    # settling the top 1 here was three rounds of encoder copies, about 20 s of CI
     table = read_heads(whisper, audio="paris", seeds=(0,), stimulus_batch=2, exact=0)
     d = table.to_dict()
     assert d["meta"]["audio"]["transcript"] == "The capital of France is Paris."
