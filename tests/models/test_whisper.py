@@ -324,9 +324,9 @@ def test_cutting_a_words_routes_to_its_frames_moves_it_in_the_last_cross_layer(t
         assert main([*argv, "--json", str(out)]) == 0
     finally:
         handle.remove()
-    # the transcription, the alignment, one encoding for all nine scores (the cuts are in the decoder), the two
-    # cut transcripts: 5 runs of the 1,500-frame encoder, not 13
-    assert len(encodings) == 5
+    # the transcription, the alignment, and one encoding for all nine scores and both cut transcripts (every cut
+    # is in the decoder): 3 runs of the 1,500-frame encoder, not 13
+    assert len(encodings) == 3
     r = json.loads(out.read_text())
     assert json.loads(load(out).to_json()) == r  # reloads as its typed result (issue 53.5)
     assert r["transcript"] == "The capital of France is Rome." and r["source"]["queries"] == [7]
@@ -434,6 +434,36 @@ def test_routes_across_streams_land_on_the_words_frames(tmp_path):
     assert sum(1.3 <= x["key_seconds"] <= 2.0 for x in r["routes"]) >= 8
     a = r["agreement"]["estimate_vs_exact"]
     assert a["n"] >= 5 and a["r2"] > 0.9  # measured 0.997 over 20
+
+
+def test_decoder_routes_read_one_encoding_and_equal_full_reruns(whisper, monkeypatch):
+    """Cross routes cannot change the encoder: the gradient pass, the streaming pass and every knockout read one
+    clean encoding (the encoder runs twice: the transcript's, then that one), and a route's exact Δ is a full
+    rerun's — the encoder run again under the same knockout, against an unedited full forward."""
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    from attnroute.audio import audio
+    from attnroute.read.ground.speech import features_of, last_logit_diff, prompt_ids, text_ids, word_token
+    from attnroute.read.patching.route_attribution import RouteRun, _knocked_out
+    from attnroute.read.speech.routes import speech_routes
+
+    runs = []
+    forward = WhisperEncoder.forward
+    monkeypatch.setattr(WhisperEncoder, "forward", lambda self, *a, **k: runs.append(1) or forward(self, *a, **k))
+    r = speech_routes(whisper, "rome", answer="Rome", wrong="Paris", top=4, verify=2)
+    assert len(runs) == 2
+    ids = torch.tensor([prompt_ids(whisper) + text_ids(whisper, r.prefix)])
+    batch = speech_batch(features_of(whisper, audio("rome")), ids)
+    fn = last_logit_diff(word_token(whisper, "Rome", "answer"), word_token(whisper, "Paris", "wrong"))
+    with torch.no_grad():
+        base = RouteRun(whisper, batch, fn, {}, {}, None).value(whisper.model(**batch))
+    run = RouteRun(whisper, batch, fn, {}, {}, base)
+    measured = [x for x in r.routes if x["exact"] is not None]
+    assert len(measured) >= 2 and len(runs) == 3
+    for route in measured:
+        full = float((_knocked_out(run, [route], None, {}, None, False)[0] - base).mean())
+        assert abs(full - route["exact"]) <= 1e-6, (route, full)  # measured 0.0: the same sums, bit for bit
+    assert len(runs) == 3 + len(measured)
 
 
 def test_routes_on_a_clip_refuse_a_word_it_does_not_say(capsys):

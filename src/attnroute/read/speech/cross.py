@@ -167,7 +167,8 @@ def cross_knockout(model=None, clip=None, *, settings=None, progress=None, **fie
     heads = list(s.heads) if s.heads is not None else None
     # every cut is in a cross layer of the decoder: the encoder's output is the clean clip's in every run, so it
     # is computed once (a Whisper encoder's 1,500 frames were 9 of each score's 10 parts)
-    scored = _decoder_batch(encoded(loaded, feats), batch["decoder_input_ids"])
+    enc = encoded(loaded, feats)
+    scored = _decoder_batch(enc, batch["decoder_input_ids"])
     result = CrossKnockoutResult(
         loaded.name,
         heard.describe(),
@@ -183,7 +184,7 @@ def cross_knockout(model=None, clip=None, *, settings=None, progress=None, **fie
     for layers in windows(loaded, s.window):
         say("stage", f"cross layers {[loaded.stream_layer(x) for x in layers]}")
         result.rows.append(_window_row(loaded, scored, queries, layers, spans, heads, result.clean["logprob"]))
-    result.transcripts.update(_cut_transcripts(loaded, feats, spans, heads))
+    result.transcripts.update(_cut_transcripts(loaded, feats, enc, spans, heads))
     return result
 
 
@@ -199,13 +200,13 @@ def _window_row(loaded, scored: dict, queries: list[int], layers: list[int], spa
     }
 
 
-def _cut_transcripts(loaded, feats, spans: dict, heads) -> dict[str, str]:
+def _cut_transcripts(loaded, feats, enc, spans: dict, heads) -> dict[str, str]:
     """What the model transcribes with each span's frames cut from every decoder row in every cross layer (no
-    decoder position is special here: the whole transcript is decoded again)."""
+    decoder position is special here: the whole transcript is decoded again, from the clip's one encoding)."""
     out = {}
     for name, span in spans.items():
         with torch.no_grad(), routed(loaded, interventions=_cut(cross_layers(loaded), None, span, heads)):
-            out[name] = transcribe_batch(loaded, feats)[0][1]
+            out[name] = transcribe_batch(loaded, feats, encoding=enc)[0][1]
     return out
 
 
