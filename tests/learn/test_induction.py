@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from attnroute.errors import InputError
 from attnroute.learn import induction
 from attnroute.learn.induction import SCORE_MIN, InductionSettings, run
 from attnroute.learn.tasks import RepeatTask
@@ -69,6 +70,15 @@ def test_untrained_model_is_no_circuit():
 def test_one_layer_is_refused():
     with pytest.raises(ValueError, match="two layers"):
         run(InductionSettings(layers=1))
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_probes_longer_than_the_trained_length_are_refused_before_training(positions):
+    """A learned table of 32 positions crashed at the first evaluation (a traceback at position 39: the period-20
+    probe reads 40 tokens); a rotary model read positions it never saw. Both are refused up front."""
+    with pytest.raises(InputError, match=r"probe_periods \[12, 20\] read 40 tokens, past the 32 positions"):
+        InductionSettings(length=32, min_len=6, max_len=16, positions=positions)
+    assert InductionSettings(length=32, min_len=6, max_len=16, probe_periods=(8, 16)).length == 32
 
 
 def test_settings_make_the_task_they_say():

@@ -81,6 +81,13 @@ class InductionSettings(TrainSettings):
                 f"an induction circuit needs two layers (previous-token, then induction); got `layers` {self.layers}",
                 field="layers",
             )
+        if 2 * max(self.probe_periods) > self.length:  # a probe is S random tokens, then the same S again
+            raise InputError(
+                f"probe_periods {list(self.probe_periods)} read {2 * max(self.probe_periods)} tokens, past the "
+                f"{self.length} positions the model is trained on (a learned table has no more); lower the "
+                "periods to at most length/2 or raise length",
+                field="probe_periods",
+            )
 
 
 @dataclass(frozen=True)
