@@ -1,6 +1,7 @@
 """The command line stays a thin floor: small handlers, nothing heavy imported until a command runs,
 so `attnroute --help` and a bad flag answer before torch loads (docs/architecture.md, "The CLI")."""
 
+import argparse
 import ast
 import subprocess
 import sys
@@ -176,3 +177,19 @@ def test_a_fixed_none_never_hides_the_flag_the_user_gave():
     args = argparse.Namespace(model="my-model-dir", prompts="ioi", top=None, fn=None)
     assert settings_from(CircuitSettings, args, model=None).model == "my-model-dir"
     assert settings_from(CircuitSettings, args, model="whisper-tiny").model == "whisper-tiny"
+
+
+def test_every_commands_help_is_written():
+    """`learn crossattn --help` was a traceback: a settings field's doc said "100 % token accuracy" and
+    argparse %-formats help. Every command's and subcommand's help is formatted here, torch-free."""
+    from attnroute.cli import build_parser
+
+    def parsers(p: argparse.ArgumentParser):
+        yield p
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    yield from parsers(child)
+
+    helped = [p.prog for p in parsers(build_parser()) if p.format_help()]
+    assert "attnroute learn crossattn" in helped and len(helped) > 20

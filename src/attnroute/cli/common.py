@@ -86,7 +86,8 @@ def option(p: argparse.ArgumentParser, flag: str, cls, field: str | None = None,
         text = f"{text} (default {shown(default)})"
     if kw.get("dest") is None and flag.lstrip("-").replace("-", "_") != field:
         kw["dest"] = field
-    p.add_argument(flag, default=None, help=text, **kw)
+    # argparse %-formats help text: a field's "100 % token accuracy" crashed `learn crossattn --help`
+    p.add_argument(flag, default=None, help=text.replace("%", "%%"), **kw)
 
 
 def shown(value) -> str:
