@@ -60,7 +60,9 @@ def test_pruning_removes_ten_percent_at_a_time_until_none_is_left(trained):
 
 
 def test_more_heads_leave_more_to_prune():
-    s = pruning.PruneSettings(head_counts=(1, 8), steps=400, every=200)  # measured: losses 0.24 and 0.59; 0.375 vs 0
+    # 16 sequences a step, not 32 (measured on one core: 45 s, against 60 s at 32): both still learn the mixture
+    # (losses 0.28 and 0.32), and 31 % of the eight-head model's heads prune for free, none of the other's
+    s = pruning.PruneSettings(head_counts=(1, 8), steps=400, every=200, batch=16)
     r = pruning.run(s)
     one, eight = r["runs"]
     assert one["prune"][0]["loss"] < 1.0 and eight["prune"][0]["loss"] < 1.0  # both learned the mixture
