@@ -63,7 +63,7 @@ def _hand_patched(whisper, kv_head: int) -> float:
     with torch.no_grad():
         enc(input_features=fa)
         mlp_clean = seen["mlp"]
-        enc(input_features=fb)
+        encoded = enc(input_features=fb)  # the rome run's encoding: the decoder runs below read it (1.3 s an encoder)
     for h in hooks:
         h.remove()
     moved = cross.v_proj(enc.layer_norm(seen["x"] + mlp_clean - seen["mlp"])).detach()
@@ -78,7 +78,7 @@ def _hand_patched(whisper, kv_head: int) -> float:
     def metric(hook: bool) -> float:
         handle = cross.v_proj.register_forward_hook(patch) if hook else None
         with torch.no_grad():
-            logits = whisper.model(input_features=fb, decoder_input_ids=pair.ids, use_cache=False).logits[0, -1]
+            logits = whisper.model(encoder_outputs=encoded, decoder_input_ids=pair.ids, use_cache=False).logits[0, -1]
         if handle:
             handle.remove()
         return float(logits[pair.answer] - logits[pair.wrong])
