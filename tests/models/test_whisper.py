@@ -116,13 +116,19 @@ def test_a_token_stimulus_hears_its_clip_once_with_the_scores_of_one_encoding_a_
     try:
         got = heads.repeated_scores(whisper, stim, features=feats)
         assert runs == [1]
-        monkeypatch.setattr(heads, "_speech_stimulus", lambda lm, f, st: speech_batch(f, st.input_ids))
+        monkeypatch.setattr(heads, "_speech_stimulus", lambda lm, f, st, *_: speech_batch(f, st.input_ids))
         want = heads.repeated_scores(whisper, stim, features=feats)  # the clip encoded once a row
         assert runs == [1, 3]
+        monkeypatch.undo()
+        # seeds after the first hear the first one's encoding: the same scores as a read of that seed alone
+        both, _, _ = heads.stimulus_scores(whisper, (0, 1), 2, features=feats)
+        alone, _, _ = heads.stimulus_scores(whisper, (1,), 2, features=feats)
+        assert runs == [1, 3, 1, 1]
     finally:
         hook.remove()
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(both[1][name], alone[0][name])
     assert np.isfinite(got["prev_token"][4:8]).all() and np.isnan(got["prev_token"][:4]).all()  # decoder; encoder
 
 

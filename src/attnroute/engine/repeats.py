@@ -82,14 +82,15 @@ def repeat_probe(S: int) -> PerLayer:
     return PerLayer(lambda: Diagonals([1, S, S - 1]))
 
 
-def diagonal_scores(diag: PerLayer, stim: Repeated, n_layers: int, n_heads: int) -> dict:
+def diagonal_scores(diag: PerLayer, stim: Repeated, n_layers: int, n_heads: int, layers=None) -> dict:
     """prev_token, duplicate, induction [L, H] from a PerLayer(Diagonals([1, S, S − 1])) that read
-    ``stim`` (shared by read/ on real models and learn/ on TinyTransformer)."""
+    ``stim`` (shared by read/ on real models and learn/ on TinyTransformer). ``layers``: the layers whose
+    rows are tokens of ``stim`` (default: all); every other layer's scores are NaN, not read."""
     S, P = stim.S, stim.prefix
     first = torch.arange(P + 1, P + 2 * S)  # every row with a previous token inside the repeats
     second = stim.second_rows()
-    out = {k: np.zeros((n_layers, n_heads)) for k in ("prev_token", "duplicate", "induction")}
-    for layer in range(n_layers):
+    out = {k: np.full((n_layers, n_heads), np.nan) for k in ("prev_token", "duplicate", "induction")}
+    for layer in range(n_layers) if layers is None else layers:
         d = diag[layer]
         out["prev_token"][layer] = d.rows(1)[:, :, first].mean((0, 2)).numpy()
         out["duplicate"][layer] = d.rows(S)[:, :, second].mean((0, 2)).numpy()
