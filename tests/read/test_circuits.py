@@ -210,6 +210,33 @@ def test_the_full_circuit_is_the_clean_run_and_the_empty_one_the_corrupt_run(arc
         assert cross and any(run.graph.edge(e)[0].stream == "encoder" for e in cross)
 
 
+def test_a_decoder_receivers_patch_reads_the_base_encoding_as_a_whole_forward_computes_it(tmp_path, monkeypatch):
+    """An encoder–decoder's edges into the decoder (cross q, k, v, self heads, MLPs, logits) are path-patched on
+    the base run's recorded encoding, the encoder not run again; the same edges with the whole model rerun give
+    the same M, and every edge into the encoder still reruns it."""
+    from attnroute.read.circuits import runs
+    from attnroute.read.circuits.graph import where_read
+
+    run = edge_run(load(str(build("t5", tmp_path))))
+    encoder = run.loaded.model.get_encoder()
+    calls = []
+    handle = encoder.register_forward_hook(lambda m, a, o: calls.append(1))
+    into = {e: where_read(run.graph.edge(e)[1])[0] for e in range(len(run.graph))}
+    decoder = [e for e, stream in into.items() if stream == "decoder"]
+    rng = np.random.default_rng(0)
+    picked = sorted(rng.choice(decoder, 60, replace=False).tolist())
+    kinds = {(run.graph.edge(e)[1].kind, run.graph.edge(e)[1].attention, run.graph.edge(e)[1].channel) for e in picked}
+    assert {("head", "cross", "k"), ("head", "cross", "q"), ("head", "self", "v"), ("logits", None, None)} <= kinds
+    on = run.measure(picked)
+    assert calls == []
+    run.measure([next(e for e, stream in into.items() if stream == "encoder")])
+    assert len(calls) == 1
+    handle.remove()
+    forward = runs.EdgeRun._forward
+    monkeypatch.setattr(runs.EdgeRun, "_forward", lambda self, *a, encoded=False, **k: forward(self, *a, **k))
+    torch.testing.assert_close(on, run.measure(picked), atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("arch", ["llama", "t5"])
 def test_receivers_sharing_a_correction_replayed_once_give_what_each_replayed_alone_gives(arch, tmp_path, monkeypatch):
     """Circuits of random edge sets, several per forward: receivers of one read point whose circuits hold

@@ -10,7 +10,8 @@ al. 2304.05969): on the base run (corrupt when denoising, clean when noising) th
 x + Δ_S, where Δ_S = w_S(source) − w_S(base) is the change of the sender's write between the runs; the
 receiver's own norm and projections are recomputed on it; nothing else is changed, and everything after
 the receiver runs as the model runs (stream.py). Copies of the batch carry one edge each; a decoder-only
-model restarts at the receiver's block from the base run's recorded block outputs.
+model restarts at the receiver's block from the base run's recorded block outputs, and an encoder–decoder's
+decoder receivers read the base run's recorded encoding (the encoder is not run again).
 
 **A circuit** C runs on the clean prompts with every receiver R reading
 
@@ -70,9 +71,12 @@ class EdgeRun(Recorded):
         out, self.clean, clean_blocks = self._record(group.clean)
         self.fields.update(references(loaded, out, batch_of(loaded, group.clean)))
         self.m_clean = self._metric(out, group.clean)
+        clean_encoding = getattr(out, "encoder_last_hidden_state", None)
         out, self.corrupt, corrupt_blocks = self._record(group.corrupt)
         self.m_corrupt = self._metric(out, group.corrupt)
         denoise = direction == "denoising"
+        # an encoder–decoder's base-run encoding [n, S, d]: what a patch of a decoder receiver's input reads
+        self.base_encoding = getattr(out, "encoder_last_hidden_state", None) if denoise else clean_encoding
         self.base, self.source = (self.corrupt, self.clean) if denoise else (self.clean, self.corrupt)
         self.base_ids = group.corrupt if denoise else group.clean
         self.base_blocks = corrupt_blocks if denoise else clean_blocks
@@ -82,12 +86,17 @@ class EdgeRun(Recorded):
 
     # ---------------------------------------------------------------- forwards and the metric
 
-    def _forward(self, ids, fw: Forward, copies: int = 1, start: int = 0, interventions=(), then=None, **hooks):
+    def _forward(
+        self, ids, fw: Forward, copies: int = 1, start: int = 0, interventions=(), then=None, encoded=False, **hooks
+    ):
         """The model on ``copies`` copies of ``ids`` under ``fw``'s hooks (gradients kept when enabled),
-        restarted at block ``start`` from the base run's recorded block outputs. ``then(outputs)``, when given,
+        restarted at block ``start`` from the base run's recorded block outputs, or (``encoded``) at the
+        decoder of an encoder–decoder, which reads the base run's encoding. ``then(outputs)``, when given,
         runs inside the same routing (a backward whose checkpointed blocks rerun must attend as they did)
         and its result is returned."""
         batch = repeat_batch(batch_of(self.loaded, ids), copies)
+        if encoded:
+            batch["encoder_outputs"] = self._base_encoding(fw, copies)
         ivs = [*fw.interventions, *interventions]
         # every forward here — the recordings, the gradient pass, patched runs, circuits — takes the same
         # backend: a circuit's only edits are of receivers' inputs (ReceiverEdit: q, k, v, none needing the
@@ -110,6 +119,15 @@ class EdgeRun(Recorded):
         with routed(self.loaded, interventions=ivs, impl=impl, **hooks):
             out = self.loaded.model(**batch, **self.kwargs)
             return out if then is None else then(out)
+
+    def _base_encoding(self, fw: Forward, copies: int) -> tuple:
+        """The base run's encoding for ``copies`` copies, and its final residual put in ``fw``'s record, where the
+        cross-attention keys and values of a patched receiver read it (stream.ReceiverEdit._read_point). A patch
+        of a decoder receiver's input cannot change the encoder: it is not run again (a Whisper clip's 1,500
+        frames, 1.3 s a copy on one core, were most of a speech circuit's exact edges)."""
+        last = self.layout.stack("encoder")[-1].index
+        fw.rec[("encoder", last)]["x_out"] = self.base[("encoder", last)]["x_out"].repeat(copies, 1, 1)
+        return (self.base_encoding.repeat(copies, 1, 1),)
 
     @torch.no_grad()
     def _record(self, ids):
@@ -218,12 +236,13 @@ class EdgeRun(Recorded):
             groups.setdefault(where_read(self.graph.receivers[self.graph.pairs[e][1]]), []).append(i)
         for (stream, block), idx in groups.items():
             start = self._start(stream, block)
+            encoded = stream == "decoder" and self.base_encoding is not None
             k = self.copies(len(idx))
             for j in range(0, len(idx), k):
                 chunk = idx[j : j + k]
                 edits = PathEdits(self, [edges[i] for i in chunk], scale)
                 with Forward(self.layout, self.graph, edits) as fw:
-                    res = self._forward(self.base_ids, fw, len(chunk), start)
+                    res = self._forward(self.base_ids, fw, len(chunk), start, encoded=encoded)
                 out[chunk] = self._metric(res, self.base_ids, len(chunk)).view(len(chunk), self.n)
         return out
 
