@@ -7,6 +7,8 @@ adapter sees: causal, sliding windows (mistral, gemma2), soft-capped logits (gem
 (gpt-oss), a bidirectional encoder (bert) and an encoder-decoder with position bias (t5).
 """
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -219,6 +221,24 @@ def test_a_cross_attention_routes_exact_knockout_cuts_that_route(tmp_path):
     assert cross, "no cross-attention route among the verified"
     for x in cross:
         assert abs(x["exact"] - x["estimate"]) <= 0.2 * abs(x["estimate"]) + 1e-4, x
+
+
+def test_an_encoder_decoders_decoder_routes_read_one_encoding_and_equal_whole_reruns(tmp_path, monkeypatch):
+    """A knockout in the decoder (its self or cross layers) cannot change the encoder: every such route's rerun
+    reads one clean encoding, and its exact effect is a whole rerun's; an encoder route still reruns it."""
+    ra = sys.modules[route_attribution.__module__]  # the module (the package re-exports its function by that name)
+    loaded = load(str(build("t5", tmp_path)))
+    calls = []
+    handle = loaded.model.get_encoder().register_forward_hook(lambda m, a, o: calls.append(1))
+    r = route_attribution(loaded, text=TEXT, metric=first_token_logit, top=40, verify=40).to_dict()
+    handle.remove()
+    measured = [x for x in r["routes"] if x["exact"] is not None]
+    in_encoder = [x for x in measured if loaded.mode(x["layer"]) == "encoder"]
+    assert len(measured) > len(in_encoder) > 0
+    assert len(calls) == 3 + len(in_encoder)  # the gradient and streaming passes, the one encoding, encoder routes
+    monkeypatch.setattr(ra, "_decoder_encoding", lambda run, routes: None)  # every knockout a whole forward
+    whole = route_attribution(loaded, text=TEXT, metric=first_token_logit, top=40, verify=40).to_dict()
+    assert [x["exact"] for x in whole["routes"]] == pytest.approx([x["exact"] for x in r["routes"]], abs=1e-6)
 
 
 def test_smollm2_in_bf16_reads_its_routes_within_the_effects_bound_of_float32(smollm2_routes):

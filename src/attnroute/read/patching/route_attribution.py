@@ -22,7 +22,7 @@ from ...models.arithmetic import arithmetic_of, arithmetic_said, float32_arithme
 from ...promptset import FLAT_AT_CLEAN, finite
 from ...settings import SETTLE_STEP, RoutesSettings, verb
 from ..adapter import routed
-from ..effects import layer_stack, restart_check, rows_of, run_from
+from ..effects import clean_encoding, layer_stack, restart_check, rows_of, run_from
 from ..ground.arrays import Store, pairs_key
 from ..ground.batches import batch_of, metric_input, no_cache, output_kwargs
 from ..ground.budget import said as memory_said
@@ -327,6 +327,7 @@ def _verify(run: RouteRun, routes, verify, recorded, meta, say, store=None) -> l
         return exact
     batch, m_base = run.batch, run.m_base
     stored, blocks, suffix = _restart(run, recorded, meta)
+    encoding = _decoder_encoding(run, routes)
 
     forwards = [int(store.state.get("forwards", [0])[0])]  # the knockouts' forwards (fewer where routes shared one)
 
@@ -334,7 +335,7 @@ def _verify(run: RouteRun, routes, verify, recorded, meta, say, store=None) -> l
         idx = [i for i in idx if exact[i] is None]  # what a resumed run measured is kept
         for chunk in _shared(idx, routes, rows_of(batch).shape) if suffix is not None else [[i] for i in idx]:
             forwards[0] += 1
-            ms = _knocked_out(run, [routes[i] for i in chunk], suffix, stored, blocks, meta.restart["used"])
+            ms = _knocked_out(run, [routes[i] for i in chunk], suffix, stored, blocks, meta.restart["used"], encoding)
             for i, m in zip(chunk, ms, strict=True):
                 exact[i] = kept[i] = float((m - m_base).mean())
             store.state["forwards"] = np.array([forwards[0]], dtype=np.float64)
@@ -354,9 +355,22 @@ def _verify(run: RouteRun, routes, verify, recorded, meta, say, store=None) -> l
     return exact
 
 
-def _knocked_out(run: RouteRun, chunk: list[dict], suffix, stored, blocks, restarts: bool) -> list:
+def _decoder_encoding(run: RouteRun, routes: list[dict]) -> torch.Tensor | None:
+    """An encoder–decoder's clean encoding [B, S, d] when a route lies in its decoder (self or cross layers) and
+    the forwards do not already read one: a knockout there cannot change the encoder, so its rerun reads this
+    (computed as every rerun computed it: effects.clean_encoding) instead of running the encoder again."""
+    loaded = run.loaded
+    if not loaded.seq2seq or "encoder_outputs" in run.kwargs:
+        return None
+    if all(loaded.mode(r["layer"]) == "encoder" for r in routes):
+        return None
+    return clean_encoding(loaded, run.batch)
+
+
+def _knocked_out(run: RouteRun, chunk: list[dict], suffix, stored, blocks, restarts: bool, encoding=None) -> list:
     """The metric with each route of ``chunk`` knocked out: copies in one forward over the suffix of rows from
-    their first query and layer on, or one route rerun from its layer (every row)."""
+    their first query and layer on, or one route rerun from its layer (every row); an encoder–decoder's decoder
+    route reads ``encoding`` (_decoder_encoding)."""
     loaded = run.loaded
     if suffix is not None:
         start, row = min(r["layer"] for r in chunk), min(r["query"] for r in chunk)
@@ -365,9 +379,10 @@ def _knocked_out(run: RouteRun, chunk: list[dict], suffix, stored, blocks, resta
     r = chunk[0]
     cut = [knockout_one(r, loaded.attention_kinds)]
     start = r["layer"] if restarts else 0
-    out = run_from(
-        loaded, start, stored, run.batch, interventions=cut, copies=1, blocks=blocks, impl="auto", **run.kwargs
-    )
+    kwargs = run.kwargs
+    if encoding is not None and loaded.mode(r["layer"]) != "encoder":
+        kwargs = {**kwargs, "encoder_outputs": (encoding,)}
+    out = run_from(loaded, start, stored, run.batch, interventions=cut, copies=1, blocks=blocks, impl="auto", **kwargs)
     return [run.value(out)]
 
 
