@@ -347,10 +347,16 @@ def test_cutting_a_words_routes_to_its_frames_moves_it_in_the_last_cross_layer(t
     assert set(r["transcripts"]) == {"route", "control"}
 
 
-def test_swapping_maps_between_clips_of_one_timing_leaves_the_words_to_the_values(tmp_path):
+def test_swapping_maps_between_clips_of_one_timing_leaves_the_words_to_the_values(tmp_path, monkeypatch):
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
     from attnroute.read.speech import cross_swap
 
+    runs = []
+    forward = WhisperEncoder.forward
+    monkeypatch.setattr(WhisperEncoder, "forward", lambda self, *a, **k: runs.append(1) or forward(self, *a, **k))
     result = cross_swap("whisper-tiny", "paris", "rome", window=4)
+    assert len(runs) == 2  # each clip encoded once: its transcript and every swap read that encoding
     (tmp_path / "swap.json").write_text(result.to_json())
     assert load(tmp_path / "swap.json").to_json() == result.to_json()
     r = result.to_dict()

@@ -285,15 +285,19 @@ def swapped_transcript(loaded, enc_a, enc_b, layers: list[int], heads: list[int]
 @verb(CrossSwapSettings)
 def cross_swap(model=None, clip_a=None, clip_b=None, *, settings=None, progress=None, **fields) -> CrossSwapResult:
     """B transcribed with A's cross-attention maps; see the module docstring."""
+    from transformers.modeling_outputs import BaseModelOutput
+
     s = CrossSwapSettings.of(settings, model, fields, audio_a=clip_a, audio_b=clip_b)
     say = reporter(progress)
     a, b = audio(s.audio_a), audio(s.audio_b)
     loaded = _speech_model(s, say)
     fa, fb = features_of(loaded, a), features_of(loaded, b)
-    ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb])))
+    enc_a, enc_b = encoded(loaded, fa), encoded(loaded, fb)
+    # the clips' own transcripts decode from the encodings the swaps read (the encoder ran twice more for them)
+    both = BaseModelOutput(last_hidden_state=torch.cat([enc_a.last_hidden_state, enc_b.last_hidden_state]))
+    ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb]), encoding=both))
     heads = list(s.heads) if s.heads is not None else list(range(loaded.n_heads))
     result = CrossSwapResult(loaded.name, [a.describe(), b.describe()], ta, tb)
-    enc_a, enc_b = encoded(loaded, fa), encoded(loaded, fb)
     spans = windows(loaded, s.window)
     for layers in spans + ([cross_layers(loaded)] if len(spans) > 1 else []):  # each window, then all at once
         say("stage", f"B with A's maps in cross layers {[loaded.stream_layer(x) for x in layers]}")
