@@ -382,7 +382,13 @@ def test_an_encoder_with_the_cosine_metric_matches_the_hook_reference(minilm):
 
 def test_an_encoder_decoder_is_patched_per_stream(tmp_path):
     bart = load(str(build("bart", tmp_path)))
+    runs = []
+    handle = bart.model.get_encoder().register_forward_hook(lambda m, a, o: runs.append(1))
     r = patch(bart, TINY, metric="logit-diff", exact="all")
+    handle.remove()
+    # the two recorded runs, the gradient pass and one forward per encoder layer: the four decoder layers'
+    # patches read the base run's encoding (9 encoder runs when each reran it)
+    assert len(runs) == 5
     tok = bart.tokenizer
     fields = {
         k: torch.tensor([tok(getattr(p, k), add_special_tokens=False)["input_ids"][0] for p in TINY])
@@ -392,7 +398,8 @@ def test_an_encoder_decoder_is_patched_per_stream(tmp_path):
     ref = reference_head_patching(bart, clean, corrupt, logit_diff, fields)
     np.testing.assert_allclose(_grid(r), ref, atol=1e-5, rtol=0)
     assert r.meta["attention_kinds"] == ["self", "self", "decoder-self", "decoder-self", "cross", "cross"]
-    assert not r.meta["shortcut"][0]["used"]  # two stacks: full forwards, said
+    assert not r.meta["shortcut"][0]["used"]  # two stacks: no layer restart, said
+    assert "encoder is not rerun" in r.meta["shortcut"][0]["decoder"]
 
 
 @pytest.mark.parametrize("arch,reason", [("gemma2", "soft-cap"), ("gpt2", "Conv1D")])

@@ -49,6 +49,8 @@ class PairRun(Recorded):
         self.base_blocks = corrupt_blocks if denoise else clean_blocks
         self.source = self.clean_rec if denoise else self.corrupt_rec
         self.m_base = self.m_corrupt if denoise else self.m_clean
+        # an encoder–decoder's base-run encoding [n, S, d]: what a patch of a decoder layer's heads reads
+        self.base_encoding = getattr(corrupt_out if denoise else clean_out, "encoder_last_hidden_state", None)
         self.blocks = layer_stack(loaded)
         self.shortcut = self._check_shortcut()
 
@@ -91,9 +93,12 @@ class PairRun(Recorded):
 
     def _check_shortcut(self) -> dict:
         value = lambda out: self._metric(out, self.base_ids)  # noqa: E731
-        return restart_check(
+        check = restart_check(
             self.loaded, self.base_blocks, self.batch(self.base_ids), value, self.m_base, self.blocks, **self.kwargs
         )
+        if self.base_encoding is not None:
+            check["decoder"] = "a decoder layer's patches read the base run's encoding: the encoder is not rerun"
+        return check
 
     def copies(self) -> int:
         by_tokens = scaled(TOKEN_BUDGET) // max(1, self.n * self.group.length)
@@ -112,6 +117,9 @@ class PairRun(Recorded):
                 chunk = idx[j : j + k]
                 iv = PatchCopies(layer, [comps[i] for i in chunk], self.n, self.source[layer])
                 rep = repeat_batch(self.batch(self.base_ids), len(chunk))
+                if self.base_encoding is not None and self.loaded.mode(layer) != "encoder":
+                    # a patch in the decoder cannot change the encoder: its output is the base run's, not rerun
+                    rep["encoder_outputs"] = (self.base_encoding.repeat(len(chunk), 1, 1),)
                 start = layer if self.shortcut["used"] else 0
                 res = run_from(
                     self.loaded,
