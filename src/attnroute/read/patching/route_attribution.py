@@ -344,7 +344,7 @@ def _verify(run: RouteRun, routes, verify, recorded, meta, say, store=None) -> l
             done = sum(e is not None for e in exact)
             say("verify", f"{done} routes knocked out exactly (of {len(routes)} kept)", done=done, total=len(routes))
 
-    how = "its query's rows on, from its layer on" if suffix is not None else "every row from its layer on"
+    how = _rerun_said(run, suffix, meta, encoding)
     say("stage", f"settling the exact top {verify}: each route knocked out and rerun ({how})")
     rule = SettleRule(first=verify, step=max(1, min(SETTLE_STEP, verify)), top=verify, limit=len(routes))
     est = np.array([r["estimate"] for r in routes])
@@ -353,6 +353,19 @@ def _verify(run: RouteRun, routes, verify, recorded, meta, say, store=None) -> l
     meta.settle = {**info, "rule": rule.describe(), "beyond_kept": bool(unkept and len(routes) == meta.top)}
     meta.restart["knockout_forwards"] = forwards[0]
     return exact
+
+
+def _rerun_said(run: RouteRun, suffix, meta, encoding) -> str:
+    """What a knockout reruns, for the progress line."""
+    if suffix is not None:
+        return "its query's rows on, from its layer on"
+    if meta.restart and meta.restart.get("used"):
+        return "every row from its layer on"
+    if "encoder_outputs" in run.kwargs:
+        return "the decoder on one clean encoding"
+    if encoding is not None:
+        return "a decoder route: the decoder on one clean encoding; an encoder route: the whole model"
+    return "the whole model"
 
 
 def _decoder_encoding(run: RouteRun, routes: list[dict]) -> torch.Tensor | None:
