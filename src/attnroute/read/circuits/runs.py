@@ -71,12 +71,12 @@ class EdgeRun(Recorded):
         out, self.clean, clean_blocks = self._record(group.clean)
         self.fields.update(references(loaded, out, batch_of(loaded, group.clean)))
         self.m_clean = self._metric(out, group.clean)
-        clean_encoding = getattr(out, "encoder_last_hidden_state", None)
+        clean_enc = getattr(out, "encoder_last_hidden_state", None)
         out, self.corrupt, corrupt_blocks = self._record(group.corrupt)
         self.m_corrupt = self._metric(out, group.corrupt)
         denoise = direction == "denoising"
         # an encoder–decoder's base-run encoding [n, S, d]: what a patch of a decoder receiver's input reads
-        self.base_encoding = getattr(out, "encoder_last_hidden_state", None) if denoise else clean_encoding
+        self.base_encoding = getattr(out, "encoder_last_hidden_state", None) if denoise else clean_enc
         self.base, self.source = (self.corrupt, self.clean) if denoise else (self.clean, self.corrupt)
         self.base_ids = group.corrupt if denoise else group.clean
         self.base_blocks = corrupt_blocks if denoise else clean_blocks

@@ -285,8 +285,6 @@ def swapped_transcript(loaded, enc_a, enc_b, layers: list[int], heads: list[int]
 @verb(CrossSwapSettings)
 def cross_swap(model=None, clip_a=None, clip_b=None, *, settings=None, progress=None, **fields) -> CrossSwapResult:
     """B transcribed with A's cross-attention maps; see the module docstring."""
-    from transformers.modeling_outputs import BaseModelOutput
-
     s = CrossSwapSettings.of(settings, model, fields, audio_a=clip_a, audio_b=clip_b)
     say = reporter(progress)
     a, b = audio(s.audio_a), audio(s.audio_b)
@@ -294,7 +292,7 @@ def cross_swap(model=None, clip_a=None, clip_b=None, *, settings=None, progress=
     fa, fb = features_of(loaded, a), features_of(loaded, b)
     enc_a, enc_b = encoded(loaded, fa), encoded(loaded, fb)
     # the clips' own transcripts decode from the encodings the swaps read (the encoder ran twice more for them)
-    both = BaseModelOutput(last_hidden_state=torch.cat([enc_a.last_hidden_state, enc_b.last_hidden_state]))
+    both = (torch.cat([enc_a.last_hidden_state, enc_b.last_hidden_state]),)
     ta, tb = (t for _, t in transcribe_batch(loaded, torch.cat([fa, fb]), encoding=both))
     heads = list(s.heads) if s.heads is not None else list(range(loaded.n_heads))
     result = CrossSwapResult(loaded.name, [a.describe(), b.describe()], ta, tb)
