@@ -347,16 +347,11 @@ def test_cutting_a_words_routes_to_its_frames_moves_it_in_the_last_cross_layer(t
     assert set(r["transcripts"]) == {"route", "control"}
 
 
-def test_swapping_maps_between_clips_of_one_timing_leaves_the_words_to_the_values(tmp_path, monkeypatch):
-    from transformers.models.whisper.modeling_whisper import WhisperEncoder
-
+def test_swapping_maps_between_clips_of_one_timing_leaves_the_words_to_the_values(tmp_path, encoder_runs):
     from attnroute.read.speech import cross_swap
 
-    runs = []
-    forward = WhisperEncoder.forward
-    monkeypatch.setattr(WhisperEncoder, "forward", lambda self, *a, **k: runs.append(1) or forward(self, *a, **k))
     result = cross_swap("whisper-tiny", "paris", "rome", window=4)
-    assert len(runs) == 2  # each clip encoded once: its transcript and every swap read that encoding
+    assert len(encoder_runs) == 2  # each clip encoded once: its transcript and every swap read that encoding
     (tmp_path / "swap.json").write_text(result.to_json())
     assert load(tmp_path / "swap.json").to_json() == result.to_json()
     r = result.to_dict()
@@ -448,22 +443,17 @@ def test_routes_across_streams_land_on_the_words_frames(tmp_path):
     assert a["n"] >= 5 and a["r2"] > 0.9  # measured 0.997 over 20
 
 
-def test_decoder_routes_read_one_encoding_and_equal_full_reruns(whisper, monkeypatch):
+def test_decoder_routes_read_one_encoding_and_equal_full_reruns(whisper, encoder_runs):
     """Cross routes cannot change the encoder: the gradient pass, the streaming pass and every knockout read one
     clean encoding (the encoder runs twice: the transcript's, then that one), and a route's exact Δ is a full
     rerun's — the encoder run again under the same knockout, against an unedited full forward."""
-    from transformers.models.whisper.modeling_whisper import WhisperEncoder
-
     from attnroute.audio import audio
     from attnroute.read.ground.speech import features_of, last_logit_diff, prompt_ids, text_ids, word_token
     from attnroute.read.patching.route_attribution import RouteRun, _knocked_out
     from attnroute.read.speech.routes import speech_routes
 
-    runs = []
-    forward = WhisperEncoder.forward
-    monkeypatch.setattr(WhisperEncoder, "forward", lambda self, *a, **k: runs.append(1) or forward(self, *a, **k))
     r = speech_routes(whisper, "rome", answer="Rome", wrong="Paris", top=4, verify=2)
-    assert len(runs) == 2
+    assert len(encoder_runs) == 2
     ids = torch.tensor([prompt_ids(whisper) + text_ids(whisper, r.prefix)])
     batch = speech_batch(features_of(whisper, audio("rome")), ids)
     fn = last_logit_diff(word_token(whisper, "Rome", "answer"), word_token(whisper, "Paris", "wrong"))
@@ -471,11 +461,11 @@ def test_decoder_routes_read_one_encoding_and_equal_full_reruns(whisper, monkeyp
         base = RouteRun(whisper, batch, fn, {}, {}, None).value(whisper.model(**batch))
     run = RouteRun(whisper, batch, fn, {}, {}, base)
     measured = [x for x in r.routes if x["exact"] is not None]
-    assert len(measured) >= 2 and len(runs) == 3
+    assert len(measured) >= 2 and len(encoder_runs) == 3
     for route in measured:
         full = float((_knocked_out(run, [route], None, {}, None, False)[0] - base).mean())
         assert abs(full - route["exact"]) <= 1e-6, (route, full)  # measured 0.0: the same sums, bit for bit
-    assert len(runs) == 3 + len(measured)
+    assert len(encoder_runs) == 3 + len(measured)
 
 
 def test_routes_on_a_clip_refuse_a_word_it_does_not_say(capsys):

@@ -86,18 +86,13 @@ def _hand_patched(whisper, kv_head: int) -> float:
     return metric(True) - metric(False)
 
 
-def test_path_patching_an_encoder_edge_into_cross_values_is_the_hand_computed_one(whisper, monkeypatch):
-    from transformers.models.whisper.modeling_whisper import WhisperEncoder
-
-    runs = []
-    forward = WhisperEncoder.forward
-    monkeypatch.setattr(WhisperEncoder, "forward", lambda self, *a, **k: runs.append(1) or forward(self, *a, **k))
+def test_path_patching_an_encoder_edge_into_cross_values_is_the_hand_computed_one(whisper, encoder_runs, monkeypatch):
     clips = {"audio_clean": "paris", "audio_corrupt": "rome"}
     r = ar.path_patch(whisper, **clips, sender="E3.MLP", receiver="L3.xKV4", channel="v")
     # the transcripts, the layout's discovery, the two recorded runs and the estimate's gradient pass: the patch
     # itself is in the decoder, which reads the rome run's encoding (and its final residual) as recorded
-    assert len(runs) == 5
-    monkeypatch.undo()
+    assert len(encoder_runs) == 5
+    monkeypatch.undo()  # the hooks reference below runs the encoder uncounted
     e = r.to_dict()["edge"]
     assert e["label"] == "E3.MLP>L3.xKV4.v"
     hand = _hand_patched(whisper, 4)
